@@ -1,0 +1,40 @@
+"""`otel-mindformers`: command-line tools around `monitor_config` and its logs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from otel_mindformers.config import ConfigError, load_monitor_config
+
+
+def _validate(args: argparse.Namespace) -> int:
+    try:
+        config = load_monitor_config(args.config)
+    except ConfigError as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        return 1
+    state = "enabled" if config.enable else "disabled (enable: false)"
+    print(f"{args.config}: valid; monitoring {state}, every {config.interval} steps, "
+          f"outputs: {', '.join(config.output_type)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="otel-mindformers", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    validate = commands.add_parser("validate", help="check a monitor_config YAML before training")
+    validate.add_argument("config", help="YAML file with a monitor_config section (or the section itself)")
+    validate.set_defaults(func=_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""`BaseMonitor`: the custom-monitor API of the article, and loading one by dotted path.
+
+Hooks (all optional, all called on the training thread, in this order):
+- `on_train_begin(run_context)` — once, after the monitor pipeline is up;
+- `on_train_step_end(run_context)` — after EVERY step (your code decides its own cadence;
+  reading a tensor with `.asnumpy()` synchronises the device, so do it sparingly);
+- `on_train_epoch_end(run_context)` — after every epoch;
+- `on_train_end(run_context)` — once, before the pipeline flushes.
+
+`run_context.original_args()` is MindSpore's cb_params: `cur_step_num`, `cur_epoch_num`,
+`net_outputs`, `batch_num`, `epoch_num`, ... plus, as the article's example reads them,
+`train_loss` (the step's loss tensor) and `learning_rate` (the step's learning-rate tensor).
+Both are device tensors: nothing is read back unless you call `.asnumpy()`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from otel_mindformers.config import ConfigError, MonitorConfig
+
+CUSTOM_MONITOR_KEY = "monitor_config.custom_monitor_callback"
+
+
+class BaseMonitor:
+    """Subclass and override the hooks you need; `self.monitor_config` is the MonitorConfig."""
+
+    def __init__(self, monitor_config: MonitorConfig) -> None:
+        self.monitor_config = monitor_config
+
+    def on_train_begin(self, run_context: Any) -> None:
+        pass
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        pass
+
+    def on_train_epoch_end(self, run_context: Any) -> None:
+        pass
+
+    def on_train_end(self, run_context: Any) -> None:
+        pass
+
+
+@contextmanager
+def _importable(*directories: str | None) -> Iterator[None]:
+    """The working directory and the config file's directory are importable while loading."""
+    added = [str(Path(d).resolve()) for d in directories if d and str(Path(d).resolve()) not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for directory in added:
+            sys.path.remove(directory)
+
+
+def load_monitor_class(config: MonitorConfig) -> type[BaseMonitor] | None:
+    """Import the class named by `custom_monitor_callback`; ConfigError if it cannot be."""
+    dotted = config.custom_monitor_callback
+    if not dotted:
+        return None
+    module_name, _, class_name = dotted.rpartition(".")
+    with _importable(".", config.source_dir):
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # any import-time failure is the config's problem to report
+            raise ConfigError(
+                f"{CUSTOM_MONITOR_KEY}: cannot import module {module_name!r} "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type):
+        raise ConfigError(f"{CUSTOM_MONITOR_KEY}: module {module_name!r} has no class {class_name!r}")
+    hooks = ("on_train_begin", "on_train_step_end", "on_train_epoch_end", "on_train_end")
+    if not any(callable(getattr(cls, hook, None)) for hook in hooks):
+        raise ConfigError(f"{CUSTOM_MONITOR_KEY}: {dotted!r} defines none of the hooks {hooks}")
+    return cls

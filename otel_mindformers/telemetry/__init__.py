@@ -1,0 +1,1 @@
+"""OpenTelemetry plumbing: providers/exporters (providers.py) and instruments (instruments.py)."""

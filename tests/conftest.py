@@ -1,0 +1,30 @@
+"""Shared test setup.
+
+MindSpore's generated protobuf modules need protobuf's pure-Python implementation, chosen
+before anything imports protobuf (the OTLP receiver does): see otel_mindformers/__init__.py.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
+
+import pytest  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """Run in a temp dir: importing mindformers creates ./output/log in the CWD."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def otlp_receiver():
+    from tests.support.otlp_receiver import OtlpReceiver
+
+    with OtlpReceiver() as receiver:
+        yield receiver

@@ -1,0 +1,130 @@
+"""Tiny real MindSpore training loops for tests.
+
+Three train-cell shapes cover what MonitorCallback must read:
+- "scalar": `nn.TrainOneStepCell` returns the loss tensor;
+- "tuple3": `(loss, overflow, loss_scale)` as `TrainOneStepWithLossScaleCell` returns
+  (that cell itself cannot run on CPU, see environment.md, so a TrainOneStepCell subclass
+  computes the same tuple);
+- "tuple5": MindFormers' `MFTrainOneStepCell` shape `(loss, overflow, scale, lr, global_norm)`.
+
+Faults are injected through the data, not the network, so the callback sees what a real
+run would: a NaN label makes the loss NaN, a scaled label makes it spike, and a slow
+generator makes a step stall.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn, ops
+from mindspore.dataset import GeneratorDataset
+from mindspore.train import Model
+
+FEATURES = 8
+BATCH = 4
+
+
+class _Regressor(nn.Cell):
+    def __init__(self, hidden: int = 16) -> None:
+        super().__init__()
+        self.body = nn.SequentialCell(nn.Dense(FEATURES, hidden), nn.ReLU(), nn.Dense(hidden, 1))
+
+    def construct(self, x):
+        return self.body(x)
+
+
+class _TupleTrainCell(nn.TrainOneStepCell):
+    """TrainOneStepCell that also reports overflow, scale (and lr, global norm for tuple5)."""
+
+    def __init__(self, network, optimizer, width: int, scale: float = 1.0) -> None:
+        super().__init__(network, optimizer)
+        self.width = width
+        self.scale = ms.Parameter(ms.Tensor(scale, ms.float32), name="loss_scale")
+
+    def construct(self, *inputs):
+        loss = self.network(*inputs)
+        grads = self.grad(self.network, self.weights)(*inputs, ops.ones_like(loss))
+        overflow = ops.zeros((), ms.bool_)
+        for g in grads:
+            overflow = ops.logical_or(overflow, ops.logical_not(ops.isfinite(g)).any())
+        global_norm = ops.sqrt(sum(ops.reduce_sum(ops.square(g)) for g in grads)).reshape((1,))
+        lr = self.optimizer.get_lr()
+        loss = ops.depend(loss, self.optimizer(grads))
+        if self.width == 3:
+            return loss.reshape((1,)), overflow, self.scale
+        return loss.reshape((1,)), overflow, self.scale, lr, global_norm
+
+
+@dataclass
+class Faults:
+    """Data faults keyed by 1-based step number."""
+
+    nan_at: set[int] = field(default_factory=set)
+    spike_at: dict[int, float] = field(default_factory=dict)  # step -> label multiplier
+    sleep_at: dict[int, float] = field(default_factory=dict)  # step -> seconds
+
+
+class _Source:
+    """`steps * BATCH` samples; a fault on step k touches every sample of batch k."""
+
+    def __init__(self, steps: int, faults: Faults, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.x = rng.standard_normal((steps * BATCH, FEATURES)).astype(np.float32)
+        self.y = (self.x.sum(axis=1, keepdims=True) * 0.5).astype(np.float32)
+        self.faults = faults
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int):
+        step = index // BATCH + 1
+        if step in self.faults.sleep_at and index % BATCH == 0:
+            time.sleep(self.faults.sleep_at[step])
+        y = self.y[index].copy()
+        if step in self.faults.nan_at:
+            y[:] = np.nan
+        if step in self.faults.spike_at:
+            y *= self.faults.spike_at[step]
+        return self.x[index], y
+
+
+def build_model(shape: str = "scalar", lr=0.01) -> Model:
+    net = _Regressor()
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=lr, momentum=0.9)
+    if shape == "scalar":
+        train_net = nn.TrainOneStepCell(loss_net, optimizer)
+    elif shape == "tuple3":
+        train_net = _TupleTrainCell(loss_net, optimizer, width=3, scale=1024.0)
+    elif shape == "tuple5":
+        train_net = _TupleTrainCell(loss_net, optimizer, width=5)
+    else:
+        raise ValueError(shape)
+    return Model(train_net)
+
+
+def build_dataset(steps: int, faults: Faults | None = None):
+    """`steps` batches of BATCH samples."""
+    source = _Source(steps, faults or Faults())
+    return GeneratorDataset(source, column_names=["x", "y"], shuffle=False).batch(BATCH)
+
+
+def train(
+    callbacks: list,
+    *,
+    steps: int = 20,
+    epochs: int = 1,
+    shape: str = "scalar",
+    mode: int = ms.PYNATIVE_MODE,
+    faults: Faults | None = None,
+    lr=0.01,
+) -> Model:
+    """Run a real training of `steps` steps per epoch with the given callbacks."""
+    ms.set_context(mode=mode)
+    ms.set_device("CPU")
+    model = build_model(shape, lr=lr)
+    model.train(epochs, build_dataset(steps, faults), callbacks=callbacks, dataset_sink_mode=False)
+    return model
