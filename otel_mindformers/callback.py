@@ -102,7 +102,6 @@ class MonitorCallback(Callback):
         )
         self._dispatcher = BackgroundDispatcher(build_sinks(config, identity, self._reports_training))
         self._devices = self._start_devices()
-        self._alerts = self._start_alerts()
 
         self._interval = config.interval
         self._epoch_steps = int(cb_params.get("batch_num") or 0)
@@ -120,6 +119,10 @@ class MonitorCallback(Callback):
         self._window_start, self._window_step = self._perf0, first_step
         self._last_step_end_perf = self._perf0
         self.progress.step, self.progress.last_step_end = first_step, time.monotonic()
+        # After the clock is set: the stall watchdog arms at the first step finished after it.
+        self._alerts = self._start_alerts()
+        for monitor in self.custom_monitors:
+            monitor.alert_engine = self._alerts
 
         self._run_span = self._telemetry.tracer.start_span(
             semconv.SPAN_RUN,
@@ -211,7 +214,7 @@ class MonitorCallback(Callback):
             context=otel_context.Context(),
             links=[Link(self._run_span.get_span_context())],
             start_time=self._epoch_ns(self._last_step_end_perf),
-            attributes=_span_attributes(record),
+            attributes=record.span_attributes(),
         )
         with trace.use_span(span, end_on_exit=False):
             self._instruments.record(record, step_seconds)
@@ -223,7 +226,7 @@ class MonitorCallback(Callback):
         if stop_reason and self.stop_reason is None:
             self.stop_reason = stop_reason
             self._run_span.add_event("early_stop", {"reason": stop_reason, semconv.ATTR_STEP: step})
-            self._run_span.set_attribute("training.stop_reason", stop_reason)
+            self._run_span.set_attribute(semconv.ATTR_STOP_REASON, stop_reason)
             _logger.warning("otel_mindformers: stopping training at step %d: %s", step, stop_reason)
             run_context.request_stop()
 
@@ -303,13 +306,3 @@ class MonitorCallback(Callback):
     def _finish_at_exit(self) -> None:
         if self._running:
             self._finish(error=RuntimeError("the process exited before training ended"))
-
-
-def _span_attributes(record: StepRecord) -> dict[str, Any]:
-    attrs: dict[str, Any] = {semconv.ATTR_STEP: record.step, semconv.ATTR_EPOCH: record.epoch,
-                             semconv.ATTR_STEPS_IN_WINDOW: record.steps_in_window}
-    bad = record.nonfinite()
-    for name, value in record.values.items():
-        if name not in bad:
-            attrs[f"training.{name}"] = value
-    return attrs

@@ -26,6 +26,7 @@ from otel_mindformers import record
 
 OUTPUT_TYPES = ("stdout", "json_file", "tensorboard", "otlp", "prometheus")
 OTLP_PROTOCOLS = ("grpc", "http/protobuf")
+DEVICE_SOURCES = ("auto", "ascend", "nvidia", "host", "mindspore")
 NOTIFIER_TYPES = ("webhook", "wecom", "dingtalk", "feishu", "slack")
 # Platforms whose robots verify an HMAC signature made with a per-robot secret.
 SIGNED_NOTIFIER_TYPES = ("dingtalk", "feishu")
@@ -226,6 +227,35 @@ class PrometheusConfig:
 
 
 @dataclasses.dataclass
+class LogRotationConfig:
+    """`monitor_config.log_rotation`: bound what a long run leaves on disk.
+
+    `json_file` rolls over before a line would take it past `max_bytes`, keeping
+    `file.json.1` (newest) … `file.json.N` (oldest), as logging's RotatingFileHandler names
+    them. TensorBoard keeps at most `tensorboard_max_files` event files per rank folder,
+    starting a new one past `max_bytes`. 0 means unbounded.
+    """
+
+    max_bytes: int = _key(default=0, check=_at_least(0))
+    backup_count: int = _key(default=5, check=_at_least(1))
+    tensorboard_max_files: int = _key(default=0, check=_at_least(0))
+
+
+@dataclasses.dataclass
+class DeviceConfig:
+    """`monitor_config.device_config`: what `device_monitor` reads, and how often (docs/devices.md).
+
+    `sources: [auto]` reads the Ascend tools when `device_target` is Ascend or `npu-smi` is
+    on PATH, NVML when it is GPU, MindSpore's allocator on either, and the host always.
+    """
+
+    poll_interval: float = _key(default=5.0, check=_at_least(0.1))
+    command_timeout: float = _key(default=5.0, check=_at_least(0.1))
+    npu_smi_path: str = _key(default="npu-smi")
+    sources: list[str] = _key(factory=lambda: ["auto"], check=_one_of(DEVICE_SOURCES))
+
+
+@dataclasses.dataclass
 class MonitorConfig:
     """The `monitor_config` section. Field names are the YAML keys."""
 
@@ -250,6 +280,8 @@ class MonitorConfig:
     shutdown_timeout: float = _key(default=5.0, check=_at_least(0.0))
     otlp: OtlpConfig = _key(factory=OtlpConfig)
     prometheus: PrometheusConfig = _key(factory=PrometheusConfig)
+    device_config: DeviceConfig = _key(factory=DeviceConfig)
+    log_rotation: LogRotationConfig = _key(factory=LogRotationConfig)
     mindformers_native: dict[str, Any] = _key(factory=dict)
     # Directory of the YAML file it came from: custom monitors may live beside it.
     source_dir: Union[str, None] = _key(default=None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from otel_mindformers import semconv
+
 # Metric names accepted in `monitored_metrics`, as the JSON keys are spelled.
 LOSS = "loss"
 LEARNING_RATE = "learning_rate"
@@ -59,6 +61,20 @@ class StepRecord:
             for name, value in self.values.items()
             if isinstance(value, float) and not math.isfinite(value)
         ]
+
+    def span_attributes(self) -> dict[str, object]:
+        """Step-span attributes: `training.<metric>` per finite value (the live callback and
+        `otel-mindformers replay` both use this)."""
+        attrs: dict[str, object] = {
+            semconv.ATTR_STEP: self.step,
+            semconv.ATTR_EPOCH: self.epoch,
+            semconv.ATTR_STEPS_IN_WINDOW: self.steps_in_window,
+        }
+        bad = self.nonfinite()
+        for name, value in self.values.items():
+            if name not in bad:
+                attrs[f"training.{name}"] = value
+        return attrs
 
     def to_json_dict(self) -> dict[str, object]:
         """The strict-JSON line: NaN/Inf become null and are listed under "nonfinite"."""

@@ -19,9 +19,9 @@ def build_sinks(config: MonitorConfig, identity: Identity, reports_training: boo
     if "stdout" in kinds and reports_training:
         sinks.append(StdoutSink())
     if "json_file" in kinds:
-        sinks.append(JsonLinesSink(rank_path(config.json_log_path, identity)))
+        sinks.append(JsonLinesSink(rank_path(config.json_log_path, identity), config.log_rotation))
     if "tensorboard" in kinds:
-        sinks.append(TensorBoardSink(rank_dir(config.tensorboard_path, identity)))
+        sinks.append(TensorBoardSink(rank_dir(config.tensorboard_path, identity), config.log_rotation))
     return sinks
 
 

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The main job: the article's example, a real tiny MindSpore training with monitoring on,
+# on local defaults (stdout, JSON lines, TensorBoard; no collector needed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+exec .venv/bin/python examples/train_main.py "$@"

@@ -1,0 +1,285 @@
+"""MonitorCallback on real MindSpore training loops: sampling, values, spans, metrics, files."""
+
+import json
+import math
+
+import mindspore as ms
+import pytest
+from mindspore import Tensor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from otel_mindformers import MonitorCallback, semconv
+from tests.support import training
+from tests.support.training import Faults
+
+
+class KeepingReader(InMemoryMetricReader):
+    """Keeps every collection: the callback's flush at train end is a collection too, and
+    exemplars belong to the collection they were made in."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def _receive_metrics(self, metrics_data, timeout_millis=10_000, **kwargs):
+        if metrics_data is not None:
+            self.batches.append(metrics_data)
+        super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
+
+
+class Capture:
+    """In-memory SDK pipeline handed to the callback, for exact assertions."""
+
+    def __init__(self):
+        self.spans = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.reader = KeepingReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def callback(self, config):
+        return MonitorCallback(config, tracer_provider=self.tracer_provider,
+                               meter_provider=self.meter_provider)
+
+    def finished(self, name):
+        return [s for s in self.spans.get_finished_spans() if s.name == name]
+
+    def points(self):
+        """Latest points by metric name (cumulative temporality: the last collection is the total)."""
+        latest = {}
+        for data in self.reader.batches + [self.reader.get_metrics_data()]:
+            for rm in data.resource_metrics if data else []:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        latest[m.name] = list(m.data.data_points)
+        return latest
+
+    def exemplars(self, name):
+        return [e for data in self.reader.batches for rm in data.resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics if m.name == name
+                for p in m.data.data_points for e in p.exemplars]
+
+
+def strict_lines(path):
+    def reject(constant):
+        raise ValueError(f"non-strict JSON constant {constant}")
+    return [json.loads(line, parse_constant=reject) for line in path.read_text().splitlines()]
+
+
+def config(tmp_path, **overrides):
+    base = {"interval": 5, "output_type": ["json_file"], "json_log_path": str(tmp_path / "m.json")}
+    base.update(overrides)
+    return base
+
+
+EXPECTED_KEYS = {
+    "scalar": {"loss", "learning_rate", "train_per_step_time", "samples_per_second"},
+    "tuple3": {"loss", "learning_rate", "overflow", "loss_scale", "train_per_step_time", "samples_per_second"},
+    "tuple5": {"loss", "learning_rate", "grad_norm", "overflow", "loss_scale", "train_per_step_time",
+               "samples_per_second"},
+}
+
+
+@pytest.mark.parametrize("mode", [ms.PYNATIVE_MODE, ms.GRAPH_MODE], ids=["pynative", "graph"])
+@pytest.mark.parametrize("shape", ["scalar", "tuple3", "tuple5"])
+def test_every_output_shape_is_read_on_sampled_steps(shape, mode, workdir):
+    capture = Capture()
+    cb = capture.callback(config(workdir))
+    training.train([cb], steps=12, shape=shape, mode=mode)
+
+    lines = strict_lines(workdir / "m.json")
+    assert [line["step"] for line in lines] == [1, 5, 10, 12]  # first, every 5th, last
+    for line in lines:
+        assert set(line) == {"time_stamp", "step", "epoch", "rank"} | EXPECTED_KEYS[shape]
+        assert line["rank"] == 0 and line["epoch"] == 1
+        assert line["loss"] > 0 and line["train_per_step_time"] > 0
+        assert line["learning_rate"] == pytest.approx(0.01)
+    if shape == "tuple3":
+        assert {line["loss_scale"] for line in lines} == {1024.0}
+        assert {line["overflow"] for line in lines} == {False}
+
+    step_spans = capture.finished(semconv.SPAN_STEP)
+    run_span, = capture.finished(semconv.SPAN_RUN)
+    assert sorted(s.attributes[semconv.ATTR_STEP] for s in step_spans) == [1, 5, 10, 12]
+    for span in step_spans:
+        assert span.links[0].context.span_id == run_span.context.span_id
+        assert span.attributes["training.loss"] > 0
+    assert len(capture.finished(semconv.SPAN_EPOCH)) == 1
+    assert run_span.attributes[semconv.ATTR_RANK] == 0
+
+    points = capture.points()
+    steps_total, = points[semconv.STEPS.name]
+    assert steps_total.value == 12
+    duration, = points[semconv.STEP_DURATION.name]
+    assert duration.count == 4 and duration.explicit_bounds == semconv.STEP_DURATION_BUCKETS
+    exemplars = capture.exemplars(semconv.STEP_DURATION.name)
+    assert exemplars, "step-duration points carry exemplars of their step spans"
+    assert {e.span_id for e in exemplars} <= {s.context.span_id for s in step_spans}
+    loss, = points[semconv.LOSS.name]
+    assert loss.attributes == {semconv.ATTR_RANK: 0}
+    assert loss.value == pytest.approx(lines[-1]["loss"])
+    if shape == "tuple5":
+        assert points[semconv.GRAD_NORM.name][0].value == pytest.approx(lines[-1]["grad_norm"])
+
+
+def test_learning_rate_is_the_one_the_step_used(workdir):
+    """optimizer.get_lr() at step end is already the next step's: the callback must not use it."""
+    schedule = [0.001 * (i + 1) for i in range(10)]  # step k (1-based) uses 0.001 * k
+    for shape in ("scalar", "tuple5"):
+        cb = MonitorCallback(config(workdir, interval=3, json_log_path=str(workdir / f"{shape}.json")))
+        training.train([cb], steps=10, shape=shape, lr=schedule)
+        lines = strict_lines(workdir / f"{shape}.json")
+        assert [(l["step"], round(l["learning_rate"], 6)) for l in lines] == [
+            (1, 0.001), (3, 0.003), (6, 0.006), (9, 0.009), (10, 0.01)]
+
+
+def test_unsampled_steps_do_no_device_readback(workdir, monkeypatch):
+    cb = MonitorCallback(config(workdir, interval=10))
+    readback_steps = []
+    real_asnumpy = Tensor.asnumpy
+
+    def counting_asnumpy(self):
+        readback_steps.append(cb.progress.step)
+        return real_asnumpy(self)
+
+    monkeypatch.setattr(Tensor, "asnumpy", counting_asnumpy)
+    training.train([], steps=25, shape="tuple5")
+    baseline = len(readback_steps)  # MindSpore's own, without the callback
+    readback_steps.clear()
+    training.train([cb], steps=25, shape="tuple5")
+    ours = readback_steps[baseline:] if baseline else readback_steps
+    # loss, overflow, scale, lr, grad_norm: five readbacks on each of steps 1, 10, 20, 25 only.
+    assert len(readback_steps) - baseline == 4 * 5
+    assert sorted(set(ours)) == [1, 10, 20, 25]
+
+
+def test_nonfinite_loss_is_null_in_json_and_counted(workdir):
+    capture = Capture()
+    cb = capture.callback(config(workdir, interval=1))
+    training.train([cb], steps=6, shape="tuple5", faults=Faults(nan_at={4}))
+    lines = strict_lines(workdir / "m.json")
+    assert lines[2]["loss"] is not None
+    bad = lines[3]
+    assert bad["step"] == 4 and bad["loss"] is None and "loss" in bad["nonfinite"]
+    counter = capture.points()[semconv.NONFINITE.name]
+    loss_count = sum(p.value for p in counter if p.attributes[semconv.ATTR_METRIC] == "loss")
+    assert loss_count == sum(1 for line in lines if line["loss"] is None) >= 1
+    errored = [s for s in capture.finished(semconv.SPAN_STEP) if s.status.status_code == StatusCode.ERROR]
+    assert 4 in {s.attributes[semconv.ATTR_STEP] for s in errored}
+
+
+def test_grad_monitor_without_global_norm_warns_once_and_writes_no_zeros(workdir, caplog):
+    training.train([MonitorCallback(config(workdir, interval=2))], steps=6, shape="scalar")
+    warnings = [r for r in caplog.records if "no global gradient norm" in r.getMessage()]
+    assert len(warnings) == 1 and "MFTrainOneStepCell" in warnings[0].getMessage()
+    assert all("grad_norm" not in line for line in strict_lines(workdir / "m.json"))
+
+
+def test_other_ranks_write_their_own_file_without_training_metrics(workdir, monkeypatch, capsys):
+    monkeypatch.setenv("RANK_ID", "1")
+    monkeypatch.setenv("RANK_SIZE", "2")
+    cb = MonitorCallback(config(workdir, output_type=["json_file", "stdout"]))
+    training.train([cb], steps=6, shape="tuple5")
+    assert not (workdir / "m.json").exists()
+    lines = strict_lines(workdir / "m_rank_1.json")
+    assert [l["rank"] for l in lines] == [1, 1, 1]
+    assert all("loss" not in l and l["train_per_step_time"] > 0 for l in lines)
+    assert "[otel_mindformers]" not in capsys.readouterr().out  # stdout is rank 0's
+
+
+def test_report_ranks_all_makes_every_rank_report(workdir, monkeypatch):
+    monkeypatch.setenv("RANK_ID", "1")
+    monkeypatch.setenv("RANK_SIZE", "2")
+    training.train([MonitorCallback(config(workdir, report_ranks="all"))], steps=3, shape="tuple5")
+    assert all("loss" in l for l in strict_lines(workdir / "m_rank_1.json"))
+
+
+def test_stdout_line_per_sampled_step(workdir, capsys):
+    training.train([MonitorCallback(config(workdir, output_type=["stdout"], interval=4))], steps=8,
+                   shape="tuple5")
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("[otel_mindformers]")]
+    assert len(lines) == 3
+    assert lines[1].startswith("[otel_mindformers] rank 0 epoch 1 step 4 | loss ")
+    assert "overflow no" in lines[1] and "ms" in lines[1]
+
+
+def test_tensorboard_scalars_read_back_with_tensorboard(workdir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cb = MonitorCallback(config(workdir, output_type=["tensorboard"], tensorboard_path=str(workdir / "tb")))
+    training.train([cb], steps=10, shape="tuple5")
+    acc = EventAccumulator(str(workdir / "tb" / "rank_0"))
+    acc.Reload()
+    assert {"loss", "learning_rate", "grad_norm", "train_per_step_time"} <= set(acc.Tags()["scalars"])
+    assert [e.step for e in acc.Scalars("loss")] == [1, 5, 10]
+    assert all(math.isfinite(e.value) and e.value > 0 for e in acc.Scalars("grad_norm"))
+
+
+def test_epochs_and_multi_epoch_sampling(workdir):
+    capture = Capture()
+    training.train([capture.callback(config(workdir, interval=4))], steps=6, epochs=2)
+    lines = strict_lines(workdir / "m.json")
+    assert [(l["epoch"], l["step"]) for l in lines] == [(1, 1), (1, 4), (2, 8), (2, 12)]
+    assert len(capture.finished(semconv.SPAN_EPOCH)) == 2
+
+
+def test_article_custom_monitor_appends_to_the_same_file(workdir, capsys):
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    cb = MonitorCallback(config(workdir, custom_monitor_callback="custom_monitor.CustomMetricMonitor",
+                                source_dir=str(examples), alert_config={"loss_threshold": 0.0}))
+    training.train([cb], steps=6, shape="tuple5")
+    lines = strict_lines(workdir / "m.json")
+    custom = [l for l in lines if "lr" in l]
+    assert [l["step"] for l in custom] == [1, 2, 3, 4, 5, 6]  # the article's monitor logs every step
+    assert len(lines) == 6 + 3
+    assert "【监控告警】step 1" in capsys.readouterr().out
+
+
+def test_disabled_config_does_nothing(workdir):
+    capture = Capture()
+    training.train([capture.callback(config(workdir, enable=False))], steps=3)
+    assert not (workdir / "m.json").exists() and not capture.spans.get_finished_spans()
+
+
+def test_exception_in_training_ends_run_span_with_error_and_propagates(workdir):
+    from mindspore.train import Callback
+
+    class Boom(Callback):
+        def on_train_step_end(self, run_context):
+            if run_context.original_args().cur_step_num == 3:
+                raise RuntimeError("boom at step 3")
+
+    capture = Capture()
+    with pytest.raises(RuntimeError, match="boom at step 3"):
+        training.train([capture.callback(config(workdir, interval=1)), Boom()], steps=6)
+    run_span, = capture.finished(semconv.SPAN_RUN)
+    assert run_span.status.status_code == StatusCode.ERROR
+    assert "boom at step 3" in run_span.status.description
+    assert [l["step"] for l in strict_lines(workdir / "m.json")] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_real_otlp_receiver_gets_spans_and_metrics_with_rank(protocol, workdir, otlp_receiver, monkeypatch):
+    monkeypatch.setenv("RANK_ID", "0")
+    monkeypatch.setenv("RANK_SIZE", "1")
+    endpoint = otlp_receiver.grpc_endpoint if protocol == "grpc" else otlp_receiver.http_endpoint
+    cb = MonitorCallback({"interval": 5, "output_type": ["otlp"], "service_name": "otlp-test",
+                          "otlp": {"endpoint": endpoint, "protocol": protocol, "export_interval": 0.2}})
+    training.train([cb], steps=10, shape="tuple5")
+    steps = otlp_receiver.spans(semconv.SPAN_STEP)
+    assert sorted(s.attributes[semconv.ATTR_STEP] for s in steps) == [1, 5, 10]
+    run, = otlp_receiver.spans(semconv.SPAN_RUN)
+    assert run.resource["service.name"] == "otlp-test"
+    assert run.resource[semconv.ATTR_RANK] == 0 and run.resource[semconv.ATTR_WORLD_SIZE] == 1
+    assert {link[1] for s in steps for link in s.links} == {run.span_id}
+    loss_points = otlp_receiver.points(semconv.LOSS.name)
+    assert loss_points and all(p.attributes == {semconv.ATTR_RANK: 0} for p in loss_points)
+    histogram = otlp_receiver.points(semconv.STEP_DURATION.name)
+    assert histogram[-1].count == 3 and histogram[-1].unit == "s"
