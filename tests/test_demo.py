@@ -1,0 +1,42 @@
+"""The README's first command, run as written: the article's example trains with monitoring on."""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def readme_commands():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
+    return [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_readme_opens_with_the_demo_and_the_test_command():
+    assert readme_commands() == ["bash scripts/demo.sh", "bash scripts/test.sh"]
+    assert (REPO / ".ci" / "run").read_text().strip().endswith("bash scripts/test.sh")
+
+
+def test_demo_command_trains_and_writes_every_local_output():
+    output = REPO / "output"
+    metric_file = output / "train_metric.json"
+    if metric_file.exists():
+        metric_file.unlink()  # the article's custom monitor appends: start from a clean file
+    result = subprocess.run(readme_commands()[0].split(), cwd=REPO, capture_output=True, text=True,
+                            timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    ours = [l for l in result.stdout.splitlines() if l.startswith("[otel_mindformers]")]
+    assert [int(re.search(r"step (\d+)", l).group(1)) for l in ours] == [1, 10, 20, 30, 40, 50, 60]
+    assert f"JSON lines : {metric_file}" in result.stdout
+
+    lines = [json.loads(l) for l in metric_file.read_text().splitlines()]
+    builtin = [l for l in lines if "rank" in l]
+    custom = [l for l in lines if "lr" in l]  # the article's custom monitor, every step
+    assert [l["step"] for l in builtin] == [1, 10, 20, 30, 40, 50, 60]
+    assert len(custom) == 60
+    assert builtin[-1]["loss"] < builtin[0]["loss"] / 10, "the tiny LM learns its sequences"
+    assert set(builtin[0]) >= {"loss", "learning_rate", "grad_norm", "train_per_step_time", "overflow"}
+    assert any((output / "tensorboard_log" / "rank_0").glob("events.out.tfevents.*"))
