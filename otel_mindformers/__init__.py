@@ -1,15 +1,44 @@
 """OpenTelemetry instrumentation for MindSpore / MindFormers training, driven by `monitor_config`."""
 
 import os
+from typing import Any
 
 # MindSpore's generated *_pb2 modules load only under protobuf's pure-Python implementation,
 # which `import mindspore` selects itself; if the OTLP exporters import protobuf first, the
 # C implementation is locked in and `import mindspore` fails. Choose first, as MindSpore would.
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 
+from otel_mindformers import mindformers_glue
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.monitor import BaseMonitor
 from otel_mindformers.version import __version__
+
+# The article's `monitor_config` keys in MindFormers YAMLs, `callbacks: - type: MonitorCallback`,
+# and the Trainer building its monitoring from `monitor_config`: patched in when (and only
+# if) MindFormers is imported.
+mindformers_glue.install()
+
+
+def instrument(config: Any = None, **kwargs: Any) -> None:
+    """Monitor every training run of this process without touching the training code.
+
+    What `opentelemetry-instrument` does, from one line of code: each `Model.train` /
+    MindFormers `Trainer` run gets exactly one MonitorCallback. `config`: a YAML path, a
+    mapping or a MonitorConfig (default: OTEL_PYTHON_MINDFORMERS_CONFIG, else a MindFormers
+    YAML's `monitor_config`, else the defaults); kwargs: `tracer_provider`,
+    `meter_provider`, `logger_provider`.
+    """
+    from otel_mindformers.instrumentor import MindFormersInstrumentor
+
+    MindFormersInstrumentor().instrument(config=config, **kwargs)
+
+
+def uninstrument() -> None:
+    """Undo `instrument()`: MindSpore's Model gets its own methods back, and MindFormers'
+    Trainer again adds a callback only when `monitor_config` says `enable: true`."""
+    from otel_mindformers.instrumentor import MindFormersInstrumentor
+
+    MindFormersInstrumentor().uninstrument()
 
 
 def __getattr__(name: str):
@@ -28,5 +57,7 @@ __all__ = [
     "MonitorCallback",
     "MonitorConfig",
     "__version__",
+    "instrument",
     "load_monitor_config",
+    "uninstrument",
 ]

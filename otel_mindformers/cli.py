@@ -6,7 +6,9 @@ import argparse
 import sys
 from typing import Sequence
 
+from otel_mindformers.analysis.commands import add_commands as add_analysis_commands
 from otel_mindformers.config import ConfigError, load_monitor_config
+from otel_mindformers.devices.report import add_command as add_devices_command
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -28,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a monitor_config YAML before training")
     validate.add_argument("config", help="YAML file with a monitor_config section (or the section itself)")
     validate.set_defaults(func=_validate)
+    add_analysis_commands(commands)
+    add_devices_command(commands)
     return parser
 
 

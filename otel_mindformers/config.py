@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import types
@@ -26,6 +27,7 @@ from otel_mindformers import record
 
 OUTPUT_TYPES = ("stdout", "json_file", "tensorboard", "otlp", "prometheus")
 OTLP_PROTOCOLS = ("grpc", "http/protobuf")
+OTLP_TEMPORALITIES = ("cumulative", "delta")
 DEVICE_SOURCES = ("auto", "ascend", "nvidia", "host", "mindspore")
 NOTIFIER_TYPES = ("webhook", "wecom", "dingtalk", "feishu", "slack")
 # Platforms whose robots verify an HMAC signature made with a per-robot secret.
@@ -91,6 +93,19 @@ def _one_of(allowed: tuple[str, ...]) -> Callable[[str, Any], None]:
                 )
 
     return check
+
+
+def _between(low: int, high: int) -> Callable[[str, Any], None]:
+    def check(key: str, value: Any) -> None:
+        if not low <= value <= high:
+            raise ConfigError(f"{key}: must be between {low} and {high}, got {value!r}")
+
+    return check
+
+
+def _check_step_spans(key: str, value: Any) -> None:
+    if not isinstance(value, bool) and value < 1:
+        raise ConfigError(f"{key}: expected true, false or a step count >= 1, got {value!r}")
 
 
 def _check_report_ranks(key: str, value: Any) -> None:
@@ -199,10 +214,12 @@ class OtlpConfig:
 
     endpoint: Union[str, None] = _key(default=None)
     protocol: Union[str, None] = _key(default=None, check=_one_of(OTLP_PROTOCOLS))
-    headers: dict[str, str] = _key(factory=dict)
+    headers: dict[str, str] = _key(factory=dict, repr=False)
     timeout: Union[float, None] = _key(default=None, check=_at_least(0.001))
     export_interval: Union[float, None] = _key(default=None, check=_at_least(0.01))
     insecure: Union[bool, None] = _key(default=None)
+    # None: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE decides (cumulative by default).
+    temporality: Union[str, None] = _key(default=None, check=_one_of(OTLP_TEMPORALITIES))
 
     def resolved_protocol(self) -> str:
         return (
@@ -223,7 +240,7 @@ class PrometheusConfig:
     """`monitor_config.prometheus`: the scrape endpoint of the `prometheus` output."""
 
     host: str = _key(default="127.0.0.1")
-    port: int = _key(default=9464, check=_at_least(0))
+    port: int = _key(default=9464, check=_between(0, 65535))
 
 
 @dataclasses.dataclass
@@ -278,6 +295,9 @@ class MonitorConfig:
     report_ranks: Union[str, list[int]] = _key(factory=lambda: [0], check=_check_report_ranks)
     tokens_per_sample: Union[int, None] = _key(default=None, check=_at_least(1))
     shutdown_timeout: float = _key(default=5.0, check=_at_least(0.0))
+    # Which sampled steps get a span: true (all), false (none), or N (steps that are
+    # multiples of N, plus the last and any with a NaN/Inf value).
+    step_spans: Union[bool, int] = _key(default=True, check=_check_step_spans)
     otlp: OtlpConfig = _key(factory=OtlpConfig)
     prometheus: PrometheusConfig = _key(factory=PrometheusConfig)
     device_config: DeviceConfig = _key(factory=DeviceConfig)
@@ -336,6 +356,8 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
         (item_tp,) = typing.get_args(tp)
         if isinstance(value, (str, int)) and not isinstance(value, bool):
             value = [value]  # `output_type: stdout` means a list of one
+        if isinstance(value, Mapping) and dataclasses.is_dataclass(item_tp):
+            value = [value]  # `notifiers: {type: slack, url: ...}` too (and its URL stays unprinted)
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         return [_coerce(f"{key}[{i}]", item_tp, item) for i, item in enumerate(value)]
@@ -344,7 +366,8 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
             value = _parse_kv_list(key, value)
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return {str(k): v for k, v in value.items()}
+        _, value_tp = typing.get_args(tp)
+        return {str(k): _coerce(f"{key}.{k}", value_tp, v) for k, v in value.items()}
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -355,6 +378,8 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"{key}: expected a finite number, got {value!r}")
             return float(value)
         raise ConfigError(f"{key}: expected a number, got {value!r}")
     if tp is str:
@@ -398,10 +423,17 @@ def _parse_section(cls: type, raw: Any, path: str):
         field = fields[name]
         key = f"{path}.{raw_key}"
         hints = typing.get_type_hints(cls)
-        coerced = _coerce(key, hints[name], value)
-        check = field.metadata.get("check")
-        if check is not None:
-            check(key, coerced)
+        try:
+            coerced = _coerce(key, hints[name], value)
+            check = field.metadata.get("check")
+            if check is not None:
+                check(key, coerced)
+        except ConfigError as exc:
+            if field.repr:
+                raise
+            # A secret never reaches a message: keep what was expected, drop what was given
+            # (every message ends in ", got <value>").
+            raise ConfigError(f"{str(exc).split(', got ')[0]} (value not shown)") from None
         values[name] = coerced
     if native:
         values["mindformers_native"] = {**values.get("mindformers_native", {}), **native}
@@ -421,10 +453,16 @@ def _section_from_yaml(path: Path) -> Mapping[str, Any] | None:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config file {str(path)!r}: not UTF-8 (byte {exc.start})") from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        # The problem and its position only: the parser's excerpt of the line could show a secret.
+        where = getattr(exc, "problem_mark", None)
+        position = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or type(exc).__name__
+        raise ConfigError(f"{path}: not valid YAML{position}: {problem}") from None
     if document is None:
         return {}
     if not isinstance(document, Mapping):

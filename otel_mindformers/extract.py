@@ -34,6 +34,8 @@ def to_host(value: Any) -> float:
     if hasattr(value, "asnumpy"):
         value = value.asnumpy()
     array = np.asarray(value, dtype=np.float64)
+    if array.size == 0:  # the mean of nothing would be NaN: a false non-finite alarm
+        raise ValueError("the step output is an empty tensor")
     return float(array.mean()) if array.size != 1 else float(array.reshape(()))
 
 

@@ -1,8 +1,11 @@
 """Who this process is in the job: rank, world, device, node and launcher.
 
-Read from the launcher's environment (msrun, Slurm, Kubernetes/Volcano) and, when the
-process has initialised communication, from `mindspore.communication`. Never initialises
-anything itself: `init()` outside a launcher raises.
+Read from the launcher's environment (msrun, MindCluster, Slurm, Kubernetes/Volcano) and,
+when the process has initialised communication, from `mindspore.communication`. Never
+initialises anything itself: `init()` outside a launcher raises.
+
+msrun's `MS_NODE_ID` is the worker's id in the cluster (its rank when msrun assigns ranks),
+not the machine's index: the node rank comes only from variables that mean it.
 """
 
 from __future__ import annotations
@@ -20,18 +23,36 @@ from otel_mindformers import semconv
 # random default, so a restarted rank keeps its identity in the backend.
 _INSTANCE_NAMESPACE = uuid.UUID("6f1b3c1e-3f0a-4d55-9a53-6d2f2a1c9b10")
 
+# Where launchers put the global rank. msrun leaves RANK_ID unset when it cannot assign
+# ranks up front (several nodes without --node_rank): the rank is then known only after
+# `init()`.
+RANK_VARIABLES = ("RANK_ID", "SLURM_PROCID", "RANK")
+
+# Kubernetes resource attributes (OTel semantic conventions) from the variables the
+# downward API and Kubernetes itself (HOSTNAME is the pod name) set. The collector's
+# k8sattributes processor joins on k8s.pod.uid / k8s.pod.ip to add the job, deployment
+# and node labels from the API server.
+_KUBERNETES_ATTRIBUTES = (
+    ("k8s.pod.name", ("POD_NAME", "K8S_POD_NAME", "HOSTNAME")),
+    ("k8s.pod.uid", ("POD_UID", "K8S_POD_UID")),
+    ("k8s.pod.ip", ("POD_IP", "K8S_POD_IP")),
+    ("k8s.namespace.name", ("POD_NAMESPACE", "K8S_NAMESPACE")),
+    ("k8s.node.name", ("NODE_NAME", "K8S_NODE_NAME")),
+)
+
 
 @dataclass(frozen=True)
 class Identity:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    node_rank: int = 0
+    node_rank: int | None = None  # None: the launcher does not say which machine this is
     device_id: int = 0
-    device_target: str = "CPU"
+    device_target: str | None = "CPU"  # None: read before MindSpore was imported
     job_id: str | None = None
     launcher: str = "none"
     host_name: str = ""
+    kubernetes: tuple[tuple[str, str], ...] = ()  # k8s.* resource attributes
 
     @property
     def distributed(self) -> bool:
@@ -48,16 +69,26 @@ class Identity:
             semconv.ATTR_RANK: self.rank,
             semconv.ATTR_WORLD_SIZE: self.world_size,
             semconv.ATTR_LOCAL_RANK: self.local_rank,
-            semconv.ATTR_NODE_RANK: self.node_rank,
             semconv.ATTR_DEVICE_ID: self.device_id,
-            semconv.ATTR_DEVICE_TARGET: self.device_target,
             semconv.ATTR_LAUNCHER: self.launcher,
             "service.instance.id": self.instance_id,
             "host.name": self.host_name,
         }
+        if self.device_target is not None:
+            attrs[semconv.ATTR_DEVICE_TARGET] = self.device_target
+        if self.node_rank is not None:
+            attrs[semconv.ATTR_NODE_RANK] = self.node_rank
         if self.job_id:
             attrs[semconv.ATTR_JOB_ID] = self.job_id
+        attrs.update(self.kubernetes)
         return attrs
+
+    def node_attributes(self) -> dict[str, str | int]:
+        """Attributes naming this machine on node-level series: its node rank when the
+        launcher gives one (msrun does not), else its host name."""
+        if self.node_rank is not None:
+            return {semconv.ATTR_NODE_RANK: self.node_rank}
+        return {"host.name": self.host_name}
 
     def point_attributes(self) -> dict[str, int]:
         """Attributes put on every metric point, so per-rank series stay distinct after
@@ -74,6 +105,8 @@ def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int
 
 
 def _launcher(env: Mapping[str, str]) -> str:
+    if "MINDX_TASK_ID" in env:
+        return "mindcluster"
     if "MS_WORKER_NUM" in env or "MS_ROLE" in env:
         return "msrun"
     if "SLURM_JOB_ID" in env:
@@ -88,7 +121,9 @@ def _launcher(env: Mapping[str, str]) -> str:
 
 
 def _job_id(env: Mapping[str, str]) -> str | None:
-    for name in ("OTEL_MINDFORMERS_JOB_ID", "MS_JOB_ID", "SLURM_JOB_ID", "VOLCANO_JOB_NAME", "JOB_ID"):
+    for name in (
+        "OTEL_MINDFORMERS_JOB_ID", "MS_JOB_ID", "MINDX_TASK_ID", "SLURM_JOB_ID", "VOLCANO_JOB_NAME", "JOB_ID",
+    ):
         if env.get(name):
             return env[name]
     return None
@@ -107,28 +142,45 @@ def _communication_rank() -> tuple[int, int] | None:
         return None
 
 
-def _device_target(env: Mapping[str, str]) -> str:
+def _device_target(env: Mapping[str, str]) -> str | None:
     if "DEVICE_TARGET" in env:
         return env["DEVICE_TARGET"]
     context = sys.modules.get("mindspore")
-    if context is not None:
-        try:
-            return str(context.get_context("device_target"))
-        except Exception:
-            pass
-    return "CPU"
+    if context is None:
+        return None  # the script has not chosen its device yet (e.g. at SDK start-up)
+    try:
+        return str(context.get_context("device_target"))
+    except Exception:
+        return "CPU"
+
+
+def _kubernetes(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    if "KUBERNETES_SERVICE_HOST" not in env:
+        return ()
+    found = []
+    for attribute, names in _KUBERNETES_ATTRIBUTES:
+        value = next((env[name] for name in names if env.get(name)), None)
+        if value is not None:
+            found.append((attribute, value))
+    return tuple(found)
+
+
+def rank_in_environment(env: Mapping[str, str] | None = None) -> bool:
+    """True when the launcher told this process its rank before communication is set up."""
+    env = os.environ if env is None else env
+    return _int(env, *RANK_VARIABLES) is not None
 
 
 def detect_identity(env: Mapping[str, str] | None = None) -> Identity:
     env = os.environ if env is None else env
-    rank = _int(env, "RANK_ID", "SLURM_PROCID", "RANK", default=0)
+    rank = _int(env, *RANK_VARIABLES, default=0)
     world = _int(env, "RANK_SIZE", "MS_WORKER_NUM", "SLURM_NTASKS", "WORLD_SIZE", default=1)
     from_ms = _communication_rank()
     if from_ms is not None:
         rank, world = from_ms
     device_id = _int(env, "DEVICE_ID", "SLURM_LOCALID", "LOCAL_RANK", default=0)
     local_rank = _int(env, "LOCAL_RANK", "SLURM_LOCALID", "DEVICE_ID", default=0)
-    node_rank = _int(env, "MS_NODE_ID", "SLURM_NODEID", "NODE_RANK", default=0)
+    node_rank = _int(env, "MS_NODE_RANK", "SLURM_NODEID", "NODE_RANK")
     return Identity(
         rank=rank,
         world_size=max(world, rank + 1),
@@ -139,4 +191,5 @@ def detect_identity(env: Mapping[str, str] | None = None) -> Identity:
         job_id=_job_id(env),
         launcher=_launcher(env),
         host_name=socket.gethostname(),
+        kubernetes=_kubernetes(env),
     )

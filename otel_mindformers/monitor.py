@@ -11,6 +11,9 @@ Hooks (all optional, all called on the training thread, in this order):
 `net_outputs`, `batch_num`, `epoch_num`, ... plus, as the article's example reads them,
 `train_loss` (the step's loss tensor) and `learning_rate` (the step's learning-rate tensor).
 Both are device tensors: nothing is read back unless you call `.asnumpy()`.
+
+`self.raise_alert(rule, message, ...)` reports an anomaly through the same alert engine as
+the built-in rules (rate limit, notifiers, span event, log record, counter).
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import importlib
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from otel_mindformers.config import ConfigError, MonitorConfig
+
+if TYPE_CHECKING:
+    from otel_mindformers.alerts import AlertEngine
 
 CUSTOM_MONITOR_KEY = "monitor_config.custom_monitor_callback"
 
@@ -29,8 +35,29 @@ CUSTOM_MONITOR_KEY = "monitor_config.custom_monitor_callback"
 class BaseMonitor:
     """Subclass and override the hooks you need; `self.monitor_config` is the MonitorConfig."""
 
+    # Set by MonitorCallback at train begin; None while alerts are off.
+    alert_engine: "AlertEngine | None" = None
+
     def __init__(self, monitor_config: MonitorConfig) -> None:
         self.monitor_config = monitor_config
+
+    def raise_alert(
+        self,
+        rule: str,
+        message: str,
+        *,
+        value: float | None = None,
+        threshold: float | None = None,
+        severity: str = "warning",
+    ) -> None:
+        """Alert at the last finished step under the name `rule` ("warning" or "critical").
+
+        Rate-limited per rule by `alert_config.alert_interval`; a no-op when alerts are off.
+        """
+        if self.alert_engine is not None:
+            self.alert_engine.raise_alert(
+                rule, message, value=value, threshold=threshold, severity=severity
+            )
 
     def on_train_begin(self, run_context: Any) -> None:
         pass

@@ -55,10 +55,10 @@ class StepRecord:
         return sorted(self.values.items(), key=lambda item: _ORDER.get(item[0], len(_ORDER)))
 
     def nonfinite(self) -> list[str]:
-        """Names of the values that are NaN or ±Inf."""
+        """Names of the values that are NaN or ±Inf, in the stable KNOWN_METRICS order."""
         return [
             name
-            for name, value in self.values.items()
+            for name, value in self.ordered_values()
             if isinstance(value, float) and not math.isfinite(value)
         ]
 

@@ -23,6 +23,7 @@ class Kind(str, Enum):
     HISTOGRAM = "histogram"
     OBSERVABLE_GAUGE = "observable_gauge"
     OBSERVABLE_COUNTER = "observable_counter"
+    OBSERVABLE_UP_DOWN_COUNTER = "observable_up_down_counter"
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,77 @@ ALERT_NOTIFICATIONS = MetricSpec(
 ALERT_METRICS: tuple[MetricSpec, ...] = (ALERTS, ALERT_NOTIFICATIONS)
 
 
+# --- devices (devices/) ------------------------------------------------------------------
+# Hardware series follow the OTel hardware semantic conventions (hw.*). Ascend NPUs have no
+# convention yet: hw.npu.* mirrors hw.gpu.* as proposed upstream (semantic-conventions
+# issue 2415), with hw.type "npu". docs/devices.md maps each name to npu-exporter's.
+ATTR_HW_ID = "hw.id"
+ATTR_HW_TYPE = "hw.type"
+ATTR_HW_VENDOR = "hw.vendor"
+ATTR_HW_MODEL = "hw.model"
+ATTR_HW_STATE = "hw.state"  # ok, degraded, failed
+ATTR_HW_GPU_TASK = "hw.gpu.task"
+ATTR_HW_NPU_TASK = "hw.npu.task"  # aicore, aivector, aicpu, ctrlcpu, overall
+ATTR_HW_NPU_MEMORY_TYPE = "hw.npu.memory.type"  # hbm, ddr
+ATTR_SYSTEM_MEMORY_STATE = "system.memory.state"
+ATTR_ERROR_TYPE = "error.type"
+ATTR_DEVICE_SOURCE = "mindformers.device.source"  # npu-smi, nvml, psutil, mindspore
+
+HW_NPU_UTILIZATION = "hw.npu.utilization"
+HW_NPU_MEMORY_USAGE = "hw.npu.memory.usage"
+HW_NPU_MEMORY_LIMIT = "hw.npu.memory.limit"
+HW_NPU_MEMORY_UTILIZATION = "hw.npu.memory.utilization"
+HW_GPU_UTILIZATION = "hw.gpu.utilization"
+HW_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"
+HW_GPU_MEMORY_LIMIT = "hw.gpu.memory.limit"
+HW_GPU_MEMORY_UTILIZATION = "hw.gpu.memory.utilization"
+HW_TEMPERATURE = "hw.temperature"
+HW_POWER = "hw.power"
+HW_STATUS = "hw.status"
+HW_ERRORS = "hw.errors"
+SYSTEM_CPU_UTILIZATION = "system.cpu.utilization"
+SYSTEM_MEMORY_USAGE = "system.memory.usage"
+SYSTEM_MEMORY_LIMIT = "system.memory.limit"
+PROCESS_CPU_UTILIZATION = "process.cpu.utilization"
+PROCESS_MEMORY_USAGE = "process.memory.usage"
+DEVICE_PROCESS_MEMORY = "mindformers.device.process.memory.usage"
+DEVICE_MEMORY_ALLOCATED = "mindformers.device.memory.allocated"
+DEVICE_MEMORY_RESERVED = "mindformers.device.memory.reserved"
+DEVICE_MEMORY_MAX_ALLOCATED = "mindformers.device.memory.max_allocated"
+DEVICE_MEMORY_MAX_RESERVED = "mindformers.device.memory.max_reserved"
+DEVICE_POLL_FAILURES = "mindformers.device.poll.failures"
+
+_GAUGE, _UPDOWN = Kind.OBSERVABLE_GAUGE, Kind.OBSERVABLE_UP_DOWN_COUNTER
+DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(
+    MetricSpec(name, kind, unit, description)
+    for name, kind, unit, description in (
+        (HW_NPU_UTILIZATION, _GAUGE, "1", "Fraction of time the NPU unit named by hw.npu.task was busy."),
+        (HW_NPU_MEMORY_USAGE, _UPDOWN, "By", "NPU memory in use, by hw.npu.memory.type."),
+        (HW_NPU_MEMORY_LIMIT, _UPDOWN, "By", "Size of the NPU memory, by hw.npu.memory.type."),
+        (HW_NPU_MEMORY_UTILIZATION, _GAUGE, "1", "Fraction of NPU memory used, by hw.npu.memory.type."),
+        (HW_GPU_UTILIZATION, _GAUGE, "1", "Fraction of time the GPU was busy."),
+        (HW_GPU_MEMORY_USAGE, _UPDOWN, "By", "GPU memory in use."),
+        (HW_GPU_MEMORY_LIMIT, _UPDOWN, "By", "Size of the GPU memory."),
+        (HW_GPU_MEMORY_UTILIZATION, _GAUGE, "1", "Fraction of GPU memory used."),
+        (HW_TEMPERATURE, _GAUGE, "Cel", "Device temperature (hw.type npu or gpu)."),
+        (HW_POWER, _GAUGE, "W", "Device power draw (hw.type npu or gpu)."),
+        (HW_STATUS, _UPDOWN, "1", "1 for the device's current hw.state (ok, degraded, failed), 0 for the others."),
+        (HW_ERRORS, Kind.OBSERVABLE_COUNTER, "{error}", "ECC errors since the driver loaded, by error.type."),
+        (SYSTEM_CPU_UTILIZATION, _GAUGE, "1", "Fraction of the node's CPU time not idle (one rank per node)."),
+        (SYSTEM_MEMORY_USAGE, _UPDOWN, "By", "Node memory by system.memory.state (one rank per node)."),
+        (SYSTEM_MEMORY_LIMIT, _UPDOWN, "By", "Node memory installed (one rank per node)."),
+        (PROCESS_CPU_UTILIZATION, _GAUGE, "1", "This rank's CPU time over wall time, divided by its usable CPUs."),
+        (PROCESS_MEMORY_USAGE, _UPDOWN, "By", "This rank's resident set size."),
+        (DEVICE_PROCESS_MEMORY, _UPDOWN, "By", "Device memory this rank holds, as the driver reports it."),
+        (DEVICE_MEMORY_ALLOCATED, _UPDOWN, "By", "Device memory MindSpore's allocator has handed to tensors."),
+        (DEVICE_MEMORY_RESERVED, _UPDOWN, "By", "Device memory MindSpore's memory pool holds."),
+        (DEVICE_MEMORY_MAX_ALLOCATED, _GAUGE, "By", "Peak of mindformers.device.memory.allocated."),
+        (DEVICE_MEMORY_MAX_RESERVED, _GAUGE, "By", "Peak of mindformers.device.memory.reserved."),
+        (DEVICE_POLL_FAILURES, Kind.COUNTER, "{poll}", "Device polls that failed, by source and error.type."),
+    )
+)  # fmt: skip
+
+
 def all_metrics() -> tuple[MetricSpec, ...]:
     """Every metric the package can emit (training, device, alert and self metrics)."""
-    return TRAINING_METRICS + ALERT_METRICS
+    return TRAINING_METRICS + ALERT_METRICS + DEVICE_METRICS

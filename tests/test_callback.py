@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from otel_mindformers import MonitorCallback, semconv
+from otel_mindformers import ConfigError, MonitorCallback, semconv
 from tests.support import training
 from tests.support.training import Faults
 
@@ -283,3 +283,10 @@ def test_real_otlp_receiver_gets_spans_and_metrics_with_rank(protocol, workdir, 
     assert loss_points and all(p.attributes == {semconv.ATTR_RANK: 0} for p in loss_points)
     histogram = otlp_receiver.points(semconv.STEP_DURATION.name)
     assert histogram[-1].count == 3 and histogram[-1].unit == "s"
+
+
+def test_keyword_overrides_are_validated_monitor_config_keys(workdir):
+    cb = MonitorCallback(config(workdir), service_name="tiny-llama", interval=3)
+    assert (cb.config.service_name, cb.config.interval) == ("tiny-llama", 3)
+    with pytest.raises(ConfigError, match="monitor_config.intervall: unknown key"):
+        MonitorCallback(config(workdir), intervall=3)

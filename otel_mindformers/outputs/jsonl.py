@@ -58,7 +58,8 @@ class JsonLinesSink:
         self._lock_current_file()
         try:
             size = os.fstat(self._fd).st_size
-            if 0 < self._rotation.max_bytes < size + len(line):
+            # A line longer than max_bytes still gets a file of its own, never an empty backup.
+            if size and 0 < self._rotation.max_bytes < size + len(line):
                 self._roll_over()
             written = os.write(self._fd, line)
             if written != len(line):

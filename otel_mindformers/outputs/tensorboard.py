@@ -1,5 +1,10 @@
 """`tensorboard`: scalars under `<tensorboard_path>/rank_<x>/`, one tag per metric.
 
+Events are written synchronously on the output writer thread (tensorboardX's
+`EventsWriter`), not through `SummaryWriter`: its own writer thread dies on a disk error,
+after which every write and its exit handler block forever on a full queue. Here a disk
+error raises, so the sink is disabled with one warning naming the file.
+
 With `log_rotation.tensorboard_max_files`, the rank folder keeps at most that many event
 files: the oldest go when a new one starts (at start-up, and past `log_rotation.max_bytes`).
 """
@@ -8,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
@@ -17,6 +23,9 @@ from otel_mindformers.record import StepRecord
 # tensorboardX names event files by the second: a per-process sequence number in the
 # suffix keeps two files started within one second apart.
 _event_file_numbers = itertools.count(1)
+
+# At most this long between flushes: a crash loses at most this much of the event file.
+_FLUSH_SECONDS = 1.0
 
 
 def rank_dir(tensorboard_path: str, identity: Identity) -> Path:
@@ -32,13 +41,15 @@ class TensorBoardSink:
         self._open_event_file()
 
     def _open_event_file(self) -> None:
-        from tensorboardX import SummaryWriter
+        from tensorboardX.event_file_writer import EventsWriter
 
         if self._rotation.tensorboard_max_files:
             self._prune(keep=self._rotation.tensorboard_max_files - 1)
         suffix = f".{os.getpid()}.{next(_event_file_numbers)}"
-        self._writer = SummaryWriter(logdir=str(self.logdir), filename_suffix=suffix)
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self._writer = EventsWriter(str(self.logdir / "events"), filename_suffix=suffix)
         self._event_file = next(self.logdir.glob(f"events.out.tfevents.*{suffix}"))
+        self._last_flush = time.monotonic()
 
     def _prune(self, keep: int) -> None:
         files = sorted(self.logdir.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime)
@@ -52,11 +63,20 @@ class TensorBoardSink:
             self._open_event_file()
 
     def write(self, record: StepRecord) -> None:
-        for name, value in record.values.items():
-            self._writer.add_scalar(name, float(value), record.step, walltime=record.time_stamp)
-        for name, value in record.device.items():
-            self._writer.add_scalar(f"device/{name}", value, record.step, walltime=record.time_stamp)
-        self._roll_over_if_full()
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        scalars = [Summary.Value(tag=name, simple_value=float(value)) for name, value in record.values.items()]
+        scalars += [Summary.Value(tag=f"device/{name}", simple_value=value) for name, value in record.device.items()]
+        try:
+            # Checked before writing, so a new file starts only when a record is there for it.
+            self._roll_over_if_full()
+            self._writer.write_event(Event(wall_time=record.time_stamp, step=record.step, summary=Summary(value=scalars)))
+            if time.monotonic() - self._last_flush >= _FLUSH_SECONDS or record.is_last:
+                self._writer.flush()
+                self._last_flush = time.monotonic()
+        except OSError as exc:
+            raise OSError(f"cannot write {self._event_file}: {exc.strerror}") from exc
 
     def close(self) -> None:
         self._writer.close()

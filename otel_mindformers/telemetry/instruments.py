@@ -11,7 +11,7 @@ from otel_mindformers import semconv
 from otel_mindformers.semconv import Kind, MetricSpec
 
 # StepRecord value name → the gauge that carries it.
-_GAUGE_FOR_VALUE: dict[str, MetricSpec] = {
+GAUGE_FOR_VALUE: dict[str, MetricSpec] = {
     rec.LOSS: semconv.LOSS,
     rec.LEARNING_RATE: semconv.LEARNING_RATE,
     rec.GRAD_NORM: semconv.GRAD_NORM,
@@ -38,7 +38,7 @@ class TrainingInstruments:
 
     def __init__(self, meter: metrics.Meter, point_attributes: dict[str, Any]) -> None:
         self._attrs = dict(point_attributes)
-        self._gauges = {name: create_instrument(meter, spec) for name, spec in _GAUGE_FOR_VALUE.items()}
+        self._gauges = {name: create_instrument(meter, spec) for name, spec in GAUGE_FOR_VALUE.items()}
         self._overflow = create_instrument(meter, semconv.OVERFLOW)
         self._overflow_steps = create_instrument(meter, semconv.OVERFLOW_STEPS)
         self._steps = create_instrument(meter, semconv.STEPS)

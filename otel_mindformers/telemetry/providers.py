@@ -17,8 +17,12 @@ from typing import Any, Callable
 from opentelemetry import _logs, metrics, trace
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider, ObservableCounter
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -26,6 +30,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_mindformers import semconv
 from otel_mindformers.config import MonitorConfig, OtlpConfig
 from otel_mindformers.identity import Identity
+from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.version import __version__
 
 _logger = logging.getLogger(__name__)
@@ -95,7 +100,7 @@ def _is_configured(provider: Any) -> bool:
     return type(provider).__module__.startswith("opentelemetry.sdk")
 
 
-def _otlp_exporters(otlp: OtlpConfig):
+def otlp_exporters(otlp: OtlpConfig):
     """(span, metric, log) exporters for the configured protocol; None fields use OTEL_* env."""
     protocol = otlp.resolved_protocol()
     kwargs: dict[str, Any] = {}
@@ -116,23 +121,48 @@ def _otlp_exporters(otlp: OtlpConfig):
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+        from otel_mindformers.telemetry.otlp_http import CertificateSession
+
         # An explicit HTTP endpoint is used verbatim by the exporter: add the signal path as
         # the OTEL_EXPORTER_OTLP_ENDPOINT rules do.
         base = otlp.endpoint.rstrip("/") if otlp.endpoint else None
         endpoints = {s: f"{base}/v1/{s}" if base else None for s in ("traces", "metrics", "logs")}
+    metric_kwargs: dict[str, Any] = {}
+    if otlp.temporality is not None:
+        metric_kwargs["preferred_temporality"] = metric_temporality(otlp.temporality)
+
+    def transport() -> dict[str, Any]:
+        # One session per HTTP exporter: each applies its own signal's certificate variables.
+        return {} if protocol == "grpc" else {"session": CertificateSession()}
+
     return (
-        OTLPSpanExporter(endpoint=endpoints["traces"], **kwargs),
-        OTLPMetricExporter(endpoint=endpoints["metrics"], **kwargs),
-        OTLPLogExporter(endpoint=endpoints["logs"], **kwargs),
+        OTLPSpanExporter(endpoint=endpoints["traces"], **kwargs, **transport()),
+        OTLPMetricExporter(endpoint=endpoints["metrics"], **kwargs, **metric_kwargs, **transport()),
+        OTLPLogExporter(endpoint=endpoints["logs"], **kwargs, **transport()),
     )
 
 
-def _prometheus_reader(config: MonitorConfig) -> tuple[MetricReader, Callable[[], None]]:
+def metric_temporality(choice: str) -> dict[type, AggregationTemporality]:
+    """`otlp.temporality`, with the meaning OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE
+    gives it: `delta` makes counters and histograms send what changed since the last
+    export (and nothing when nothing changed); gauges and up-down counters stay cumulative."""
+    temporality = AggregationTemporality.DELTA if choice == "delta" else AggregationTemporality.CUMULATIVE
+    return {Counter: temporality, Histogram: temporality, ObservableCounter: temporality}
+
+
+def _prometheus_reader(config: MonitorConfig, identity: Identity) -> tuple[MetricReader, Callable[[], None]]:
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import start_http_server
 
-    server, _thread = start_http_server(config.prometheus.port, addr=config.prometheus.host)
-    return PrometheusMetricReader(), server.shutdown
+    # Ranks sharing a node cannot share a port: local rank r serves on `port + r`.
+    port = config.prometheus.port + identity.local_rank if config.prometheus.port else 0
+    server, _thread = start_http_server(port, addr=config.prometheus.host)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return PrometheusMetricReader(), stop
 
 
 def build_telemetry(
@@ -160,10 +190,12 @@ def build_telemetry(
 
     span_exporter = metric_exporter = log_exporter = None
     if wants_otlp and None in (tracer_provider, meter_provider, logger_provider):
-        span_exporter, metric_exporter, log_exporter = _otlp_exporters(config.otlp)
+        span_exporter, metric_exporter, log_exporter = otlp_exporters(config.otlp)
 
     if tracer_provider is None:
-        tracer_provider = TracerProvider(resource=resource)
+        # shutdown_on_exit=False: the SDK's own atexit shutdown waits out every exporter
+        # timeout and retry against a dead collector; Telemetry.close bounds ours instead.
+        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         if span_exporter is not None:
             tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
         owned.append(tracer_provider)
@@ -180,21 +212,26 @@ def build_telemetry(
                 )
             )
         if wants_prometheus:
-            reader, stop_server = _prometheus_reader(config)
+            reader, stop_server = _prometheus_reader(config, identity)
             readers.append(reader)
             on_close.append(stop_server)
-        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
         owned.append(meter_provider)
     else:
         borrowed.append(meter_provider)
 
     if logger_provider is None:
-        logger_provider = LoggerProvider(resource=resource)
+        logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         if log_exporter is not None:
             logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
         owned.append(logger_provider)
     else:
         borrowed.append(logger_provider)
+
+    if span_exporter is not None:
+        # After the providers are built: their own set-up warnings are not export failures.
+        destination = config.otlp.endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "the default endpoint")
+        on_close.append(ExportErrorReporter(destination).install().uninstall)
 
     name, version = semconv.INSTRUMENTATION_NAME, __version__
     return Telemetry(

@@ -1,0 +1,167 @@
+"""MonitorCallback's own cost on the training thread, per step, and its device readbacks.
+
+    .venv/bin/python benchmarks/bench_hot_path.py [--steps 20000] [--interval 10]
+
+Drives a real MonitorCallback (every output on: stdout, json_file, tensorboard, and OTLP to
+a receiver in another process) through MindSpore's own RunContext / cb_params with real
+tensors as `net_outputs`, in both shapes that matter: a scalar loss and MindFormers'
+5-tuple. Reports, per shape:
+- unsampled steps: time inside `on_train_step_end` (target <= 5 us);
+- sampled steps: time inside it, minus the time spent reading tensors back (extract.to_host);
+- host readbacks (`Tensor.asnumpy` calls made inside the hook) per unsampled and per
+  sampled step (target: 0 on unsampled steps).
+stdout goes to a file in a temporary folder while the steps run, as under a job scheduler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mindspore as ms  # noqa: E402  (before anything imports protobuf)
+import numpy as np  # noqa: E402
+from mindspore import nn  # noqa: E402
+from mindspore.train.callback import RunContext, _InternalCallbackParam  # noqa: E402
+
+from _receiver import ReceiverProcess  # noqa: E402
+from otel_mindformers import extract  # noqa: E402
+from otel_mindformers.callback import MonitorCallback  # noqa: E402
+
+
+class ReadbackSpy:
+    """Counts `Tensor.asnumpy` calls and times `extract.to_host` while `armed`."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.asnumpy_calls = 0
+        self.to_host_seconds = 0.0
+        self._asnumpy = ms.Tensor.asnumpy
+        self._to_host = extract.to_host
+
+    def __enter__(self) -> "ReadbackSpy":
+        spy = self
+        original_asnumpy, original_to_host = self._asnumpy, self._to_host
+
+        def asnumpy(tensor):
+            if spy.armed:
+                spy.asnumpy_calls += 1
+            return original_asnumpy(tensor)
+
+        def to_host(value):
+            started = time.perf_counter()
+            try:
+                return original_to_host(value)
+            finally:
+                spy.to_host_seconds += time.perf_counter() - started
+
+        ms.Tensor.asnumpy = asnumpy
+        extract.to_host = to_host
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        ms.Tensor.asnumpy = self._asnumpy
+        extract.to_host = self._to_host
+
+
+def _cb_params(shape: str, steps: int) -> _InternalCallbackParam:
+    """What Model.train hands callbacks, built with MindSpore's own class and real tensors."""
+    net = nn.Dense(8, 1)
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
+    params = _InternalCallbackParam()
+    params.batch_num = steps
+    params.epoch_num = 1
+    params.cur_epoch_num = 1
+    params.cur_step_num = 0
+    params.optimizer = optimizer
+    params.train_network = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+    params.train_dataset = None
+    loss = ms.Tensor(np.array([2.5], np.float32))
+    if shape == "scalar":
+        params.net_outputs = loss
+    else:
+        params.net_outputs = (
+            loss,
+            ms.Tensor(False),
+            ms.Parameter(ms.Tensor(1024.0, ms.float32), name="scale"),
+            ms.Tensor(np.float32(1e-4)),
+            ms.Tensor(np.array([0.7], np.float32)),
+        )
+    return params
+
+
+def measure(shape: str, steps: int, interval: int, endpoint: str, folder: Path) -> dict[str, float]:
+    config = {
+        "interval": interval,
+        "output_type": ["stdout", "json_file", "tensorboard", "otlp"],
+        "json_log_path": str(folder / f"{shape}.json"),
+        "tensorboard_path": str(folder / f"tb_{shape}"),
+        "otlp": {"endpoint": endpoint},
+    }
+    callback = MonitorCallback(config)
+    params = _cb_params(shape, steps)
+    run_context = RunContext(params)
+    unsampled: list[float] = []
+    sampled: list[float] = []
+    readbacks = {"unsampled": 0, "sampled": 0}
+    with ReadbackSpy() as spy, open(folder / "stdout.log", "w") as log, contextlib.redirect_stdout(log):
+        callback.on_train_begin(run_context)
+        callback.on_train_epoch_begin(run_context)
+        for step in range(1, steps + 1):
+            params.cur_step_num = step
+            is_sampled = step == 1 or step % interval == 0 or step == steps
+            spy.armed, spy.asnumpy_calls, spy.to_host_seconds = True, 0, 0.0
+            started = time.perf_counter()
+            callback.on_train_step_end(run_context)
+            elapsed = time.perf_counter() - started
+            spy.armed = False
+            if is_sampled:
+                sampled.append(elapsed - spy.to_host_seconds)
+                readbacks["sampled"] += spy.asnumpy_calls
+            else:
+                unsampled.append(elapsed)
+                readbacks["unsampled"] += spy.asnumpy_calls
+        callback.on_train_epoch_end(run_context)
+        callback.on_train_end(run_context)
+    unsampled.sort()
+    sampled.sort()
+    return {
+        "unsampled_median_us": statistics.median(unsampled) * 1e6,
+        "unsampled_p99_us": unsampled[int(0.99 * (len(unsampled) - 1))] * 1e6,
+        "sampled_median_us": statistics.median(sampled) * 1e6,
+        "sampled_p99_us": sampled[int(0.99 * (len(sampled) - 1))] * 1e6,
+        "readbacks_per_unsampled_step": readbacks["unsampled"] / len(unsampled),
+        "readbacks_per_sampled_step": readbacks["sampled"] / len(sampled),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--interval", type=int, default=10)
+    args = parser.parse_args()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    print(f"MonitorCallback.on_train_step_end, {args.steps} steps, interval {args.interval}, "
+          f"all outputs + OTLP (load average {os.getloadavg()[0]:.1f})")
+    print(f"{'net_outputs':12s} {'unsampled us':>20s} {'sampled us (no readback)':>26s} "
+          f"{'readbacks/unsampled':>20s} {'readbacks/sampled':>18s}")
+    with ReceiverProcess() as receiver, tempfile.TemporaryDirectory() as folder:
+        for shape in ("scalar", "tuple5"):
+            r = measure(shape, args.steps, args.interval, receiver.grpc_endpoint, Path(folder))
+            print(f"{shape:12s} {r['unsampled_median_us']:8.2f} (p99 {r['unsampled_p99_us']:6.2f}) "
+                  f"{r['sampled_median_us']:12.1f} (p99 {r['sampled_p99_us']:7.1f}) "
+                  f"{r['readbacks_per_unsampled_step']:20.2f} {r['readbacks_per_sampled_step']:18.2f}")
+
+
+if __name__ == "__main__":
+    main()

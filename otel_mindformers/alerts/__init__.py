@@ -1,0 +1,10 @@
+"""In-process alerts: anomaly rules, notifications, stall watchdog and early stop.
+
+`AlertEngine.start(config, identity, telemetry, progress)` returns None when
+`alert_config.enable_alert` is off; see docs/alerts.md.
+"""
+
+from otel_mindformers.alerts.alert import Alert
+from otel_mindformers.alerts.engine import AlertEngine
+
+__all__ = ["Alert", "AlertEngine"]

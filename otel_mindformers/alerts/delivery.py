@@ -1,0 +1,199 @@
+"""Posting alerts without the training thread ever waiting on the network.
+
+The training thread only puts an Alert on a bounded queue (a full queue drops it, counted).
+One daemon thread posts each alert to every notifier with a per-request timeout, retrying
+with jittered exponential backoff on 5xx, 429, timeouts and connection errors. At shutdown,
+what is queued gets until a deadline; whatever is left is counted as dropped.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import queue
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from typing import Any
+
+from otel_mindformers import semconv
+from otel_mindformers.alerts.alert import Alert
+from otel_mindformers.alerts.notifiers import Notifier
+
+_logger = logging.getLogger(__name__)
+
+_STOP = object()
+
+DELIVERED = "delivered"
+FAILED = "failed"
+DROPPED = "dropped"
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt (server error, throttling, network, timeout)."""
+
+
+class NotificationDelivery:
+    """Posts alerts to every notifier on one daemon thread behind a bounded queue."""
+
+    def __init__(
+        self,
+        notifiers: list[Notifier],
+        *,
+        timeout: float,
+        retries: int,
+        counter: Any,
+        attributes: dict[str, Any],
+        max_queue: int = 256,
+        backoff: float = 0.5,
+    ) -> None:
+        self._notifiers = list(notifiers)
+        self._timeout = timeout
+        self._retries = retries
+        self._backoff = backoff
+        self._counter = counter
+        self._attributes = attributes
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
+        self._deadline: float | None = None
+        self._lock = threading.Lock()
+        self._outcomes: Counter[str] = Counter()
+        self._warned: set[str] = set()
+        self._thread = threading.Thread(
+            target=self._run, name="otel-mindformers-alerts", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def outcomes(self) -> dict[str, int]:
+        """Notifications by outcome (delivered / failed / dropped), over all notifiers."""
+        with self._lock:
+            return dict(self._outcomes)
+
+    def submit(self, alert: Alert) -> None:
+        """Never blocks: a full queue drops the alert for every notifier."""
+        try:
+            self._queue.put_nowait(alert)
+        except queue.Full:
+            for notifier in self._notifiers:
+                self._record(notifier, DROPPED)
+            self._warn_once(
+                "queue",
+                "otel_mindformers: alert queue full (%d alerts); dropping alerts rather than "
+                "slowing training",
+                self._queue.maxsize,
+            )
+
+    def close(self, timeout: float) -> None:
+        """Deliver what is queued within `timeout` seconds; count the rest as dropped."""
+        self._deadline = time.monotonic() + timeout
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            pass
+        self._thread.join(max(0.0, self._deadline - time.monotonic()))
+        if not self._thread.is_alive():
+            return
+        left = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP:
+                left += 1
+                for notifier in self._notifiers:
+                    self._record(notifier, DROPPED)
+        # The worker is still inside a request; this lets it exit once that returns.
+        self._queue.put_nowait(_STOP)
+        if left:
+            _logger.warning(
+                "otel_mindformers: %d alert(s) not sent before the %.1f s shutdown deadline",
+                left,
+                timeout,
+            )
+
+    # --- worker thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            for notifier in self._notifiers:
+                self._deliver(notifier, item)
+
+    def _remaining(self) -> float:
+        return float("inf") if self._deadline is None else self._deadline - time.monotonic()
+
+    def _deliver(self, notifier: Notifier, alert: Alert) -> None:
+        error: Exception | None = None
+        for attempt in range(self._retries + 1):
+            if attempt:
+                delay = self._backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                time.sleep(min(delay, max(0.0, self._remaining())))
+            budget = min(self._timeout, self._remaining())
+            if budget <= 0:
+                self._record(notifier, DROPPED)
+                return
+            try:
+                self._post(notifier, alert, budget)
+            except _Retryable as exc:
+                error = exc.__cause__ or exc
+                continue
+            except Exception as exc:  # refused by the platform, 4xx, or a bad URL: final
+                error = exc
+                break
+            self._record(notifier, DELIVERED)
+            return
+        self._record(notifier, FAILED)
+        self._warn_once(
+            notifier.label,
+            "otel_mindformers: alert notifier %s failed: %s; later failures are only counted "
+            "(%s)",
+            notifier.label,
+            error,
+            semconv.ALERT_NOTIFICATIONS.name,
+        )
+
+    def _post(self, notifier: Notifier, alert: Alert, timeout: float) -> None:
+        url, body = notifier.request(alert)
+        request = urllib.request.Request(
+            url,
+            data=json.dumps(body, ensure_ascii=False, allow_nan=False).encode(),
+            headers={"Content-Type": "application/json; charset=utf-8"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                reply = response.read()
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            if exc.code >= 500 or exc.code == 429:
+                raise _Retryable() from exc
+            raise
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            raise _Retryable() from exc
+        notifier.check_reply(reply)
+
+    # --- bookkeeping (both threads) ----------------------------------------------------
+    def _record(self, notifier: Notifier, outcome: str) -> None:
+        with self._lock:
+            self._outcomes[outcome] += 1
+        self._counter.add(
+            1,
+            {
+                **self._attributes,
+                semconv.ATTR_NOTIFIER: notifier.kind,
+                semconv.ATTR_NOTIFICATION_OUTCOME: outcome,
+            },
+        )
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        _logger.warning(message, *args)

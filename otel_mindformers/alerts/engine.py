@@ -1,0 +1,309 @@
+"""AlertEngine: runs the rules on sampled steps, records what fires, notifies, and decides
+when training should stop.
+
+`evaluate` runs on the training thread and does no I/O: rule checks, a counter add, span
+events, and (rate-limited) a log record and an Alert put on the delivery queue. Network
+I/O happens on the delivery thread; stall detection on the watchdog thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Protocol
+
+from opentelemetry import trace
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.trace import Span, Status, StatusCode
+
+from otel_mindformers import record as metrics
+from otel_mindformers import semconv
+from otel_mindformers.alerts.alert import CRITICAL, FIRING, RESOLVED, WARNING, Alert
+from otel_mindformers.alerts.delivery import NotificationDelivery
+from otel_mindformers.alerts.notifiers import build_notifiers
+from otel_mindformers.alerts.rules import NO_DATA, NONFINITE, STALL, Finding, build_rules
+from otel_mindformers.alerts.watchdog import StallWatchdog, StepProgress
+from otel_mindformers.config import MonitorConfig
+from otel_mindformers.identity import Identity
+from otel_mindformers.record import StepRecord
+from otel_mindformers.telemetry.instruments import create_instrument
+from otel_mindformers.telemetry.providers import service_name
+
+_logger = logging.getLogger(__name__)
+
+EARLY_STOP = "early_stop"
+SEVERITIES = (WARNING, CRITICAL)
+
+# (status, severity) → OTel severity number and text, Python logging level.
+_LOG_SEVERITY = {
+    (FIRING, CRITICAL): (SeverityNumber.ERROR, "CRITICAL", logging.ERROR),
+    (FIRING, WARNING): (SeverityNumber.WARN, "WARNING", logging.WARNING),
+    (RESOLVED, CRITICAL): (SeverityNumber.INFO, "INFO", logging.INFO),
+    (RESOLVED, WARNING): (SeverityNumber.INFO, "INFO", logging.INFO),
+}
+
+
+class TelemetryHandles(Protocol):
+    """What the engine records through (the callback's Telemetry)."""
+
+    meter: Any  # opentelemetry.metrics.Meter
+    logger: Any  # opentelemetry._logs.Logger
+
+
+class RateLimiter:
+    """`alert_interval` as the article defines it: at least `interval` steps between two
+    notifications of the same rule. A rule that was notified and stops firing gets one
+    resolved notice."""
+
+    def __init__(self, interval: int) -> None:
+        self._interval = interval
+        self._last_notified: dict[str, int] = {}
+        self._open: set[str] = set()
+
+    def fire(self, rule: str, step: int) -> bool:
+        """True when this firing should be notified."""
+        last = self._last_notified.get(rule)
+        if last is not None and step - last < self._interval:
+            return False
+        self._last_notified[rule] = step
+        self._open.add(rule)
+        return True
+
+    def clear(self, rule: str) -> bool:
+        """True when the rule was notified and a resolved notice is due."""
+        if rule in self._open:
+            self._open.discard(rule)
+            return True
+        return False
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+class AlertEngine:
+    """In-process anomaly alerts for one rank. Build with `AlertEngine.start(...)`."""
+
+    @classmethod
+    def start(
+        cls,
+        config: MonitorConfig,
+        identity: Identity,
+        telemetry: TelemetryHandles,
+        progress: StepProgress,
+    ) -> "AlertEngine | None":
+        """The running engine, or None when `alert_config.enable_alert` is off.
+
+        `progress` is read by the stall watchdog; its current `last_step_end` is taken as
+        "training started", so the watchdog arms at the first step that finishes after it.
+        """
+        if not (config.enable and config.alert_config.enable_alert):
+            return None
+        return cls(config, identity, telemetry, progress)
+
+    def __init__(
+        self,
+        config: MonitorConfig,
+        identity: Identity,
+        telemetry: TelemetryHandles,
+        progress: StepProgress,
+    ) -> None:
+        alerts = config.alert_config
+        self._identity = identity
+        self._job = identity.job_id or service_name(config)
+        self._progress = progress
+        self._rules = build_rules(alerts)
+        self._limiter = RateLimiter(alerts.alert_interval)
+        self._stop_on_nonfinite = alerts.stop_on_nonfinite
+        self._stop_after = alerts.stop_after_anomalous_steps
+        self._anomalous_streak = 0
+        self._stop_reason: str | None = None
+        self._otel_logger = telemetry.logger
+        self._counter = create_instrument(telemetry.meter, semconv.ALERTS)
+        self._point_attributes = identity.point_attributes()
+        self._counter_attributes: dict[tuple[str, str], dict[str, Any]] = {}
+        notifiers = build_notifiers(alerts.notifiers)
+        self._delivery = (
+            NotificationDelivery(
+                notifiers,
+                timeout=alerts.notify_timeout,
+                retries=alerts.notify_retries,
+                counter=create_instrument(telemetry.meter, semconv.ALERT_NOTIFICATIONS),
+                attributes=self._point_attributes,
+            )
+            if notifiers
+            else None
+        )
+        self._stall_timeout = alerts.stall_timeout
+        self._watchdog = (
+            StallWatchdog(progress, alerts.stall_timeout, self._on_stall, self._on_resume).start()
+            if alerts.stall_timeout is not None
+            else None
+        )
+
+    # --- training thread -----------------------------------------------------------------
+    def evaluate(self, record: StepRecord, step_span: Span | None) -> str | None:
+        """Run every rule on a sampled step; return a stop reason, or None to carry on."""
+        fired: list[str] = []
+        reason = None
+        for rule in self._rules:
+            finding = rule.check(record)
+            if finding is NO_DATA:
+                continue
+            if finding is None:
+                if self._limiter.clear(rule.name):
+                    self._notify(
+                        self._alert(rule.name, rule.severity, RESOLVED, record.step,
+                                    f"{rule.name} no longer firing")
+                    )
+                continue
+            fired.append(f"{rule.name}: {finding.detail}")
+            self._fire(rule.name, rule.severity, finding, record.step, step_span)
+            if (
+                rule.name == NONFINITE
+                and finding.metric == metrics.LOSS
+                and self._stop_on_nonfinite
+            ):
+                reason = f"non-finite loss ({finding.value}) at step {record.step}"
+        if fired and step_span is not None and step_span.is_recording():
+            step_span.set_status(Status(StatusCode.ERROR, "; ".join(fired)))
+        self._anomalous_streak = self._anomalous_streak + 1 if fired else 0
+        if reason is None and self._stop_after and self._anomalous_streak >= self._stop_after:
+            reason = (
+                f"{self._anomalous_streak} consecutive anomalous sampled steps, "
+                f"the last at step {record.step}"
+            )
+        if reason is not None and self._stop_reason is None:
+            self._stop_reason = reason
+            self._notify(
+                self._alert(EARLY_STOP, CRITICAL, FIRING, record.step,
+                            f"requesting early stop: {reason}")
+            )
+        return self._stop_reason
+
+    def raise_alert(
+        self,
+        rule: str,
+        message: str,
+        *,
+        value: float | None = None,
+        threshold: float | None = None,
+        severity: str = WARNING,
+    ) -> None:
+        """An alert from user code (BaseMonitor.raise_alert), at the last finished step.
+
+        Rate-limited like the built-in rules; it is a one-off event, so no resolved notice.
+        """
+        if severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {severity!r}")
+        finding = Finding(rule, value, threshold, message)
+        self._fire(rule, severity, finding, self._progress.step, trace.get_current_span())
+
+    def shutdown(self, timeout: float) -> None:
+        """Stop the watchdog, then deliver queued notifications within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        if self._watchdog is not None:
+            self._watchdog.stop(timeout)
+        if self._delivery is not None:
+            self._delivery.close(max(0.0, deadline - time.monotonic()))
+
+    # --- recording -----------------------------------------------------------------------
+    def _fire(self, rule: str, severity: str, finding: Finding, step: int,
+              span: Span | None) -> None:
+        self._count(rule, severity)
+        if span is not None and span.is_recording():
+            attributes: dict[str, Any] = {
+                semconv.ATTR_ALERT_RULE: rule,
+                semconv.ATTR_ALERT_SEVERITY: severity,
+                "message": finding.detail,
+            }
+            if _finite(finding.value):
+                attributes[semconv.ATTR_ALERT_VALUE] = finding.value
+            if _finite(finding.threshold):
+                attributes[semconv.ATTR_ALERT_THRESHOLD] = finding.threshold
+            span.add_event(semconv.EVENT_ALERT, attributes)
+        if self._limiter.fire(rule, step):
+            self._notify(
+                self._alert(rule, severity, FIRING, step, finding.detail,
+                            finding.value, finding.threshold)
+            )
+
+    def _count(self, rule: str, severity: str) -> None:
+        attributes = self._counter_attributes.get((rule, severity))
+        if attributes is None:
+            attributes = {
+                **self._point_attributes,
+                semconv.ATTR_ALERT_RULE: rule,
+                semconv.ATTR_ALERT_SEVERITY: severity,
+            }
+            self._counter_attributes[(rule, severity)] = attributes
+        self._counter.add(1, attributes)
+
+    def _alert(self, rule: str, severity: str, status: str, step: int, detail: str,
+               value: float | None = None, threshold: float | None = None) -> Alert:
+        identity = self._identity
+        return Alert(
+            rule=rule,
+            severity=severity,
+            status=status,
+            step=step,
+            detail=detail,
+            job=self._job,
+            rank=identity.rank,
+            world_size=identity.world_size,
+            host=identity.host_name,
+            time_stamp=time.time(),
+            value=value,
+            threshold=threshold,
+        )
+
+    def _notify(self, alert: Alert) -> None:
+        """Log it (OTel log record + a local log line) and queue it for the notifiers."""
+        otel_severity, severity_text, level = _LOG_SEVERITY[(alert.status, alert.severity)]
+        attributes: dict[str, Any] = {
+            **self._point_attributes,
+            semconv.ATTR_ALERT_RULE: alert.rule,
+            semconv.ATTR_ALERT_SEVERITY: alert.severity,
+            semconv.ATTR_ALERT_STATUS: alert.status,
+            semconv.ATTR_STEP: alert.step,
+        }
+        if _finite(alert.value):
+            attributes[semconv.ATTR_ALERT_VALUE] = alert.value
+        if _finite(alert.threshold):
+            attributes[semconv.ATTR_ALERT_THRESHOLD] = alert.threshold
+        self._otel_logger.emit(
+            severity_number=otel_severity,
+            severity_text=severity_text,
+            body=alert.text(),
+            attributes=attributes,
+            event_name=semconv.EVENT_ALERT,
+        )
+        _logger.log(level, "otel_mindformers alert: %s", alert.text().replace("\n", " | "))
+        if self._delivery is not None:
+            self._delivery.submit(alert)
+
+    # --- watchdog thread -----------------------------------------------------------------
+    # A stall is measured in seconds, not steps: no step passes while it lasts, so it is
+    # exempt from the step-based rate limit (the watchdog fires once per stall anyway).
+    def _on_stall(self, last_step: int, idle: float) -> None:
+        rank = self._identity.rank
+        self._count(STALL, CRITICAL)
+        self._notify(
+            self._alert(
+                STALL,
+                CRITICAL,
+                FIRING,
+                last_step,
+                f"rank {rank}: no training step finished for {idle:.1f} s; "
+                f"stalled after step {last_step}",
+                idle,
+                self._stall_timeout,
+            )
+        )
+
+    def _on_resume(self, step: int) -> None:
+        self._notify(
+            self._alert(STALL, CRITICAL, RESOLVED, step,
+                        f"rank {self._identity.rank}: training resumed, step {step} finished")
+        )

@@ -1,0 +1,1 @@
+"""Offline analysis of JSON-lines training logs: read, plot, report, replay."""

@@ -1,0 +1,163 @@
+"""The `plot`, `report` and `replay` subcommands of `otel-mindformers`."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from otel_mindformers.analysis.logs import AnalysisError, Series, read_logs
+
+_LOGS_HELP = (
+    "JSON-lines logs: files, globs or folders (a folder finds every *_rank_*.json in it); "
+    "rotated backups (name.json.1 ... .N) are read with their file"
+)
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    plot = commands.add_parser("plot", help="plot loss, learning rate, grad norm and step time")
+    plot.add_argument("logs", nargs="+", metavar="LOG", help=_LOGS_HELP)
+    plot.add_argument("-o", "--output", default="training.png",
+                      help="image file; the suffix picks the format (.png, .svg, .pdf)")
+    plot.add_argument("--smooth", type=_ema_weight, metavar="WEIGHT",
+                      help="draw an exponential moving average of this weight (e.g. 0.9) over the raw curve")
+    plot.add_argument("--size", type=_pixels, default="1600x1000", metavar="WxH", help="image size in pixels")
+    plot.add_argument("--title", help="figure title")
+    plot.set_defaults(func=_plot)
+
+    report = commands.add_parser("report", help="summarise a run: loss, throughput, anomalies, stragglers, gaps")
+    report.add_argument("logs", nargs="+", metavar="LOG", help=_LOGS_HELP)
+    report.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    report.add_argument("--straggler-threshold", type=float, default=0.10, metavar="FRACTION",
+                        help="name series whose median step time exceeds the median of all series "
+                             "by more than this fraction (default 0.10)")
+    report.set_defaults(func=_report)
+
+    replay = commands.add_parser(
+        "replay", help="send a recorded run to an OTLP endpoint or a TensorBoard folder, with its original times"
+    )
+    replay.add_argument("logs", nargs="+", metavar="LOG", help=_LOGS_HELP)
+    replay.add_argument("--endpoint",
+                        help="OTLP endpoint, e.g. http://127.0.0.1:4317 (default: OTEL_EXPORTER_OTLP_ENDPOINT)")
+    replay.add_argument("--protocol", choices=("grpc", "http/protobuf"),
+                        help="default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc")
+    replay.add_argument("--header", action="append", default=[], type=_header, metavar="KEY=VALUE",
+                        help="request header, repeatable (e.g. authorization=Bearer ...)")
+    replay.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per export request")
+    replay.add_argument("--insecure", action="store_true",
+                        help="gRPC without TLS to an endpoint given as host:port (a scheme says it itself)")
+    replay.add_argument("--run-id", help="the id ids are derived from (default: the run's first time stamp); "
+                                         "also sent as training.job.id")
+    replay.add_argument("--service-name", help="service.name (default: OTEL_SERVICE_NAME, else mindformers-train)")
+    replay.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard scalars under DIR/rank_<x>/ instead")
+    replay.set_defaults(func=_replay)
+
+
+def _ema_weight(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a weight in [0, 1), got {text}")
+    return value
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _pixels(text: str) -> tuple[int, int]:
+    width, sep, height = text.lower().partition("x")
+    if not (sep and width.isdigit() and height.isdigit() and int(width) >= 200 and int(height) >= 200):
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT in pixels, each >= 200, got {text!r}")
+    return int(width), int(height)
+
+
+def _read(args: argparse.Namespace) -> list[Series]:
+    series = read_logs(args.logs)
+    for one in series:
+        for location in one.damaged_tails:
+            print(f"note: skipped a truncated last line at {location}", file=sys.stderr)
+    return series
+
+
+def _one_line_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Unreadable logs, refused replays and missing optional packages end in one stderr line."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except AnalysisError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+        except ModuleNotFoundError as exc:
+            extra = _EXTRA_FOR_MODULE.get(exc.name or "")
+            if extra is None:
+                raise
+            print(f"error: {args.command} needs {exc.name}: pip install 'otel-mindformers[{extra}]'",
+                  file=sys.stderr)
+        return 1
+
+    return run
+
+
+_EXTRA_FOR_MODULE = {"matplotlib": "analysis", "tensorboardX": "tensorboard"}
+
+
+@_one_line_errors
+def _plot(args: argparse.Namespace) -> int:
+    from otel_mindformers.analysis.plot import plot  # matplotlib loads only for this command
+
+    series = _read(args)
+    output = plot(series, args.output, smoothing=args.smooth, size=args.size, title=args.title)
+    records = sum(len(s.points) for s in series)
+    print(f"wrote {output} ({len(series)} series, {records} records)")
+    return 0
+
+
+@_one_line_errors
+def _report(args: argparse.Namespace) -> int:
+    from otel_mindformers.analysis.report import build_report, render
+
+    report = build_report(_read(args), args.straggler_threshold)
+    sys.stdout.write(render(report, args.format))
+    return 0
+
+
+def _default_protobuf() -> None:
+    """Let protobuf pick its compiled implementation for a replay.
+
+    The package selects the pure-Python one for MindSpore's sake (see otel_mindformers'
+    __init__); a replay never imports MindSpore, and encodes its requests about ten times
+    faster compiled. The choice is only open until protobuf is first imported.
+    """
+    variable = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+    if "google.protobuf" not in sys.modules and os.environ.get(variable) == "python":
+        del os.environ[variable]
+
+
+@_one_line_errors
+def _replay(args: argparse.Namespace) -> int:
+    _default_protobuf()
+    from otel_mindformers.analysis import replay
+    from otel_mindformers.config import OtlpConfig
+
+    series = _read(args)
+    if args.tensorboard:
+        result = replay.replay_tensorboard(series, args.tensorboard)
+        print(f"wrote {result.points} scalars of {result.records} records "
+              f"({result.series} series) under {Path(args.tensorboard)}")
+    else:
+        otlp = OtlpConfig(endpoint=args.endpoint, protocol=args.protocol, headers=dict(args.header),
+                          timeout=args.timeout, insecure=args.insecure or None)
+        result = replay.replay_otlp(series, otlp, run_id=args.run_id, service_name=args.service_name)
+        print(f"sent {result.spans} spans and {result.points} metric points of {result.records} records "
+              f"({result.series} series, run id {result.run_id}) to "
+              f"{args.endpoint or 'the OTEL_EXPORTER_OTLP_ENDPOINT endpoint'}")
+    if result.skipped:
+        print(f"note: {result.skipped} records without a time_stamp were left out", file=sys.stderr)
+    return 0

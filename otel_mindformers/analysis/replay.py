@@ -1,0 +1,390 @@
+"""`otel-mindformers replay`: send a recorded run to an OTLP endpoint or a TensorBoard folder.
+
+An air-gapped run only leaves JSON lines; replay turns them into what the live callback
+would have sent, with the original time stamps:
+- per series a run span (`mindformers.train`), and per record a step span
+  (`mindformers.train.step`) in its own trace, linked to the run span, as the callback
+  does; attributes, status and alert events as live;
+- the training metrics as OTLP points stamped with each record's time (the SDK's
+  instruments always stamp "now", so the points are built as SDK export data and handed to
+  the official OTLP exporters, which do the encoding and transport);
+- or TensorBoard scalars with the original steps and wall times.
+
+Replay is idempotent. Trace and span ids are derived from the run id, the series, the step
+and the step's occurrence (a restarted run logs a step twice), so sending the same logs
+again yields the same ids, which trace backends treat as the same spans; metric points
+repeat the same series at the same time stamps with the same values, which metric
+backends store once. TensorBoard output goes to one fixed file name per rank, replaced
+on every replay.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricExportResult,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
+
+from otel_mindformers import record as rec
+from otel_mindformers import semconv
+from otel_mindformers.analysis.logs import AlertMark, AnalysisError, Series, as_records
+from otel_mindformers.config import OtlpConfig
+from otel_mindformers.identity import Identity
+from otel_mindformers.record import StepRecord
+from otel_mindformers.semconv import MetricSpec
+from otel_mindformers.telemetry.instruments import GAUGE_FOR_VALUE
+from otel_mindformers.telemetry.providers import DEFAULT_SERVICE_NAME, otlp_exporters
+from otel_mindformers.version import __version__
+
+SPANS_PER_EXPORT = 512
+RECORDS_PER_EXPORT = 500
+TENSORBOARD_FILE = "events.out.tfevents.0.otel-mindformers-replay"
+
+_SCOPE = InstrumentationScope(semconv.INSTRUMENTATION_NAME, __version__)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+class ReplayError(AnalysisError):
+    """The target refused or could not be reached; the message names it."""
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    run_id: str | None  # None for TensorBoard, which has no ids
+    series: int
+    records: int
+    spans: int
+    points: int
+    skipped: int  # records without a time stamp
+
+
+# --- identity of what is sent ------------------------------------------------------------------
+
+def default_run_id(series: Sequence[Series]) -> str:
+    """The run's first time stamp: stable across replays, and across lines appended later."""
+    stamps = [p.time_stamp for s in series for p in s.points if p.time_stamp is not None]
+    if not stamps:
+        raise ReplayError("no record has a time_stamp: nothing can be placed in time")
+    return f"run-{min(stamps):.6f}"
+
+
+def _span_context(*parts: object) -> SpanContext:
+    """Trace and span id from one digest of what the span describes (0 is the invalid id)."""
+    digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
+    return SpanContext(
+        trace_id=int.from_bytes(digest[:16], "big") or 1,
+        span_id=int.from_bytes(digest[16:24], "big") or 1,
+        is_remote=False,
+        trace_flags=_SAMPLED,
+    )
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * 1e9))
+
+
+def _identity_attributes(series: Series, run_id: str, world_size: int) -> dict[str, Any]:
+    """What the logs tell of the rank's identity (host and device were not logged)."""
+    rank = series.rank or 0
+    return {
+        "service.instance.id": Identity(rank=rank, world_size=world_size, job_id=run_id).instance_id,
+        semconv.ATTR_RANK: rank,
+        semconv.ATTR_WORLD_SIZE: world_size,
+        semconv.ATTR_JOB_ID: run_id,
+    }
+
+
+def _world_size(series: Sequence[Series]) -> int:
+    ranks = [s.rank for s in series if s.rank is not None]
+    return max(ranks) + 1 if ranks else 1
+
+
+# --- spans -------------------------------------------------------------------------------------
+
+def _start_seconds(record: StepRecord) -> float:
+    step_ms = record.values.get(rec.STEP_TIME)
+    if isinstance(step_ms, float) and math.isfinite(step_ms) and step_ms > 0:
+        return record.time_stamp - step_ms / 1000.0
+    return record.time_stamp
+
+
+def build_spans(
+    series: Series, records: list[StepRecord], run_id: str, resource: Resource, run_attributes: dict[str, Any]
+) -> list[ReadableSpan]:
+    """The run span and one step span per record, with ids derived from what they describe:
+    the run id, the series (its label: the rank, or the file when ranks repeat), the step
+    and how many times that step was logged before."""
+    if not records:
+        return []
+    run_context = _span_context(run_id, series.label, "run")
+    # An alert belongs to the first record at or after its step (a stall fires between
+    # samples); alerts after the last record, or without a step, go on the run span.
+    pending = sorted((a for a in series.alerts if a.step is not None), key=lambda a: a.step)
+    steps: list[ReadableSpan] = []
+    seen: dict[int, int] = {}
+    for record in records:
+        occurrence = seen[record.step] = seen.get(record.step, -1) + 1
+        alerts = []
+        while pending and pending[0].step <= record.step:
+            alerts.append(pending.pop(0))
+        steps.append(
+            ReadableSpan(
+                name=semconv.SPAN_STEP,
+                context=_span_context(run_id, series.label, record.step, occurrence),
+                resource=resource,
+                attributes=record.span_attributes(),
+                events=[_alert_event(a, record.time_stamp) for a in alerts],
+                links=[Link(run_context)],
+                status=_status(record, alerts),
+                start_time=_ns(_start_seconds(record)),
+                end_time=_ns(record.time_stamp),
+                instrumentation_scope=_SCOPE,
+            )
+        )
+    leftover = pending + [a for a in series.alerts if a.step is None]
+    run = ReadableSpan(
+        name=semconv.SPAN_RUN,
+        context=run_context,
+        resource=resource,
+        attributes={**run_attributes, semconv.ATTR_STEP: records[-1].step},
+        events=[_alert_event(a, records[-1].time_stamp) for a in leftover],
+        start_time=_ns(_start_seconds(records[0])),
+        end_time=_ns(records[-1].time_stamp),
+        instrumentation_scope=_SCOPE,
+    )
+    return [run, *steps]
+
+
+def _alert_event(alert: AlertMark, fallback_time: float) -> Event:
+    attributes: dict[str, Any] = {}
+    if alert.step is not None:
+        attributes[semconv.ATTR_STEP] = alert.step
+    if alert.rule is not None:
+        attributes[semconv.ATTR_ALERT_RULE] = alert.rule
+    return Event(
+        semconv.EVENT_ALERT,
+        attributes=attributes,
+        timestamp=_ns(alert.time_stamp if alert.time_stamp is not None else fallback_time),
+    )
+
+
+def _status(record: StepRecord, alerts: list[AlertMark]) -> Status:
+    problems = []
+    if record.nonfinite():
+        problems.append(f"non-finite {', '.join(record.nonfinite())}")
+    problems += [alert.describe() for alert in alerts]
+    return Status(StatusCode.ERROR, "; ".join(problems)) if problems else Status(StatusCode.UNSET)
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+def build_metrics(records: list[StepRecord], rank: int, resource: Resource) -> list[MetricsData]:
+    """What the live instruments would have exported, one point per record at its time.
+
+    Counters and the histogram are cumulative from the series' first record; a restart (the
+    step goes back) starts them again, as a restarted process would.
+    """
+    return [
+        MetricsData([ResourceMetrics(resource, [ScopeMetrics(_SCOPE, metrics, "")], "")])
+        for metrics in _metric_chunks(records, {semconv.ATTR_RANK: rank})
+    ]
+
+
+@dataclass
+class _Cumulative:
+    """Running totals since the series (or a restart) began, as a live process keeps them."""
+
+    start_ns: int
+    totals: dict[tuple[str, str | None], float] = field(default_factory=dict)
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(semconv.STEP_DURATION_BUCKETS) + 1))
+    count: int = 0
+    sum: float = 0.0
+    min: float = math.inf
+    max: float = -math.inf
+
+    def observe(self, seconds: float) -> None:
+        # Explicit buckets are (lower, upper]: bisect_left finds the first bound >= value.
+        self.buckets[bisect.bisect_left(semconv.STEP_DURATION_BUCKETS, seconds)] += 1
+        self.count += 1
+        self.sum += seconds
+        self.min, self.max = min(self.min, seconds), max(self.max, seconds)
+
+
+@dataclass
+class _Batch:
+    """The points of up to RECORDS_PER_EXPORT records, grouped into metrics."""
+
+    attrs: dict[str, Any]
+    gauges: dict[str, list[NumberDataPoint]] = field(default_factory=dict)
+    sums: dict[str, list[NumberDataPoint]] = field(default_factory=dict)
+    durations: list[HistogramDataPoint] = field(default_factory=list)
+
+    def gauge(self, spec: MetricSpec, now: int, value: float) -> None:
+        self.gauges.setdefault(spec.name, []).append(NumberDataPoint(self.attrs, now, now, value))
+
+    def add(self, spec: MetricSpec, state: _Cumulative, now: int, amount: float, metric: str | None = None) -> None:
+        key = (spec.name, metric)
+        state.totals[key] = total = state.totals.get(key, 0) + amount
+        attrs = {**self.attrs, semconv.ATTR_METRIC: metric} if metric else self.attrs
+        self.sums.setdefault(spec.name, []).append(NumberDataPoint(attrs, state.start_ns, now, total))
+
+    def duration(self, state: _Cumulative, now: int) -> None:
+        self.durations.append(HistogramDataPoint(
+            self.attrs, state.start_ns, now, state.count, state.sum, list(state.buckets),
+            list(semconv.STEP_DURATION_BUCKETS), state.min, state.max,
+        ))
+
+    def metrics(self) -> list[Metric]:
+        def metric(name: str, data: Any) -> Metric:
+            spec = _SPECS[name]
+            return Metric(spec.name, spec.description, spec.unit, data)
+
+        out = [metric(name, Gauge(points)) for name, points in self.gauges.items()]
+        out += [
+            metric(name, Sum(points, AggregationTemporality.CUMULATIVE, is_monotonic=True))
+            for name, points in self.sums.items()
+        ]
+        if self.durations:
+            out.append(metric(semconv.STEP_DURATION.name,
+                              Histogram(self.durations, AggregationTemporality.CUMULATIVE)))
+        return out
+
+
+_SPECS = {spec.name: spec for spec in semconv.TRAINING_METRICS}
+
+
+def _metric_chunks(records: list[StepRecord], attrs: dict[str, Any]) -> Iterator[list[Metric]]:
+    """Mirrors TrainingInstruments.record, record by record, at the records' own times."""
+    batch = _Batch(attrs)
+    state: _Cumulative | None = None
+    for index, record in enumerate(records):
+        now = _ns(record.time_stamp)
+        if state is None or record.step <= records[index - 1].step:
+            state = _Cumulative(_ns(_start_seconds(record)))
+        bad = set(record.nonfinite())
+        for name, value in record.values.items():
+            spec = GAUGE_FOR_VALUE.get(name)
+            if spec is not None and name not in bad:
+                batch.gauge(spec, now, float(value))
+        batch.add(semconv.STEPS, state, now, record.steps_in_window)
+        for name in sorted(bad):
+            batch.add(semconv.NONFINITE, state, now, 1, metric=name)
+        overflow = record.values.get(rec.OVERFLOW)
+        if overflow is not None:
+            batch.gauge(semconv.OVERFLOW, now, int(overflow))
+            batch.add(semconv.OVERFLOW_STEPS, state, now, int(bool(overflow)))
+        step_ms = record.values.get(rec.STEP_TIME)
+        if isinstance(step_ms, float) and math.isfinite(step_ms):
+            state.observe(step_ms / 1000.0)
+            batch.duration(state, now)
+        if (index + 1) % RECORDS_PER_EXPORT == 0 or index == len(records) - 1:
+            yield batch.metrics()
+            batch = _Batch(attrs)
+
+
+# --- targets -----------------------------------------------------------------------------------
+
+def replay_otlp(
+    series: Sequence[Series],
+    otlp: OtlpConfig,
+    *,
+    run_id: str | None = None,
+    service_name: str | None = None,
+) -> ReplayResult:
+    """Send every series through the official OTLP exporters; ReplayError if one fails."""
+    run_id = run_id or default_run_id(series)
+    service = service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
+    world = _world_size(series)
+    span_exporter, metric_exporter, log_exporter = otlp_exporters(otlp)
+    target = otlp.endpoint or "the OTEL_EXPORTER_OTLP_* endpoint"
+    sent_spans = sent_points = records_total = skipped = 0
+    try:
+        for one in series:
+            records = as_records(one)
+            records_total += len(records)
+            skipped += len(one.points) - len(records)
+            identity = _identity_attributes(one, run_id, world)
+            resource = Resource.create({"service.name": service, **identity})
+            built = build_spans(one, records, run_id, resource, identity)
+            for start in range(0, len(built), SPANS_PER_EXPORT):
+                batch = built[start:start + SPANS_PER_EXPORT]
+                if span_exporter.export(batch) is not SpanExportResult.SUCCESS:
+                    raise ReplayError(_refused("spans", one, target))
+                sent_spans += len(batch)
+            for data in build_metrics(records, one.rank or 0, resource):
+                if metric_exporter.export(data) is not MetricExportResult.SUCCESS:
+                    raise ReplayError(_refused("metrics", one, target))
+                sent_points += _point_count(data)
+    finally:
+        for exporter in (span_exporter, metric_exporter, log_exporter):
+            exporter.shutdown()
+    return ReplayResult(run_id, len(series), records_total, sent_spans, sent_points, skipped)
+
+
+def _refused(what: str, series: Series, target: str) -> str:
+    return f"sending the {what} of {series.label} to {target} failed (the exporter logged why)"
+
+
+def _point_count(data: MetricsData) -> int:
+    return sum(
+        len(metric.data.data_points)
+        for resource_metrics in data.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        for metric in scope_metrics.metrics
+    )
+
+
+def replay_tensorboard(series: Sequence[Series], directory: str | Path) -> ReplayResult:
+    """Scalars under `<directory>/rank_<x>/` (the live layout), written by the live sink.
+
+    Each rank gets one event file with a fixed name, replaced whole: replaying again gives
+    the same file, not a second copy of every point.
+    """
+    from otel_mindformers.outputs.tensorboard import TensorBoardSink
+
+    directory = Path(directory)
+    records_total = skipped = points = 0
+    for one in series:
+        records = as_records(one)
+        records_total += len(records)
+        skipped += len(one.points) - len(records)
+        # The live layout when ranks tell the series apart; the label when two runs share a rank.
+        folder = f"rank_{one.rank}" if one.label == f"rank {one.rank}" else one.label
+        target = directory / folder.replace("/", "_").replace(" ", "_")
+        target.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".replay-", dir=target))
+        try:
+            sink = TensorBoardSink(staging)
+            for record in records:
+                sink.write(record)
+                points += len(record.values) + len(record.device)
+            sink.close()
+            (written,) = staging.glob("events.out.tfevents.*")
+            os.replace(written, target / TENSORBOARD_FILE)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return ReplayResult(None, len(series), records_total, 0, points, skipped)

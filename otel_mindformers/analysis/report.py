@@ -1,0 +1,360 @@
+"""`otel-mindformers report`: what a run did, where it went wrong, which ranks were slow."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+from otel_mindformers import record as rec
+from otel_mindformers.analysis.logs import Series, StepPoint
+
+FORMATS = ("text", "json", "markdown")
+DEFAULT_STRAGGLER_THRESHOLD = 0.10
+_LISTED_STEPS = 10  # step lists in text/markdown are cut after this many
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Steps missing between two consecutive records (`after` → `before`)."""
+
+    after: int
+    before: int
+    location: str
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The step number went back: the file was appended to by a restarted run."""
+
+    from_step: int
+    to_step: int
+    location: str
+
+
+@dataclass
+class SeriesSummary:
+    label: str
+    rank: int | None
+    files: list[str]
+    records: int
+    first_step: int | None
+    last_step: int | None
+    wall_time_s: float | None
+    first_loss: float | None
+    last_loss: float | None
+    min_loss: float | None
+    min_loss_step: int | None
+    step_time_median_ms: float | None
+    step_time_mean_ms: float | None
+    step_time_max_ms: float | None
+    steps_per_second: float | None
+    mean_samples_per_second: float | None
+    mean_tokens_per_second: float | None
+    nonfinite_steps: list[int]
+    overflow_steps: list[int]
+    alerts: list[str]
+    stride: int | None
+    gaps: list[Gap]
+    restarts: list[Restart]
+    foreign_lines: int
+    damaged_tails: list[str]
+    skew_vs_median: float | None = None
+
+
+@dataclass
+class Report:
+    series: list[SeriesSummary]
+    steps: int | None
+    wall_time_s: float | None
+    loss_from: str | None
+    first_loss: float | None
+    last_loss: float | None
+    min_loss: float | None
+    min_loss_step: int | None
+    steps_per_second: float | None
+    mean_samples_per_second: float | None
+    mean_tokens_per_second: float | None
+    nonfinite_records: int
+    overflow_records: int
+    median_step_time_ms: float | None
+    straggler_threshold: float
+    stragglers: list[str] = field(default_factory=list)
+    slowest: str | None = None
+
+
+def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD) -> Report:
+    summaries = [_summarise(s) for s in series]
+    medians = [s.step_time_median_ms for s in summaries if s.step_time_median_ms is not None]
+    overall_median = statistics.median(medians) if medians else None
+    if overall_median:
+        for summary in summaries:
+            if summary.step_time_median_ms is not None:
+                summary.skew_vs_median = summary.step_time_median_ms / overall_median - 1.0
+    ranked = sorted(
+        (s for s in summaries if s.skew_vs_median is not None),
+        key=lambda s: s.skew_vs_median,
+        reverse=True,
+    )
+    stamps = [p.time_stamp for s in series for p in s.points if p.time_stamp is not None]
+    lossy = next((s for s in summaries if s.first_loss is not None), None)
+    return Report(
+        series=summaries,
+        steps=max((s.last_step for s in summaries if s.last_step is not None), default=None),
+        wall_time_s=max(stamps) - min(stamps) if stamps else None,
+        loss_from=lossy.label if lossy else None,
+        first_loss=lossy.first_loss if lossy else None,
+        last_loss=lossy.last_loss if lossy else None,
+        min_loss=lossy.min_loss if lossy else None,
+        min_loss_step=lossy.min_loss_step if lossy else None,
+        steps_per_second=_mean_of(s.steps_per_second for s in summaries),
+        mean_samples_per_second=_mean_of(s.mean_samples_per_second for s in summaries),
+        mean_tokens_per_second=_mean_of(s.mean_tokens_per_second for s in summaries),
+        nonfinite_records=sum(len(s.nonfinite_steps) for s in summaries),
+        overflow_records=sum(len(s.overflow_steps) for s in summaries),
+        median_step_time_ms=overall_median,
+        straggler_threshold=straggler_threshold,
+        stragglers=[s.label for s in ranked if len(ranked) > 1 and s.skew_vs_median > straggler_threshold],
+        slowest=ranked[0].label if len(ranked) > 1 else None,
+    )
+
+
+def _summarise(series: Series) -> SeriesSummary:
+    points = series.points
+    stamps = [p.time_stamp for p in points if p.time_stamp is not None]
+    losses = [(p.step, v) for p in points if _finite(v := p.value(rec.LOSS))]
+    # The first record carries graph compilation; the median keeps one slow checkpoint
+    # save from making a healthy rank look like a straggler.
+    step_times = [v for p in points[1:] or points if _finite(v := p.value(rec.STEP_TIME))]
+    stride, gaps, restarts = _sequence(points)
+    return SeriesSummary(
+        label=series.label,
+        rank=series.rank,
+        files=[str(f) for f in series.files],
+        records=len(points),
+        first_step=points[0].step if points else None,
+        last_step=points[-1].step if points else None,
+        wall_time_s=max(stamps) - min(stamps) if stamps else None,
+        first_loss=losses[0][1] if losses else None,
+        last_loss=losses[-1][1] if losses else None,
+        min_loss=min(v for _, v in losses) if losses else None,
+        min_loss_step=min(losses, key=lambda sv: sv[1])[0] if losses else None,
+        step_time_median_ms=statistics.median(step_times) if step_times else None,
+        step_time_mean_ms=statistics.fmean(step_times) if step_times else None,
+        step_time_max_ms=max(step_times) if step_times else None,
+        steps_per_second=_steps_per_second(points),
+        mean_samples_per_second=_mean_of(p.value(rec.SAMPLES_PER_SECOND) for p in points),
+        mean_tokens_per_second=_mean_of(p.value(rec.TOKENS_PER_SECOND) for p in points),
+        nonfinite_steps=[p.step for p in points if p.nonfinite],
+        overflow_steps=[p.step for p in points if p.overflow],
+        alerts=[f"step {a.step}: {a.describe()}" if a.step is not None else a.describe() for a in series.alerts],
+        stride=stride,
+        gaps=gaps,
+        restarts=restarts,
+        foreign_lines=series.foreign_lines,
+        damaged_tails=[str(location) for location in series.damaged_tails],
+    )
+
+
+def _steps_per_second(points: list[StepPoint]) -> float | None:
+    """Steps advanced over the time they took, leaving out the jump back at a restart."""
+    steps = seconds = 0.0
+    for a, b in zip(points, points[1:]):
+        if b.step > a.step and a.time_stamp is not None and b.time_stamp is not None:
+            steps += b.step - a.step
+            seconds += b.time_stamp - a.time_stamp
+    return steps / seconds if seconds > 0 else None
+
+
+def _sequence(points: list[StepPoint]) -> tuple[int | None, list[Gap], list[Restart]]:
+    """The usual step stride (the sampling interval), the jumps beyond it, and step resets."""
+    pairs = list(zip(points, points[1:]))
+    forward = Counter(b.step - a.step for a, b in pairs if b.step > a.step)
+    if not forward:
+        stride = None
+    else:
+        # Ties go to the larger stride: the first sample (step 1) and the last one sit
+        # off the interval grid and must not shrink it.
+        stride = max(forward.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    gaps = [
+        Gap(a.step, b.step, str(b.location))
+        for a, b in pairs
+        if stride is not None and b.step - a.step > stride
+    ]
+    restarts = [Restart(a.step, b.step, str(b.location)) for a, b in pairs if b.step <= a.step]
+    return stride, gaps, restarts
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _mean_of(values) -> float | None:
+    kept = [v for v in values if _finite(v)]
+    return statistics.fmean(kept) if kept else None
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+def render(report: Report, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(_json_safe(asdict(report)), indent=2)
+    if fmt == "markdown":
+        return _markdown(report)
+    return _text(report)
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f}%"
+
+
+def _steps_list(steps: list[int]) -> str:
+    shown = ", ".join(str(s) for s in steps[:_LISTED_STEPS])
+    more = len(steps) - _LISTED_STEPS
+    return shown + (f", … ({more} more)" if more > 0 else "")
+
+
+def _overview(report: Report) -> list[tuple[str, str]]:
+    first = report.series[0].first_step if report.series else None
+    rows = [
+        ("logs", ", ".join(s.label for s in report.series)),
+        ("steps", "-" if report.steps is None else f"{first}..{report.steps}"),
+        ("wall time", "-" if report.wall_time_s is None else f"{report.wall_time_s:.1f} s"),
+        ("loss", "-" if report.first_loss is None else
+            f"first {_num(report.first_loss)}, last {_num(report.last_loss)}, "
+            f"min {_num(report.min_loss)} (step {report.min_loss_step}) [{report.loss_from}]"),
+        ("throughput", _throughput(report)),
+        ("non-finite", f"{report.nonfinite_records} record(s)"),
+        ("overflow", f"{report.overflow_records} record(s)"),
+    ]
+    return rows
+
+
+def _throughput(report: Report) -> str:
+    parts = []
+    if report.mean_samples_per_second is not None:
+        parts.append(f"{_num(report.mean_samples_per_second)} samples/s")
+    if report.mean_tokens_per_second is not None:
+        parts.append(f"{_num(report.mean_tokens_per_second)} tokens/s")
+    if report.steps_per_second is not None:
+        parts.append(f"{_num(report.steps_per_second)} steps/s")
+    return "mean " + ", ".join(parts) if parts else "-"
+
+
+_TABLE_HEADER = ("series", "records", "steps", "median ms", "mean ms", "max ms", "skew vs median")
+
+
+def _table_rows(report: Report) -> list[tuple[str, ...]]:
+    return [
+        (
+            s.label,
+            str(s.records),
+            "-" if s.first_step is None else f"{s.first_step}..{s.last_step}",
+            _num(s.step_time_median_ms),
+            _num(s.step_time_mean_ms),
+            _num(s.step_time_max_ms),
+            _pct(s.skew_vs_median),
+        )
+        for s in report.series
+    ]
+
+
+def _straggler_line(report: Report) -> str | None:
+    if report.slowest is None:
+        return None
+    by_label = {s.label: s for s in report.series}
+    if report.stragglers:
+        named = ", ".join(
+            f"{label} ({_pct(by_label[label].skew_vs_median)})" for label in report.stragglers
+        )
+        return (
+            f"stragglers (> {report.straggler_threshold:.0%} over the median "
+            f"{_num(report.median_step_time_ms)} ms): {named}"
+        )
+    slowest = by_label[report.slowest]
+    return (
+        f"no stragglers: every series within {report.straggler_threshold:.0%} of the median "
+        f"{_num(report.median_step_time_ms)} ms; slowest {slowest.label} ({_pct(slowest.skew_vs_median)})"
+    )
+
+
+def _findings(report: Report) -> list[str]:
+    lines = []
+    for s in report.series:
+        if s.nonfinite_steps:
+            lines.append(f"{s.label}: non-finite values at steps {_steps_list(s.nonfinite_steps)}")
+        if s.overflow_steps:
+            lines.append(f"{s.label}: overflow at steps {_steps_list(s.overflow_steps)}")
+        for gap in s.gaps:
+            lines.append(
+                f"{s.label}: gap, no record between step {gap.after} and step {gap.before} "
+                f"(stride {s.stride}) at {gap.location}"
+            )
+        for restart in s.restarts:
+            lines.append(
+                f"{s.label}: restart, step went from {restart.from_step} back to "
+                f"{restart.to_step} at {restart.location}"
+            )
+        for alert in s.alerts:
+            lines.append(f"{s.label}: alert, {alert}")
+        for location in s.damaged_tails:
+            lines.append(f"{s.label}: truncated last line skipped at {location}")
+        if s.foreign_lines:
+            lines.append(f"{s.label}: {s.foreign_lines} line(s) from other writers skipped")
+    return lines
+
+
+def _text(report: Report) -> str:
+    out = ["Run"]
+    out += [f"  {name:<11} {value}" for name, value in _overview(report)]
+    out += ["", "Step time per series (train_per_step_time)"]
+    rows = [_TABLE_HEADER, *_table_rows(report)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_TABLE_HEADER))]
+    for row in rows:
+        out.append("  " + "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths))
+        ).rstrip())
+    straggler = _straggler_line(report)
+    if straggler:
+        out.append("  " + straggler)
+    findings = _findings(report)
+    out += ["", "Findings"] + ([f"  {line}" for line in findings] or ["  none"])
+    return "\n".join(out) + "\n"
+
+
+def _markdown(report: Report) -> str:
+    out = ["## Run", "", "| | |", "|---|---|"]
+    out += [f"| {name} | {_md(value)} |" for name, value in _overview(report)]
+    out += ["", "## Step time per series (train_per_step_time)", ""]
+    out.append("| " + " | ".join(_TABLE_HEADER) + " |")
+    out.append("|---|" + "---:|" * (len(_TABLE_HEADER) - 1))
+    out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in _table_rows(report)]
+    straggler = _straggler_line(report)
+    if straggler:
+        out += ["", straggler]
+    out += ["", "## Findings", ""]
+    out += [f"- {_md(line)}" for line in _findings(report)] or ["none"]
+    return "\n".join(out) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")

@@ -1,0 +1,58 @@
+"""Device telemetry: NPU, GPU, host and allocator readings, polled off the training thread.
+
+A daemon thread polls each source every `device_config.poll_interval` seconds into a
+cache; observable instruments read the cache on the metric reader's thread, and sampled
+steps take `snapshot()` from it. Nothing here ever runs a device tool on the training
+thread. Names and their mapping to npu-exporter are in docs/devices.md.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.metrics import Meter
+
+from otel_mindformers.config import MonitorConfig
+from otel_mindformers.devices import instruments
+from otel_mindformers.devices.cache import ReadingCache
+from otel_mindformers.devices.poller import Poller
+from otel_mindformers.devices.selection import build_sources
+from otel_mindformers.identity import Identity
+
+__all__ = ["DeviceTelemetry"]
+
+# The Ascend source makes at most three tool calls per poll.
+_CALLS_PER_POLL = 3
+
+
+class DeviceTelemetry:
+    def __init__(self, cache: ReadingCache, poller: Poller) -> None:
+        self._cache = cache
+        self._poller = poller
+
+    @classmethod
+    def start(cls, config: MonitorConfig, identity: Identity, meter: Meter | None) -> DeviceTelemetry | None:
+        """Start polling for `identity`'s rank; None when `device_monitor` is off or there
+        is nothing to read."""
+        if not (config.enable and config.device_monitor):
+            return None
+        device_config = config.device_config
+        sources = build_sources(device_config, identity)
+        if not sources:
+            return None
+        # Readings survive one late poll (an interval plus every tool call at its timeout),
+        # not two: a poll thread stuck in a driver call reads as missing data.
+        cache = ReadingCache(
+            max_age=2 * device_config.poll_interval + _CALLS_PER_POLL * device_config.command_timeout
+        )
+        failures = instruments.register(meter, cache) if meter is not None else None
+        poller = Poller(sources, cache, device_config.poll_interval, failures)
+        poller.start()
+        return cls(cache, poller)
+
+    def snapshot(self) -> dict[str, float]:
+        """This rank's latest readings under flat JSON keys; never polls, never waits."""
+        return self._cache.snapshot()
+
+    def shutdown(self, timeout: float = 1.0) -> None:
+        """Stop polling. The last readings stay observable until they age out, so the final
+        metric export still carries them."""
+        self._poller.stop(timeout)

@@ -1,0 +1,255 @@
+"""Parsers for `npu-smi` text, keyed by names and tolerant of driver differences.
+
+Forms (recorded examples in tests/fixtures/npu_smi/):
+- `npu-smi info`: a box-drawn table with two rows per chip, whose header rows name the
+  columns, followed by a process table;
+- `npu-smi info -t usages -i N` and `-t common -i N`: `Key : value` lines, one block per
+  chip, each with a `Chip ID` line (last in `usages`, first in `common`).
+
+Drivers rename keys (`Memory ...` became `DDR ...`), add some (`NPU Utilization(%)`), print
+`-` or `NA` where they have no value, and A3 boards carry two chips per NPU. Columns and
+keys are looked up by name; unknown ones are ignored and missing values are left out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from otel_mindformers.devices.base import SourceError
+
+# Canonical field names; each carries its unit.
+AICORE = "aicore_percent"
+AIVECTOR = "aivector_percent"
+AICPU = "aicpu_percent"
+CTRLCPU = "ctrlcpu_percent"
+OVERALL = "npu_percent"
+HBM_USED = "hbm_used_mb"
+HBM_TOTAL = "hbm_total_mb"
+HBM_USAGE = "hbm_usage_percent"
+DDR_USED = "ddr_used_mb"
+DDR_TOTAL = "ddr_total_mb"
+DDR_USAGE = "ddr_usage_percent"
+TEMPERATURE = "temperature_c"
+POWER = "power_w"
+
+# `Key : value` forms: normalised key (lower case, no spaces) -> field.
+_KEYS = {
+    "aicoreusagerate(%)": AICORE,
+    "aivectorusagerate(%)": AIVECTOR,
+    "aicpuusagerate(%)": AICPU,
+    "ctrlcpuusagerate(%)": CTRLCPU,
+    "npuutilization(%)": OVERALL,
+    "hbmcapacity(mb)": HBM_TOTAL,
+    "hbmusagerate(%)": HBM_USAGE,
+    "ddrcapacity(mb)": DDR_TOTAL,
+    "memorycapacity(mb)": DDR_TOTAL,
+    "ddrusagerate(%)": DDR_USAGE,
+    "memoryusagerate(%)": DDR_USAGE,
+    "temperature(c)": TEMPERATURE,
+    "npureal-timepower(w)": POWER,
+}
+_CHIP_ID_KEY = "chipid"
+
+# Table columns: lower-case header word -> field; a pair maps "used / total" cells.
+_COLUMNS: dict[str, str | tuple[str, str]] = {
+    "npu": "npu",
+    "name": "model",
+    "health": "health",
+    "chip": "chip",
+    "phy-id": "device",  # A3: the chip's device id
+    "device": "device",  # inference cards: the chip's device id
+    "bus-id": "bus_id",
+    "power(w)": POWER,
+    "temp(c)": TEMPERATURE,
+    "aicore(%)": AICORE,
+    "memory-usage(mb)": (DDR_USED, DDR_TOTAL),
+    "hbm-usage(mb)": (HBM_USED, HBM_TOTAL),
+}
+_TEXT_FIELDS = frozenset({"model", "health", "bus_id"})
+_INT_FIELDS = frozenset({"npu", "chip", "device"})
+
+
+class NpuSmiParseError(SourceError):
+    def __init__(self, message: str) -> None:
+        super().__init__("parse", message)
+
+
+def number(text: str) -> float | None:
+    """A finite number, or None for `-`, `NA`, blanks and anything else."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _integer(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+# --- `-t usages` / `-t common` -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class ChipBlock:
+    chip_id: int | None  # None when the driver prints no `Chip ID` (single-chip boards)
+    values: dict[str, float]
+
+
+def parse_chip_blocks(text: str) -> list[ChipBlock]:
+    """One ChipBlock per chip block that has at least one known value.
+
+    A block ends where a key repeats, which finds chip boundaries whether `Chip ID` opens
+    or closes each block and whether or not blank lines separate them.
+    """
+    raw_blocks: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        key = "".join(key.split()).lower()
+        if not sep or not key:
+            continue
+        if key in current:
+            raw_blocks.append(current)
+            current = {}
+        current[key] = value.strip()
+    if current:
+        raw_blocks.append(current)
+
+    blocks = []
+    for raw in raw_blocks:
+        values = {}
+        for key, name in _KEYS.items():
+            value = number(raw.get(key, ""))
+            if value is not None:
+                values[name] = value
+        if values:
+            blocks.append(ChipBlock(_integer(raw.get(_CHIP_ID_KEY, "")), values))
+    if not blocks:
+        raise NpuSmiParseError("no known `Key : value` lines in the npu-smi output")
+    return blocks
+
+
+# --- `npu-smi info` table ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NpuChip:
+    npu_id: int
+    chip_id: int
+    device_id: int | None  # from a Phy-ID / Device column, when the table has one
+    model: str | None = None
+    health: str | None = None
+    bus_id: str | None = None
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NpuProcess:
+    npu_id: int
+    chip_id: int
+    pid: int
+    name: str
+    memory_mb: float
+
+
+@dataclass(frozen=True)
+class NpuTable:
+    chips: tuple[NpuChip, ...]
+    processes: tuple[NpuProcess, ...]
+
+
+def _tokens(cell: str) -> list[str]:
+    return re.sub(r"\s*/\s*", "/", cell).split()
+
+
+def _row_fields(cells: list[str], header: list[list[str]]) -> dict[str, object]:
+    """Values of one data row, named by the header row above it.
+
+    A cell with fewer values than its header has columns is skipped (no guessing which one
+    is missing); extra words go to the last column (model names may contain spaces).
+    """
+    fields: dict[str, object] = {}
+    for cell, names in zip(cells, header):
+        tokens = _tokens(cell)
+        if not names or len(tokens) < len(names):
+            continue
+        tokens = tokens[: len(names) - 1] + [" ".join(tokens[len(names) - 1:])]
+        for name, token in zip(names, tokens):
+            target = _COLUMNS.get(name)
+            if isinstance(target, tuple):
+                used, _, total = (number(text) for text in token.partition("/"))
+                if used is not None and total:  # `0 / 0`: the board does not expose it
+                    fields[target[0]], fields[target[1]] = used, total
+            elif target in _TEXT_FIELDS:
+                fields[target] = token
+            elif target in _INT_FIELDS:
+                if (value := _integer(token)) is not None:
+                    fields[target] = value
+            elif target is not None and (value := number(token)) is not None:
+                fields[target] = value
+    return fields
+
+
+def _chip(fields: dict[str, object]) -> NpuChip | None:
+    if "npu" not in fields:
+        return None
+    values = {k: v for k, v in fields.items() if isinstance(v, float)}
+    return NpuChip(
+        npu_id=fields["npu"],
+        chip_id=fields.get("chip", 0),
+        device_id=fields.get("device"),
+        model=fields.get("model"),
+        health=fields.get("health"),
+        bus_id=fields.get("bus_id"),
+        values=values,
+    )
+
+
+def _process(cells: list[str]) -> NpuProcess | None:
+    if len(cells) < 4:
+        return None
+    ids = [_integer(token) for token in cells[0].split()]
+    pid, memory = _integer(cells[1]), number(cells[3])
+    if not ids or None in ids or pid is None or memory is None:
+        return None
+    return NpuProcess(ids[0], ids[1] if len(ids) > 1 else 0, pid, cells[2], memory)
+
+
+def parse_table(text: str) -> NpuTable:
+    """Chips and processes of the plain `npu-smi info` table."""
+    first_header: list[list[str]] | None = None
+    second_header: list[list[str]] | None = None
+    bus_column: int | None = None
+    in_processes = False
+    pending: dict[str, object] | None = None  # the first row of the chip being read
+    chips: list[NpuChip] = []
+    processes: list[NpuProcess] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("+"):
+            pending = None  # rows of one chip never straddle a rule
+            continue
+        if not line.startswith("|"):
+            continue
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        lowered = [cell.lower() for cell in cells]
+        if any(cell.startswith("process id") for cell in lowered):
+            in_processes = True
+        elif "health" in lowered:
+            first_header, in_processes = [_tokens(c.lower()) for c in cells], False
+        elif "bus-id" in lowered:
+            second_header, bus_column = [_tokens(c.lower()) for c in cells], lowered.index("bus-id")
+        elif in_processes:
+            if (process := _process(cells)) is not None:
+                processes.append(process)
+        elif first_header is None or second_header is None:
+            continue
+        elif len(cells) == len(second_header) and ":" in cells[bus_column]:
+            if pending is not None and (chip := _chip({**pending, **_row_fields(cells, second_header)})):
+                chips.append(chip)
+        elif len(cells) == len(first_header):
+            pending = _row_fields(cells, first_header)
+    if not chips:
+        raise NpuSmiParseError("no NPU rows in the `npu-smi info` table")
+    return NpuTable(tuple(chips), tuple(processes))

@@ -1,0 +1,84 @@
+"""The poll thread: reads every source in turn, refreshes the cache, counts failures."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Sequence
+
+from opentelemetry.metrics import Counter
+
+from otel_mindformers import semconv
+from otel_mindformers.devices.base import Source, SourceError
+from otel_mindformers.devices.cache import ReadingCache
+
+_logger = logging.getLogger(__name__)
+
+
+class Poller:
+    """Polls `sources` every `interval` seconds on a daemon thread.
+
+    A failing source loses its cached readings (no stale values are reported), adds one to
+    `failures` per poll, and is named in one warning for the whole run: a driver that stays
+    broken for hours must not flood the training log.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        cache: ReadingCache,
+        interval: float,
+        failures: Counter | None = None,
+    ) -> None:
+        self._sources = list(sources)
+        self._cache = cache
+        self._interval = interval
+        self._failures = failures
+        self._warned: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="otel-mindformers-devices", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Return within `timeout`; a poll stuck in a tool call finishes (and closes the
+        sources) on its own, bounded by the tool's timeout."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def poll_once(self) -> None:
+        for source in self._sources:
+            if self._stop.is_set():
+                return
+            try:
+                readings = source.read()
+            except Exception as exc:  # a device tool must never take training down
+                self._cache.drop(source.name)
+                self._count_failure(source.name, exc)
+            else:
+                self._cache.put(source.name, readings)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.poll_once()
+                self._stop.wait(self._interval)
+        finally:
+            for source in self._sources:
+                try:
+                    source.close()
+                except Exception as exc:
+                    _logger.debug("otel_mindformers: closing device source %s: %s", source.name, exc)
+
+    def _count_failure(self, name: str, exc: Exception) -> None:
+        error_type = exc.error_type if isinstance(exc, SourceError) else type(exc).__name__
+        if self._failures is not None:
+            self._failures.add(1, {semconv.ATTR_DEVICE_SOURCE: name, semconv.ATTR_ERROR_TYPE: error_type})
+        if name not in self._warned:
+            self._warned.add(name)
+            _logger.warning(
+                "otel_mindformers: device source %r failed (%s: %s); its readings are left out "
+                "while it fails, and each failed poll is counted in %s",
+                name, error_type, exc, semconv.DEVICE_POLL_FAILURES,
+            )

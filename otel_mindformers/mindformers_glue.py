@@ -1,0 +1,254 @@
+"""MindFormers integration: the article's `monitor_config` in a real MindFormers YAML.
+
+Installed by `import otel_mindformers` (and by the instrumentor) as soon as MindFormers is
+imported, it patches three places, each restored by `uninstall()`:
+
+- `Config.apply` in `mindformers.tools.register.template`, where MindFormers validates the
+  YAML's `monitor_config` (its `MonitorConfig` section) and rejects unknown keys. The
+  article's keys (every key of our `MonitorConfig`) are validated by us, with a
+  `ConfigError` naming the key, and kept in the section; MindFormers' native keys still go
+  through MindFormers, so its own `TrainingStateMonitor` sees them as before.
+- MindFormers' callback registry: `callbacks: - type: MonitorCallback` builds ours.
+- `BaseTrainer.training_process`, where MindFormers builds the callback list: a run gets
+  exactly one MonitorCallback — the user's instance, else the YAML's entry (given the YAML's
+  `monitor_config` when it names no config), else one built from `monitor_config` when it
+  says `enable: true` (or, under the instrumentor, unless it says `enable: false`). Its
+  `tokens_per_sample` defaults to the model's `seq_length`.
+
+Our `enable` / `interval` accept MindFormers' `monitor_on` / `step_interval` as aliases; when
+both spellings are written, the article's configures us and the native one MindFormers.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import inspect
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import wrapt
+
+from otel_mindformers.config import MonitorConfig, load_monitor_config, parse_monitor_config
+
+# The names a YAML `callbacks:` entry may use for our callback.
+CALLBACK_NAMES = ("MonitorCallback", "OtelCallback")
+
+# Every key of our section; a MindFormers YAML may use any of them inside `monitor_config`.
+OWN_KEYS = frozenset(f.name for f in dataclasses.fields(MonitorConfig))
+# MindFormers' spelling → ours (`monitor_on` → `enable`, `step_interval` → `interval`).
+NATIVE_ALIASES = {
+    alias: f.name for f in dataclasses.fields(MonitorConfig) for alias in f.metadata.get("aliases", ())
+}
+
+
+@dataclass(frozen=True)
+class ZeroCode:
+    """What the instrumentor asks of every run (see instrumentor.py).
+
+    `config`: the operator's configuration (OTEL_PYTHON_MINDFORMERS_CONFIG or
+    `instrument(config=...)`); None lets a MindFormers YAML's `monitor_config` decide, else
+    the defaults. `providers`: tracer/meter/logger providers passed to `instrument()`.
+    """
+
+    config: MonitorConfig | None = None
+    providers: Mapping[str, Any] = field(default_factory=dict)
+
+    def callback_kwargs(self) -> dict[str, Any]:
+        """MonitorCallback's provider arguments (unset ones left to its own resolution)."""
+        return {name: provider for name, provider in self.providers.items() if provider is not None}
+
+
+_zero_code: ZeroCode | None = None
+_inside_trainer: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_mindformers_trainer", default=False)
+_hook_registered = False
+_wanted = False  # install() called and not undone: the import hook may patch
+_patched: dict[str, Any] = {}  # what install() changed, for uninstall()
+_section_class: type | None = None  # MindFormers' MonitorConfig (the `monitor_config` section)
+
+
+# --- state shared with the instrumentor ---------------------------------------------------
+
+def set_zero_code(settings: ZeroCode | None) -> None:
+    global _zero_code
+    _zero_code = settings
+
+
+def inside_trainer() -> bool:
+    """True while a MindFormers Trainer runs: it has already decided on its MonitorCallback."""
+    return _inside_trainer.get()
+
+
+# --- the section ----------------------------------------------------------------------------
+
+def monitor_section(section: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A MindFormers `monitor_config` as our parser reads it: where both spellings of a key
+    are written, the article's configures us and MindFormers keeps the native one."""
+    ours = dict(section or {})
+    for native, article in NATIVE_ALIASES.items():
+        if article in ours:
+            ours.pop(native, None)
+    return ours
+
+
+def _apply_config(wrapped: Callable, cls: Any, args: tuple, kwargs: dict) -> Any:
+    """Wraps MindFormers' `Config.apply(section)` → the section with defaults filled.
+
+    The base class is wrapped because MindFormers takes every attribute of its section class
+    (`MonitorConfig.__dict__`) as a key: a wrapper set there would become one."""
+    if cls is not _section_class:
+        return wrapped(*args, **kwargs)
+    section = args[0] if args else kwargs.get("config")
+    if section is None:
+        section = {}
+    if not isinstance(section, Mapping):
+        return wrapped(*args, **kwargs)  # MindFormers reports its own type error
+    parse_monitor_config(monitor_section(section))
+    native = {k: v for k, v in section.items() if k not in OWN_KEYS}
+    # A section holding only our keys is not empty: spare MindFormers' "config is empty" warning.
+    result = wrapped(native or {"monitor_on": False})
+    # MindFormers fills in a default for each native key. Two of them double as our `enable`
+    # and `interval`, and a default nobody wrote must not configure us: it is left out.
+    # MindFormers tests `monitor_on` only for truth (absent reads as None) and reads
+    # `step_interval` only when `monitor_on` is on, so that default stays then.
+    if "monitor_on" not in section:
+        result.pop("monitor_on", None)
+    if "step_interval" not in section and not result.get("monitor_on"):
+        result.pop("step_interval", None)
+    result.update({k: v for k, v in section.items() if k in OWN_KEYS})
+    return result
+
+
+# --- the Trainer ----------------------------------------------------------------------------
+
+def _run_monitor_config(run_config: Mapping[str, Any], *, listed: bool) -> MonitorConfig | None:
+    """The configuration of this run's MonitorCallback; None: the run gets none.
+
+    `listed`: the YAML's `callbacks:` names ours, so it is wanted whatever `enable` says
+    (a disabled callback does nothing)."""
+    section = monitor_section(run_config.get("monitor_config"))
+    zero = _zero_code
+    if zero is not None and zero.config is not None:
+        config = zero.config
+    elif listed or zero is not None or section.get("enable"):
+        # after a plain `import otel_mindformers` only `enable: true` asks for monitoring
+        config = load_monitor_config(section)
+    else:
+        return None
+    if not (listed or config.enable):
+        return None
+    seq_length = _seq_length(run_config)
+    if config.tokens_per_sample is None and seq_length:
+        config = dataclasses.replace(config, tokens_per_sample=seq_length)
+    return config
+
+
+def _seq_length(run_config: Mapping[str, Any]) -> int | None:
+    model_config = (run_config.get("model") or {}).get("model_config") or {}
+    seq_length = model_config.get("seq_length")
+    return seq_length if isinstance(seq_length, int) and seq_length > 0 else None
+
+
+def callback_list(callbacks: Any) -> list:
+    """MindSpore's `callbacks=` argument (None, one Callback or a list) as a new list."""
+    if callbacks is None:
+        return []
+    return list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+
+
+def _providers() -> dict[str, Any]:
+    return _zero_code.callback_kwargs() if _zero_code is not None else {}
+
+
+def _training_process(wrapped: Callable, _instance: Any, args: tuple, kwargs: dict) -> Any:
+    from otel_mindformers.callback import MonitorCallback
+
+    bound = inspect.signature(wrapped).bind(*args, **kwargs)
+    run_config = bound.arguments.get("config")
+    if isinstance(run_config, Mapping):
+        callbacks = callback_list(bound.arguments.get("callbacks"))
+        entries = [
+            e for e in run_config.get("callbacks") or []
+            if isinstance(e, Mapping) and e.get("type") in CALLBACK_NAMES
+        ]
+        mine = any(isinstance(cb, MonitorCallback) for cb in callbacks)
+        if entries and (mine or len(entries) > 1):
+            # One callback per run: the user's instance wins over YAML entries, the first entry over the rest.
+            drop = entries if mine else entries[1:]
+            run_config["callbacks"] = [e for e in run_config["callbacks"] if not any(e is d for d in drop)]
+            entries = [] if mine else entries[:1]
+        if entries:
+            entry = entries[0]
+            if "config" not in entry:
+                entry["config"] = _run_monitor_config(run_config, listed=True)
+            for name, provider in _providers().items():
+                entry.setdefault(name, provider)
+        elif not mine:
+            config = _run_monitor_config(run_config, listed=False)
+            if config is not None:
+                bound.arguments["callbacks"] = callbacks + [MonitorCallback(config, **_providers())]
+    token = _inside_trainer.set(True)
+    try:
+        return wrapped(*bound.args, **bound.kwargs)
+    finally:
+        _inside_trainer.reset(token)
+
+
+# --- install / uninstall ------------------------------------------------------------------------
+
+def install() -> bool:
+    """Patch MindFormers now if it is imported, else as soon as it is. False: it already was."""
+    global _hook_registered, _wanted
+    if _wanted:
+        return False
+    _wanted = True
+    if not _hook_registered:
+        _hook_registered = True
+        wrapt.register_post_import_hook(_patch, "mindformers")  # runs now if already imported
+    elif "mindformers" in sys.modules:
+        _patch(sys.modules["mindformers"])
+    return True
+
+
+def _wrap(owner: type, name: str, wrapper: Callable) -> None:
+    # The class attribute itself is kept: `apply` is a classmethod, and restoring what the
+    # class returns on lookup (a method bound to the base class) would break subclasses.
+    _patched["attributes"].append((owner, name, owner.__dict__[name]))
+    wrapt.wrap_function_wrapper(owner, name, wrapper)
+
+
+def _patch(_module: Any) -> None:
+    if _patched or not _wanted:
+        return
+    from mindformers.tools.register import MindFormerModuleType, MindFormerRegister, template
+    from mindformers.trainer.base_trainer import BaseTrainer
+
+    from otel_mindformers.callback import MonitorCallback, OtelCallback
+
+    global _section_class
+    _section_class = template.MonitorConfig
+    _patched["attributes"] = []
+    _wrap(template.Config, "apply", _apply_config)
+    _wrap(BaseTrainer, "training_process", _training_process)
+    registered = _patched["registered"] = []
+    for cls in (MonitorCallback, OtelCallback):
+        if not MindFormerRegister.is_exist(MindFormerModuleType.CALLBACK, cls.__name__):
+            MindFormerRegister.register_cls(cls, module_type=MindFormerModuleType.CALLBACK)
+            registered.append(cls.__name__)
+
+
+def uninstall() -> None:
+    """Restore what install() patched (nothing if MindFormers was never imported)."""
+    global _wanted
+    _wanted = False
+    if not _patched:
+        return
+    from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+
+    for owner, name, original in _patched.pop("attributes"):
+        setattr(owner, name, original)
+    for name in _patched.pop("registered"):
+        MindFormerRegister.registry[MindFormerModuleType.CALLBACK].pop(name, None)
+        MindFormerRegister.search_names_map.pop((MindFormerModuleType.CALLBACK, name), None)

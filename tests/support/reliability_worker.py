@@ -1,0 +1,146 @@
+"""A training process for the reliability suite: a real MindSpore run with MonitorCallback,
+plus faults injected at chosen steps, reporting what it saw to a JSON file.
+
+    python -m tests.support.reliability_worker '<json spec>'
+
+Spec keys: `config` (monitor_config mapping), `steps`, `shape` ("scalar" / "tuple3" /
+"tuple5"), `graph` (bool), `report` (path of the JSON report), `log_level` (configure
+Python logging to stderr at that level), and `at`: step -> list of actions run after
+MonitorCallback's hook of that step:
+- ["touch", path]            create a marker file (the parent waits for it);
+- ["sleep", seconds]         hold the training thread;
+- ["raise", message]         raise RuntimeError(message) from the training loop;
+- ["fsize", extra_bytes]     cap this process's file size (RLIMIT_FSIZE) at the JSON file's
+                             current size plus extra_bytes: the disk is "full" from now on;
+- ["memory"]                 record Python's traced memory (tracemalloc runs from step 1).
+
+The report holds `hook_seconds` (hook name -> every call's duration), `memory`
+(step -> traced bytes), `last_step_end` and `returned` (time.time() stamps) and `error`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[2]
+_HOOKS = ("on_train_begin", "on_train_epoch_begin", "on_train_step_end", "on_train_epoch_end", "on_train_end")
+
+
+def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None, **popen: object) -> subprocess.Popen:
+    """Start a worker in `cwd` (importing mindformers or mindspore writes ./output there)."""
+    full_env = {
+        **os.environ,
+        "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])),
+        **(env or {}),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.reliability_worker", json.dumps(spec)],
+        cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
+    )
+
+
+def run(spec: dict, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run a worker to its end; returns the finished process and its report."""
+    process = spawn(spec, cwd, env)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    report_path = Path(spec["report"])
+    report = json.loads(report_path.read_text()) if report_path.exists() else {}
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), report
+
+
+def timed_hooks(callback, durations: dict[str, list[float]]):
+    """Record the duration of every hook call on `callback`, by hook name (instance
+    attributes shadow the class's methods; MindSpore looks hooks up on the instance)."""
+    for name in _HOOKS:
+        method = getattr(callback, name)
+        calls = durations.setdefault(name, [])
+
+        def timed(run_context, method=method, calls=calls):
+            start = time.perf_counter()
+            try:
+                method(run_context)
+            finally:
+                calls.append(time.perf_counter() - start)
+
+        setattr(callback, name, timed)
+    return callback
+
+
+def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
+    from mindspore.train import Callback
+
+    class Faults(Callback):
+        def __init__(self, actions: dict[int, list], report: dict, json_path: Path) -> None:
+            super().__init__()
+            self._actions = actions
+            self._report = report
+            self._json_path = json_path
+
+        def on_train_step_end(self, run_context) -> None:
+            step = run_context.original_args().cur_step_num
+            self._report["last_step_end"] = time.time()
+            for action in self._actions.get(step, []):
+                kind, *args = action
+                if kind == "touch":
+                    Path(args[0]).touch()
+                elif kind == "sleep":
+                    time.sleep(args[0])
+                elif kind == "raise":
+                    raise RuntimeError(args[0])
+                elif kind == "fsize":
+                    size = self._json_path.stat().st_size if self._json_path.exists() else 0
+                    resource.setrlimit(resource.RLIMIT_FSIZE, (size + args[0], resource.RLIM_INFINITY))
+                elif kind == "memory":
+                    self._report["memory"][str(step)] = tracemalloc.get_traced_memory()[0]
+                else:
+                    raise ValueError(f"unknown action {kind!r}")
+
+    return Faults(actions, report, json_path)
+
+
+def main(spec: dict) -> None:
+    import mindspore as ms
+
+    from otel_mindformers.callback import MonitorCallback
+    from tests.support.training import train
+
+    if "log_level" in spec:
+        logging.basicConfig(level=spec["log_level"])
+    report: dict = {"hook_seconds": {}, "memory": {}, "error": None}
+    actions = {int(step): acts for step, acts in spec.get("at", {}).items()}
+    callback = timed_hooks(MonitorCallback(spec.get("config", {})), report["hook_seconds"])
+    json_path = Path(callback.config.json_log_path)
+    if any(action[0] == "memory" for acts in actions.values() for action in acts):
+        tracemalloc.start()
+    try:
+        train(
+            [callback, _faults_callback(actions, report, json_path)],
+            steps=spec.get("steps", 20),
+            shape=spec.get("shape", "scalar"),
+            mode=ms.GRAPH_MODE if spec.get("graph") else ms.PYNATIVE_MODE,
+        )
+    except Exception as exc:  # reported to the parent, then re-raised unchanged
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        report["returned"] = time.time()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        Path(spec["report"]).write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

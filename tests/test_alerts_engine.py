@@ -1,0 +1,178 @@
+"""AlertEngine: what it records (span events, status, log records, counters), early-stop
+decisions, custom alerts, and the stall watchdog — on real SDK providers."""
+
+import math
+import time
+import types
+
+import pytest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from otel_mindformers.alerts import AlertEngine
+from otel_mindformers.config import load_monitor_config
+from otel_mindformers.identity import Identity
+from otel_mindformers.monitor import BaseMonitor
+from otel_mindformers.record import StepRecord
+from otel_mindformers.telemetry.providers import build_telemetry
+from tests.support.webhook_receiver import WebhookReceiver
+
+IDENTITY = Identity(rank=1, world_size=2, job_id="job-a", host_name="host-a")
+
+
+class Harness:
+    """An engine on real in-memory SDK pipelines."""
+
+    def __init__(self, alert_section, *, enable_alert=True):
+        self.config = load_monitor_config(
+            {"output_type": [], "alert_config": {"enable_alert": enable_alert, "stall_timeout": None, **alert_section}}
+        )
+        self.spans = InMemorySpanExporter()
+        self.logs = InMemoryLogRecordExporter()
+        self.metrics = InMemoryMetricReader()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        logger_provider = LoggerProvider()
+        logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.logs))
+        self.telemetry = build_telemetry(
+            self.config,
+            IDENTITY,
+            tracer_provider=tracer_provider,
+            meter_provider=MeterProvider(metric_readers=[self.metrics]),
+            logger_provider=logger_provider,
+        )
+        self.progress = types.SimpleNamespace(step=0, last_step_end=time.monotonic())
+        self.engine = AlertEngine.start(self.config, IDENTITY, self.telemetry, self.progress)
+
+    def step(self, step, **values):
+        """One sampled step inside a step span, as the callback does it; returns the stop reason."""
+        self.progress.step, self.progress.last_step_end = step, time.monotonic()
+        span = self.telemetry.tracer.start_span("mindformers.train.step")
+        record = StepRecord(step=step, epoch=1, rank=IDENTITY.rank, time_stamp=time.time(), values=values)
+        reason = self.engine.evaluate(record, span)
+        span.end()
+        return reason
+
+    def alert_counts(self):
+        counts = {}
+        data = self.metrics.get_metrics_data()
+        for resource_metrics in data.resource_metrics if data else ():
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    if metric.name == "mindformers.alerts":
+                        for point in metric.data.data_points:
+                            attrs = point.attributes
+                            counts[(attrs["training.alert.rule"], attrs["training.alert.severity"])] = point.value
+        return counts
+
+    def log_records(self):
+        return [data.log_record for data in self.logs.get_finished_logs()]
+
+
+def test_off_means_no_engine():
+    assert Harness({}, enable_alert=False).engine is None
+
+
+def test_anomalous_step_gets_event_error_status_log_record_and_counter():
+    h = Harness({"loss_threshold": 8.0})
+    assert h.step(1, loss=2.0) is None
+    assert h.step(2, loss=9.0) is None
+    h.engine.shutdown(1.0)
+    normal, anomalous = h.spans.get_finished_spans()
+    assert normal.events == () and normal.status.status_code == StatusCode.UNSET
+    (event,) = anomalous.events
+    assert event.name == "mindformers.alert"
+    assert dict(event.attributes) == {
+        "training.alert.rule": "loss_threshold",
+        "training.alert.severity": "warning",
+        "training.alert.value": 9.0,
+        "training.alert.threshold": 8.0,
+        "message": "loss 9 > threshold 8",
+    }
+    assert anomalous.status.status_code == StatusCode.ERROR
+    assert "loss_threshold" in anomalous.status.description
+    (log,) = h.log_records()
+    assert log.event_name == "mindformers.alert"
+    assert log.severity_text == "WARNING"
+    assert log.attributes["training.alert.rule"] == "loss_threshold"
+    assert log.attributes["training.step"] == 2
+    assert log.attributes["training.rank"] == 1
+    assert "job-a" in log.body and "step 2" in log.body
+    assert h.alert_counts() == {("loss_threshold", "warning"): 1}
+
+
+def test_nonfinite_loss_stops_at_once_and_is_critical():
+    h = Harness({})
+    assert h.step(1, loss=1.0, grad_norm=1.0) is None
+    reason = h.step(2, loss=math.nan, grad_norm=math.nan)
+    h.engine.shutdown(1.0)
+    assert reason == "non-finite loss (nan) at step 2"
+    assert h.alert_counts() == {("nonfinite", "critical"): 1}
+    rules = [(r.attributes["training.alert.rule"], r.severity_text) for r in h.log_records()]
+    assert rules == [("nonfinite", "CRITICAL"), ("early_stop", "CRITICAL")]
+    span = h.spans.get_finished_spans()[1]
+    assert span.events[0].attributes["message"] == "loss is nan"
+    assert "training.alert.value" not in span.events[0].attributes  # NaN is not an attribute value
+
+
+def test_nonfinite_without_stop_then_stop_after_consecutive_anomalous_steps():
+    h = Harness({"stop_on_nonfinite": False, "stop_after_anomalous_steps": 3})
+    reasons = [h.step(s, loss=math.nan) for s in (1, 2, 3, 4)]
+    h.engine.shutdown(1.0)
+    assert reasons[:2] == [None, None]
+    assert reasons[2] == "3 consecutive anomalous sampled steps, the last at step 3"
+    assert reasons[3] == reasons[2]  # decided once, reported to every later call
+
+
+def test_a_normal_step_resets_the_anomalous_streak():
+    h = Harness({"loss_threshold": 5.0, "stop_after_anomalous_steps": 2})
+    reasons = [h.step(s, loss=v) for s, v in enumerate([9.0, 1.0, 9.0, 1.0, 9.0, 9.0], start=1)]
+    h.engine.shutdown(1.0)
+    assert reasons[:5] == [None] * 5 and reasons[5].startswith("2 consecutive")
+
+
+def test_custom_monitor_alerts_through_the_same_engine():
+    h = Harness({"alert_interval": 10})
+    monitor = BaseMonitor(h.config)
+    monitor.raise_alert("queue_depth", "nothing bound yet")  # before train begin: a no-op
+    monitor.alert_engine = h.engine
+    for step in (1, 5, 11):
+        h.progress.step = step
+        monitor.raise_alert("queue_depth", "data queue empty", value=0.0, threshold=1.0, severity="critical")
+    h.engine.shutdown(1.0)
+    assert h.alert_counts() == {("queue_depth", "critical"): 3}
+    assert [r.attributes["training.step"] for r in h.log_records()] == [1, 11]
+    with pytest.raises(ValueError, match="severity"):
+        monitor.raise_alert("queue_depth", "x", severity="fatal")
+
+
+def test_stall_watchdog_names_rank_and_last_step_then_resolves():
+    with WebhookReceiver() as receiver:
+        h = Harness({"stall_timeout": 0.3, "notifiers": [{"type": "webhook", "url": receiver.url()}]})
+        h.progress.step, h.progress.last_step_end = 41, time.monotonic()  # step 41 finished
+        (stalled,) = receiver.wait_for(1)
+        h.progress.step, h.progress.last_step_end = 42, time.monotonic()
+        resolved = receiver.wait_for(2)[1]
+        h.engine.shutdown(5.0)
+    assert stalled.body["rule"] == "stall" and stalled.body["status"] == "firing"
+    assert stalled.body["severity"] == "critical" and stalled.body["step"] == 41
+    assert "rank 1" in stalled.body["message"] and "stalled after step 41" in stalled.body["message"]
+    assert stalled.body["threshold"] == 0.3 and stalled.body["value"] > 0.3
+    assert (resolved.body["status"], resolved.body["step"]) == ("resolved", 42)
+    assert h.alert_counts() == {("stall", "critical"): 1}
+
+
+def test_watchdog_waits_for_the_first_finished_step():
+    """The first step includes graph compilation: no stall alert before it finishes."""
+    with WebhookReceiver() as receiver:
+        h = Harness({"stall_timeout": 0.05, "notifiers": [{"type": "webhook", "url": receiver.url()}]})
+        time.sleep(0.5)  # ten timeouts with no finished step
+        h.engine.shutdown(5.0)
+        assert receiver.requests == []
+    assert h.alert_counts() == {}

@@ -1,0 +1,191 @@
+"""Alerts end to end in real MindSpore training: NaN → alert + early stop, a loss spike that
+fires once and resolves, a stalled step named by the watchdog, and broken receivers that
+training does not notice."""
+
+import json
+
+import pytest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_mindformers.callback import MonitorCallback
+from tests.support.training import Faults, train
+from tests.support.webhook_receiver import WebhookReceiver, closed_port_url
+
+
+class Run:
+    """A MonitorCallback on in-memory SDK pipelines, writing JSON lines under `workdir`."""
+
+    def __init__(self, workdir, alert_section, **extra_config):
+        self.json_path = workdir / "train_metric.json"
+        self.spans = InMemorySpanExporter()
+        self.metrics = InMemoryMetricReader()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.callback = MonitorCallback(
+            {
+                "interval": 1,
+                "grad_monitor": False,  # the tiny scalar network returns no gradient norm
+                "output_type": ["json_file"],
+                "json_log_path": str(self.json_path),
+                "shutdown_timeout": 5.0,
+                "alert_config": {"enable_alert": True, **alert_section},
+                **extra_config,
+            },
+            tracer_provider=tracer_provider,
+            meter_provider=MeterProvider(metric_readers=[self.metrics]),
+            logger_provider=LoggerProvider(),
+        )
+
+    def lines(self):
+        return [json.loads(line) for line in self.json_path.read_text().splitlines()]
+
+    def counter(self, name):
+        points = {}
+        for resource_metrics in self.metrics.get_metrics_data().resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    if metric.name == name:
+                        for point in metric.data.data_points:
+                            points[tuple(sorted(point.attributes.items()))] = point.value
+        return points
+
+    def span(self, name, step=None):
+        for span in self.spans.get_finished_spans():
+            if span.name == name and (step is None or span.attributes.get("training.step") == step):
+                return span
+        raise AssertionError(f"no span {name} at step {step}")
+
+
+def notices(receiver):
+    return [(r.body["rule"], r.body["status"], r.body["step"]) for r in receiver.requests]
+
+
+def test_nan_loss_alerts_at_its_step_and_stops_training(workdir):
+    with WebhookReceiver() as receiver:
+        run = Run(workdir, {"notifiers": [{"type": "webhook", "url": receiver.url()}]})
+        train([run.callback], steps=20, faults=Faults(nan_at={7}))
+        assert notices(receiver) == [("nonfinite", "firing", 7), ("early_stop", "firing", 7)]
+    lines = run.lines()
+    assert [line["step"] for line in lines] == list(range(1, 8))
+    assert lines[-1]["loss"] is None and lines[-1]["nonfinite"] == ["loss"]
+    assert run.callback.stop_reason == "non-finite loss (nan) at step 7"
+    assert run.span("mindformers.train").attributes["training.stop_reason"] == run.callback.stop_reason
+    step_span = run.span("mindformers.train.step", 7)
+    assert [e.name for e in step_span.events] == ["mindformers.alert"]
+    assert run.counter("mindformers.train.nonfinite") == {(("training.metric", "loss"), ("training.rank", 0)): 1}
+    assert run.counter("mindformers.alerts") == {
+        (("training.alert.rule", "nonfinite"), ("training.alert.severity", "critical"), ("training.rank", 0)): 1
+    }
+
+
+def test_stop_after_configured_number_of_anomalous_steps(workdir):
+    run = Run(workdir, {"stop_on_nonfinite": False, "stop_after_anomalous_steps": 3})
+    train([run.callback], steps=20, faults=Faults(nan_at={7}))
+    # The NaN poisons the weights: steps 7, 8 and 9 are all non-finite.
+    assert [line["step"] for line in run.lines()][-1] == 9
+    assert run.callback.stop_reason == "3 consecutive anomalous sampled steps, the last at step 9"
+    assert run.counter("mindformers.train.nonfinite") == {(("training.metric", "loss"), ("training.rank", 0)): 3}
+
+
+def test_loss_spike_fires_once_then_resolves(workdir):
+    with WebhookReceiver() as receiver:
+        run = Run(
+            workdir,
+            {
+                "alert_interval": 1,
+                "loss_spike": {"warmup": 5},
+                "step_time_regression": {"enable": False},
+                "notifiers": [{"type": "webhook", "url": receiver.url()}],
+            },
+        )
+        # Labels x6 at step 15: loss ~3x the rule's limit. A small learning rate keeps the
+        # spike's own update from knocking later steps over the limit too.
+        train([run.callback], steps=30, faults=Faults(spike_at={15: 6.0}), lr=0.003)
+        spike = [n for n in notices(receiver) if n[0] == "loss_spike"]
+    assert spike[0] == ("loss_spike", "firing", 15)
+    assert [status for _, status, _ in spike] == ["firing", "resolved"]
+    assert spike[1][2] > 15
+    assert len(run.lines()) == 30
+
+
+def test_stalled_step_is_named_by_the_watchdog(workdir):
+    with WebhookReceiver() as receiver:
+        run = Run(
+            workdir,
+            {
+                "stall_timeout": 1.0,
+                "step_time_regression": {"enable": False},
+                "notifiers": [{"type": "webhook", "url": receiver.url()}],
+            },
+        )
+        # Step 6's data takes 4 s to arrive: training sits after step 5.
+        train([run.callback], steps=10, faults=Faults(sleep_at={6: 4.0}))
+        stall = [r.body for r in receiver.requests if r.body["rule"] == "stall"]
+    assert [(b["status"], b["step"]) for b in stall][0] == ("firing", 5)
+    # The watchdog polls: by the time it sees training moving again, step 6 or a later one finished.
+    assert [b["status"] for b in stall] == ["firing", "resolved"] and stall[1]["step"] >= 6
+    assert "stalled after step 5" in stall[0]["message"] and "rank 0" in stall[0]["message"]
+    assert len(run.lines()) == 10
+
+
+CUSTOM_MONITOR = """
+from otel_mindformers import BaseMonitor
+
+
+class LossWatcher(BaseMonitor):
+    def on_train_step_end(self, run_context):
+        cb_params = run_context.original_args()
+        if cb_params.cur_step_num == 4:
+            loss = float(cb_params.train_loss.asnumpy().reshape(-1)[0])
+            self.raise_alert("custom_loss_check", f"loss {loss:.3f} seen by a custom monitor", value=loss)
+"""
+
+
+def test_custom_monitor_raises_through_the_engine(workdir):
+    (workdir / "loss_watcher.py").write_text(CUSTOM_MONITOR)
+    with WebhookReceiver() as receiver:
+        run = Run(
+            workdir,
+            {"notifiers": [{"type": "webhook", "url": receiver.url()}]},
+            custom_monitor_callback="loss_watcher.LossWatcher",
+        )
+        train([run.callback], steps=8)
+        custom = [r.body for r in receiver.requests if r.body["rule"] == "custom_loss_check"]
+    assert [(b["status"], b["step"], b["severity"]) for b in custom] == [("firing", 4, "warning")]
+    assert custom[0]["message"].startswith("loss ") and custom[0]["value"] > 0
+    assert run.counter("mindformers.alerts")[
+        (("training.alert.rule", "custom_loss_check"), ("training.alert.severity", "warning"), ("training.rank", 0))
+    ] == 1
+
+
+@pytest.mark.parametrize("failure", ["down", "slow", "500"])
+def test_broken_receiver_does_not_disturb_training(workdir, failure):
+    with WebhookReceiver(status=500 if failure == "500" else 200, delay=3.0 if failure == "slow" else 0.0) as receiver:
+        url = closed_port_url() if failure == "down" else receiver.url()
+        run = Run(
+            workdir,
+            {
+                "loss_threshold": 0.0,  # every step is anomalous
+                "alert_interval": 5,
+                "notify_timeout": 0.2,
+                "notify_retries": 1,
+                "notifiers": [{"type": "webhook", "url": url}],
+            },
+        )
+        train([run.callback], steps=20)
+    assert [line["step"] for line in run.lines()] == list(range(1, 21))
+    assert run.callback.stop_reason is None
+    assert run.counter("mindformers.alerts")[
+        (("training.alert.rule", "loss_threshold"), ("training.alert.severity", "warning"), ("training.rank", 0))
+    ] == 20
+    outcomes = {
+        dict(attributes)["training.alert.outcome"]: value
+        for attributes, value in run.counter("mindformers.alert.notifications").items()
+    }
+    assert "delivered" not in outcomes and outcomes.get("failed", 0) >= 1
+    # Step times with broken receivers are compared in benchmarks/bench_alerts.py.

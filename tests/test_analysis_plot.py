@@ -1,0 +1,116 @@
+"""`otel-mindformers plot`: the images decode, have their size, and every panel has its curves."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.colors import to_rgb
+from PIL import Image
+
+from otel_mindformers.analysis.logs import read_logs
+from otel_mindformers.analysis.plot import ALERT_COLOR, NONFINITE_COLOR, PANELS, ema, plot
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "otel_mindformers.cli", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def load(path: Path) -> np.ndarray:
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB")).astype(int)
+
+
+def panels(pixels: np.ndarray) -> dict[str, np.ndarray]:
+    """The 2x2 grid below the title and legend strip, keyed by metric in PANELS order."""
+    height, width, _ = pixels.shape
+    top, middle, centre = int(height * 0.1), int(height * 0.53), width // 2
+    regions = (pixels[top:middle, :centre], pixels[top:middle, centre:],
+               pixels[middle:, :centre], pixels[middle:, centre:])
+    return {metric: region for (metric, _, _), region in zip(PANELS, regions)}
+
+
+def count(region: np.ndarray, color: str, tolerance: int = 20) -> int:
+    rgb = np.array([round(c * 255) for c in to_rgb(color)])
+    return int((np.abs(region - rgb).max(axis=2) <= tolerance).sum())
+
+
+def test_multirank_png_size_and_curves_in_every_panel(tmp_path):
+    done = cli("plot", str(FIXTURES / "multirank"), "-o", "run.png", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "wrote run.png (4 series, 44 records)"
+    pixels = load(tmp_path / "run.png")
+    assert pixels.shape == (1000, 1600, 3)
+    for metric, region in panels(pixels).items():
+        assert (region < 250).any(axis=2).sum() > 1000, metric  # not a blank panel
+        assert count(region, "C0") > 100, f"rank 0's curve missing from the {metric} panel"
+        assert count(region, NONFINITE_COLOR) > 100, f"non-finite step not marked in the {metric} panel"
+    step_time = panels(pixels)["train_per_step_time"]
+    for color in ("C1", "C2", "C3"):  # ranks 1-3 only log step time
+        assert count(step_time, color) > 200, color
+
+
+def test_panel_without_data_has_no_curve(tmp_path):
+    # truncated.json logs loss and step time only: a check that can fail on empty panels.
+    output = plot(read_logs([FIXTURES / "truncated.json"]), tmp_path / "partial.png", size=(800, 600))
+    regions = panels(load(output))
+    assert load(output).shape == (600, 800, 3)
+    assert count(regions["loss"], "C0") > 50 and count(regions["train_per_step_time"], "C0") > 50
+    assert count(regions["learning_rate"], "C0") == 0
+    assert count(regions["grad_norm"], "C0") == 0
+
+
+def test_alert_lines_are_marked(tmp_path):
+    output = plot(read_logs([FIXTURES / "mixed_writers.json"]), tmp_path / "alerts.png")
+    for metric, region in panels(load(output)).items():
+        assert count(region, ALERT_COLOR) > 100, metric
+
+
+def test_smoothing_draws_a_faded_raw_curve_under_the_average(tmp_path):
+    log = tmp_path / "noisy.json"
+    log.write_text("".join(
+        json.dumps({"time_stamp": float(step), "step": step, "epoch": 1, "rank": 0, "loss": 1.0 + 2 * (step % 2)}) + "\n"
+        for step in range(1, 61)
+    ))
+    series = read_logs([log])
+    plain = panels(load(plot(series, tmp_path / "plain.png")))["loss"]
+    smooth = panels(load(plot(series, tmp_path / "smooth.png", smoothing=0.9)))["loss"]
+    # Raw, the zigzag spans the panel in full colour; smoothed, the full-colour curve is a
+    # nearly flat average and the zigzag is still there, faded (C0 at alpha 0.3 on white).
+    assert spread(smooth, "C0") < 0.2 * spread(plain, "C0")
+    assert spread(smooth, "#bcdaed", tolerance=12) > 0.8 * spread(plain, "C0")
+
+
+def spread(region: np.ndarray, color: str, tolerance: int = 20) -> float:
+    """Interquartile range of the rows holding `color`: how much of the height a curve covers."""
+    rgb = np.array([round(c * 255) for c in to_rgb(color)])
+    rows = np.nonzero(np.abs(region - rgb).max(axis=2) <= tolerance)[0]
+    assert rows.size > 100, f"{color} is hardly drawn"
+    q1, q3 = np.percentile(rows, [25, 75])
+    return float(q3 - q1)
+
+
+def test_ema_is_debiased_and_keeps_holes():
+    values = [4.0, 2.0, math.nan, 1.0]
+    smoothed = ema(values, 0.5)
+    assert smoothed[0] == 4.0  # debiased: the first point is itself, not 2.0
+    assert smoothed[1] == pytest.approx((0.25 * 4 + 0.5 * 2) / 0.75)
+    assert math.isnan(smoothed[2])
+    assert smoothed[3] == pytest.approx((0.125 * 4 + 0.25 * 2 + 0.5 * 1) / 0.875)
+
+
+def test_svg_output_and_argument_errors(tmp_path):
+    assert cli("plot", str(FIXTURES / "rotated"), "-o", "run.svg", cwd=tmp_path).returncode == 0
+    assert "<svg" in (tmp_path / "run.svg").read_text()[:1000]
+    bad = cli("plot", str(FIXTURES / "rotated"), "--smooth", "1.5", cwd=tmp_path)
+    assert bad.returncode == 2 and "expected a weight in [0, 1)" in bad.stderr
+    missing = cli("plot", str(tmp_path / "nothing.json"), cwd=tmp_path)
+    assert missing.returncode == 1 and missing.stderr.startswith("error: ") and "Traceback" not in missing.stderr

@@ -1,0 +1,111 @@
+"""`otel-mindformers report` on fixture logs: numbers, stragglers, gaps, formats, errors."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from otel_mindformers.analysis.logs import read_logs
+from otel_mindformers.analysis.report import build_report, render
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", *args],
+        capture_output=True, text=True, cwd=cwd, timeout=120,
+    )
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_multirank_numbers_come_from_the_logs():
+    report = build_report(read_logs([FIXTURES / "multirank"]))
+    rank0 = _lines(FIXTURES / "multirank" / "train_metric_rank_0.json")
+    losses = [line["loss"] for line in rank0 if line["loss"] is not None]
+    stamps = [line["time_stamp"] for r in range(4) for line in _lines(FIXTURES / "multirank" / f"train_metric_rank_{r}.json")]
+    assert report.steps == 100
+    assert report.wall_time_s == pytest.approx(max(stamps) - min(stamps))
+    assert (report.first_loss, report.last_loss, report.min_loss) == (losses[0], losses[-1], min(losses))
+    assert report.mean_samples_per_second == pytest.approx(statistics.fmean(line["samples_per_second"] for line in rank0))
+    assert report.nonfinite_records == sum(1 for line in rank0 if "nonfinite" in line)
+    assert report.overflow_records == sum(1 for line in rank0 if line["overflow"])
+    assert [s.nonfinite_steps for s in report.series][0] == [70]
+    rates = []
+    for rank in range(4):
+        lines = _lines(FIXTURES / "multirank" / f"train_metric_rank_{rank}.json")
+        rates.append((lines[-1]["step"] - lines[0]["step"]) / (lines[-1]["time_stamp"] - lines[0]["time_stamp"]))
+    assert report.steps_per_second == pytest.approx(statistics.fmean(rates))
+
+
+def test_straggler_is_named_with_its_skew():
+    report = build_report(read_logs([FIXTURES / "multirank"]))
+    medians = {}
+    for rank in range(4):
+        times = [line["train_per_step_time"] for line in _lines(FIXTURES / "multirank" / f"train_metric_rank_{rank}.json")]
+        medians[f"rank {rank}"] = statistics.median(times[1:])  # the compile step is left out
+    overall = statistics.median(medians.values())
+    assert report.median_step_time_ms == pytest.approx(overall)
+    for summary in report.series:
+        assert summary.skew_vs_median == pytest.approx(medians[summary.label] / overall - 1)
+    assert report.stragglers == ["rank 3"]
+    assert report.slowest == "rank 3"
+    text = render(report, "text")
+    assert "stragglers (> 10% over the median" in text and "rank 3 (+" in text
+
+
+def test_no_straggler_below_threshold_but_slowest_still_named():
+    report = build_report(read_logs([FIXTURES / "multirank"]), straggler_threshold=0.6)
+    assert report.stragglers == []
+    assert report.slowest == "rank 3"
+    assert "no stragglers" in render(report, "text")
+
+
+def test_gaps_and_restarts_point_at_their_lines():
+    (summary,) = build_report(read_logs([FIXTURES / "gap_and_restart.json"])).series
+    where = FIXTURES / "gap_and_restart.json"
+    assert summary.stride == 10
+    assert [(g.after, g.before, g.location) for g in summary.gaps] == [(30, 70, f"{where}:5")]
+    assert [(r.from_step, r.to_step, r.location) for r in summary.restarts] == [(80, 1, f"{where}:7")]
+
+
+def test_rotated_set_has_no_gap_at_the_file_boundaries():
+    (summary,) = build_report(read_logs([FIXTURES / "rotated"])).series
+    assert (summary.records, summary.first_step, summary.last_step) == (60, 1, 60)
+    assert summary.gaps == [] and summary.restarts == []
+
+
+def test_json_and_markdown_formats_carry_the_same_findings():
+    report = build_report(read_logs([FIXTURES / "multirank", FIXTURES / "mixed_writers.json"]))
+    data = json.loads(render(report, "json"))
+    assert [s["label"] for s in data["series"]] == [s.label for s in report.series]
+    assert data["stragglers"] == report.stragglers
+    markdown = render(report, "markdown")
+    rows = [line for line in markdown.splitlines() if line.startswith("| ") and "records" not in line]
+    for summary in report.series:
+        assert any(row.startswith(f"| {summary.label} | {summary.records} |") for row in rows)
+    assert "alert, step 20: loss 9.3 above loss_threshold 8.0" in markdown
+
+
+def test_cli_report_formats_and_notes(tmp_path):
+    done = cli("report", str(FIXTURES / "multirank"), str(FIXTURES / "truncated.json"), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["series"][-1]["damaged_tails"] == [f"{FIXTURES / 'truncated.json'}:4"]
+    assert "skipped a truncated last line" in done.stderr
+    assert cli("report", str(FIXTURES / "multirank"), "--format", "markdown").stdout.startswith("## Run")
+
+
+def test_cli_malformed_line_is_one_error_line_not_a_traceback():
+    done = cli("report", str(FIXTURES / "malformed_mid.json"))
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"error: {FIXTURES / 'malformed_mid.json'}:3: not a JSON line")
+    assert "Traceback" not in done.stderr

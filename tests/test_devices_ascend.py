@@ -1,0 +1,177 @@
+"""AscendSource against a fake `npu-smi` put first on PATH (tests/fixtures/bin/npu-smi):
+normal output of each board form, exit 1, garbage, missing, and a hang past the timeout."""
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from otel_mindformers import semconv
+from otel_mindformers.config import DeviceConfig
+from otel_mindformers.devices.ascend import AscendSource
+from otel_mindformers.devices.base import MIB, SourceError
+from otel_mindformers.devices.selection import build_sources
+from otel_mindformers.identity import Identity
+
+FAKE_BIN = Path(__file__).resolve().parent / "fixtures" / "bin"
+
+
+@pytest.fixture
+def fake_npu_smi(monkeypatch, tmp_path):
+    """Puts the fake npu-smi first on PATH; returns the file listing its calls."""
+    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
+    log = tmp_path / "npu-smi.calls"
+    monkeypatch.setenv("FAKE_NPU_SMI_LOG", str(log))
+    return log
+
+
+def calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def source(device, timeout=5.0, attrs=None):
+    return AscendSource("npu-smi", timeout, None if device is None else [device], device,
+                        attrs or {semconv.ATTR_RANK: 3, semconv.ATTR_DEVICE_ID: device})
+
+
+def by_metric(readings, **match):
+    """{metric: value} of the points whose attributes include `match`."""
+    return {p.metric: p.value for p in readings.points
+            if all(p.attributes.get(k) == v for k, v in match.items())}
+
+
+def test_910b_own_device_numbers_attributes_and_snapshot(fake_npu_smi):
+    readings = source(1).read()
+    hbm = by_metric(readings, **{semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm"})
+    assert hbm == {semconv.HW_NPU_MEMORY_USAGE: 21504 * MIB, semconv.HW_NPU_MEMORY_LIMIT: 32768 * MIB,
+                   semconv.HW_NPU_MEMORY_UTILIZATION: 21504 / 32768}
+    ddr = by_metric(readings, **{semconv.ATTR_HW_NPU_MEMORY_TYPE: "ddr"})
+    assert ddr == {semconv.HW_NPU_MEMORY_LIMIT: 15171 * MIB, semconv.HW_NPU_MEMORY_UTILIZATION: 0.06}
+    tasks = {p.attributes[semconv.ATTR_HW_NPU_TASK]: p.value for p in readings.points
+             if p.metric == semconv.HW_NPU_UTILIZATION}
+    assert tasks == {"aicore": 0.47, "aivector": 0.38, "aicpu": 0.01, "ctrlcpu": 0.05, "overall": 0.52}
+    plain = by_metric(readings)
+    assert plain[semconv.HW_TEMPERATURE] == 35.0 and plain[semconv.HW_POWER] == 88.7
+    assert plain[semconv.DEVICE_PROCESS_MEMORY] == 18432 * MIB  # the fake lists its caller: us
+    states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in readings.points
+              if p.metric == semconv.HW_STATUS}
+    assert states == {"ok": 0.0, "degraded": 1.0, "failed": 0.0}  # Health: Warning
+    for point in readings.points:
+        assert point.attributes[semconv.ATTR_HW_ID] == "npu-1"
+        assert point.attributes[semconv.ATTR_HW_TYPE] == "npu"
+        assert point.attributes[semconv.ATTR_HW_VENDOR] == "Huawei"
+        assert point.attributes[semconv.ATTR_HW_MODEL] == "910B4"
+        assert point.attributes[semconv.ATTR_RANK] == 3 and point.attributes[semconv.ATTR_DEVICE_ID] == 1
+    assert readings.snapshot == {"npu_utilization": 47.0, "npu_hbm_used_mb": 21504.0,
+                                 "npu_hbm_total_mb": 32768.0, "npu_temperature_c": 35.0, "npu_power_w": 88.7,
+                                 "npu_process_memory_mb": 18432.0}
+    # The table had temperature and power: `-t common` is not needed.
+    assert calls(fake_npu_smi) == ["info", "info -t usages -i 1"]
+
+
+def test_other_process_memory_is_not_ours(fake_npu_smi):
+    readings = source(0).read()
+    assert semconv.DEVICE_PROCESS_MEMORY not in by_metric(readings)
+    assert "npu_process_memory_mb" not in readings.snapshot and readings.snapshot["npu_hbm_used_mb"] == 3197.0
+
+
+def test_a3_second_chip_takes_power_from_common(fake_npu_smi, monkeypatch):
+    monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
+    readings = source(1).read()
+    plain = by_metric(readings)
+    assert plain[semconv.HW_POWER] == 85.6 and plain[semconv.HW_TEMPERATURE] == 37.0
+    assert plain[semconv.DEVICE_PROCESS_MEMORY] == 37376 * MIB
+    assert {p.attributes[semconv.ATTR_HW_ID] for p in readings.points} == {"npu-1"}
+    assert readings.snapshot["npu_utilization"] == 29.0
+    assert calls(fake_npu_smi) == ["info", "info -t usages -i 0", "info -t common -i 0"]
+
+
+def test_a3_critical_chip_without_any_power_reading(fake_npu_smi, monkeypatch):
+    monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
+    readings = source(3).read()
+    assert semconv.HW_POWER not in by_metric(readings)
+    states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in readings.points
+              if p.metric == semconv.HW_STATUS}
+    assert states == {"ok": 0.0, "degraded": 0.0, "failed": 1.0}
+    assert calls(fake_npu_smi) == ["info", "info -t usages -i 1", "info -t common -i 1"]
+
+
+def test_old_driver_ddr_from_the_table(fake_npu_smi, monkeypatch):
+    monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "old_driver")
+    readings = source(0).read()
+    ddr = by_metric(readings, **{semconv.ATTR_HW_NPU_MEMORY_TYPE: "ddr"})
+    assert ddr[semconv.HW_NPU_MEMORY_USAGE] == 2703 * MIB and ddr[semconv.HW_NPU_MEMORY_LIMIT] == 15039 * MIB
+    hbm = by_metric(readings, **{semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm"})
+    assert hbm[semconv.HW_NPU_MEMORY_USAGE] == 0.0
+    assert readings.snapshot["npu_utilization"] == 0.0
+
+
+def test_every_chip_of_the_node_for_the_devices_command(fake_npu_smi, monkeypatch):
+    monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
+    readings = AscendSource("npu-smi", 5.0, None, None, {}).read()
+    assert {p.attributes[semconv.ATTR_HW_ID] for p in readings.points} == {"npu-0", "npu-1", "npu-2", "npu-3"}
+    assert readings.snapshot == {}
+    assert calls(fake_npu_smi).count("info -t usages -i 0") == 1  # once per NPU, not per chip
+
+
+def test_device_missing_from_the_table(fake_npu_smi):
+    with pytest.raises(SourceError) as raised:
+        source(5).read()
+    assert raised.value.error_type == "parse" and "5" in str(raised.value)
+
+
+@pytest.mark.parametrize("mode, error_type", [("exit1", "exit_status"), ("garbage", "parse")])
+def test_failing_tool(fake_npu_smi, monkeypatch, mode, error_type):
+    monkeypatch.setenv("FAKE_NPU_SMI_MODE", mode)
+    with pytest.raises(SourceError) as raised:
+        source(0).read()
+    assert raised.value.error_type == error_type
+    if mode == "exit1":
+        assert "status 1" in str(raised.value) and "dcmi" in str(raised.value)
+
+
+def test_missing_tool(tmp_path):
+    with pytest.raises(SourceError) as raised:
+        AscendSource(str(tmp_path / "npu-smi"), 5.0, [0], 0, {}).read()
+    assert raised.value.error_type == "not_found"
+
+
+def test_hung_tool_is_killed_with_its_children_at_the_timeout(fake_npu_smi, monkeypatch):
+    # The fake runs `sleep 600` as a child: killing only the script would leave the
+    # sleep holding the output pipe, and the read would wait for it.
+    monkeypatch.setenv("FAKE_NPU_SMI_MODE", "hang")
+    outcome = []
+
+    def read():
+        try:
+            source(0, timeout=0.5).read()
+        except SourceError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "a hung npu-smi outlived its timeout"
+    assert outcome[0].error_type == "timeout"
+
+
+def test_rank_device_follows_ascend_rt_visible_devices(fake_npu_smi, monkeypatch):
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0,1")
+    identity = Identity(rank=1, local_rank=1, device_id=1, device_target="Ascend")
+    ascend = next(s for s in build_sources(DeviceConfig(sources=["ascend"]), identity))
+    assert ascend.read().snapshot["npu_hbm_used_mb"] == 21504.0
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "1,0")
+    ascend = next(s for s in build_sources(DeviceConfig(sources=["ascend"]), identity))
+    assert ascend.read().snapshot["npu_hbm_used_mb"] == 3197.0  # logical 1 is the driver's 0
+
+
+def test_auto_finds_npu_smi_on_path_even_on_cpu(fake_npu_smi):
+    names = [s.name for s in build_sources(DeviceConfig(), Identity(device_target="CPU"))]
+    assert names == ["npu-smi", "psutil"]
+
+
+def test_auto_without_npu_smi_on_cpu(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    names = [s.name for s in build_sources(DeviceConfig(), Identity(device_target="CPU"))]
+    assert names == ["psutil"]

@@ -1,0 +1,98 @@
+"""End to end: real MindSpore training with `device_monitor: True`, the fake npu-smi first on
+PATH, exported over OTLP to a real receiver on 127.0.0.1, and written to JSON lines."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from otel_mindformers import MonitorCallback, semconv
+from otel_mindformers.devices.base import MIB
+from tests.support import training
+
+FAKE_BIN = Path(__file__).resolve().parent / "fixtures" / "bin"
+
+
+@pytest.fixture
+def rank1_on_device1(monkeypatch):
+    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("RANK_ID", "1")
+    monkeypatch.setenv("RANK_SIZE", "2")
+    monkeypatch.setenv("DEVICE_ID", "1")
+
+
+def monitor(workdir, endpoint, **device_config):
+    return MonitorCallback({
+        "interval": 2,
+        "output_type": ["otlp", "json_file"],
+        "json_log_path": str(workdir / "m.json"),
+        "device_monitor": True,
+        "device_config": {"poll_interval": 0.1, **device_config},
+        "otlp": {"endpoint": endpoint, "protocol": "grpc", "export_interval": 0.2},
+    })
+
+
+def test_device_gauges_reach_the_receiver_with_fixture_numbers_and_rank(workdir, otlp_receiver,
+                                                                        rank1_on_device1):
+    training.train([monitor(workdir, otlp_receiver.grpc_endpoint)], steps=30)
+
+    assert otlp_receiver.wait_for(lambda rx: rx.points(semconv.HW_NPU_MEMORY_USAGE))
+    hbm = [p for p in otlp_receiver.points(semconv.HW_NPU_MEMORY_USAGE)
+           if p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE] == "hbm"]
+    assert hbm and {p.value for p in hbm} == {21504 * MIB} and hbm[-1].unit == "By"
+    point = hbm[-1]
+    assert point.resource[semconv.ATTR_RANK] == 1 and point.resource[semconv.ATTR_DEVICE_ID] == 1
+    assert point.attributes == {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1, semconv.ATTR_HW_ID: "npu-1",
+                                semconv.ATTR_HW_TYPE: "npu", semconv.ATTR_HW_VENDOR: "Huawei",
+                                semconv.ATTR_HW_MODEL: "910B4", semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm"}
+    aicore = {p.value for p in otlp_receiver.points(semconv.HW_NPU_UTILIZATION)
+              if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"}
+    assert aicore == {0.47}
+    assert {p.value for p in otlp_receiver.points(semconv.HW_POWER)} == {88.7}
+    # The fake lists its caller (this training process) on NPU 1.
+    assert {p.value for p in otlp_receiver.points(semconv.DEVICE_PROCESS_MEMORY)} == {18432 * MIB}
+    rss = otlp_receiver.points(semconv.PROCESS_MEMORY_USAGE)
+    assert rss and all(p.value > 0 and p.attributes == {semconv.ATTR_RANK: 1} for p in rss)
+    assert not otlp_receiver.points(semconv.DEVICE_POLL_FAILURES)
+
+    lines = [json.loads(line) for line in (workdir / "m_rank_1.json").read_text().splitlines()]
+    with_device = [line for line in lines if "npu_hbm_used_mb" in line]
+    assert with_device and with_device[-1] is lines[-1]
+    first = lines.index(with_device[0])
+    assert lines[first:] == with_device  # once polled, every sampled step carries the readings
+    for line in with_device:
+        assert line["npu_hbm_used_mb"] == 21504.0 and line["npu_utilization"] == 47.0
+        assert line["npu_process_memory_mb"] == 18432.0 and line["host_rss_mb"] > 0
+
+
+def test_hung_npu_smi_is_counted_while_training_runs_on(workdir, otlp_receiver, rank1_on_device1, monkeypatch):
+    monkeypatch.setenv("FAKE_NPU_SMI_MODE", "hang")
+    training.train([monitor(workdir, otlp_receiver.grpc_endpoint, command_timeout=0.2)], steps=30)
+
+    assert otlp_receiver.wait_for(lambda rx: rx.points(semconv.DEVICE_POLL_FAILURES))
+    failures = otlp_receiver.points(semconv.DEVICE_POLL_FAILURES)
+    assert failures[-1].value >= 1
+    assert failures[-1].attributes == {semconv.ATTR_DEVICE_SOURCE: "npu-smi", semconv.ATTR_ERROR_TYPE: "timeout"}
+    assert not otlp_receiver.points(semconv.HW_NPU_UTILIZATION)
+    lines = [json.loads(line) for line in (workdir / "m_rank_1.json").read_text().splitlines()]
+    assert len(lines) == 16 and not any("npu_utilization" in line for line in lines)
+
+
+def test_stdout_and_tensorboard_carry_the_readings(workdir, rank1_on_device1, monkeypatch, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("RANK_ID", "0")  # stdout is rank 0's
+    callback = MonitorCallback({
+        "interval": 2, "output_type": ["stdout", "tensorboard"], "tensorboard_path": str(workdir / "tb"),
+        "device_monitor": True, "device_config": {"poll_interval": 0.1},
+    })
+    training.train([callback], steps=30)
+
+    accumulator = EventAccumulator(str(workdir / "tb" / "rank_0"))
+    accumulator.Reload()
+    hbm = accumulator.Scalars("device/npu_hbm_used_mb")
+    assert hbm and {event.value for event in hbm} == {21504.0}
+    assert {event.value for event in accumulator.Scalars("device/npu_utilization")} == {47.0}
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[otel_mindformers]")]
+    assert "npu_hbm_used_mb 21504" in lines[-1] and "npu_utilization 47" in lines[-1]

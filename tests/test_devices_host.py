@@ -1,0 +1,79 @@
+"""Host readings through the real psutil, and MindSpore's allocator through the real runtime."""
+
+import time
+
+import psutil
+
+from otel_mindformers import semconv
+from otel_mindformers.devices.base import MIB
+from otel_mindformers.devices.host import HostSource
+from otel_mindformers.devices.runtime import MindSporeMemorySource
+
+RANK = {semconv.ATTR_RANK: 2}
+NODE = {semconv.ATTR_NODE_RANK: 0}
+
+
+def values(readings):
+    return {p.metric: p.value for p in readings.points}
+
+
+def busy(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sum(range(1000))
+
+
+def test_host_readings_are_plausible():
+    source = HostSource(RANK, NODE)
+    busy(0.3)
+    readings = source.read()
+    got = values(readings)
+    cores = psutil.cpu_count()
+    assert got[semconv.PROCESS_MEMORY_USAGE] > 0
+    assert 0.0 <= got[semconv.PROCESS_CPU_UTILIZATION] <= 1.0
+    assert 0.0 <= got[semconv.SYSTEM_CPU_UTILIZATION] <= 1.0
+    assert 0 < got[semconv.SYSTEM_MEMORY_USAGE] < got[semconv.SYSTEM_MEMORY_LIMIT]
+    snapshot = readings.snapshot
+    assert snapshot["host_rss_mb"] == got[semconv.PROCESS_MEMORY_USAGE] / MIB > 0
+    assert 0.0 <= snapshot["process_cpu_percent"] <= 100.0 * cores
+    assert 0.0 <= snapshot["host_cpu_percent"] <= 100.0
+    assert 0.0 < snapshot["host_memory_percent"] < 100.0
+    process_points = [p for p in readings.points if p.metric.startswith("process.")]
+    assert all(p.attributes == RANK for p in process_points)
+    memory_used, = [p for p in readings.points if p.metric == semconv.SYSTEM_MEMORY_USAGE]
+    assert memory_used.attributes == {**NODE, semconv.ATTR_SYSTEM_MEMORY_STATE: "used"}
+
+
+def test_node_series_only_on_the_rank_that_reports_the_node():
+    got = values(HostSource(RANK, None).read())
+    assert set(got) == {semconv.PROCESS_CPU_UTILIZATION, semconv.PROCESS_MEMORY_USAGE}
+
+
+def test_devices_command_view_has_no_process_series():
+    got = values(HostSource(None, {}).read())
+    assert set(got) == {semconv.SYSTEM_CPU_UTILIZATION, semconv.SYSTEM_MEMORY_USAGE, semconv.SYSTEM_MEMORY_LIMIT}
+
+
+def test_mindspore_on_cpu_reports_zero_so_nothing_is_emitted():
+    import mindspore as ms
+
+    ms.set_device("CPU")
+    (ms.Tensor([1.0, 2.0]) * 2).asnumpy()
+    readings = MindSporeMemorySource(ms.runtime.memory_stats, RANK).read()
+    assert readings.points == () and readings.snapshot == {}
+
+
+def test_mindspore_pool_numbers_stub_stats_because_cpu_reports_zero():
+    # The shape mindspore.runtime.memory_stats() returns on Ascend (its documented example).
+    gib = 1 << 30
+    stats = {"total_reserved_memory": gib, "total_allocated_memory": 1024, "total_idle_memory": gib - 1024,
+             "total_eager_free_memory": 0, "max_reserved_memory": gib, "max_allocated_memory": 1536,
+             "common_mem_pool_stats": {"block_unit_size": gib, "block_counts": 1, "blocks_info": {}}}
+    readings = MindSporeMemorySource(lambda: stats, RANK).read()
+    assert values(readings) == {semconv.DEVICE_MEMORY_ALLOCATED: 1024.0, semconv.DEVICE_MEMORY_RESERVED: gib,
+                                semconv.DEVICE_MEMORY_MAX_ALLOCATED: 1536.0,
+                                semconv.DEVICE_MEMORY_MAX_RESERVED: gib}
+    assert all(p.attributes == RANK for p in readings.points)
+    assert readings.snapshot == {"device_memory_allocated_mb": 1024 / MIB, "device_memory_reserved_mb": 1024.0,
+                                 "device_memory_max_allocated_mb": 1536 / MIB,
+                                 "device_memory_max_reserved_mb": 1024.0}

@@ -1,0 +1,106 @@
+"""NvmlSource. No NVIDIA GPU exists on the test machines, so the readings come from a fake
+NVML module (tests/fixtures/fake_pynvml.py) — every test using it says so in its name. The
+real nvidia-ml-py is exercised where it runs here: without a driver library."""
+
+import pynvml
+import pytest
+
+from otel_mindformers import semconv
+from otel_mindformers.config import DeviceConfig
+from otel_mindformers.devices.base import SourceError, physical_device
+from otel_mindformers.devices.nvidia import NvmlSource
+from otel_mindformers.devices.selection import build_sources
+from otel_mindformers.identity import Identity
+from tests.fixtures.fake_pynvml import GIB, FakeGpu, FakeNvml, own_process
+
+ATTRS = {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1}
+
+
+def two_gpus(**second):
+    return FakeNvml([FakeGpu("GPU-aaaa"), FakeGpu("GPU-bbbb", **second)])
+
+
+def by_metric(readings, **match):
+    return {p.metric: p.value for p in readings.points
+            if all(p.attributes.get(k) == v for k, v in match.items())}
+
+
+def test_fake_nvml_no_gpu_here_own_gpu_readings_and_snapshot():
+    nvml = two_gpus(used=20 * GIB, gpu_percent=55, process_bytes=own_process(18 * GIB))
+    readings = NvmlSource(nvml, ["1"], "1", ATTRS).read()
+    values = by_metric(readings)
+    assert values[semconv.HW_GPU_MEMORY_USAGE] == 20 * GIB
+    assert values[semconv.HW_GPU_MEMORY_LIMIT] == 80 * GIB
+    assert values[semconv.HW_GPU_MEMORY_UTILIZATION] == 0.25
+    assert values[semconv.HW_GPU_UTILIZATION] == 0.55
+    assert values[semconv.HW_TEMPERATURE] == 61.0 and values[semconv.HW_POWER] == 287.5
+    assert values[semconv.DEVICE_PROCESS_MEMORY] == 18 * GIB  # our pid only, not the other process
+    errors = {p.attributes[semconv.ATTR_ERROR_TYPE]: p.value for p in readings.points
+              if p.metric == semconv.HW_ERRORS}
+    assert errors == {"corrected": 4.0, "uncorrected": 0.0}
+    for point in readings.points:
+        assert point.attributes[semconv.ATTR_HW_ID] == "gpu-1"
+        assert point.attributes[semconv.ATTR_HW_TYPE] == "gpu"
+        assert point.attributes[semconv.ATTR_HW_VENDOR] == "NVIDIA"
+        assert point.attributes[semconv.ATTR_HW_MODEL] == "NVIDIA A100-SXM4-80GB"
+        assert point.attributes[semconv.ATTR_RANK] == 1
+    assert readings.snapshot == {"gpu_memory_used_mb": 20 * 1024, "gpu_memory_total_mb": 80 * 1024,
+                                 "gpu_utilization": 55.0, "gpu_temperature_c": 61.0, "gpu_power_w": 287.5,
+                                 "gpu_process_memory_mb": 18 * 1024}
+    assert nvml.init_calls == 1
+
+
+def test_fake_nvml_no_gpu_here_unsupported_readings_are_left_out():
+    nvml = two_gpus(power_mw=None, ecc=None)
+    readings = NvmlSource(nvml, ["1"], "1", ATTRS).read()
+    values = by_metric(readings)
+    assert semconv.HW_POWER not in values and semconv.HW_ERRORS not in values
+    assert values[semconv.HW_GPU_UTILIZATION] == 0.73
+    assert "gpu_power_w" not in readings.snapshot and semconv.DEVICE_PROCESS_MEMORY not in values
+
+
+def test_fake_nvml_no_gpu_here_lost_gpu_is_a_source_error():
+    source = NvmlSource(two_gpus(lost=True), ["1"], "1", ATTRS)
+    with pytest.raises(SourceError) as raised:
+        source.read()
+    assert raised.value.error_type == "NVMLError_GpuIsLost"
+
+
+def test_fake_nvml_no_gpu_here_every_gpu_for_the_devices_command():
+    readings = NvmlSource(two_gpus(), None, None, {}).read()
+    assert {p.attributes[semconv.ATTR_HW_ID] for p in readings.points} == {"gpu-0", "gpu-1"}
+    assert readings.snapshot == {}
+
+
+def test_fake_nvml_no_gpu_here_init_once_and_shutdown_on_close():
+    nvml = two_gpus()
+    source = NvmlSource(nvml, ["0"], "0", ATTRS)
+    source.read()
+    source.read()
+    source.close()
+    source.close()
+    assert (nvml.init_calls, nvml.shutdown_calls) == (1, 1)
+
+
+@pytest.mark.parametrize("visible, expected", [("", "gpu-1"), ("3,1", "gpu-1"), ("1,0", "gpu-0"),
+                                               ("GPU-bbbb,GPU-aaaa", "gpu-0")])
+def test_fake_nvml_no_gpu_here_rank_device_follows_cuda_visible_devices(monkeypatch, visible, expected):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    selector = physical_device(1, "CUDA_VISIBLE_DEVICES")  # what the rank's device 1 is to NVML
+    fake = FakeNvml([FakeGpu("GPU-aaaa"), FakeGpu("GPU-bbbb"), FakeGpu("GPU-cccc"), FakeGpu("GPU-dddd")])
+    readings = NvmlSource(fake, [selector], selector, ATTRS).read()
+    assert {p.attributes[semconv.ATTR_HW_ID] for p in readings.points} == {expected}
+    assert readings.snapshot["gpu_memory_used_mb"] == 30 * 1024
+
+
+def test_gpu_target_selects_nvml():
+    names = [s.name for s in build_sources(DeviceConfig(), Identity(device_target="GPU"))]
+    assert names[:2] == ["nvml", "psutil"]
+
+
+def test_real_nvml_without_a_driver_library_is_a_source_error():
+    source = NvmlSource(pynvml, ["0"], "0", ATTRS)
+    with pytest.raises(SourceError) as raised:
+        source.read()
+    assert raised.value.error_type.startswith("NVMLError")
+    source.close()

@@ -1,0 +1,276 @@
+"""DeviceTelemetry: poll thread, cache, observable instruments on a real SDK reader, failure
+counting and warnings, and the `otel-mindformers devices` command."""
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_mindformers import semconv
+from otel_mindformers.config import load_monitor_config
+from otel_mindformers.devices import DeviceTelemetry
+from otel_mindformers.devices.base import MIB, Point, Readings, SourceError
+from otel_mindformers.devices.cache import ReadingCache
+from otel_mindformers.devices.poller import Poller
+from otel_mindformers.identity import Identity
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE_BIN = REPO / "tests" / "fixtures" / "bin"
+IDENTITY = Identity(rank=1, world_size=2, local_rank=1, node_rank=0, device_id=1, device_target="Ascend")
+
+
+@pytest.fixture
+def fake_npu_smi(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
+    log = tmp_path / "npu-smi.calls"
+    monkeypatch.setenv("FAKE_NPU_SMI_LOG", str(log))
+    return log
+
+
+@pytest.fixture
+def reader():
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    reader.meter = provider.get_meter("test")
+    yield reader
+    provider.shutdown()
+
+
+def collect(reader) -> dict[str, list]:
+    data = reader.get_metrics_data()
+    out: dict[str, list] = {}
+    for rm in data.resource_metrics if data else []:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                out.setdefault(m.name, []).extend(m.data.data_points)
+    return out
+
+
+def wait_until(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def config(**device_config):
+    return load_monitor_config({"device_monitor": True, "output_type": ["stdout"],
+                                "device_config": {"poll_interval": 0.1, **device_config}})
+
+
+@pytest.fixture
+def started():
+    telemetries = []
+
+    def start(cfg, identity=IDENTITY, meter=None):
+        telemetry = DeviceTelemetry.start(cfg, identity, meter)
+        telemetries.append(telemetry)
+        return telemetry
+
+    yield start
+    for telemetry in telemetries:
+        if telemetry is not None:
+            telemetry.shutdown(timeout=10)
+
+
+# --- cache and poller ------------------------------------------------------------------------
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_cache_drops_readings_older_than_max_age():
+    clock = Clock()
+    cache = ReadingCache(max_age=10.0, clock=clock)
+    cache.put("a", Readings((Point("m", 1.0, {}),), {"a_mb": 1.0}))
+    clock.now += 5
+    cache.put("b", Readings((Point("m", 2.0, {}),), {"b_mb": 2.0}))
+    assert [p.value for p in cache.points("m")] == [1.0, 2.0]
+    assert cache.snapshot() == {"a_mb": 1.0, "b_mb": 2.0}
+    clock.now += 6
+    assert [p.value for p in cache.points("m")] == [2.0] and cache.snapshot() == {"b_mb": 2.0}
+    cache.drop("b")
+    assert cache.points("m") == [] and cache.snapshot() == {}
+
+
+class Flaky:
+    name = "flaky"
+
+    def __init__(self, outcomes):
+        self.outcomes = list(outcomes)
+        self.closed = False
+
+    def read(self):
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def close(self):
+        self.closed = True
+
+
+class CountingCounter:
+    def __init__(self):
+        self.adds = []
+
+    def add(self, amount, attributes):
+        self.adds.append((amount, attributes))
+
+
+def test_poller_counts_every_failure_warns_once_and_never_keeps_stale_readings(caplog):
+    good = Readings((Point("m", 1.0, {}),), {"x": 1.0})
+    source = Flaky([good, SourceError("timeout", "slow"), RuntimeError("bug"), good])
+    cache, counter = ReadingCache(60.0), CountingCounter()
+    poller = Poller([source], cache, 60.0, counter)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers.devices.poller"):
+        poller.poll_once()
+        assert cache.snapshot() == {"x": 1.0}
+        poller.poll_once()
+        assert cache.snapshot() == {} and cache.points("m") == []
+        poller.poll_once()
+        poller.poll_once()
+    assert cache.snapshot() == {"x": 1.0}
+    source_attr = {semconv.ATTR_DEVICE_SOURCE: "flaky"}
+    assert counter.adds == [(1, {**source_attr, semconv.ATTR_ERROR_TYPE: "timeout"}),
+                            (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "RuntimeError"})]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "flaky" in warnings[0].getMessage()
+
+
+def test_poller_thread_closes_sources_when_stopped():
+    source = Flaky([Readings()] * 1000)
+    poller = Poller([source], ReadingCache(60.0), 0.01)
+    poller.start()
+    assert wait_until(lambda: len(source.outcomes) < 1000)
+    poller.stop(timeout=10)
+    assert source.closed
+
+
+# --- DeviceTelemetry ----------------------------------------------------------------------------
+
+def test_off_or_nothing_to_read_is_none(started):
+    assert started(load_monitor_config({"device_monitor": False})) is None
+    assert started(config(sources=[])) is None
+
+
+def test_gauges_carry_the_fixture_numbers_with_rank_and_device(fake_npu_smi, reader, started):
+    telemetry = started(config(sources=["ascend", "host"]), meter=reader.meter)
+    assert wait_until(lambda: {"npu_hbm_used_mb", "host_rss_mb"} <= set(telemetry.snapshot()))
+    points = collect(reader)
+    hbm, = [p for p in points[semconv.HW_NPU_MEMORY_USAGE]
+            if p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE] == "hbm"]
+    assert hbm.value == 21504 * MIB
+    assert dict(hbm.attributes) == {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1, semconv.ATTR_HW_ID: "npu-1",
+                                    semconv.ATTR_HW_TYPE: "npu", semconv.ATTR_HW_VENDOR: "Huawei",
+                                    semconv.ATTR_HW_MODEL: "910B4", semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm"}
+    aicore, = [p for p in points[semconv.HW_NPU_UTILIZATION]
+               if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"]
+    assert aicore.value == 0.47
+    assert points[semconv.HW_TEMPERATURE][0].value == 35.0
+    rss, = points[semconv.PROCESS_MEMORY_USAGE]
+    assert rss.value > 0 and dict(rss.attributes) == {semconv.ATTR_RANK: 1}
+    assert semconv.SYSTEM_CPU_UTILIZATION not in points  # local rank 1: the node is rank 0's
+    snapshot = telemetry.snapshot()
+    assert snapshot["npu_utilization"] == 47.0 and snapshot["npu_hbm_used_mb"] == 21504.0
+    assert snapshot["host_rss_mb"] > 0
+
+
+def test_collections_and_snapshots_never_run_npu_smi(fake_npu_smi, reader, started):
+    telemetry = started(config(sources=["ascend"], poll_interval=3600), meter=reader.meter)
+    assert wait_until(lambda: telemetry.snapshot())
+    for _ in range(5):
+        collect(reader)
+        telemetry.snapshot()
+    # One poll: the table and the usages of the rank's NPU, whatever was collected since.
+    assert fake_npu_smi.read_text().splitlines() == ["info", "info -t usages -i 1"]
+
+
+def test_local_rank_zero_also_reports_the_node(fake_npu_smi, reader, started):
+    identity = Identity(rank=0, world_size=2, local_rank=0, node_rank=3, device_id=0, device_target="Ascend")
+    telemetry = started(config(sources=["host"]), identity=identity, meter=reader.meter)
+    assert wait_until(lambda: telemetry.snapshot())
+    cpu, = collect(reader)[semconv.SYSTEM_CPU_UTILIZATION]
+    assert dict(cpu.attributes) == {semconv.ATTR_NODE_RANK: 3} and 0.0 <= cpu.value <= 1.0
+
+
+@pytest.mark.parametrize("mode, error_type",
+                         [("exit1", "exit_status"), ("garbage", "parse"), ("hang", "timeout")])
+def test_failing_npu_smi_is_counted_and_warned_once(fake_npu_smi, reader, started, monkeypatch, caplog,
+                                                    mode, error_type):
+    monkeypatch.setenv("FAKE_NPU_SMI_MODE", mode)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        telemetry = started(config(sources=["ascend", "host"], command_timeout=0.2, poll_interval=0.1),
+                            meter=reader.meter)
+
+        def failures():
+            points = collect(reader).get(semconv.DEVICE_POLL_FAILURES, [])
+            return sum(p.value for p in points)
+
+        assert wait_until(lambda: failures() >= 3)
+    failure, = collect(reader)[semconv.DEVICE_POLL_FAILURES]
+    assert dict(failure.attributes) == {semconv.ATTR_DEVICE_SOURCE: "npu-smi",
+                                        semconv.ATTR_ERROR_TYPE: error_type}
+    points = collect(reader)
+    assert semconv.HW_NPU_UTILIZATION not in points and points[semconv.PROCESS_MEMORY_USAGE]
+    assert "npu_utilization" not in telemetry.snapshot() and "host_rss_mb" in telemetry.snapshot()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "npu-smi" in warnings[0].getMessage()
+
+
+def test_a_second_run_on_the_same_meter_is_observed(fake_npu_smi, reader, started, monkeypatch):
+    # The SDK returns the first registration's instrument (and callbacks) for a repeated name.
+    first = started(config(sources=["ascend"]), meter=reader.meter)
+    assert wait_until(lambda: first.snapshot())
+    first.shutdown(timeout=10)
+    monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
+    second = started(config(sources=["ascend"]), meter=reader.meter)
+    assert wait_until(lambda: second.snapshot().get("npu_power_w") == 85.6)
+    power, = collect(reader)[semconv.HW_POWER]
+    assert power.value == 85.6
+
+
+def test_readings_outlive_shutdown_for_the_final_export(fake_npu_smi, reader, started):
+    telemetry = started(config(sources=["ascend"]), meter=reader.meter)
+    assert wait_until(lambda: telemetry.snapshot())
+    telemetry.shutdown(timeout=10)
+    assert collect(reader)[semconv.HW_TEMPERATURE][0].value == 35.0
+
+
+# --- the `devices` command ---------------------------------------------------------------------
+
+def run_cli(*args, **env):
+    environ = {**os.environ, "PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", **env}
+    return subprocess.run([sys.executable, "-m", "otel_mindformers.cli", "devices", *args],
+                          capture_output=True, text=True, env=environ, cwd=REPO, timeout=120)
+
+
+def test_devices_command_prints_every_chip_of_the_node():
+    result = run_cli(FAKE_NPU_SMI_VARIANT="a3")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for chip in ("npu-0", "npu-1", "npu-2", "npu-3"):
+        assert f"  {chip} npu Huawei Ascend910" in out
+    assert "hw.npu.memory.usage{hw.npu.memory.type=hbm}" in out and "40448 MiB" in out
+    assert "176.4 W" in out and "system.memory.limit" in out
+    assert "nvml: no readings (NVMLError" in out  # nvidia-ml-py is installed, no driver here
+
+
+def test_devices_command_reports_a_broken_npu_smi(tmp_path):
+    yaml = tmp_path / "m.yaml"
+    yaml.write_text("monitor_config:\n  output_type: [stdout]\n  device_config:\n    sources: [ascend]\n")
+    result = run_cli(str(yaml), FAKE_NPU_SMI_MODE="exit1")
+    assert result.returncode == 1
+    assert "npu-smi: no readings (exit_status: npu-smi info exited with status 1: dcmi" in result.stdout

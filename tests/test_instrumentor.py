@@ -1,0 +1,216 @@
+"""Zero-code monitoring: the instrumentor, the distro, the resource detector.
+
+In-process tests train real MindSpore loops with in-memory SDK providers handed to
+`instrument()`; the end-to-end tests run an unmodified script under `opentelemetry-instrument`
+exporting to a real OTLP receiver.
+"""
+
+import importlib.metadata
+import json
+import logging
+
+import pytest
+from mindspore.train import Model
+from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from packaging.requirements import Requirement
+
+import otel_mindformers
+from otel_mindformers import ConfigError, MonitorCallback, semconv
+from otel_mindformers.distro import MindFormersConfigurator, MindFormersDistro
+from otel_mindformers.instrumentor import MindFormersInstrumentor
+from otel_mindformers.package import _instruments
+from otel_mindformers.resource_detector import MindFormersResourceDetector
+from tests.support import training
+from tests.support.instrumented import REPO, TRACE_ID, TRACEPARENT, LAUNCHER_SPAN_ID, child_env, instrumented, run
+
+PLAIN_TRAIN = str(REPO / "examples" / "plain_train.py")
+
+
+class Capture:
+    def __init__(self):
+        self.spans = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def providers(self):
+        return {"tracer_provider": self.tracer_provider, "meter_provider": self.meter_provider}
+
+    def runs(self):
+        return [s for s in self.spans.get_finished_spans() if s.name == semconv.SPAN_RUN]
+
+
+@pytest.fixture
+def capture():
+    return Capture()
+
+
+@pytest.fixture
+def instrumentation(workdir):
+    """instrument(...) for one test; always undone."""
+    yield otel_mindformers.instrument
+    otel_mindformers.uninstrument()
+
+
+def quiet(tmp_path, **overrides):
+    return {"interval": 5, "output_type": ["json_file"], "json_log_path": str(tmp_path / "m.json"),
+            "grad_monitor": False, **overrides}
+
+
+# --- packaging -----------------------------------------------------------------------------
+
+def test_instrumentation_dependencies_are_the_instruments_extra():
+    declared = [
+        Requirement(text) for text in importlib.metadata.requires("otel-mindformers")
+        if Requirement(text).marker is not None and Requirement(text).marker.evaluate({"extra": "instruments"})
+    ]
+    ours = [Requirement(text) for text in MindFormersInstrumentor().instrumentation_dependencies()]
+    assert [(r.name, r.specifier) for r in declared] == [(r.name, r.specifier) for r in ours]
+    assert get_dependency_conflicts(list(_instruments)) is None  # the installed MindSpore satisfies it
+
+
+def test_entry_points_name_our_classes():
+    loaded = {
+        group: importlib.metadata.entry_points(group=group, name="mindformers")
+        for group in ("opentelemetry_instrumentor", "opentelemetry_distro", "opentelemetry_configurator",
+                      "opentelemetry_resource_detector", "opentelemetry_environment_variables")
+    }
+    assert {group: [ep.load() for ep in eps] for group, eps in loaded.items()} == {
+        "opentelemetry_instrumentor": [MindFormersInstrumentor],
+        "opentelemetry_distro": [MindFormersDistro],
+        "opentelemetry_configurator": [MindFormersConfigurator],
+        "opentelemetry_resource_detector": [MindFormersResourceDetector],
+        "opentelemetry_environment_variables": [otel_mindformers.environment_variables],
+    }
+
+
+# --- in process ---------------------------------------------------------------------------------
+
+def test_instrument_adds_one_callback_to_a_plain_training_run(instrumentation, capture, tmp_path):
+    instrumentation(quiet(tmp_path), **capture.providers())
+    training.train([], steps=10)
+    (run_span,) = capture.runs()
+    steps = [s for s in capture.spans.get_finished_spans() if s.name == semconv.SPAN_STEP]
+    assert [s.attributes[semconv.ATTR_STEP] for s in steps] == [1, 5, 10]
+    assert [json.loads(line)["step"] for line in (tmp_path / "m.json").read_text().splitlines()] == [1, 5, 10]
+
+
+def test_a_callback_the_user_added_is_not_doubled(instrumentation, capture, tmp_path):
+    instrumentation(quiet(tmp_path), **capture.providers())
+    own = MonitorCallback(quiet(tmp_path, json_log_path=str(tmp_path / "own.json")), **capture.providers())
+    training.train([own], steps=10)
+    assert len(capture.runs()) == 1
+    assert not (tmp_path / "m.json").exists()  # the instrumentor's would have written here
+    assert len((tmp_path / "own.json").read_text().splitlines()) == 3
+
+
+def test_a_disabled_config_adds_nothing(instrumentation, capture, tmp_path):
+    instrumentation(quiet(tmp_path, enable=False), **capture.providers())
+    training.train([], steps=4)
+    assert capture.runs() == []
+
+
+def test_uninstrument_restores_model_train(workdir, capture, tmp_path):
+    original = {name: Model.__dict__[name] for name in ("train", "fit")}
+    otel_mindformers.instrument(quiet(tmp_path), **capture.providers())
+    training.train([], steps=2)
+    assert {name: Model.__dict__[name].__wrapped__ for name in original} == original
+    otel_mindformers.uninstrument()
+    assert {name: Model.__dict__[name] for name in original} == original
+    training.train([], steps=2)
+    assert len(capture.runs()) == 1
+
+
+def test_msrun_scheduler_is_left_alone(workdir, monkeypatch, capture, tmp_path):
+    monkeypatch.setenv("MS_ROLE", "MS_SCHED")
+    original = Model.__dict__["train"]
+    try:
+        otel_mindformers.instrument(quiet(tmp_path), **capture.providers())
+        assert Model.__dict__["train"] is original
+    finally:
+        otel_mindformers.uninstrument()
+
+
+def test_invalid_environment_config_is_reported_once_and_training_runs(workdir, monkeypatch, caplog, capture):
+    bad = workdir / "monitor.yaml"
+    bad.write_text("monitor_config:\n  intervl: 5\n")
+    monkeypatch.setenv("OTEL_PYTHON_MINDFORMERS_CONFIG", str(bad))
+    with caplog.at_level(logging.ERROR, logger="otel_mindformers"):
+        try:
+            otel_mindformers.instrument(**capture.providers())
+            training.train([], steps=2)
+        finally:
+            otel_mindformers.uninstrument()
+    (message,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "OTEL_PYTHON_MINDFORMERS_CONFIG" in message and "monitor_config.intervl" in message
+    assert "did you mean 'interval'" in message
+    assert capture.runs() == []
+
+
+def test_invalid_config_in_code_raises(workdir):
+    with pytest.raises(ConfigError, match=r"monitor_config\.interval"):
+        otel_mindformers.instrument({"interval": 0})
+    assert not hasattr(Model.__dict__["train"], "__wrapped__")
+
+
+def test_resource_detector_names_the_rank(monkeypatch):
+    for name, value in {"RANK_ID": "1", "RANK_SIZE": "2", "DEVICE_ID": "1", "MS_WORKER_NUM": "2",
+                        "MS_ROLE": "MS_WORKER", "MS_NODE_ID": "1"}.items():
+        monkeypatch.setenv(name, value)
+    attributes = dict(MindFormersResourceDetector().detect().attributes)
+    assert attributes["service.name"] == "mindformers-train"
+    assert (attributes[semconv.ATTR_RANK], attributes[semconv.ATTR_WORLD_SIZE], attributes[semconv.ATTR_DEVICE_ID],
+            attributes[semconv.ATTR_LAUNCHER]) == (1, 2, 1, "msrun")
+    assert semconv.ATTR_NODE_RANK not in attributes  # MS_NODE_ID is the worker's id, not the machine's
+
+
+def test_resource_detector_omits_a_rank_msrun_has_not_assigned_yet(monkeypatch):
+    # Several nodes without --node_rank: msrun exports no RANK_ID; the rank comes at init().
+    for name in ("RANK_ID", "RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MS_WORKER_NUM", "16")
+    monkeypatch.setenv("MS_ROLE", "MS_WORKER")
+    attributes = dict(MindFormersResourceDetector().detect().attributes)
+    assert semconv.ATTR_RANK not in attributes and "service.instance.id" not in attributes
+    assert attributes[semconv.ATTR_WORLD_SIZE] == 16
+
+
+# --- opentelemetry-instrument, end to end ------------------------------------------------------------
+
+def test_opentelemetry_instrument_monitors_an_unmodified_script(workdir, otlp_receiver):
+    env = child_env(otlp_receiver, OTEL_SERVICE_NAME="plain-train", TRACEPARENT=TRACEPARENT,
+                    OTEL_RESOURCE_ATTRIBUTES="deployment.environment=ci")
+    result = run(instrumented("python", PLAIN_TRAIN, "--steps", "12"), env, workdir)
+    assert "training finished" in result.stdout
+
+    assert otlp_receiver.wait_for(lambda rx: rx.spans(semconv.SPAN_RUN) and rx.points(semconv.LOSS.name))
+    (run_span,) = otlp_receiver.spans(semconv.SPAN_RUN)
+    assert (run_span.trace_id, run_span.parent_span_id) == (TRACE_ID, LAUNCHER_SPAN_ID)
+    steps = otlp_receiver.spans(semconv.SPAN_STEP)
+    assert sorted(s.attributes[semconv.ATTR_STEP] for s in steps) == [1, 10, 12]
+    # Step-duration points carry exemplars that point at step spans.
+    exemplars = {e for p in otlp_receiver.points(semconv.STEP_DURATION.name) for e in p.exemplars}
+    assert exemplars and exemplars <= {(s.trace_id, s.span_id) for s in steps}
+    # The resource is the SDK's, built from OTEL_* and the `mindformers` resource detector.
+    resource = run_span.resource
+    assert (resource["service.name"], resource["deployment.environment"]) == ("plain-train", "ci")
+    assert (resource[semconv.ATTR_RANK], resource[semconv.ATTR_WORLD_SIZE]) == (0, 1)
+    assert {p.metric for p in otlp_receiver.points()} >= {
+        semconv.LOSS.name, semconv.LEARNING_RATE.name, semconv.STEP_DURATION.name, semconv.STEPS.name}
+    # The monitor's default local outputs, beside the export.
+    local = (workdir / "output" / "train_metric.json").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in local] == [1, 10, 12]
+
+
+def test_disabled_instrumentation_sends_nothing(workdir, otlp_receiver):
+    env = child_env(otlp_receiver, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="mindformers")
+    result = run(instrumented("python", PLAIN_TRAIN, "--steps", "4"), env, workdir)
+    assert "training finished" in result.stdout
+    assert otlp_receiver.spans() == [] and otlp_receiver.points() == []
+    assert not (workdir / "output" / "train_metric.json").exists()

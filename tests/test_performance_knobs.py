@@ -1,0 +1,92 @@
+"""The knobs that keep fleet-scale export affordable: `step_spans` and `otlp.temporality`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_mindformers.config import ConfigError, load_monitor_config
+
+STEPS = 20
+
+
+def _train_with_spans(step_spans, faults=None) -> tuple[list, list[dict]]:
+    from otel_mindformers.callback import MonitorCallback
+    from tests.support.training import train
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    callback = MonitorCallback(
+        {"interval": 1, "output_type": ["json_file"], "step_spans": step_spans}, tracer_provider=provider
+    )
+    train([callback], steps=STEPS, faults=faults)
+    steps = [span.attributes["training.step"] for span in exporter.get_finished_spans()
+             if span.name == "mindformers.train.step"]
+    with open("output/train_metric.json") as handle:
+        lines = [json.loads(line) for line in handle]
+    return sorted(steps), lines
+
+
+def test_every_sampled_step_gets_a_span_by_default(workdir):
+    steps, lines = _train_with_spans(True)
+    assert steps == list(range(1, STEPS + 1))
+    assert len(lines) == STEPS
+
+
+def test_step_spans_every_n_keeps_the_last_and_nonfinite_steps(workdir):
+    from tests.support.training import Faults
+
+    steps, lines = _train_with_spans(6, faults=Faults(nan_at={19}))
+    assert steps == [6, 12, 18, 19, 20]
+    assert len(lines) == STEPS, "sampling spans never thins the metrics or the local outputs"
+
+
+def test_step_spans_off_keeps_the_run_span(workdir):
+    steps, lines = _train_with_spans(False)
+    assert steps == []
+    assert len(lines) == STEPS
+
+
+@pytest.mark.parametrize("value", [0, -3, "some", 1.5])
+def test_step_spans_rejects_bad_values(workdir, value):
+    with pytest.raises(ConfigError, match="monitor_config.step_spans"):
+        load_monitor_config({"step_spans": value})
+
+
+@pytest.mark.parametrize(
+    ("temporality", "env", "expected"),
+    [
+        ("delta", None, metrics_pb2.AGGREGATION_TEMPORALITY_DELTA),
+        ("cumulative", "delta", metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE),
+        (None, "delta", metrics_pb2.AGGREGATION_TEMPORALITY_DELTA),
+        (None, None, metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE),
+    ],
+)
+def test_otlp_temporality(workdir, otlp_receiver, monkeypatch, temporality, env, expected):
+    """The YAML key wins over OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, which still
+    applies when the key is unset; counters and the step histogram follow it."""
+    from otel_mindformers.callback import MonitorCallback
+    from tests.support.training import train
+
+    if env is not None:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", env)
+    otlp = {"endpoint": otlp_receiver.grpc_endpoint, "export_interval": 60}
+    if temporality is not None:
+        otlp["temporality"] = temporality
+    train([MonitorCallback({"interval": 1, "output_type": ["otlp"], "otlp": otlp})], steps=5)
+
+    metrics = {
+        metric.name: metric
+        for request in otlp_receiver.metric_requests
+        for rm in request.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+    }
+    assert metrics["mindformers.train.step.duration"].histogram.aggregation_temporality == expected
+    assert metrics["mindformers.train.steps"].sum.aggregation_temporality == expected
