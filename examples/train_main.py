@@ -2,7 +2,8 @@
 
 The article hands the whole YAML to MindFormers' Trainer; here a tiny causal language model
 is trained with plain MindSpore so the demo needs no accelerator and no model download
-(`examples/mindformers_train.py` runs the same YAML through a real MindFormers Trainer).
+(`examples/mindformers_train.py` runs the article's code through a real MindFormers Trainer,
+with `examples/mindformers_tiny_llama.yaml`).
 Monitoring is one callback built from `monitor_config`; the training code does not change.
 """
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, Status, StatusCode
+from opentelemetry.trace import Link, Span, Status, StatusCode
 
 from mindspore.train import Callback
 
@@ -32,6 +32,7 @@ from otel_mindformers.monitor import BaseMonitor, load_monitor_class
 from otel_mindformers.outputs import BackgroundDispatcher, build_sinks
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.instruments import TrainingInstruments
+from otel_mindformers.telemetry.lazy_span import LazySpan
 from otel_mindformers.telemetry.providers import Telemetry, build_telemetry
 
 _logger = logging.getLogger(__name__)
@@ -215,8 +216,8 @@ class MonitorCallback(Callback):
             device=self._devices.snapshot() if self._devices is not None else {},
             is_last=step >= self._last_step,
         )
-        if self._wants_span(record):
-            span = self._telemetry.tracer.start_span(
+        def start_span() -> Span:
+            return self._telemetry.tracer.start_span(
                 semconv.SPAN_STEP,
                 # A trace per step, linked to the run span: traces stay small and tail sampling
                 # can keep anomalous steps without buffering a whole run.
@@ -225,8 +226,9 @@ class MonitorCallback(Callback):
                 start_time=self._epoch_ns(self._last_step_end_perf),
                 attributes=record.span_attributes(),
             )
-        else:
-            span = trace.INVALID_SPAN  # records nothing; metrics and outputs still get the step
+
+        # Steps that `step_spans` skips still get their span if an anomaly is recorded on them.
+        span = start_span() if self._wants_span(record) else LazySpan(start_span)
         with trace.use_span(span, end_on_exit=False):
             self._instruments.record(record, step_seconds)
             if record.nonfinite():
@@ -242,11 +244,12 @@ class MonitorCallback(Callback):
             run_context.request_stop()
 
     def _wants_span(self, record: StepRecord) -> bool:
-        """`step_spans`: true, false, or every N-th step plus the last and non-finite ones."""
+        """`step_spans`: true, false, or every N-th step plus the last. (Anomalous steps get
+        theirs regardless, through LazySpan.)"""
         every = self.config.step_spans
         if isinstance(every, bool):
             return every
-        return record.step % every == 0 or record.is_last or bool(record.nonfinite())
+        return record.step % every == 0 or record.is_last
 
     def _epoch_of(self, cb_params: Any, step: int) -> int:
         epoch = cb_params.get("cur_epoch_num")

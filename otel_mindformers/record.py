@@ -49,6 +49,7 @@ class StepRecord:
     values: dict[str, float | bool] = field(default_factory=dict)
     device: dict[str, float] = field(default_factory=dict)
     is_last: bool = False
+    alerts: list[str] = field(default_factory=list)  # rules that fired on this step
 
     def ordered_values(self) -> list[tuple[str, float | bool]]:
         """Values in the stable KNOWN_METRICS order (loss first), for lines people read."""
@@ -90,4 +91,6 @@ class StepRecord:
         line.update(self.device)
         if bad:
             line["nonfinite"] = bad
+        if self.alerts:
+            line["alerts"] = list(self.alerts)
         return line

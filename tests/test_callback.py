@@ -290,3 +290,28 @@ def test_keyword_overrides_are_validated_monitor_config_keys(workdir):
     assert (cb.config.service_name, cb.config.interval) == ("tiny-llama", 3)
     with pytest.raises(ConfigError, match="monitor_config.intervall: unknown key"):
         MonitorCallback(config(workdir), intervall=3)
+
+
+def test_a_step_skipped_by_step_spans_keeps_its_span_when_an_alert_fires(workdir):
+    capture = Capture()
+    cb = capture.callback(config(workdir, interval=1, step_spans=False,
+                                 alert_config={"enable_alert": True, "loss_threshold": 1e9}))
+    training.train([cb], steps=8, shape="tuple5", faults=Faults(spike_at={5: 1e6}))
+    spans = {s.attributes[semconv.ATTR_STEP]: s for s in capture.finished(semconv.SPAN_STEP)}
+    assert min(spans) == 5, "healthy steps 1-4 get no span"
+    assert all(s.status.status_code == StatusCode.ERROR for s in spans.values()), "only anomalous steps"
+    assert [e.attributes[semconv.ATTR_ALERT_RULE] for e in spans[5].events] == ["loss_threshold"]
+    run_span_id = capture.finished(semconv.SPAN_RUN)[0].context.span_id
+    assert all(s.links[0].context.span_id == run_span_id for s in spans.values())
+
+
+def test_alerts_that_fire_are_named_in_the_step_line_and_read_back_as_marks(workdir):
+    from otel_mindformers.analysis.logs import read_logs
+
+    cb = MonitorCallback(config(workdir, interval=1, alert_config={"enable_alert": True, "loss_threshold": 50.0}))
+    training.train([cb], steps=6, shape="tuple5", faults=Faults(spike_at={3: 30.0}))
+    lines = strict_lines(workdir / "m.json")
+    assert lines[2]["step"] == 3 and "loss_threshold" in lines[2]["alerts"]
+    assert "alerts" not in lines[0] and "alerts" not in lines[1]
+    marks = [(a.step, a.rule) for series in read_logs([str(workdir / "m.json")]) for a in series.alerts]
+    assert (3, "loss_threshold") in marks

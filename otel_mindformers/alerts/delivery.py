@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import queue
 import random
 import threading
 import time
@@ -23,10 +22,9 @@ from typing import Any
 from otel_mindformers import semconv
 from otel_mindformers.alerts.alert import Alert
 from otel_mindformers.alerts.notifiers import Notifier
+from otel_mindformers.background import BoundedWorker
 
 _logger = logging.getLogger(__name__)
-
-_STOP = object()
 
 DELIVERED = "delivered"
 FAILED = "failed"
@@ -37,7 +35,7 @@ class _Retryable(Exception):
     """A failure worth another attempt (server error, throttling, network, timeout)."""
 
 
-class NotificationDelivery:
+class NotificationDelivery(BoundedWorker[Alert]):
     """Posts alerts to every notifier on one daemon thread behind a bounded queue."""
 
     def __init__(
@@ -57,15 +55,10 @@ class NotificationDelivery:
         self._backoff = backoff
         self._counter = counter
         self._attributes = attributes
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
-        self._deadline: float | None = None
         self._lock = threading.Lock()
         self._outcomes: Counter[str] = Counter()
         self._warned: set[str] = set()
-        self._thread = threading.Thread(
-            target=self._run, name="otel-mindformers-alerts", daemon=True
-        )
-        self._thread.start()
+        super().__init__("otel-mindformers-alerts", max_queue)
 
     @property
     def outcomes(self) -> dict[str, int]:
@@ -73,68 +66,42 @@ class NotificationDelivery:
         with self._lock:
             return dict(self._outcomes)
 
-    def submit(self, alert: Alert) -> None:
-        """Never blocks: a full queue drops the alert for every notifier."""
-        try:
-            self._queue.put_nowait(alert)
-        except queue.Full:
-            for notifier in self._notifiers:
-                self._record(notifier, DROPPED)
-            self._warn_once(
-                "queue",
-                "otel_mindformers: alert queue full (%d alerts); dropping alerts rather than "
-                "slowing training",
-                self._queue.maxsize,
-            )
+    def on_drop(self, alert: Alert) -> None:
+        """A full queue drops the alert for every notifier."""
+        for notifier in self._notifiers:
+            self._record(notifier, DROPPED)
+        self._warn_once(
+            "queue",
+            "otel_mindformers: alert queue full (%d alerts); dropping alerts rather than "
+            "slowing training",
+            self.max_queue,
+        )
 
     def close(self, timeout: float) -> None:
         """Deliver what is queued within `timeout` seconds; count the rest as dropped."""
-        self._deadline = time.monotonic() + timeout
-        try:
-            self._queue.put(_STOP, timeout=timeout)
-        except queue.Full:
-            pass
-        self._thread.join(max(0.0, self._deadline - time.monotonic()))
-        if not self._thread.is_alive():
-            return
-        left = 0
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not _STOP:
-                left += 1
-                for notifier in self._notifiers:
-                    self._record(notifier, DROPPED)
-        # The worker is still inside a request; this lets it exit once that returns.
-        self._queue.put_nowait(_STOP)
+        left = super().close(timeout)
+        for _alert in left:
+            for notifier in self._notifiers:
+                self._record(notifier, DROPPED)
         if left:
             _logger.warning(
                 "otel_mindformers: %d alert(s) not sent before the %.1f s shutdown deadline",
-                left,
+                len(left),
                 timeout,
             )
 
     # --- worker thread ---------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            for notifier in self._notifiers:
-                self._deliver(notifier, item)
-
-    def _remaining(self) -> float:
-        return float("inf") if self._deadline is None else self._deadline - time.monotonic()
+    def handle(self, alert: Alert) -> None:
+        for notifier in self._notifiers:
+            self._deliver(notifier, alert)
 
     def _deliver(self, notifier: Notifier, alert: Alert) -> None:
         error: Exception | None = None
         for attempt in range(self._retries + 1):
             if attempt:
                 delay = self._backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
-                time.sleep(min(delay, max(0.0, self._remaining())))
-            budget = min(self._timeout, self._remaining())
+                time.sleep(min(delay, max(0.0, self.remaining())))
+            budget = min(self._timeout, self.remaining())
             if budget <= 0:
                 self._record(notifier, DROPPED)
                 return

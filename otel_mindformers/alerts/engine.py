@@ -159,6 +159,7 @@ class AlertEngine:
                     )
                 continue
             fired.append(f"{rule.name}: {finding.detail}")
+            record.alerts.append(rule.name)  # the step's JSON line names it, for plot/report
             self._fire(rule.name, rule.severity, finding, record.step, step_span)
             if (
                 rule.name == NONFINITE

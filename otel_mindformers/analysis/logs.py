@@ -36,7 +36,7 @@ _GLOB_CHARS = frozenset("*?[")
 _OWN_KEYS = frozenset({"time_stamp", "step", "epoch", "rank"})
 # Spellings other writers use for our metrics (the article's custom monitor writes "lr").
 _ALIASES = {"lr": rec.LEARNING_RATE}
-_NOT_VALUES = frozenset({"time_stamp", "step", "epoch", "rank", "nonfinite", "alert"})
+_NOT_VALUES = frozenset({"time_stamp", "step", "epoch", "rank", "nonfinite", "alert", "alerts"})
 
 
 class AnalysisError(ValueError):
@@ -249,6 +249,12 @@ def _classify(data: object, location: Location, parsed: _Parsed) -> None:
                 )
             )
         return
+    fired = data.get("alerts")
+    for rule in fired if isinstance(fired, list) else ():  # our step lines name what fired there
+        parsed.alerts.append(
+            AlertMark(step=_int_or_none(data.get("step")), time_stamp=_float_or_none(data.get("time_stamp")),
+                      rule=str(rule), message=str(rule), location=location)
+        )
     if _int_or_none(data.get("step")) is None:
         parsed.foreign_lines += 1
     elif _OWN_KEYS <= data.keys():

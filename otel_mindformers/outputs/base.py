@@ -9,16 +9,12 @@ other sinks carry on.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
-import time
 from typing import Protocol
 
+from otel_mindformers.background import BoundedWorker
 from otel_mindformers.record import StepRecord
 
 _logger = logging.getLogger(__name__)
-
-_STOP = object()
 
 
 class OutputSink(Protocol):
@@ -31,49 +27,37 @@ class OutputSink(Protocol):
     def close(self) -> None: ...
 
 
-class BackgroundDispatcher:
-    """Fans StepRecords out to sinks on one daemon thread behind a bounded queue."""
+class BackgroundDispatcher(BoundedWorker[StepRecord]):
+    """Fans StepRecords out to sinks on the writer thread; closes them when stopped."""
 
     def __init__(self, sinks: list[OutputSink], max_queue: int = 1024) -> None:
         self._sinks = list(sinks)
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
         self.dropped = 0
-        self._drop_reported = False
-        self._thread = threading.Thread(
-            target=self._run, name="otel-mindformers-writer", daemon=True
-        )
-        self._thread.start()
+        super().__init__("otel-mindformers-writer", max_queue)
 
-    def submit(self, record: StepRecord) -> None:
-        """Never blocks: a full queue drops the record."""
-        try:
-            self._queue.put_nowait(record)
-        except queue.Full:
-            self.dropped += 1
-            if not self._drop_reported:
-                self._drop_reported = True
-                _logger.warning(
-                    "otel_mindformers: output queue full (%d records); dropping records "
-                    "rather than slowing training. Raise `interval` or check the sinks.",
-                    self._queue.maxsize,
-                )
+    def on_drop(self, record: StepRecord) -> None:
+        self.dropped += 1
+        if self.dropped == 1:
+            _logger.warning(
+                "otel_mindformers: output queue full (%d records); dropping records "
+                "rather than slowing training. Raise `interval` or check the sinks.",
+                self.max_queue,
+            )
 
     def close(self, timeout: float = 5.0) -> None:
-        """Drain what is queued, close every sink, and return within `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        try:
-            self._queue.put(_STOP, timeout=timeout)
-        except queue.Full:
-            _logger.warning("otel_mindformers: writer thread stuck; closing without draining")
-        self._thread.join(max(0.0, deadline - time.monotonic()))
+        """Drain what is queued and close every sink, within `timeout` seconds."""
+        left = super().close(timeout)
+        if left:
+            _logger.warning(
+                "otel_mindformers: outputs did not drain within %.1f s; %d record(s) not written",
+                timeout, len(left),
+            )
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                break
-            for sink in list(self._sinks):
-                self._guarded(sink, sink.write, item)
+    def handle(self, record: StepRecord) -> None:
+        for sink in list(self._sinks):
+            self._guarded(sink, sink.write, record)
+
+    def on_stop(self) -> None:
         for sink in self._sinks:
             self._guarded(sink, sink.close)
 
