@@ -17,7 +17,7 @@ import yaml
 
 from otel_mindformers import semconv
 from tests.support import trainer_process
-from tests.support.prometheus import free_port
+from tests.support.prometheus import free_port, stop_process
 
 RANK, WORLD = 3, 4
 STEPS, INTERVAL = 12, 5
@@ -68,12 +68,7 @@ def rotel(workdir: Path, exporter_protocol: str, exporter_endpoint: str) -> Iter
         _wait_listening(grpc_port, process, log)
         yield grpc_port
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def train_into(workdir: Path, grpc_port: int) -> None:

@@ -40,3 +40,12 @@ def test_demo_command_trains_and_writes_every_local_output():
     assert builtin[-1]["loss"] < builtin[0]["loss"] / 10, "the tiny LM learns its sequences"
     assert set(builtin[0]) >= {"loss", "learning_rate", "grad_norm", "train_per_step_time", "overflow"}
     assert any((output / "tensorboard_log" / "rank_0").glob("events.out.tfevents.*"))
+
+
+def test_readme_names_every_metric_and_span_the_package_emits():
+    from otel_mindformers import semconv
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    names = [m.name for m in semconv.all_metrics()] + [semconv.SPAN_RUN, semconv.SPAN_EPOCH, semconv.SPAN_STEP]
+    missing = [name for name in names if f"`{name}`" not in text]
+    assert not missing, f"README's name table lacks {missing}"

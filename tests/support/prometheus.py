@@ -86,6 +86,16 @@ def _tail(log: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+def stop_process(process: subprocess.Popen) -> None:
+    """Terminate a server the test started; kill it if it does not exit within 15 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @contextmanager
 def _process(argv: list[str], log: Path, ready_url: str) -> Iterator[subprocess.Popen]:
     with log.open("wb") as sink:
@@ -94,12 +104,7 @@ def _process(argv: list[str], log: Path, ready_url: str) -> Iterator[subprocess.
             _wait_ready(process, ready_url, log)
             yield process
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
 
 
 @dataclass

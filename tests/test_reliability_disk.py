@@ -1,0 +1,157 @@
+"""Disk trouble under `json_file` and `tensorboard`: training continues, one warning names
+the path, and every line already written stays a whole JSON object.
+
+Three ways the disk fails mid-run, each in a real training subprocess:
+- the file-size limit (RLIMIT_FSIZE, EFBIG) is hit: works anywhere, no privileges;
+- a tiny tmpfs fills up (ENOSPC): needs permission to mount, skipped otherwise;
+- the log folder becomes unwritable while the JSON log rolls over (EACCES): root ignores
+  file permissions, so a root test process runs the worker without that privilege.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.reliability_worker import run, spawn
+
+STEPS = 60
+
+
+def _spec(directory: Path, **extra) -> dict:
+    return {
+        "config": {
+            "interval": 1,
+            "output_type": ["json_file", "tensorboard"],
+            "json_log_path": str(directory / "logs" / "train_metric.json"),
+            "tensorboard_path": str(directory / "logs" / "tensorboard"),
+        },
+        "steps": STEPS,
+        "graph": True,
+        "report": str(directory / "report.json"),
+        **extra,
+    }
+
+
+def _whole_lines(path: Path) -> list[dict]:
+    """Every line of the file, parsed: a partial line fails the test."""
+    text = path.read_text()
+    assert text == "" or text.endswith("\n"), "the file ends in a partial line"
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _tensorboard_steps(logdir: Path) -> list[int]:
+    """The loss steps TensorBoard's own reader finds in a rank folder."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(logdir))
+    accumulator.Reload()
+    return [event.step for event in accumulator.Scalars("loss")]
+
+
+def _assert_survived(process, report, json_path: Path, at_least: int) -> list[str]:
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert report["error"] is None
+    assert len(report["hook_seconds"]["on_train_step_end"]) == STEPS, "training ran every step"
+    lines = _whole_lines(json_path)
+    steps = [line["step"] for line in lines]
+    assert steps == list(range(1, len(steps) + 1)), "lines already written stay in order"
+    # The writer thread runs behind the training thread, so the trouble that starts at step k
+    # finds k lines or fewer on disk: the bound below is what was surely written before it.
+    assert at_least <= len(steps) < STEPS, "the disk trouble stopped the log mid-run"
+    return [line for line in process.stderr.splitlines() if line.startswith("otel_mindformers:")]
+
+
+def test_file_size_limit_mid_run(tmp_path):
+    json_path = tmp_path / "logs" / "train_metric.json"
+    spec = _spec(tmp_path, at={"20": [["fsize", 500]]})
+    process, report = run(spec, tmp_path)
+    warnings = _assert_survived(process, report, json_path, at_least=1)
+    json_warnings = [w for w in warnings if "'json_file'" in w]
+    assert len(json_warnings) == 1, warnings
+    assert str(json_path) in json_warnings[0]
+    logdir = tmp_path / "logs" / "tensorboard" / "rank_0"
+    tensorboard_warnings = [w for w in warnings if "'tensorboard'" in w]
+    assert len(tensorboard_warnings) == 1, warnings
+    assert str(logdir) in tensorboard_warnings[0]
+    steps = _tensorboard_steps(logdir)
+    assert steps == list(range(1, len(steps) + 1)) and 0 < len(steps) < STEPS
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    mount_point = tmp_path / "tmpfs"
+    mount_point.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_disk_full_mid_run(tmp_path, tiny_tmpfs):
+    json_path = tiny_tmpfs / "logs" / "train_metric.json"
+    spec = _spec(tiny_tmpfs, report=str(tmp_path / "report.json"))
+    json_path.parent.mkdir()
+    # Leave room for about 25 lines and the TensorBoard file header, then the disk is full.
+    filler = tiny_tmpfs / "filler"
+    filler.write_bytes(b"\0" * (64 * 1024 - 12 * 1024))
+    process, report = run(spec, tmp_path)
+    warnings = _assert_survived(process, report, json_path, at_least=5)
+    assert any(str(json_path) in w for w in warnings), warnings
+    assert any("tensorboard" in w for w in warnings), warnings
+
+
+def _obey_file_permissions() -> None:
+    """Runs in the child before exec: drop root's permission overrides from the capability
+    bounding set, so the exec'd worker is refused an unwritable folder like any user."""
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop = 24
+    for capability in (1, 2, 3):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+        if libc.prctl(pr_capbset_drop, capability, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def test_log_folder_unwritable_mid_run(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    marker = tmp_path / "step-20"
+    spec = _spec(tmp_path, at={"20": [["touch", str(marker)], ["sleep", 3.0]]})
+    # A small rollover size makes the JSON log rename and open files as it goes.
+    spec["config"] = {**spec["config"], "output_type": ["json_file"],
+                      "log_rotation": {"max_bytes": 2000, "backup_count": 50}}
+    process = spawn(spec, tmp_path, preexec_fn=_obey_file_permissions)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        logs.chmod(0o555)
+        _, stderr = process.communicate(timeout=240)
+    finally:
+        logs.chmod(0o755)
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    report = json.loads(Path(spec["report"]).read_text())
+    assert process.returncode == 0, stderr[-3000:]
+    assert report["error"] is None
+    assert len(report["hook_seconds"]["on_train_step_end"]) == STEPS, "training ran every step"
+    lines = [line for path in logs.glob("train_metric.json*") for line in _whole_lines(path)]
+    steps = sorted(line["step"] for line in lines)
+    assert steps == list(range(1, len(steps) + 1)), "lines already written stay"
+    assert 20 <= len(steps) < STEPS
+    warnings = [line for line in stderr.splitlines() if line.startswith("otel_mindformers:")]
+    json_warnings = [w for w in warnings if "'json_file'" in w]
+    assert len(json_warnings) == 1, warnings
+    assert str(logs / "train_metric.json") in json_warnings[0]
