@@ -28,3 +28,13 @@ def otlp_receiver():
 
     with OtlpReceiver() as receiver:
         yield receiver
+
+
+@pytest.fixture
+def fake_npu_smi(monkeypatch, tmp_path):
+    """Puts the fake npu-smi (tests/fixtures/bin) first on PATH; returns the file listing its calls."""
+    fake_bin = Path(__file__).resolve().parent / "fixtures" / "bin"
+    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    log = tmp_path / "npu-smi.calls"
+    monkeypatch.setenv("FAKE_NPU_SMI_LOG", str(log))
+    return log

@@ -24,6 +24,7 @@ from otel_mindformers.config import NotifierConfig, load_monitor_config
 from otel_mindformers.identity import Identity
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.providers import build_telemetry
+from tests.support.metrics import counter_values
 from tests.support.webhook_receiver import WebhookReceiver, closed_port_url
 
 IDENTITY = Identity(rank=3, world_size=8, job_id="llama-pretrain-42", host_name="node-7")
@@ -47,17 +48,6 @@ def start_engine(alert_section, reader=None):
 
 def record(step, loss):
     return StepRecord(step=step, epoch=1, rank=IDENTITY.rank, time_stamp=time.time(), values={"loss": loss})
-
-
-def counter_values(reader, name):
-    points = {}
-    for resource_metrics in reader.get_metrics_data().resource_metrics:
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                if metric.name == name:
-                    for point in metric.data.data_points:
-                        points[tuple(sorted(point.attributes.items()))] = point.value
-    return points
 
 
 def assert_names_everything(text):

@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_mindformers.callback import MonitorCallback
+from tests.support.metrics import counter_values
 from tests.support.training import Faults, train
 from tests.support.webhook_receiver import WebhookReceiver, closed_port_url
 
@@ -45,14 +46,7 @@ class Run:
         return [json.loads(line) for line in self.json_path.read_text().splitlines()]
 
     def counter(self, name):
-        points = {}
-        for resource_metrics in self.metrics.get_metrics_data().resource_metrics:
-            for scope_metrics in resource_metrics.scope_metrics:
-                for metric in scope_metrics.metrics:
-                    if metric.name == name:
-                        for point in metric.data.data_points:
-                            points[tuple(sorted(point.attributes.items()))] = point.value
-        return points
+        return counter_values(self.metrics, name)
 
     def span(self, name, step=None):
         for span in self.spans.get_finished_spans():

@@ -1,7 +1,6 @@
 """AscendSource against a fake `npu-smi` put first on PATH (tests/fixtures/bin/npu-smi):
 normal output of each board form, exit 1, garbage, missing, and a hang past the timeout."""
 
-import os
 import threading
 from pathlib import Path
 
@@ -14,16 +13,7 @@ from otel_mindformers.devices.base import MIB, SourceError
 from otel_mindformers.devices.selection import build_sources
 from otel_mindformers.identity import Identity
 
-FAKE_BIN = Path(__file__).resolve().parent / "fixtures" / "bin"
 
-
-@pytest.fixture
-def fake_npu_smi(monkeypatch, tmp_path):
-    """Puts the fake npu-smi first on PATH; returns the file listing its calls."""
-    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
-    log = tmp_path / "npu-smi.calls"
-    monkeypatch.setenv("FAKE_NPU_SMI_LOG", str(log))
-    return log
 
 
 def calls(log: Path) -> list[str]:

@@ -25,13 +25,6 @@ FAKE_BIN = REPO / "tests" / "fixtures" / "bin"
 IDENTITY = Identity(rank=1, world_size=2, local_rank=1, node_rank=0, device_id=1, device_target="Ascend")
 
 
-@pytest.fixture
-def fake_npu_smi(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
-    log = tmp_path / "npu-smi.calls"
-    monkeypatch.setenv("FAKE_NPU_SMI_LOG", str(log))
-    return log
-
 
 @pytest.fixture
 def reader():
