@@ -216,3 +216,18 @@ def test_memory_stays_bounded_against_a_blackholed_collector(tmp_path):
     early, late = statistics.mean(memory[1:5]), statistics.mean(memory[-4:])
     # One retained span costs ~3.4 kB: a queue without a bound would add ~6 MB here.
     assert late - early < 3 * 1024 * 1024, [m // 1024 for m in memory]
+
+
+def test_run_shorter_than_the_export_timeout_still_reports_once(tmp_path):
+    """A blackholed collector whose first export has not timed out when training ends: the
+    final flush gives up at `shutdown_timeout` and says so, once; nothing else is printed."""
+    hole = Blackhole()
+    try:
+        process, _ = _train(tmp_path, f"http://127.0.0.1:{hole.port}", steps=10)
+    finally:
+        hole.close()
+    ours = [line for line in process.stderr.splitlines()
+            if line.startswith("otel_mindformers:") and ("OTLP export" in line or "did not flush" in line)]
+    assert len(ours) == 1, process.stderr[-3000:]
+    assert not [line for line in process.stderr.splitlines() if line not in ours
+                and ("Transient error" in line or "Failed to export" in line)]

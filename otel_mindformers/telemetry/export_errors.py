@@ -32,7 +32,6 @@ class ExportErrorReporter(logging.Filter):
     def __init__(self, destination: str) -> None:
         super().__init__("otel_mindformers.export_errors")
         self.destination = destination
-        self.suppressed = 0
         self._reported = False
         self._lock = threading.Lock()
         self._loggers: list[logging.Logger] = []
@@ -43,7 +42,6 @@ class ExportErrorReporter(logging.Filter):
         with self._lock:
             first = not self._reported
             self._reported = True
-            self.suppressed += 0 if first else 1
         if first:
             _logger.warning(
                 "otel_mindformers: OTLP export to %s is failing or too slow (%s). Training "
