@@ -51,7 +51,7 @@ def _engine(alert_section: dict) -> tuple[AlertEngine, object]:
         config, IDENTITY, tracer_provider=TracerProvider(), meter_provider=MeterProvider(),
         logger_provider=LoggerProvider(),
     )  # fmt: skip
-    progress = types.SimpleNamespace(step=0, last_step_end=time.monotonic())
+    progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
     return AlertEngine.start(config, IDENTITY, telemetry, progress), telemetry
 
 

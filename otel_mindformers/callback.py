@@ -45,7 +45,7 @@ class StepClock:
 
     def __init__(self) -> None:
         self.step = 0
-        self.last_step_end = time.monotonic()
+        self.last_step_end = time.perf_counter()  # the hot path's one clock
 
 
 def launcher_context() -> otel_context.Context:
@@ -124,8 +124,7 @@ class MonitorCallback(Callback):
         # One clock for the hot path; wall time derived from it only on sampled steps.
         self._perf0, self._wall0 = time.perf_counter(), time.time()
         self._window_start, self._window_step = self._perf0, first_step
-        self._last_step_end_perf = self._perf0
-        self.progress.step, self.progress.last_step_end = first_step, time.monotonic()
+        self.progress.step, self.progress.last_step_end = first_step, self._perf0
         # After the clock is set: the stall watchdog arms at the first step finished after it.
         self._alerts = self._start_alerts()
         for monitor in self.custom_monitors:
@@ -159,13 +158,13 @@ class MonitorCallback(Callback):
         # and a Python __getattr__, measured at ~25 us per step inside Model.train.
         step = cb_params["cur_step_num"]
         progress = self.progress
-        progress.step, progress.last_step_end = step, time.monotonic()
+        previous_end = progress.last_step_end
+        progress.step, progress.last_step_end = step, now
         if self.custom_monitors:
             self._feed_custom_monitors(cb_params)
             self._call_custom("on_train_step_end", run_context)
         if step >= self._next_sample or step >= self._last_step:
-            self._sample(run_context, cb_params, step, now)
-        self._last_step_end_perf = now
+            self._sample(run_context, cb_params, step, previous_end, now)
 
     def on_train_epoch_end(self, run_context: Any) -> None:
         if not self._running:
@@ -188,7 +187,7 @@ class MonitorCallback(Callback):
             self._finish(error=exc)
 
     # --- sampled steps -------------------------------------------------------------------------
-    def _sample(self, run_context: Any, cb_params: Any, step: int, now: float) -> None:
+    def _sample(self, run_context: Any, cb_params: Any, step: int, previous_end: float, now: float) -> None:
         self._next_sample = (step // self._interval + 1) * self._interval
         steps = max(1, step - self._window_step)
         elapsed = now - self._window_start
@@ -223,7 +222,7 @@ class MonitorCallback(Callback):
                 # can keep anomalous steps without buffering a whole run.
                 context=otel_context.Context(),
                 links=[Link(self._run_span.get_span_context())],
-                start_time=self._epoch_ns(self._last_step_end_perf),
+                start_time=self._epoch_ns(previous_end),
                 attributes=record.span_attributes(),
             )
 

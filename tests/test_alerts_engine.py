@@ -47,12 +47,12 @@ class Harness:
             meter_provider=MeterProvider(metric_readers=[self.metrics]),
             logger_provider=logger_provider,
         )
-        self.progress = types.SimpleNamespace(step=0, last_step_end=time.monotonic())
+        self.progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
         self.engine = AlertEngine.start(self.config, IDENTITY, self.telemetry, self.progress)
 
     def step(self, step, **values):
         """One sampled step inside a step span, as the callback does it; returns the stop reason."""
-        self.progress.step, self.progress.last_step_end = step, time.monotonic()
+        self.progress.step, self.progress.last_step_end = step, time.perf_counter()
         span = self.telemetry.tracer.start_span("mindformers.train.step")
         record = StepRecord(step=step, epoch=1, rank=IDENTITY.rank, time_stamp=time.time(), values=values)
         reason = self.engine.evaluate(record, span)
@@ -155,9 +155,9 @@ def test_custom_monitor_alerts_through_the_same_engine():
 def test_stall_watchdog_names_rank_and_last_step_then_resolves():
     with WebhookReceiver() as receiver:
         h = Harness({"stall_timeout": 0.3, "notifiers": [{"type": "webhook", "url": receiver.url()}]})
-        h.progress.step, h.progress.last_step_end = 41, time.monotonic()  # step 41 finished
+        h.progress.step, h.progress.last_step_end = 41, time.perf_counter()  # step 41 finished
         (stalled,) = receiver.wait_for(1)
-        h.progress.step, h.progress.last_step_end = 42, time.monotonic()
+        h.progress.step, h.progress.last_step_end = 42, time.perf_counter()
         resolved = receiver.wait_for(2)[1]
         h.engine.shutdown(5.0)
     assert stalled.body["rule"] == "stall" and stalled.body["status"] == "firing"

@@ -42,7 +42,7 @@ def start_engine(alert_section, reader=None):
         meter_provider=MeterProvider(metric_readers=[reader or InMemoryMetricReader()]),
         logger_provider=LoggerProvider(),
     )
-    progress = types.SimpleNamespace(step=0, last_step_end=time.monotonic())
+    progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
     return AlertEngine.start(config, IDENTITY, telemetry, progress)
 
 

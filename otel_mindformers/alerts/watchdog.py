@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 
 class StepProgress(Protocol):
     step: int  # last finished step
-    last_step_end: float  # time.monotonic() when it finished (or when training began)
+    last_step_end: float  # time.perf_counter() when it finished (or when training began)
 
 
 class StallWatchdog:
@@ -60,7 +60,7 @@ class StallWatchdog:
                     stalled_since = None
                     self._on_resume(self._progress.step)
                 continue
-            idle = time.monotonic() - last_end
+            idle = time.perf_counter() - last_end
             if idle > self._timeout:
                 stalled_since = last_end
                 self._on_stall(self._progress.step, idle)
