@@ -16,17 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from otel_mindformers import record as rec
+from otel_mindformers import training_metrics as tm
 
 _logger = logging.getLogger(__name__)
 
-# Tuple length → positions of (loss, overflow, loss_scale, learning_rate, global_norm).
-_LAYOUTS: dict[int, tuple[int | None, ...]] = {
-    1: (0, None, None, None, None),
-    3: (0, 1, 2, None, None),
-    5: (0, 1, 2, 3, 4),
-    7: (0, 1, 2, 3, 4),
-}
+# Tuple lengths whose layout is known: (loss,), (loss, overflow, loss_scale), and
+# MindFormers' 5- and 7-tuples. Each holds a prefix of the table's output positions.
+_KNOWN_LENGTHS = frozenset({1, 3, 5, 7})
+_FROM_OUTPUTS = tuple(row for row in tm.TABLE if row.output_position is not None)
 
 
 def to_host(value: Any) -> float:
@@ -72,12 +69,19 @@ def learning_rate_tensor(optimizer: Any, step_index: int) -> Any:
 
 
 class OutputReader:
-    """Turns one step's outputs into StepRecord values, warning once about what is missing."""
+    """Turns one step's outputs into StepRecord values, warning once about what is missing.
 
-    def __init__(self, monitored: list[str], grad_monitor: bool) -> None:
-        self._wanted = set(monitored) & rec.DEVICE_METRICS
-        if not grad_monitor:
-            self._wanted.discard(rec.GRAD_NORM)
+    Any value of any shape in any position is tolerated: what cannot be read is left out
+    (one warning naming it), a NaN/Inf is kept as a float so it is counted as non-finite.
+    `grad_monitor`: True asks for the global norm (a warning when the outputs lack it),
+    None reads it when present, False never reads it.
+    """
+
+    def __init__(self, monitored: list[str], grad_monitor: bool | None) -> None:
+        self._wanted = set(monitored) & tm.READBACK_METRICS
+        if grad_monitor is False:
+            self._wanted.discard(tm.GRAD_NORM)
+        self._grad_norm_asked = grad_monitor is True
         self._warned: set[str] = set()
 
     @property
@@ -90,37 +94,42 @@ class OutputReader:
             _logger.warning("otel_mindformers: " + message, *args)
 
     def split(self, net_outputs: Any) -> dict[str, Any]:
-        """Device handles by name (no readback): loss, overflow, loss_scale, learning_rate, grad_norm."""
-        if isinstance(net_outputs, (tuple, list)):
-            layout = _LAYOUTS.get(len(net_outputs))
-            if layout is None:
-                self._warn_once(
-                    "shape",
-                    "unrecognised net_outputs: a %d-tuple; reading element 0 as the loss. "
-                    "Known shapes: loss, (loss, overflow, scale), MindFormers' 5- and 7-tuples.",
-                    len(net_outputs),
-                )
-                layout = _LAYOUTS[1]
-            names = (rec.LOSS, rec.OVERFLOW, rec.LOSS_SCALE, rec.LEARNING_RATE, rec.GRAD_NORM)
-            handles = {n: net_outputs[i] for n, i in zip(names, layout) if i is not None}
-        else:
-            handles = {rec.LOSS: net_outputs}
-        if not all(_is_tensor(v) for v in handles.values()):
-            bad = [n for n, v in handles.items() if not _is_tensor(v)]
+        """Device handles by metric key (no readback), for the table's output positions."""
+        if not isinstance(net_outputs, (tuple, list)):
+            return {tm.LOSS: net_outputs} if _is_tensor(net_outputs) else {}
+        length = len(net_outputs)
+        if length not in _KNOWN_LENGTHS:
             self._warn_once(
-                "types", "net_outputs element(s) %s are not tensors or numbers; skipped", bad
+                "shape",
+                "unrecognised net_outputs: a %d-tuple; reading element 0 as the loss. "
+                "Known shapes: loss, (loss, overflow, scale), MindFormers' 5- and 7-tuples.",
+                length,
             )
-            handles = {n: v for n, v in handles.items() if _is_tensor(v)}
+            length = min(length, 1)
+        handles = {
+            row.key: net_outputs[row.output_position]
+            for row in _FROM_OUTPUTS
+            if row.output_position < length
+        }
+        unreadable = [key for key, value in handles.items() if not _is_tensor(value)]
+        if unreadable:
+            self._warn_once(
+                "types", "net_outputs element(s) %s are not tensors or numbers; skipped", unreadable
+            )
+            handles = {key: value for key, value in handles.items() if key not in unreadable}
         return handles
 
     def read(self, cb_params: Any, step: int) -> dict[str, float | bool]:
         """Host values of the monitored metrics for the step that just ended."""
         handles = self.split(cb_params.get("net_outputs"))
-        if rec.LEARNING_RATE in self._wanted and rec.LEARNING_RATE not in handles:
+        if tm.LEARNING_RATE in self._wanted and tm.LEARNING_RATE not in handles:
             optimizer = optimizer_of(cb_params)
             if optimizer is not None:
-                handles[rec.LEARNING_RATE] = learning_rate_tensor(optimizer, step - 1)
-        if rec.GRAD_NORM in self._wanted and rec.GRAD_NORM not in handles:
+                try:
+                    handles[tm.LEARNING_RATE] = learning_rate_tensor(optimizer, step - 1)
+                except Exception as exc:  # an exotic schedule: no lr, not a failed run
+                    self._warn_once(tm.LEARNING_RATE, "cannot evaluate the learning rate: %s", exc)
+        if self._grad_norm_asked and tm.GRAD_NORM not in handles:
             self._warn_once(
                 "grad_norm",
                 "grad_monitor is on but the train network returns no global gradient norm, so "
@@ -132,8 +141,42 @@ class OutputReader:
         for name in self._wanted & handles.keys():
             try:
                 value = to_host(handles[name])
-            except (TypeError, ValueError) as exc:
+            except Exception as exc:  # any value of any shape: left out, never raised
                 self._warn_once(name, "cannot read %s from the step outputs: %s", name, exc)
                 continue
-            values[name] = bool(value) if name == rec.OVERFLOW and math.isfinite(value) else value
+            values[name] = bool(value) if name == tm.OVERFLOW and math.isfinite(value) else value
         return values
+
+
+class LazyLearningRate:
+    """The step's learning rate for custom monitors (`cb_params.learning_rate`), evaluated
+    on the device only when read: `.asnumpy()`, `float(...)`, `numpy.asarray(...)`, or any
+    Tensor attribute. One object per run, re-pointed at each step (no allocation)."""
+
+    __slots__ = ("_optimizer", "_step_index", "_tensor")
+
+    def __init__(self, optimizer: Any) -> None:
+        self._optimizer = optimizer
+        self._step_index = 0
+        self._tensor: Any = None
+
+    def at(self, step_index: int) -> "LazyLearningRate":
+        self._step_index, self._tensor = step_index, None
+        return self
+
+    def tensor(self) -> Any:
+        if self._tensor is None:
+            self._tensor = learning_rate_tensor(self._optimizer, self._step_index)
+        return self._tensor
+
+    def asnumpy(self) -> Any:
+        return self.tensor().asnumpy()
+
+    def __float__(self) -> float:
+        return to_host(self.tensor())
+
+    def __array__(self, dtype: Any = None) -> Any:
+        return np.asarray(self.asnumpy(), dtype=dtype)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tensor(), name)

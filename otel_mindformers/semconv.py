@@ -1,37 +1,16 @@
-"""Every telemetry name this package emits, in one table.
+"""Every telemetry name this package emits outside the training-metric table.
 
-The README's name table, the collector rules' consistency test and the instruments
-themselves all read from here, so a rename happens in exactly one place.
-
-Dimensionless training scalars (loss, learning rate, grad norm, loss scale) carry an
-empty unit on purpose: with unit ``1`` the OTel Collector's Prometheus translator appends
-``_ratio`` while the Python Prometheus exporter does not, and alert rules would need two
-spellings of every name. With no unit, both paths produce the same Prometheus name.
+Span names, resource / point / span attribute keys, and the alert and device metrics live
+here; the training metrics live in `training_metrics.TABLE`. `all_metrics()` is the union
+the README's name table and the collector rules' consistency test read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
+from otel_mindformers import training_metrics
+from otel_mindformers.metric_spec import Kind, MetricSpec
 
 INSTRUMENTATION_NAME = "otel_mindformers"
-
-
-class Kind(str, Enum):
-    COUNTER = "counter"
-    GAUGE = "gauge"
-    HISTOGRAM = "histogram"
-    OBSERVABLE_GAUGE = "observable_gauge"
-    OBSERVABLE_COUNTER = "observable_counter"
-    OBSERVABLE_UP_DOWN_COUNTER = "observable_up_down_counter"
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    name: str
-    kind: Kind
-    unit: str
-    description: str
 
 
 # --- resource / point attribute keys -------------------------------------------------
@@ -47,88 +26,12 @@ ATTR_JOB_ID = "training.job.id"
 ATTR_LAUNCHER = "training.launcher"
 ATTR_STEP = "training.step"
 ATTR_EPOCH = "training.epoch"
-
-# Step-span attributes carrying the sampled values (names mirror the JSON keys).
-ATTR_LOSS = "training.loss"
-ATTR_LEARNING_RATE = "training.learning_rate"
-ATTR_GRAD_NORM = "training.grad_norm"
-ATTR_OVERFLOW = "training.overflow"
-ATTR_LOSS_SCALE = "training.loss_scale"
-ATTR_STEP_TIME = "training.step_time"
 ATTR_STEPS_IN_WINDOW = "training.steps_in_window"
-
-# Attribute on the non-finite counter naming which value was NaN/Inf.
-ATTR_METRIC = "training.metric"
 
 # --- span names ------------------------------------------------------------------------
 SPAN_RUN = "mindformers.train"
 SPAN_EPOCH = "mindformers.train.epoch"
 SPAN_STEP = "mindformers.train.step"
-
-# --- training metrics ------------------------------------------------------------------
-LOSS = MetricSpec("mindformers.train.loss", Kind.GAUGE, "", "Training loss of the sampled step.")
-LEARNING_RATE = MetricSpec(
-    "mindformers.train.learning_rate", Kind.GAUGE, "", "Learning rate the sampled step used."
-)
-GRAD_NORM = MetricSpec(
-    "mindformers.train.grad_norm", Kind.GAUGE, "", "Global gradient norm of the sampled step."
-)
-LOSS_SCALE = MetricSpec(
-    "mindformers.train.loss_scale", Kind.GAUGE, "", "Loss scale in use at the sampled step."
-)
-OVERFLOW = MetricSpec(
-    "mindformers.train.overflow",
-    Kind.GAUGE,
-    "",
-    "1 when the sampled step overflowed (its update was skipped), else 0.",
-)
-OVERFLOW_STEPS = MetricSpec(
-    "mindformers.train.overflow.steps",
-    Kind.COUNTER,
-    "{step}",
-    "Sampled steps that overflowed.",
-)
-STEP_DURATION = MetricSpec(
-    "mindformers.train.step.duration",
-    Kind.HISTOGRAM,
-    "s",
-    "Wall time per training step, averaged over the steps since the previous sample.",
-)
-STEPS = MetricSpec("mindformers.train.steps", Kind.COUNTER, "{step}", "Training steps completed.")
-SAMPLES_RATE = MetricSpec(
-    "mindformers.train.samples.rate", Kind.GAUGE, "{sample}/s", "Training throughput in samples."
-)
-TOKENS_RATE = MetricSpec(
-    "mindformers.train.tokens.rate", Kind.GAUGE, "{token}/s", "Training throughput in tokens."
-)
-NONFINITE = MetricSpec(
-    "mindformers.train.nonfinite",
-    Kind.COUNTER,
-    "{value}",
-    "NaN/Inf values seen (the SDK drops non-finite measurements, so they are counted here).",
-)
-
-TRAINING_METRICS: tuple[MetricSpec, ...] = (
-    LOSS,
-    LEARNING_RATE,
-    GRAD_NORM,
-    LOSS_SCALE,
-    OVERFLOW,
-    OVERFLOW_STEPS,
-    STEP_DURATION,
-    STEPS,
-    SAMPLES_RATE,
-    TOKENS_RATE,
-    NONFINITE,
-)
-
-# Seconds-scaled buckets: the SDK defaults (0, 5, 10, 25, ...) suit milliseconds, not
-# training steps that last from a few milliseconds (tiny CPU models) to minutes.
-STEP_DURATION_BUCKETS: tuple[float, ...] = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0, 600.0,
-)  # fmt: skip
-
 
 # --- alerts (alerts/) ------------------------------------------------------------------
 ATTR_ALERT_RULE = "training.alert.rule"
@@ -167,7 +70,19 @@ ATTR_HW_ID = "hw.id"
 ATTR_HW_TYPE = "hw.type"
 ATTR_HW_VENDOR = "hw.vendor"
 ATTR_HW_MODEL = "hw.model"
-ATTR_HW_STATE = "hw.state"  # ok, degraded, failed
+ATTR_HW_STATE = "hw.state"  # ok, degraded, predicted_failure, failed
+ATTR_HW_NAME = "hw.name"
+ATTR_HW_PARENT = "hw.parent"  # a NIC or NVLink's device: npu-1, gpu-0
+ATTR_HW_DRIVER_VERSION = "hw.driver_version"
+ATTR_HW_FIRMWARE_VERSION = "hw.firmware_version"
+ATTR_HW_SERIAL_NUMBER = "hw.serial_number"
+ATTR_HW_LIMIT_TYPE = "hw.limit_type"  # max, high.critical, low.critical
+ATTR_NETWORK_IO_DIRECTION = "network.io.direction"  # transmit, receive
+# Extensions (no convention yet): an Ascend chip's active error codes, NVIDIA's clock
+# throttle reasons, and the lane of a multi-lane optical module.
+ATTR_HW_NPU_ERROR_CODE = "hw.npu.error_code"  # 0x80E01801
+ATTR_HW_GPU_THROTTLE_REASON = "hw.gpu.throttle.reason"  # sw_power_cap, hw_slowdown, ...
+ATTR_HW_NETWORK_OPTICAL_LANE = "hw.network.optical.lane"
 ATTR_HW_GPU_TASK = "hw.gpu.task"
 ATTR_HW_NPU_TASK = "hw.npu.task"  # aicore, aivector, aicpu, ctrlcpu, overall
 ATTR_HW_NPU_MEMORY_TYPE = "hw.npu.memory.type"  # hbm, ddr
@@ -187,6 +102,18 @@ HW_TEMPERATURE = "hw.temperature"
 HW_POWER = "hw.power"
 HW_STATUS = "hw.status"
 HW_ERRORS = "hw.errors"
+HW_ENERGY = "hw.energy"
+HW_NETWORK_UP = "hw.network.up"
+HW_NETWORK_PACKETS = "hw.network.packets"
+HW_NETWORK_IO = "hw.network.io"
+HW_NETWORK_OPTICAL_POWER = "hw.network.optical.power"
+HW_NETWORK_OPTICAL_POWER_LIMIT = "hw.network.optical.power.limit"
+HW_NPU_SPEED = "hw.npu.speed"
+HW_NPU_SPEED_LIMIT = "hw.npu.speed.limit"
+HW_NPU_ERROR_CODE = "hw.npu.error_code"
+HW_NPU_MEMORY_ISOLATED_PAGES = "hw.npu.memory.isolated_pages"
+HW_GPU_MEMORY_REMAPPED_ROWS = "hw.gpu.memory.remapped_rows"
+HW_GPU_THROTTLED = "hw.gpu.throttled"
 SYSTEM_CPU_UTILIZATION = "system.cpu.utilization"
 SYSTEM_MEMORY_USAGE = "system.memory.usage"
 SYSTEM_MEMORY_LIMIT = "system.memory.limit"
@@ -211,10 +138,25 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(
         (HW_GPU_MEMORY_USAGE, _UPDOWN, "By", "GPU memory in use."),
         (HW_GPU_MEMORY_LIMIT, _UPDOWN, "By", "Size of the GPU memory."),
         (HW_GPU_MEMORY_UTILIZATION, _GAUGE, "1", "Fraction of GPU memory used."),
-        (HW_TEMPERATURE, _GAUGE, "Cel", "Device temperature (hw.type npu or gpu)."),
+        (HW_TEMPERATURE, _GAUGE, "Cel", "Device temperature (hw.type npu, gpu, or network: optical module)."),
         (HW_POWER, _GAUGE, "W", "Device power draw (hw.type npu or gpu)."),
-        (HW_STATUS, _UPDOWN, "1", "1 for the device's current hw.state (ok, degraded, failed), 0 for the others."),
-        (HW_ERRORS, Kind.OBSERVABLE_COUNTER, "{error}", "ECC errors since the driver loaded, by error.type."),
+        (HW_STATUS, _UPDOWN, "1",
+         "1 for the current hw.state (ok, degraded, predicted_failure, failed), 0 for the others."),
+        (HW_ERRORS, Kind.OBSERVABLE_COUNTER, "{error}",
+         "Errors by error.type: ECC, XID, and link errors (hw.type network) by network.io.direction."),
+        (HW_ENERGY, Kind.OBSERVABLE_COUNTER, "J", "Device energy since the run started (integrated from hw.power "
+                                                   "where the driver has no energy counter)."),
+        (HW_NETWORK_UP, _UPDOWN, "1", "1 while the link (RoCE port, NVLink) is up, 0 while it is down."),
+        (HW_NETWORK_PACKETS, Kind.OBSERVABLE_COUNTER, "{packet}", "Packets through the port by network.io.direction."),
+        (HW_NETWORK_IO, Kind.OBSERVABLE_COUNTER, "By", "Bytes through the port by network.io.direction."),
+        (HW_NETWORK_OPTICAL_POWER, _GAUGE, "W", "Optical module power by network.io.direction (and lane)."),
+        (HW_NETWORK_OPTICAL_POWER_LIMIT, _GAUGE, "W", "The optical module's power thresholds, by hw.limit_type."),
+        (HW_NPU_SPEED, _GAUGE, "Hz", "Current AI Core clock."),
+        (HW_NPU_SPEED_LIMIT, _GAUGE, "Hz", "Rated AI Core clock (hw.limit_type max)."),
+        (HW_NPU_ERROR_CODE, _UPDOWN, "1", "1 for each error code the chip reports now (hw.npu.error_code)."),
+        (HW_NPU_MEMORY_ISOLATED_PAGES, _UPDOWN, "{page}", "Memory pages isolated after ECC errors, by error.type."),
+        (HW_GPU_MEMORY_REMAPPED_ROWS, _UPDOWN, "{row}", "Memory rows remapped after ECC errors, by error.type."),
+        (HW_GPU_THROTTLED, _UPDOWN, "1", "1 while the clock is held down for hw.gpu.throttle.reason, else 0."),
         (SYSTEM_CPU_UTILIZATION, _GAUGE, "1", "Fraction of the node's CPU time not idle (one rank per node)."),
         (SYSTEM_MEMORY_USAGE, _UPDOWN, "By", "Node memory by system.memory.state (one rank per node)."),
         (SYSTEM_MEMORY_LIMIT, _UPDOWN, "By", "Node memory installed (one rank per node)."),
@@ -232,4 +174,4 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(
 
 def all_metrics() -> tuple[MetricSpec, ...]:
     """Every metric the package can emit (training, device, alert and self metrics)."""
-    return TRAINING_METRICS + ALERT_METRICS + DEVICE_METRICS
+    return training_metrics.INSTRUMENTS + ALERT_METRICS + DEVICE_METRICS

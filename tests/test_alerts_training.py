@@ -80,10 +80,16 @@ def test_nan_loss_alerts_at_its_step_and_stops_training(workdir):
 def test_stop_after_configured_number_of_anomalous_steps(workdir):
     run = Run(workdir, {"stop_on_nonfinite": False, "stop_after_anomalous_steps": 3})
     train([run.callback], steps=20, faults=Faults(nan_at={7}))
-    # The NaN poisons the weights: steps 7, 8 and 9 are all non-finite.
-    assert [line["step"] for line in run.lines()][-1] == 9
+    # The NaN poisons the weights: steps 7, 8 and 9 are all non-finite. The rules run off the
+    # training thread, so their stop is honoured at the next step boundary after step 9.
+    lines = run.lines()
+    assert 10 <= lines[-1]["step"] < 20
     assert run.callback.stop_reason == "3 consecutive anomalous sampled steps, the last at step 9"
-    assert run.counter("mindformers.train.nonfinite") == {(("training.metric", "loss"), ("training.rank", 0)): 3}
+    nonfinite_lines = sum(1 for line in lines if line["loss"] is None)
+    assert nonfinite_lines == lines[-1]["step"] - 6
+    assert run.counter("mindformers.train.nonfinite") == {
+        (("training.metric", "loss"), ("training.rank", 0)): nonfinite_lines
+    }
 
 
 def test_loss_spike_fires_once_then_resolves(workdir):

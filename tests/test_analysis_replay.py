@@ -9,6 +9,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers import semconv
+from otel_mindformers import training_metrics as tm
 from otel_mindformers.analysis.logs import as_records, read_logs
 from otel_mindformers.analysis.replay import build_metrics, build_spans, replay_otlp
 from otel_mindformers.config import OtlpConfig
@@ -39,7 +40,7 @@ def test_alert_lines_become_events_and_error_status_on_their_step():
     assert alerted.status.description == "loss 9.3 above loss_threshold 8.0"
     (nonfinite,) = [s for s in steps if s.attributes[semconv.ATTR_STEP] == 30]
     assert nonfinite.status.description == "non-finite loss"
-    assert semconv.ATTR_LOSS not in nonfinite.attributes
+    assert tm.BY_KEY[tm.LOSS].span_attribute not in nonfinite.attributes
     assert run.events == ()
 
 
@@ -51,7 +52,7 @@ def test_restarted_steps_get_their_own_ids_and_counters_start_again():
         by_step.setdefault(span.attributes[semconv.ATTR_STEP], set()).add(span.context.span_id)
     assert len(by_step[1]) == 2 and len(by_step[10]) == 2  # logged twice, two distinct spans
     assert len({s.context.trace_id for s in steps}) == len(steps)
-    counted = metric_points(series)[semconv.STEPS.name]
+    counted = metric_points(series)[tm.STEPS.name]
     lines = [json.loads(line) for line in (FIXTURES / "gap_and_restart.json").read_text().splitlines()]
     assert [p.time_unix_nano for p in counted] == [round(line["time_stamp"] * 1e9) for line in lines]
     # Cumulative from each start: 1, +9, +10, +10, +40, +10 | restart: 1, +9
@@ -61,9 +62,9 @@ def test_restarted_steps_get_their_own_ids_and_counters_start_again():
 
 def test_step_duration_histogram_is_cumulative_in_seconds():
     (series,) = read_logs([FIXTURES / "rotated"])
-    (last,) = metric_points(series)[semconv.STEP_DURATION.name][-1:]
+    (last,) = metric_points(series)[tm.instrument_name(tm.STEP_TIME)][-1:]
     assert last.count == 60 and abs(last.sum - 60 * 0.05) < 1e-9
-    assert last.bucket_counts[list(semconv.STEP_DURATION_BUCKETS).index(0.05)] == 60  # 0.05 s sits in (0.025, 0.05]
+    assert last.bucket_counts[list(tm.STEP_DURATION_BUCKETS).index(0.05)] == 60  # 0.05 s sits in (0.025, 0.05]
 
 
 def test_ids_do_not_depend_on_the_order_files_are_given(otlp_receiver):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers import MonitorCallback, semconv
+from otel_mindformers import training_metrics as tm
 from tests.support import training
 from tests.support.training import Faults
 from tests.test_analysis_plot import count, load, panels
@@ -113,7 +114,7 @@ def test_replay_into_a_real_otlp_receiver(run, otlp_receiver, protocol):
     (run_span,) = [s for s in otlp_receiver.spans(semconv.SPAN_RUN) if s.resource[semconv.ATTR_RANK] == 0]
     assert all(s.links == [(run_span.trace_id, run_span.span_id)]
                for s in steps if s.resource[semconv.ATTR_RANK] == 0)
-    loss = sorted(otlp_receiver.points(semconv.LOSS.name), key=lambda p: p.time_unix_nano)
+    loss = sorted(otlp_receiver.points(tm.instrument_name(tm.LOSS)), key=lambda p: p.time_unix_nano)
     finite = [line for line in logged(run, 0) if line["loss"] is not None]
     assert [p.value for p in loss] == pytest.approx([line["loss"] for line in finite])
     assert [p.time_unix_nano / 1e9 for p in loss] == pytest.approx([line["time_stamp"] for line in finite], abs=1e-6)

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers import ConfigError, MonitorCallback, semconv
+from otel_mindformers import training_metrics as tm
 from tests.support import training
 from tests.support.training import Faults
 
@@ -113,18 +114,18 @@ def test_every_output_shape_is_read_on_sampled_steps(shape, mode, workdir):
     assert run_span.attributes[semconv.ATTR_RANK] == 0
 
     points = capture.points()
-    steps_total, = points[semconv.STEPS.name]
+    steps_total, = points[tm.STEPS.name]
     assert steps_total.value == 12
-    duration, = points[semconv.STEP_DURATION.name]
-    assert duration.count == 4 and duration.explicit_bounds == semconv.STEP_DURATION_BUCKETS
-    exemplars = capture.exemplars(semconv.STEP_DURATION.name)
+    duration, = points[tm.instrument_name(tm.STEP_TIME)]
+    assert duration.count == 4 and duration.explicit_bounds == tm.STEP_DURATION_BUCKETS
+    exemplars = capture.exemplars(tm.instrument_name(tm.STEP_TIME))
     assert exemplars, "step-duration points carry exemplars of their step spans"
     assert {e.span_id for e in exemplars} <= {s.context.span_id for s in step_spans}
-    loss, = points[semconv.LOSS.name]
+    loss, = points[tm.instrument_name(tm.LOSS)]
     assert loss.attributes == {semconv.ATTR_RANK: 0}
     assert loss.value == pytest.approx(lines[-1]["loss"])
     if shape == "tuple5":
-        assert points[semconv.GRAD_NORM.name][0].value == pytest.approx(lines[-1]["grad_norm"])
+        assert points[tm.instrument_name(tm.GRAD_NORM)][0].value == pytest.approx(lines[-1]["grad_norm"])
 
 
 def test_learning_rate_is_the_one_the_step_used(workdir):
@@ -144,7 +145,7 @@ def test_unsampled_steps_do_no_device_readback(workdir, monkeypatch):
     real_asnumpy = Tensor.asnumpy
 
     def counting_asnumpy(self):
-        readback_steps.append(cb.progress.step)
+        readback_steps.append(cb.progress.step if cb.progress is not None else None)
         return real_asnumpy(self)
 
     monkeypatch.setattr(Tensor, "asnumpy", counting_asnumpy)
@@ -166,8 +167,8 @@ def test_nonfinite_loss_is_null_in_json_and_counted(workdir):
     assert lines[2]["loss"] is not None
     bad = lines[3]
     assert bad["step"] == 4 and bad["loss"] is None and "loss" in bad["nonfinite"]
-    counter = capture.points()[semconv.NONFINITE.name]
-    loss_count = sum(p.value for p in counter if p.attributes[semconv.ATTR_METRIC] == "loss")
+    counter = capture.points()[tm.NONFINITE.name]
+    loss_count = sum(p.value for p in counter if p.attributes[tm.ATTR_METRIC] == "loss")
     assert loss_count == sum(1 for line in lines if line["loss"] is None) >= 1
     errored = [s for s in capture.finished(semconv.SPAN_STEP) if s.status.status_code == StatusCode.ERROR]
     assert 4 in {s.attributes[semconv.ATTR_STEP] for s in errored}
@@ -279,9 +280,9 @@ def test_real_otlp_receiver_gets_spans_and_metrics_with_rank(protocol, workdir, 
     assert run.resource["service.name"] == "otlp-test"
     assert run.resource[semconv.ATTR_RANK] == 0 and run.resource[semconv.ATTR_WORLD_SIZE] == 1
     assert {link[1] for s in steps for link in s.links} == {run.span_id}
-    loss_points = otlp_receiver.points(semconv.LOSS.name)
+    loss_points = otlp_receiver.points(tm.instrument_name(tm.LOSS))
     assert loss_points and all(p.attributes == {semconv.ATTR_RANK: 0} for p in loss_points)
-    histogram = otlp_receiver.points(semconv.STEP_DURATION.name)
+    histogram = otlp_receiver.points(tm.instrument_name(tm.STEP_TIME))
     assert histogram[-1].count == 3 and histogram[-1].unit == "s"
 
 

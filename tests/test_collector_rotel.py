@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from otel_mindformers import semconv
+from otel_mindformers import training_metrics as tm
 from tests.support import trainer_process
 from tests.support.prometheus import free_port, stop_process
 
@@ -94,7 +95,7 @@ def test_spans_and_metrics_keep_their_rank_through_rotel(tmp_path, otlp_receiver
         arrived = otlp_receiver.wait_for(
             lambda rx: {s.attributes.get(semconv.ATTR_STEP) for s in rx.spans(semconv.SPAN_STEP)} >= expected_steps
             and rx.spans(semconv.SPAN_RUN)
-            and rx.points(semconv.LOSS.name),
+            and rx.points(tm.instrument_name(tm.LOSS)),
             timeout=30,
         )
     assert arrived, f"received spans: {[s.name for s in otlp_receiver.spans()]}\n{trainer_process.log_tail(tmp_path)}"
@@ -111,6 +112,6 @@ def test_spans_and_metrics_keep_their_rank_through_rotel(tmp_path, otlp_receiver
     for span in steps:
         assert span.links == [(run.trace_id, run.span_id)]
         assert span.trace_id != run.trace_id
-    loss_points = otlp_receiver.points(semconv.LOSS.name)
+    loss_points = otlp_receiver.points(tm.instrument_name(tm.LOSS))
     assert all(p.attributes[semconv.ATTR_RANK] == RANK for p in loss_points)
     assert all(p.resource[semconv.ATTR_RANK] == RANK for p in loss_points)

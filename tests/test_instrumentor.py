@@ -21,6 +21,7 @@ from packaging.requirements import Requirement
 
 import otel_mindformers
 from otel_mindformers import ConfigError, MonitorCallback, semconv
+from otel_mindformers import training_metrics as tm
 from otel_mindformers.distro import MindFormersConfigurator, MindFormersDistro
 from otel_mindformers.instrumentor import MindFormersInstrumentor
 from otel_mindformers.package import _instruments
@@ -189,20 +190,20 @@ def test_opentelemetry_instrument_monitors_an_unmodified_script(workdir, otlp_re
     result = run(instrumented("python", PLAIN_TRAIN, "--steps", "12"), env, workdir)
     assert "training finished" in result.stdout
 
-    assert otlp_receiver.wait_for(lambda rx: rx.spans(semconv.SPAN_RUN) and rx.points(semconv.LOSS.name))
+    assert otlp_receiver.wait_for(lambda rx: rx.spans(semconv.SPAN_RUN) and rx.points(tm.instrument_name(tm.LOSS)))
     (run_span,) = otlp_receiver.spans(semconv.SPAN_RUN)
     assert (run_span.trace_id, run_span.parent_span_id) == (TRACE_ID, LAUNCHER_SPAN_ID)
     steps = otlp_receiver.spans(semconv.SPAN_STEP)
     assert sorted(s.attributes[semconv.ATTR_STEP] for s in steps) == [1, 10, 12]
     # Step-duration points carry exemplars that point at step spans.
-    exemplars = {e for p in otlp_receiver.points(semconv.STEP_DURATION.name) for e in p.exemplars}
+    exemplars = {e for p in otlp_receiver.points(tm.instrument_name(tm.STEP_TIME)) for e in p.exemplars}
     assert exemplars and exemplars <= {(s.trace_id, s.span_id) for s in steps}
     # The resource is the SDK's, built from OTEL_* and the `mindformers` resource detector.
     resource = run_span.resource
     assert (resource["service.name"], resource["deployment.environment"]) == ("plain-train", "ci")
     assert (resource[semconv.ATTR_RANK], resource[semconv.ATTR_WORLD_SIZE]) == (0, 1)
     assert {p.metric for p in otlp_receiver.points()} >= {
-        semconv.LOSS.name, semconv.LEARNING_RATE.name, semconv.STEP_DURATION.name, semconv.STEPS.name}
+        tm.instrument_name(tm.LOSS), tm.instrument_name(tm.LEARNING_RATE), tm.instrument_name(tm.STEP_TIME), tm.STEPS.name}
     # The monitor's default local outputs, beside the export.
     local = (workdir / "output" / "train_metric.json").read_text().splitlines()
     assert [json.loads(line)["step"] for line in local] == [1, 10, 12]

@@ -15,7 +15,9 @@ import yaml
 
 import otel_mindformers
 from otel_mindformers import ConfigError, MonitorCallback, mindformers_glue, semconv
+from otel_mindformers import training_metrics as tm
 from otel_mindformers.config import parse_monitor_config
+from otel_mindformers.instrumentor import MindFormersInstrumentor
 from tests.support.instrumented import REPO, child_env, instrumented, run
 
 EXAMPLES = REPO / "examples"
@@ -103,11 +105,12 @@ def test_yaml_callbacks_entry_builds_our_callback(mf):
     assert isinstance(callback, MonitorCallback) and callback.config.interval == 3
 
 
-def test_uninstall_gives_mindformers_back_its_own_behaviour(mf, workdir):
+def test_unregister_gives_mindformers_back_its_own_behaviour(mf, workdir):
     from mindformers.tools.register import MindFormerModuleType, MindFormerRegister, template
     from mindformers.trainer.base_trainer import BaseTrainer
 
-    mindformers_glue.uninstall()
+    instrumentor = MindFormersInstrumentor()
+    instrumentor.unregister()
     try:
         assert type(template.Config.__dict__["apply"]) is classmethod
         assert template.MonitorConfig.apply({"monitor_on": True})["dump_path"] == "./dump"  # bound to the subclass
@@ -116,7 +119,7 @@ def test_uninstall_gives_mindformers_back_its_own_behaviour(mf, workdir):
         with pytest.raises(KeyError, match="unexpected key: enable"):
             mf.MindFormerConfig(str(ARTICLE_YAML))
     finally:
-        mindformers_glue.install()
+        instrumentor.register()
     assert mf.MindFormerConfig(str(ARTICLE_YAML)).monitor_config.enable is True
 
 
@@ -200,7 +203,7 @@ def test_zero_code_trainer_with_the_callback_listed_in_yaml(workdir, otlp_receiv
     lines = [json.loads(line) for line in (workdir / "output" / "train_metric.json").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
     exported = {p.metric for p in otlp_receiver.points()}
-    assert {semconv.LOSS.name, semconv.GRAD_NORM.name, semconv.LOSS_SCALE.name, semconv.TOKENS_RATE.name} <= exported
+    assert {tm.instrument_name(tm.LOSS), tm.instrument_name(tm.GRAD_NORM), tm.instrument_name(tm.LOSS_SCALE), tm.instrument_name(tm.TOKENS_PER_SECOND)} <= exported
 
 
 REFERENCE_SCRIPT = '''

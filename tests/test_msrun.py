@@ -4,6 +4,7 @@ monitored with environment variables alone, correlated with the launcher's trace
 import json
 
 from otel_mindformers import semconv
+from otel_mindformers import training_metrics as tm
 from otel_mindformers.identity import detect_identity
 from tests.support.instrumented import (
     LAUNCHER_SPAN_ID, REPO, TRACE_ID, TRACEPARENT, child_env, free_port, run,
@@ -86,6 +87,6 @@ def test_two_rank_msrun_job_monitored_with_environment_variables_alone(workdir, 
         points = otlp_receiver.points(metric)
         return {(p.resource[semconv.ATTR_RANK], p.attributes.get(semconv.ATTR_RANK)) for p in points}
 
-    assert ranks_of(semconv.LOSS.name) == {(0, 0)}
-    assert ranks_of(semconv.STEP_DURATION.name) == {(0, 0), (1, 1)}
+    assert ranks_of(tm.instrument_name(tm.LOSS)) == {(0, 0)}
+    assert ranks_of(tm.instrument_name(tm.STEP_TIME)) == {(0, 0), (1, 1)}
     assert {rank for rank, _ in ranks_of(semconv.PROCESS_MEMORY_USAGE)} == {0, 1}

@@ -17,7 +17,7 @@ from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import Span, Status, StatusCode
 
-from otel_mindformers import record as metrics
+from otel_mindformers import training_metrics as metrics
 from otel_mindformers import semconv
 from otel_mindformers.alerts.alert import CRITICAL, FIRING, RESOLVED, WARNING, Alert
 from otel_mindformers.alerts.delivery import NotificationDelivery

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol, Union
 
-from otel_mindformers import record as metrics
+from otel_mindformers import training_metrics as metrics
 from otel_mindformers.alerts.alert import CRITICAL, WARNING, format_number
 from otel_mindformers.config import AlertConfig
 from otel_mindformers.record import StepRecord

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from otel_mindformers import record as rec
+from otel_mindformers import training_metrics as tm
 from otel_mindformers.record import StepRecord
 
 RANK_FILE_PATTERN = "*_rank_*.json"
@@ -35,7 +35,7 @@ _GLOB_CHARS = frozenset("*?[")
 # Keys every line of our JSON sink carries; a line without them came from someone else.
 _OWN_KEYS = frozenset({"time_stamp", "step", "epoch", "rank"})
 # Spellings other writers use for our metrics (the article's custom monitor writes "lr").
-_ALIASES = {"lr": rec.LEARNING_RATE}
+_ALIASES = {"lr": tm.LEARNING_RATE}
 _NOT_VALUES = frozenset({"time_stamp", "step", "epoch", "rank", "nonfinite", "alert", "alerts"})
 
 
@@ -72,7 +72,7 @@ class StepPoint:
 
     @property
     def overflow(self) -> bool:
-        return self.values.get(rec.OVERFLOW, 0.0) == 1.0
+        return self.values.get(tm.OVERFLOW, 0.0) == 1.0
 
 
 @dataclass(frozen=True)
@@ -338,11 +338,11 @@ def as_records(series: Series) -> list[StepRecord]:
         values: dict[str, float | bool] = {}
         device: dict[str, float] = {}
         for name, value in point.values.items():
-            if name not in rec.KNOWN_METRICS:
+            if name not in tm.KNOWN_METRICS:
                 if not math.isnan(value):
                     device[name] = value
             elif name in point.nonfinite or not math.isnan(value):
-                values[name] = bool(value) if name == rec.OVERFLOW else value
+                values[name] = bool(value) if name == tm.OVERFLOW else value
         records.append(
             StepRecord(
                 step=point.step,

@@ -10,16 +10,16 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from otel_mindformers import record as rec
+from otel_mindformers import training_metrics as tm
 from otel_mindformers.analysis.logs import Series, StepPoint
 
 # (metric, title, y scale). Step time is on a log scale: the first step carries graph
 # compilation and would otherwise flatten every later step, and stragglers, to the floor.
 PANELS: tuple[tuple[str, str, str], ...] = (
-    (rec.LOSS, "loss", "linear"),
-    (rec.LEARNING_RATE, "learning rate", "linear"),
-    (rec.GRAD_NORM, "grad norm", "linear"),
-    (rec.STEP_TIME, "step time (ms, log scale)", "log"),
+    (tm.LOSS, "loss", "linear"),
+    (tm.LEARNING_RATE, "learning rate", "linear"),
+    (tm.GRAD_NORM, "grad norm", "linear"),
+    (tm.STEP_TIME, "step time (ms, log scale)", "log"),
 )
 DEFAULT_SIZE = (1600, 1000)  # pixels
 DPI = 100

@@ -49,14 +49,13 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 
-from otel_mindformers import record as rec
-from otel_mindformers import semconv
+from otel_mindformers import recording, semconv
+from otel_mindformers import training_metrics as tm
 from otel_mindformers.analysis.logs import AlertMark, AnalysisError, Series, as_records
 from otel_mindformers.config import OtlpConfig
 from otel_mindformers.identity import Identity
+from otel_mindformers.metric_spec import Kind, MetricSpec
 from otel_mindformers.record import StepRecord
-from otel_mindformers.semconv import MetricSpec
-from otel_mindformers.telemetry.instruments import GAUGE_FOR_VALUE
 from otel_mindformers.telemetry.providers import DEFAULT_SERVICE_NAME, otlp_exporters
 from otel_mindformers.version import __version__
 
@@ -125,13 +124,6 @@ def _world_size(series: Sequence[Series]) -> int:
 
 # --- spans -------------------------------------------------------------------------------------
 
-def _start_seconds(record: StepRecord) -> float:
-    step_ms = record.values.get(rec.STEP_TIME)
-    if isinstance(step_ms, float) and math.isfinite(step_ms) and step_ms > 0:
-        return record.time_stamp - step_ms / 1000.0
-    return record.time_stamp
-
-
 def build_spans(
     series: Series, records: list[StepRecord], run_id: str, resource: Resource, run_attributes: dict[str, Any]
 ) -> list[ReadableSpan]:
@@ -151,17 +143,18 @@ def build_spans(
         alerts = []
         while pending and pending[0].step <= record.step:
             alerts.append(pending.pop(0))
+        fields = recording.step_span(record)
         steps.append(
             ReadableSpan(
-                name=semconv.SPAN_STEP,
+                name=fields.name,
                 context=_span_context(run_id, series.label, record.step, occurrence),
                 resource=resource,
-                attributes=record.span_attributes(),
+                attributes=fields.attributes,
                 events=[_alert_event(a, record.time_stamp) for a in alerts],
                 links=[Link(run_context)],
-                status=_status(record, alerts),
-                start_time=_ns(_start_seconds(record)),
-                end_time=_ns(record.time_stamp),
+                status=_status(fields.status, alerts),
+                start_time=_ns(fields.start_time),
+                end_time=_ns(fields.end_time),
                 instrumentation_scope=_SCOPE,
             )
         )
@@ -172,7 +165,7 @@ def build_spans(
         resource=resource,
         attributes={**run_attributes, semconv.ATTR_STEP: records[-1].step},
         events=[_alert_event(a, records[-1].time_stamp) for a in leftover],
-        start_time=_ns(_start_seconds(records[0])),
+        start_time=_ns(recording.span_start(records[0])),
         end_time=_ns(records[-1].time_stamp),
         instrumentation_scope=_SCOPE,
     )
@@ -192,12 +185,11 @@ def _alert_event(alert: AlertMark, fallback_time: float) -> Event:
     )
 
 
-def _status(record: StepRecord, alerts: list[AlertMark]) -> Status:
-    problems = []
-    if record.nonfinite():
-        problems.append(f"non-finite {', '.join(record.nonfinite())}")
+def _status(status: Status, alerts: list[AlertMark]) -> Status:
+    """The live status (non-finite values), plus the alerts the log recorded for the step."""
+    problems = [status.description] if status.status_code is StatusCode.ERROR else []
     problems += [alert.describe() for alert in alerts]
-    return Status(StatusCode.ERROR, "; ".join(problems)) if problems else Status(StatusCode.UNSET)
+    return Status(StatusCode.ERROR, "; ".join(problems)) if problems else status
 
 
 # --- metrics -----------------------------------------------------------------------------------
@@ -205,8 +197,10 @@ def _status(record: StepRecord, alerts: list[AlertMark]) -> Status:
 def build_metrics(records: list[StepRecord], rank: int, resource: Resource) -> list[MetricsData]:
     """What the live instruments would have exported, one point per record at its time.
 
-    Counters and the histogram are cumulative from the series' first record; a restart (the
-    step goes back) starts them again, as a restarted process would.
+    The measurements are the live ones (recording.measurements); here they are aggregated
+    as the SDK would: gauges keep the last value, counters and the histogram are cumulative
+    from the series' first record, and a restart (the step goes back) starts them again,
+    as a restarted process would.
     """
     return [
         MetricsData([ResourceMetrics(resource, [ScopeMetrics(_SCOPE, metrics, "")], "")])
@@ -214,96 +208,87 @@ def build_metrics(records: list[StepRecord], rank: int, resource: Resource) -> l
     ]
 
 
-@dataclass
-class _Cumulative:
-    """Running totals since the series (or a restart) began, as a live process keeps them."""
+def _attribute_key(attributes: Any) -> tuple:
+    return tuple(sorted(attributes.items()))
 
-    start_ns: int
-    totals: dict[tuple[str, str | None], float] = field(default_factory=dict)
-    buckets: list[int] = field(default_factory=lambda: [0] * (len(semconv.STEP_DURATION_BUCKETS) + 1))
+
+@dataclass
+class _HistogramState:
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(tm.STEP_DURATION_BUCKETS) + 1))
     count: int = 0
     sum: float = 0.0
     min: float = math.inf
     max: float = -math.inf
 
-    def observe(self, seconds: float) -> None:
+    def observe(self, value: float) -> None:
         # Explicit buckets are (lower, upper]: bisect_left finds the first bound >= value.
-        self.buckets[bisect.bisect_left(semconv.STEP_DURATION_BUCKETS, seconds)] += 1
+        self.buckets[bisect.bisect_left(tm.STEP_DURATION_BUCKETS, value)] += 1
         self.count += 1
-        self.sum += seconds
-        self.min, self.max = min(self.min, seconds), max(self.max, seconds)
+        self.sum += value
+        self.min, self.max = min(self.min, value), max(self.max, value)
+
+
+@dataclass
+class _Cumulative:
+    """Running totals since the series (or a restart) began, as a live process keeps them."""
+
+    start_ns: int
+    totals: dict[tuple, float] = field(default_factory=dict)
+    histograms: dict[tuple, _HistogramState] = field(default_factory=dict)
 
 
 @dataclass
 class _Batch:
-    """The points of up to RECORDS_PER_EXPORT records, grouped into metrics."""
+    """The points of up to RECORDS_PER_EXPORT records, by instrument."""
 
-    attrs: dict[str, Any]
-    gauges: dict[str, list[NumberDataPoint]] = field(default_factory=dict)
-    sums: dict[str, list[NumberDataPoint]] = field(default_factory=dict)
-    durations: list[HistogramDataPoint] = field(default_factory=list)
+    points: dict[str, list[Any]] = field(default_factory=dict)
 
-    def gauge(self, spec: MetricSpec, now: int, value: float) -> None:
-        self.gauges.setdefault(spec.name, []).append(NumberDataPoint(self.attrs, now, now, value))
-
-    def add(self, spec: MetricSpec, state: _Cumulative, now: int, amount: float, metric: str | None = None) -> None:
-        key = (spec.name, metric)
-        state.totals[key] = total = state.totals.get(key, 0) + amount
-        attrs = {**self.attrs, semconv.ATTR_METRIC: metric} if metric else self.attrs
-        self.sums.setdefault(spec.name, []).append(NumberDataPoint(attrs, state.start_ns, now, total))
-
-    def duration(self, state: _Cumulative, now: int) -> None:
-        self.durations.append(HistogramDataPoint(
-            self.attrs, state.start_ns, now, state.count, state.sum, list(state.buckets),
-            list(semconv.STEP_DURATION_BUCKETS), state.min, state.max,
-        ))
+    def add(self, measurement: recording.Measurement, state: _Cumulative, now: int) -> None:
+        spec, attrs = measurement.spec, dict(measurement.attributes)
+        key = (spec.name, _attribute_key(attrs))
+        if spec.kind is Kind.GAUGE:
+            point: Any = NumberDataPoint(attrs, now, now, measurement.value)
+        elif spec.kind is Kind.COUNTER:
+            state.totals[key] = total = state.totals.get(key, 0) + measurement.value
+            point = NumberDataPoint(attrs, state.start_ns, now, total)
+        else:
+            histogram = state.histograms.setdefault(key, _HistogramState())
+            histogram.observe(measurement.value)
+            point = HistogramDataPoint(
+                attrs, state.start_ns, now, histogram.count, histogram.sum, list(histogram.buckets),
+                list(tm.STEP_DURATION_BUCKETS), histogram.min, histogram.max,
+            )
+        self.points.setdefault(spec.name, []).append(point)
 
     def metrics(self) -> list[Metric]:
-        def metric(name: str, data: Any) -> Metric:
+        out = []
+        for name, points in self.points.items():
             spec = _SPECS[name]
-            return Metric(spec.name, spec.description, spec.unit, data)
-
-        out = [metric(name, Gauge(points)) for name, points in self.gauges.items()]
-        out += [
-            metric(name, Sum(points, AggregationTemporality.CUMULATIVE, is_monotonic=True))
-            for name, points in self.sums.items()
-        ]
-        if self.durations:
-            out.append(metric(semconv.STEP_DURATION.name,
-                              Histogram(self.durations, AggregationTemporality.CUMULATIVE)))
+            if spec.kind is Kind.GAUGE:
+                data: Any = Gauge(points)
+            elif spec.kind is Kind.COUNTER:
+                data = Sum(points, AggregationTemporality.CUMULATIVE, is_monotonic=True)
+            else:
+                data = Histogram(points, AggregationTemporality.CUMULATIVE)
+            out.append(Metric(spec.name, spec.description, spec.unit, data))
         return out
 
 
-_SPECS = {spec.name: spec for spec in semconv.TRAINING_METRICS}
+_SPECS: dict[str, MetricSpec] = {spec.name: spec for spec in tm.INSTRUMENTS}
 
 
 def _metric_chunks(records: list[StepRecord], attrs: dict[str, Any]) -> Iterator[list[Metric]]:
-    """Mirrors TrainingInstruments.record, record by record, at the records' own times."""
-    batch = _Batch(attrs)
+    batch = _Batch()
     state: _Cumulative | None = None
     for index, record in enumerate(records):
         now = _ns(record.time_stamp)
         if state is None or record.step <= records[index - 1].step:
-            state = _Cumulative(_ns(_start_seconds(record)))
-        bad = set(record.nonfinite())
-        for name, value in record.values.items():
-            spec = GAUGE_FOR_VALUE.get(name)
-            if spec is not None and name not in bad:
-                batch.gauge(spec, now, float(value))
-        batch.add(semconv.STEPS, state, now, record.steps_in_window)
-        for name in sorted(bad):
-            batch.add(semconv.NONFINITE, state, now, 1, metric=name)
-        overflow = record.values.get(rec.OVERFLOW)
-        if overflow is not None:
-            batch.gauge(semconv.OVERFLOW, now, int(overflow))
-            batch.add(semconv.OVERFLOW_STEPS, state, now, int(bool(overflow)))
-        step_ms = record.values.get(rec.STEP_TIME)
-        if isinstance(step_ms, float) and math.isfinite(step_ms):
-            state.observe(step_ms / 1000.0)
-            batch.duration(state, now)
+            state = _Cumulative(_ns(recording.span_start(record)))
+        for measurement in recording.measurements(record, attrs):
+            batch.add(measurement, state, now)
         if (index + 1) % RECORDS_PER_EXPORT == 0 or index == len(records) - 1:
             yield batch.metrics()
-            batch = _Batch(attrs)
+            batch = _Batch()
 
 
 # --- targets -----------------------------------------------------------------------------------

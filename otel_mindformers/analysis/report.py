@@ -8,7 +8,7 @@ import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from otel_mindformers import record as rec
+from otel_mindformers import training_metrics as tm
 from otel_mindformers.analysis.logs import Series, StepPoint
 
 FORMATS = ("text", "json", "markdown")
@@ -124,10 +124,10 @@ def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRA
 def _summarise(series: Series) -> SeriesSummary:
     points = series.points
     stamps = [p.time_stamp for p in points if p.time_stamp is not None]
-    losses = [(p.step, v) for p in points if _finite(v := p.value(rec.LOSS))]
+    losses = [(p.step, v) for p in points if _finite(v := p.value(tm.LOSS))]
     # The first record carries graph compilation; the median keeps one slow checkpoint
     # save from making a healthy rank look like a straggler.
-    step_times = [v for p in points[1:] or points if _finite(v := p.value(rec.STEP_TIME))]
+    step_times = [v for p in points[1:] or points if _finite(v := p.value(tm.STEP_TIME))]
     stride, gaps, restarts = _sequence(points)
     return SeriesSummary(
         label=series.label,
@@ -145,8 +145,8 @@ def _summarise(series: Series) -> SeriesSummary:
         step_time_mean_ms=statistics.fmean(step_times) if step_times else None,
         step_time_max_ms=max(step_times) if step_times else None,
         steps_per_second=_steps_per_second(points),
-        mean_samples_per_second=_mean_of(p.value(rec.SAMPLES_PER_SECOND) for p in points),
-        mean_tokens_per_second=_mean_of(p.value(rec.TOKENS_PER_SECOND) for p in points),
+        mean_samples_per_second=_mean_of(p.value(tm.SAMPLES_PER_SECOND) for p in points),
+        mean_tokens_per_second=_mean_of(p.value(tm.TOKENS_PER_SECOND) for p in points),
         nonfinite_steps=[p.step for p in points if p.nonfinite],
         overflow_steps=[p.step for p in points if p.overflow],
         alerts=[f"step {a.step}: {a.describe()}" if a.step is not None else a.describe() for a in series.alerts],

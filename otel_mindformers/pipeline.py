@@ -1,0 +1,119 @@
+"""The sampled step's work off the training thread.
+
+The training thread puts a StepRecord on a bounded queue and returns. One worker thread
+then, per record: starts the step span with the step's real start and end times, applies
+the step's measurements inside the span's context (so the step-duration histogram's
+exemplar points at the span), runs the alert rules (which may add span events, name the
+fired rules in the record, and ask training to stop), ends the span, and hands the record
+to the local outputs. A full queue drops the record (counted, reported once) rather than
+block a step.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, Span, SpanContext
+
+from otel_mindformers import recording
+from otel_mindformers.background import BoundedWorker
+from otel_mindformers.outputs.base import SinkFanout
+from otel_mindformers.record import StepRecord
+from otel_mindformers.telemetry.instruments import TrainingInstruments
+from otel_mindformers.telemetry.lazy_span import LazySpan
+
+_logger = logging.getLogger(__name__)
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+class SampledStepPipeline(BoundedWorker[StepRecord]):
+    """`alerts` is an AlertEngine or None; `on_stop_request(reason)` is called (worker
+    thread) the first time a rule asks training to stop."""
+
+    def __init__(
+        self,
+        *,
+        tracer: trace.Tracer,
+        instruments: TrainingInstruments,
+        run_span: SpanContext,
+        point_attributes: Mapping[str, Any],
+        wants_span: Callable[[int, bool], bool],
+        alerts: Any,
+        sinks: SinkFanout,
+        on_stop_request: Callable[[str], None],
+        max_queue: int = 1024,
+    ) -> None:
+        self._tracer = tracer
+        self._instruments = instruments
+        self._run_link = [Link(run_span)]
+        self._point_attributes = dict(point_attributes)
+        self._wants_span = wants_span
+        self._alerts = alerts
+        self._sinks = sinks
+        self._on_stop_request = on_stop_request
+        self._stop_requested = False
+        self.dropped = 0
+        super().__init__("otel-mindformers-steps", max_queue)
+
+    # --- worker thread ---------------------------------------------------------------------
+    def handle(self, record: StepRecord) -> None:
+        try:
+            self._record_telemetry(record)
+        except Exception as exc:  # telemetry must never cost the local outputs their line
+            _logger.warning("otel_mindformers: recording step %d failed: %s", record.step, exc)
+        self._sinks.write(record)
+
+    def _record_telemetry(self, record: StepRecord) -> None:
+        fields = recording.step_span(record)
+
+        def start_span() -> Span:
+            return self._tracer.start_span(
+                fields.name,
+                # A trace per step, linked to the run span: traces stay small and tail
+                # sampling can keep anomalous steps without buffering a whole run.
+                context=otel_context.Context(),
+                links=self._run_link,
+                start_time=_ns(fields.start_time),
+                attributes=fields.attributes,
+            )
+
+        # Steps that `step_spans` skips still get their span if an anomaly is recorded on them.
+        span = start_span() if self._wants_span(record.step, record.is_last) else LazySpan(start_span)
+        with trace.use_span(span, end_on_exit=False):
+            self._instruments.apply(recording.measurements(record, self._point_attributes))
+            if record.nonfinite():
+                span.set_status(fields.status)
+            reason = self._alerts.evaluate(record, span) if self._alerts is not None else None
+        span.end(end_time=_ns(fields.end_time))
+        if reason and not self._stop_requested:
+            self._stop_requested = True
+            self._on_stop_request(reason)
+
+    def on_stop(self) -> None:
+        self._sinks.close()
+
+    # --- caller side -----------------------------------------------------------------------
+    def on_drop(self, record: StepRecord) -> None:
+        self.dropped += 1
+        if self.dropped == 1:
+            _logger.warning(
+                "otel_mindformers: sampled-step queue full (%d records); dropping records "
+                "rather than slowing training. Raise `interval` or check the outputs.",
+                self.max_queue,
+            )
+
+    def close(self, timeout: float = 5.0) -> list[StepRecord]:
+        """Drain what is queued and close every output, within `timeout` seconds."""
+        left = super().close(timeout)
+        if left:
+            _logger.warning(
+                "otel_mindformers: sampled steps did not drain within %.1f s; %d record(s) not written",
+                timeout, len(left),
+            )
+        return left

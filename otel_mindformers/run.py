@@ -1,0 +1,268 @@
+"""`MonitorRun`: everything one monitored training run owns, from its first step to its end.
+
+It exists only while a run does (MonitorCallback creates it at train begin and drops it at
+train end), so no hook asks "is a run going on?" beyond one `None` check. It starts the
+subsystems (telemetry, outputs, the sampled-step pipeline, devices, alerts, the run span),
+tears down whatever it started if a later one fails, builds each sampled step's
+StepRecord on the training thread, and closes everything within one deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Status, StatusCode
+
+from otel_mindformers import semconv
+from otel_mindformers import training_metrics as tm
+from otel_mindformers.cadence import Cadence, StepClock
+from otel_mindformers.config import MonitorConfig
+from otel_mindformers.extract import OutputReader
+from otel_mindformers.identity import Identity, detect_identity
+from otel_mindformers.outputs import SinkFanout, build_sinks
+from otel_mindformers.pipeline import SampledStepPipeline
+from otel_mindformers.record import StepRecord
+from otel_mindformers.telemetry.instruments import TrainingInstruments
+from otel_mindformers.telemetry.providers import build_telemetry
+
+_logger = logging.getLogger(__name__)
+
+# Local outputs get at least this long to write what is queued at train end, whatever
+# `shutdown_timeout` says: the deadline is for the network, and the last line is on disk first.
+LOCAL_DRAIN_SECONDS = 10.0
+
+
+def launcher_context() -> otel_context.Context:
+    """W3C trace context handed down by the launcher in TRACEPARENT/TRACESTATE/BAGGAGE
+    (the OTel environment-carrier convention; msrun passes its environment to workers)."""
+    carrier = {
+        header: os.environ[var]
+        for header, var in (("traceparent", "TRACEPARENT"), ("tracestate", "TRACESTATE"), ("baggage", "BAGGAGE"))
+        if var in os.environ
+    }
+    return propagate.extract(carrier)
+
+
+class MonitorRun:
+    """Start with `MonitorRun.start(...)`; the training thread reads `clock`, `cadence` and
+    `stop_pending` on every step and calls `sample` on sampled ones."""
+
+    def __init__(self, config: MonitorConfig, providers: dict[str, Any]) -> None:
+        self.config = config
+        self._providers = providers
+        self.clock = StepClock()
+        self.stop_pending: str | None = None  # set by the pipeline's worker thread
+        self.stop_reason: str | None = None
+        # What has started, so a failed start or the end closes exactly that.
+        self.telemetry: Any = None
+        self.devices: Any = None
+        self.alerts: Any = None
+        self.run_span: Any = None
+        self.pipeline: SampledStepPipeline | None = None
+        self._epoch_span: Any = None
+
+    @classmethod
+    def start(cls, config: MonitorConfig, cb_params: Any, providers: dict[str, Any]) -> "MonitorRun":
+        """Bring every subsystem up. A bad setting raises ConfigError (before the first step);
+        anything else that fails tears down what started and is raised to the caller."""
+        run = cls(config, providers)
+        try:
+            run._start(cb_params)
+        except BaseException:
+            run._close(error=None, timeout=1.0)
+            raise
+        return run
+
+    def _start(self, cb_params: Any) -> None:
+        config = self.config
+        from otel_mindformers.outputs.paths import prepare_output_paths
+
+        prepare_output_paths(config)
+        self.identity = identity = detect_identity()
+        reports_training = config.reports_training_metrics(identity.rank)
+        self.telemetry = telemetry = build_telemetry(config, identity, **self._providers)
+        self._reader = OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor)
+        self._wants_time = tm.STEP_TIME in config.monitored_metrics
+        self._wants_samples = tm.SAMPLES_PER_SECOND in config.monitored_metrics
+        self._wants_tokens = tm.TOKENS_PER_SECOND in config.monitored_metrics
+        self._batch_size = _batch_size(cb_params)
+        self._tokens_per_sample = config.tokens_per_sample
+        self._epoch_steps = int(cb_params.get("batch_num") or 0)
+        alerts_config = config.alert_config
+        # A NaN/Inf loss stops the run before the next step starts: checked where it is read.
+        self._stop_on_nonfinite_loss = (
+            alerts_config.enable_alert and alerts_config.nonfinite and alerts_config.stop_on_nonfinite
+        )
+
+        first_step = int(cb_params.get("cur_step_num") or 0)
+        # One clock for the hot path; wall time derived from it only on sampled steps.
+        self._perf0, self._wall0 = time.perf_counter(), time.time()
+        self.cadence = Cadence(config.interval, config.step_spans, first_step, self._perf0)
+        self.clock.step, self.clock.last_step_end = first_step, self._perf0
+
+        self.devices = self._start_devices()
+        # After the clock is set: the stall watchdog arms at the first step finished after it.
+        self.alerts = self._start_alerts()
+        self.run_span = telemetry.tracer.start_span(
+            semconv.SPAN_RUN,
+            context=launcher_context(),
+            attributes={**identity.attributes(), "training.epochs": int(cb_params.get("epoch_num") or 0)},
+        )
+        self._run_context = trace.set_span_in_context(self.run_span)
+        self.pipeline = SampledStepPipeline(
+            tracer=telemetry.tracer,
+            instruments=TrainingInstruments(telemetry.meter),
+            run_span=self.run_span.get_span_context(),
+            point_attributes=identity.point_attributes(),
+            wants_span=self.cadence.wants_span,
+            alerts=self.alerts,
+            sinks=SinkFanout(build_sinks(config, identity, reports_training)),
+            on_stop_request=self._request_stop,
+        )
+        self.clock.phase = "step"
+
+    def _start_devices(self) -> Any:
+        if not self.config.device_monitor:
+            return None
+        from otel_mindformers.devices import DeviceTelemetry
+
+        return DeviceTelemetry.start(self.config, self.identity, self.telemetry.meter)
+
+    def _start_alerts(self) -> Any:
+        if not self.config.alert_config.enable_alert:
+            return None
+        from otel_mindformers.alerts import AlertEngine
+
+        return AlertEngine.start(self.config, self.identity, self.telemetry, self.clock)
+
+    # --- epochs (training thread, once per epoch) ---------------------------------------------
+    def begin_epoch(self, epoch: int) -> None:
+        self._epoch_span = self.telemetry.tracer.start_span(
+            semconv.SPAN_EPOCH, context=self._run_context, attributes={semconv.ATTR_EPOCH: epoch}
+        )
+
+    def end_epoch(self) -> None:
+        if self._epoch_span is not None:
+            self._epoch_span.end()
+            self._epoch_span = None
+
+    # --- sampled steps (training thread) -------------------------------------------------------
+    def sample(self, cb_params: Any, step: int, previous_end: float, end: float, *, is_last: bool = False) -> None:
+        """Read the step's outputs, build its StepRecord, and hand it to the pipeline."""
+        steps, elapsed = self.cadence.close_window(step, end)
+        values = self._reader.read(cb_params, step) if self._reader.reads_anything else {}
+        if self._wants_time:
+            values[tm.STEP_TIME] = elapsed / steps * 1000.0
+        if elapsed > 0 and self._batch_size:
+            samples = self._batch_size * steps / elapsed
+            if self._wants_samples:
+                values[tm.SAMPLES_PER_SECOND] = samples
+            if self._wants_tokens and self._tokens_per_sample:
+                values[tm.TOKENS_PER_SECOND] = samples * self._tokens_per_sample
+        record = StepRecord(
+            step=step,
+            epoch=self._epoch_of(cb_params, step),
+            rank=self.identity.rank,
+            time_stamp=self._wall(end),
+            steps_in_window=steps,
+            values=values,
+            device=self.devices.snapshot() if self.devices is not None else {},
+            is_last=is_last,
+            started_at=self._wall(previous_end),
+        )
+        self.pipeline.submit(record)
+        loss = values.get(tm.LOSS)
+        if self._stop_on_nonfinite_loss and loss is not None and not math.isfinite(loss):
+            self.stop_pending = f"non-finite loss ({loss}) at step {step}"
+
+    def _request_stop(self, reason: str) -> None:
+        """A rule asked to stop (worker thread): honoured at the next step boundary."""
+        if self.stop_pending is None and self.stop_reason is None:
+            self.stop_pending = reason
+
+    def honour_stop(self, run_context: Any) -> None:
+        """Training thread: stop after this step, once, and say why."""
+        reason, self.stop_pending = self.stop_pending, None
+        if self.stop_reason is not None or reason is None:
+            return
+        self.stop_reason = reason
+        self.run_span.add_event("early_stop", {"reason": reason, semconv.ATTR_STEP: self.clock.step})
+        self.run_span.set_attribute(semconv.ATTR_STOP_REASON, reason)
+        _logger.warning("otel_mindformers: stopping training at step %d: %s", self.clock.step, reason)
+        run_context.request_stop()
+
+    def _epoch_of(self, cb_params: Any, step: int) -> int:
+        epoch = cb_params.get("cur_epoch_num")
+        if epoch:
+            return int(epoch)
+        return (step - 1) // self._epoch_steps + 1 if self._epoch_steps else 1
+
+    def _wall(self, perf: float) -> float:
+        return self._wall0 + (perf - self._perf0)
+
+    # --- end ---------------------------------------------------------------------------------
+    def finish(self, cb_params: Any, error: BaseException | None) -> None:
+        """Sample the last step if the cadence has not, then close everything within
+        `shutdown_timeout` (local outputs: see LOCAL_DRAIN_SECONDS)."""
+        self.clock.phase = "outside"
+        step = self.clock.step
+        if error is None and self.cadence.unsampled_last(step):
+            try:
+                self.sample(cb_params, step, self.cadence.window_start, self.clock.last_step_end, is_last=True)
+            except Exception as exc:  # the last record is telemetry: never fail the run's end
+                _logger.warning("otel_mindformers: could not sample the last step %d: %s", step, exc)
+        self._close(error, self.config.shutdown_timeout)
+
+    def _close(self, error: BaseException | None, timeout: float) -> None:
+        """Close what started, in dependency order, within one deadline."""
+        deadline = time.monotonic() + timeout
+
+        def remaining() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        self.end_epoch()
+        # The pipeline drains first, so a rule's stop reason and the last lines land before
+        # the run span ends and the providers flush.
+        if self.pipeline is not None:
+            self.pipeline.close(max(remaining(), LOCAL_DRAIN_SECONDS))
+        if self.run_span is not None:
+            self._end_run_span(error)
+        for close in (
+            self.alerts and (lambda: self.alerts.shutdown(remaining())),
+            self.devices and self.devices.shutdown,
+            self.telemetry and (lambda: self.telemetry.close(remaining())),
+        ):
+            if close:
+                try:
+                    close()
+                except Exception as exc:  # shutting down telemetry must not mask the run's outcome
+                    _logger.warning("otel_mindformers: shutting down monitoring failed: %s", exc)
+
+    def _end_run_span(self, error: BaseException | None) -> None:
+        span, self.run_span = self.run_span, None
+        if self.stop_reason is None and self.stop_pending is not None:
+            self.stop_reason = self.stop_pending
+            span.set_attribute(semconv.ATTR_STOP_REASON, self.stop_reason)
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.set_attribute(semconv.ATTR_STEP, self.clock.step)
+        span.end()
+
+
+def _batch_size(cb_params: Any) -> int | None:
+    """Samples per step from the dataset's metadata (no readback); None when it has none."""
+    dataset = cb_params.get("train_dataset")
+    try:
+        return int(dataset.get_batch_size()) if dataset is not None else None
+    except Exception:  # a dataset without batch metadata: no throughput, not a failure
+        return None
+
+
+__all__ = ["MonitorRun", "launcher_context"]
