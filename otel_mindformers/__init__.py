@@ -8,15 +8,16 @@ from typing import Any
 # C implementation is locked in and `import mindspore` fails. Choose first, as MindSpore would.
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 
-from otel_mindformers import mindformers_glue
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
+from otel_mindformers.instrumentor import MindFormersInstrumentor, instrumentation_disabled
 from otel_mindformers.monitor import BaseMonitor
 from otel_mindformers.version import __version__
 
 # The article's `monitor_config` keys in MindFormers YAMLs, `callbacks: - type: MonitorCallback`,
 # and the Trainer building its monitoring from `monitor_config`: patched in when (and only
-# if) MindFormers is imported.
-mindformers_glue.install()
+# if) MindFormers is imported, unless OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names `mindformers`.
+if not instrumentation_disabled():
+    MindFormersInstrumentor().register()
 
 
 def instrument(config: Any = None, **kwargs: Any) -> None:
@@ -28,16 +29,12 @@ def instrument(config: Any = None, **kwargs: Any) -> None:
     YAML's `monitor_config`, else the defaults); kwargs: `tracer_provider`,
     `meter_provider`, `logger_provider`.
     """
-    from otel_mindformers.instrumentor import MindFormersInstrumentor
-
     MindFormersInstrumentor().instrument(config=config, **kwargs)
 
 
 def uninstrument() -> None:
     """Undo `instrument()`: MindSpore's Model gets its own methods back, and MindFormers'
     Trainer again adds a callback only when `monitor_config` says `enable: true`."""
-    from otel_mindformers.instrumentor import MindFormersInstrumentor
-
     MindFormersInstrumentor().uninstrument()
 
 

@@ -1,52 +1,111 @@
-"""Zero-code monitoring: `MindFormersInstrumentor`, the `mindformers` instrumentor.
+"""`MindFormersInstrumentor`, the `mindformers` instrumentor: the one place that patches.
 
-`opentelemetry-instrument python train.py` loads it (entry point group
-`opentelemetry_instrumentor`); `otel_mindformers.instrument()` does the same from code.
-Every `mindspore.train.Model.train` / `Model.fit` call then gets exactly one
-`MonitorCallback`, appended unless the call already has one; MindFormers' Trainer decides
-for its own runs (see mindformers_glue.py), so its `Model.train` call is left as it is.
+Two levels, each undone exactly by its counterpart:
+
+- `register()` / `unregister()`: the MindFormers integration (mindformers_glue.py). A
+  MindFormers YAML may carry the article's `monitor_config` keys and name our callback, and
+  the Trainer monitors runs whose `monitor_config` says `enable: true`. `import
+  otel_mindformers` registers it unless OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names
+  `mindformers` (or `*`): then nothing in MindSpore or MindFormers is touched.
+- `instrument()` / `uninstrument()` (`opentelemetry-instrument` loads it through the
+  `opentelemetry_instrumentor` entry point; `otel_mindformers.instrument()` from code): every
+  `mindspore.train.Model.train` / `Model.fit` call then gets exactly one `MonitorCallback`,
+  appended unless the call already has one, and MindFormers' Trainer monitors every run
+  unless its `monitor_config` says `enable: false`. It registers the integration if it was not.
 
 Its configuration: `instrument(config=...)`, else the YAML named by
 `OTEL_PYTHON_MINDFORMERS_CONFIG`, else a MindFormers YAML's `monitor_config`, else the
 defaults. The callback records through the providers passed to `instrument()`, else the
 ones `opentelemetry-instrument` configured from the OTEL_* variables.
 
-`mindspore.train.model` is patched when it is imported, so a process that never trains
-(the msrun launcher, tools) never pays for importing MindSpore. msrun's scheduler
-(`MS_ROLE=MS_SCHED`) runs the script only to coordinate workers and is left alone.
+Modules are patched when they are imported, so a process that never trains (the msrun
+launcher, tools) never pays for importing MindSpore. msrun's scheduler (`MS_ROLE=MS_SCHED`)
+runs the script only to coordinate workers and is left alone.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 import os
+import sys
 from typing import Any, Callable, Collection
 
 import wrapt
+from opentelemetry.instrumentation.environment_variables import OTEL_PYTHON_DISABLED_INSTRUMENTATIONS
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
-from opentelemetry.instrumentation.utils import unwrap
 
 from otel_mindformers import mindformers_glue
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.environment_variables import OTEL_PYTHON_MINDFORMERS_CONFIG
+from otel_mindformers.mindformers_glue import Patches, ZeroCode
 from otel_mindformers.package import _instruments
 
 _logger = logging.getLogger(__name__)
 
+NAME = "mindformers"  # the entry point's name, as OTEL_PYTHON_DISABLED_INSTRUMENTATIONS lists it
 _PROVIDERS = ("tracer_provider", "meter_provider", "logger_provider")
 _TRAINING_METHODS = ("train", "fit")
 
 
-class MindFormersInstrumentor(BaseInstrumentor):
-    """Injects one MonitorCallback into every MindSpore / MindFormers training run."""
+def instrumentation_disabled() -> bool:
+    """OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names us (or `*`), read as opentelemetry-instrument reads it."""
+    listed = {name.strip() for name in os.environ.get(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS, "").split(",")}
+    return NAME in listed or "*" in listed
 
-    _settings: mindformers_glue.ZeroCode | None = None  # set while instrumented
-    _model_class: type | None = None  # the Model class whose methods are wrapped
-    _installed_glue = False  # the MindFormers integration was off before instrument()
+
+class MindFormersInstrumentor(BaseInstrumentor):
+    """Patches MindSpore / MindFormers so that each training run gets one MonitorCallback.
+
+    A singleton (BaseInstrumentor): its attributes are the process's patching state.
+    """
+
+    _registered = False  # register() called and not undone: patch MindFormers when imported
+    _registered_by_instrument = False  # instrument() registered it, so uninstrument() unregisters
+    _settings: ZeroCode | None = None  # set while instrumented
+    _mindformers: Patches | None = None  # what patching MindFormers changed
+    _model: Patches | None = None  # what patching mindspore.train.Model changed
+    _exit_guard: Any = None  # telemetry.providers.SdkExitGuard while instrumented
+    _hooked: frozenset[str] = frozenset()  # modules with an import hook (hooks cannot be removed)
+    # True while a MindFormers Trainer runs: it has already decided on its MonitorCallback.
+    _inside_trainer = contextvars.ContextVar("otel_mindformers_inside_trainer", default=False)
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
+
+    # --- the MindFormers integration ------------------------------------------------------------
+
+    def register(self) -> bool:
+        """Patch MindFormers now if it is imported, else as soon as it is. False: it already was."""
+        if self._registered:
+            return False
+        self._registered = True
+        self._when_imported("mindformers", self._patch_mindformers)
+        return True
+
+    def unregister(self) -> None:
+        """Restore what register() patched (nothing if MindFormers was never imported)."""
+        self._registered = False
+        if self._mindformers is not None:
+            self._mindformers.undo()
+            self._mindformers = None
+
+    def _patch_mindformers(self, _module: Any) -> None:
+        # The import hook outlives unregister(): it patches only while registered.
+        if self._registered and self._mindformers is None:
+            self._mindformers = mindformers_glue.patch_mindformers(self._training_process)
+
+    def _training_process(self, wrapped: Callable, _instance: Any, args: tuple, kwargs: dict) -> Any:
+        bound = inspect.signature(wrapped).bind(*args, **kwargs)
+        mindformers_glue.with_one_monitor(bound, self._settings)
+        token = self._inside_trainer.set(True)
+        try:
+            return wrapped(*bound.args, **bound.kwargs)
+        finally:
+            self._inside_trainer.reset(token)
+
+    # --- zero-code ----------------------------------------------------------------------------------
 
     def _instrument(self, **kwargs: Any) -> None:
         """kwargs: `config` (a YAML path, mapping or MonitorConfig; raises ConfigError),
@@ -66,37 +125,37 @@ class MindFormersInstrumentor(BaseInstrumentor):
                     OTEL_PYTHON_MINDFORMERS_CONFIG, os.environ[OTEL_PYTHON_MINDFORMERS_CONFIG], exc,
                 )
                 return
-        self._settings = mindformers_glue.ZeroCode(
-            config=config, providers={name: kwargs.get(name) for name in _PROVIDERS}
-        )
-        mindformers_glue.set_zero_code(self._settings)
-        # `import otel_mindformers` installed it already, unless someone uninstalled it since.
-        self._installed_glue = mindformers_glue.install()
-        wrapt.register_post_import_hook(self._patch_model, "mindspore.train.model")
+        self._settings = ZeroCode(config=config, providers={name: kwargs.get(name) for name in _PROVIDERS})
+        self._registered_by_instrument = self.register()
+        self._when_imported("mindspore.train.model", self._patch_model)
+        if all(kwargs.get(name) is None for name in _PROVIDERS):
+            from otel_mindformers.telemetry.providers import SdkExitGuard
+
+            self._exit_guard = SdkExitGuard.install((config or MonitorConfig()).shutdown_timeout)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         self._settings = None
-        mindformers_glue.set_zero_code(None)
-        if self._installed_glue:
-            mindformers_glue.uninstall()
-            self._installed_glue = False
-        model = self._model_class
-        if model is not None:
-            for method in _TRAINING_METHODS:
-                unwrap(model, method)
-            self._model_class = None
+        if self._model is not None:
+            self._model.undo()
+            self._model = None
+        if self._registered_by_instrument:
+            self.unregister()
+            self._registered_by_instrument = False
+        if self._exit_guard is not None:
+            self._exit_guard.uninstall()
+            self._exit_guard = None
 
     def _patch_model(self, module: Any) -> None:
         # The import hook outlives uninstrument(): it patches only while instrumented.
-        if self._settings is None or self._model_class is not None:
+        if self._settings is None or self._model is not None:
             return
+        self._model = Patches()
         for method in _TRAINING_METHODS:
-            wrapt.wrap_function_wrapper(module.Model, method, self._with_monitor)
-        self._model_class = module.Model
+            self._model.wrap(module.Model, method, self._with_monitor)
 
     def _with_monitor(self, wrapped: Callable, _model: Any, args: tuple, kwargs: dict) -> Any:
         settings = self._settings
-        if settings is None or mindformers_glue.inside_trainer():
+        if settings is None or self._inside_trainer.get():
             return wrapped(*args, **kwargs)
         from otel_mindformers.callback import MonitorCallback
 
@@ -106,6 +165,15 @@ class MindFormersInstrumentor(BaseInstrumentor):
         if config.enable and not any(isinstance(cb, MonitorCallback) for cb in listed):
             bound.arguments["callbacks"] = listed + [MonitorCallback(config, **settings.callback_kwargs())]
         return wrapped(*bound.args, **bound.kwargs)
+
+    def _when_imported(self, module: str, patch: Callable[[Any], None]) -> None:
+        """Run `patch(module)` now if it is imported, else when it is; one hook per module."""
+        if module in self._hooked:
+            if module in sys.modules:
+                patch(sys.modules[module])
+            return
+        self._hooked = self._hooked | {module}
+        wrapt.register_post_import_hook(patch, module)  # runs now if already imported
 
 
 def _config_from_environment() -> MonitorConfig | None:

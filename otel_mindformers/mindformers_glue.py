@@ -1,7 +1,7 @@
-"""MindFormers integration: the article's `monitor_config` in a real MindFormers YAML.
+"""MindFormers integration: what the patches do. The instrumentor (instrumentor.py) applies
+them, holds their state and undoes them; this module keeps no state of its own.
 
-Installed by `import otel_mindformers` (and by the instrumentor) as soon as MindFormers is
-imported, it patches three places, each restored by `uninstall()`:
+Three places in MindFormers are patched, each restored by `Patches.undo()`:
 
 - `Config.apply` in `mindformers.tools.register.template`, where MindFormers validates the
   YAML's `monitor_config` (its `MonitorConfig` section) and rejects unknown keys. The
@@ -21,10 +21,8 @@ both spellings are written, the article's configures us and the native one MindF
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import inspect
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -61,24 +59,54 @@ class ZeroCode:
         return {name: provider for name, provider in self.providers.items() if provider is not None}
 
 
-_zero_code: ZeroCode | None = None
-_inside_trainer: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_mindformers_trainer", default=False)
-_hook_registered = False
-_wanted = False  # install() called and not undone: the import hook may patch
-_patched: dict[str, Any] = {}  # what install() changed, for uninstall()
-_section_class: type | None = None  # MindFormers' MonitorConfig (the `monitor_config` section)
+class Patches:
+    """What one patching changed, so that `undo()` restores exactly that."""
+
+    def __init__(self) -> None:
+        self._attributes: list[tuple[type, str, Any]] = []
+        self._registered: list[str] = []
+
+    def wrap(self, owner: type, name: str, wrapper: Callable) -> None:
+        # The class attribute itself is kept: `apply` is a classmethod, and restoring what the
+        # class returns on lookup (a method bound to the base class) would break subclasses.
+        self._attributes.append((owner, name, owner.__dict__[name]))
+        wrapt.wrap_function_wrapper(owner, name, wrapper)
+
+    def register_callbacks(self) -> None:
+        """`callbacks: - type: MonitorCallback` / `OtelCallback` in MindFormers' registry."""
+        from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+
+        from otel_mindformers.callback import MonitorCallback, OtelCallback
+
+        for cls in (MonitorCallback, OtelCallback):
+            if not MindFormerRegister.is_exist(MindFormerModuleType.CALLBACK, cls.__name__):
+                MindFormerRegister.register_cls(cls, module_type=MindFormerModuleType.CALLBACK)
+                self._registered.append(cls.__name__)
+
+    def undo(self) -> None:
+        for owner, name, original in reversed(self._attributes):
+            setattr(owner, name, original)
+        self._attributes.clear()
+        if self._registered:
+            from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+
+            for name in self._registered:
+                MindFormerRegister.registry[MindFormerModuleType.CALLBACK].pop(name, None)
+                MindFormerRegister.search_names_map.pop((MindFormerModuleType.CALLBACK, name), None)
+            self._registered.clear()
 
 
-# --- state shared with the instrumentor ---------------------------------------------------
+def patch_mindformers(training_process: Callable) -> Patches:
+    """Config.apply, the callback registry, and `BaseTrainer.training_process` wrapped by
+    `training_process` (a wrapt wrapper; see `TrainerRun`)."""
+    from mindformers.tools.register import template
+    from mindformers.trainer.base_trainer import BaseTrainer
 
-def set_zero_code(settings: ZeroCode | None) -> None:
-    global _zero_code
-    _zero_code = settings
-
-
-def inside_trainer() -> bool:
-    """True while a MindFormers Trainer runs: it has already decided on its MonitorCallback."""
-    return _inside_trainer.get()
+    patches = Patches()
+    patches.wrap(template.Config, "apply", _apply_config)
+    patches.wrap(BaseTrainer, "training_process", training_process)
+    patches.register_callbacks()
+    return patches
 
 
 # --- the section ----------------------------------------------------------------------------
@@ -98,7 +126,9 @@ def _apply_config(wrapped: Callable, cls: Any, args: tuple, kwargs: dict) -> Any
 
     The base class is wrapped because MindFormers takes every attribute of its section class
     (`MonitorConfig.__dict__`) as a key: a wrapper set there would become one."""
-    if cls is not _section_class:
+    from mindformers.tools.register.template import MonitorConfig as Section
+
+    if cls is not Section:
         return wrapped(*args, **kwargs)
     section = args[0] if args else kwargs.get("config")
     if section is None:
@@ -123,16 +153,17 @@ def _apply_config(wrapped: Callable, cls: Any, args: tuple, kwargs: dict) -> Any
 
 # --- the Trainer ----------------------------------------------------------------------------
 
-def _run_monitor_config(run_config: Mapping[str, Any], *, listed: bool) -> MonitorConfig | None:
+def _run_monitor_config(
+    run_config: Mapping[str, Any], *, listed: bool, zero_code: ZeroCode | None
+) -> MonitorConfig | None:
     """The configuration of this run's MonitorCallback; None: the run gets none.
 
     `listed`: the YAML's `callbacks:` names ours, so it is wanted whatever `enable` says
     (a disabled callback does nothing)."""
     section = monitor_section(run_config.get("monitor_config"))
-    zero = _zero_code
-    if zero is not None and zero.config is not None:
-        config = zero.config
-    elif listed or zero is not None or section.get("enable"):
+    if zero_code is not None and zero_code.config is not None:
+        config = zero_code.config
+    elif listed or zero_code is not None or section.get("enable"):
         # after a plain `import otel_mindformers` only `enable: true` asks for monitoring
         config = load_monitor_config(section)
     else:
@@ -158,97 +189,32 @@ def callback_list(callbacks: Any) -> list:
     return list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
 
 
-def _providers() -> dict[str, Any]:
-    return _zero_code.callback_kwargs() if _zero_code is not None else {}
-
-
-def _training_process(wrapped: Callable, _instance: Any, args: tuple, kwargs: dict) -> Any:
+def with_one_monitor(bound: inspect.BoundArguments, zero_code: ZeroCode | None) -> None:
+    """Give the Trainer run in `bound` (`training_process`'s arguments) its one MonitorCallback."""
     from otel_mindformers.callback import MonitorCallback
 
-    bound = inspect.signature(wrapped).bind(*args, **kwargs)
     run_config = bound.arguments.get("config")
-    if isinstance(run_config, Mapping):
-        callbacks = callback_list(bound.arguments.get("callbacks"))
-        entries = [
-            e for e in run_config.get("callbacks") or []
-            if isinstance(e, Mapping) and e.get("type") in CALLBACK_NAMES
-        ]
-        mine = any(isinstance(cb, MonitorCallback) for cb in callbacks)
-        if entries and (mine or len(entries) > 1):
-            # One callback per run: the user's instance wins over YAML entries, the first entry over the rest.
-            drop = entries if mine else entries[1:]
-            run_config["callbacks"] = [e for e in run_config["callbacks"] if not any(e is d for d in drop)]
-            entries = [] if mine else entries[:1]
-        if entries:
-            entry = entries[0]
-            if "config" not in entry:
-                entry["config"] = _run_monitor_config(run_config, listed=True)
-            for name, provider in _providers().items():
-                entry.setdefault(name, provider)
-        elif not mine:
-            config = _run_monitor_config(run_config, listed=False)
-            if config is not None:
-                bound.arguments["callbacks"] = callbacks + [MonitorCallback(config, **_providers())]
-    token = _inside_trainer.set(True)
-    try:
-        return wrapped(*bound.args, **bound.kwargs)
-    finally:
-        _inside_trainer.reset(token)
-
-
-# --- install / uninstall ------------------------------------------------------------------------
-
-def install() -> bool:
-    """Patch MindFormers now if it is imported, else as soon as it is. False: it already was."""
-    global _hook_registered, _wanted
-    if _wanted:
-        return False
-    _wanted = True
-    if not _hook_registered:
-        _hook_registered = True
-        wrapt.register_post_import_hook(_patch, "mindformers")  # runs now if already imported
-    elif "mindformers" in sys.modules:
-        _patch(sys.modules["mindformers"])
-    return True
-
-
-def _wrap(owner: type, name: str, wrapper: Callable) -> None:
-    # The class attribute itself is kept: `apply` is a classmethod, and restoring what the
-    # class returns on lookup (a method bound to the base class) would break subclasses.
-    _patched["attributes"].append((owner, name, owner.__dict__[name]))
-    wrapt.wrap_function_wrapper(owner, name, wrapper)
-
-
-def _patch(_module: Any) -> None:
-    if _patched or not _wanted:
+    if not isinstance(run_config, Mapping):
         return
-    from mindformers.tools.register import MindFormerModuleType, MindFormerRegister, template
-    from mindformers.trainer.base_trainer import BaseTrainer
-
-    from otel_mindformers.callback import MonitorCallback, OtelCallback
-
-    global _section_class
-    _section_class = template.MonitorConfig
-    _patched["attributes"] = []
-    _wrap(template.Config, "apply", _apply_config)
-    _wrap(BaseTrainer, "training_process", _training_process)
-    registered = _patched["registered"] = []
-    for cls in (MonitorCallback, OtelCallback):
-        if not MindFormerRegister.is_exist(MindFormerModuleType.CALLBACK, cls.__name__):
-            MindFormerRegister.register_cls(cls, module_type=MindFormerModuleType.CALLBACK)
-            registered.append(cls.__name__)
-
-
-def uninstall() -> None:
-    """Restore what install() patched (nothing if MindFormers was never imported)."""
-    global _wanted
-    _wanted = False
-    if not _patched:
-        return
-    from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
-
-    for owner, name, original in _patched.pop("attributes"):
-        setattr(owner, name, original)
-    for name in _patched.pop("registered"):
-        MindFormerRegister.registry[MindFormerModuleType.CALLBACK].pop(name, None)
-        MindFormerRegister.search_names_map.pop((MindFormerModuleType.CALLBACK, name), None)
+    providers = zero_code.callback_kwargs() if zero_code is not None else {}
+    callbacks = callback_list(bound.arguments.get("callbacks"))
+    entries = [
+        e for e in run_config.get("callbacks") or []
+        if isinstance(e, Mapping) and e.get("type") in CALLBACK_NAMES
+    ]
+    mine = any(isinstance(cb, MonitorCallback) for cb in callbacks)
+    if entries and (mine or len(entries) > 1):
+        # One callback per run: the user's instance wins over YAML entries, the first entry over the rest.
+        drop = entries if mine else entries[1:]
+        run_config["callbacks"] = [e for e in run_config["callbacks"] if not any(e is d for d in drop)]
+        entries = [] if mine else entries[:1]
+    if entries:
+        entry = entries[0]
+        if "config" not in entry:
+            entry["config"] = _run_monitor_config(run_config, listed=True, zero_code=zero_code)
+        for name, provider in providers.items():
+            entry.setdefault(name, provider)
+    elif not mine:
+        config = _run_monitor_config(run_config, listed=False, zero_code=zero_code)
+        if config is not None:
+            bound.arguments["callbacks"] = callbacks + [MonitorCallback(config, **providers)]
