@@ -12,10 +12,25 @@ from otel_mindformers.devices.report import add_command as add_devices_command
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """Every problem of the file at once: its keys and values, the output paths, the custom
+    monitor class, the optional packages the enabled outputs need. Creates nothing."""
     try:
         config = load_monitor_config(args.config)
     except ConfigError as exc:
-        print(f"invalid: {exc}", file=sys.stderr)
+        problems = exc.problems
+    else:
+        from otel_mindformers.extras import missing_extras
+        from otel_mindformers.monitor import load_monitor_class
+        from otel_mindformers.outputs.paths import check_output_paths
+
+        problems = check_output_paths(config) + missing_extras(config)
+        try:
+            load_monitor_class(config)  # imports the user's module: validate's job, not the loader's
+        except ConfigError as exc:
+            problems += exc.problems
+    if problems:
+        for problem in problems:
+            print(f"invalid: {problem}", file=sys.stderr)
         return 1
     state = "enabled" if config.enable else "disabled (enable: false)"
     print(f"{args.config}: valid; monitoring {state}, every {config.interval} steps, "

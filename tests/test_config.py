@@ -1,16 +1,27 @@
 """monitor_config loading: the article's keys, aliases, assignment, and one clear error per problem."""
 
+import dataclasses
+import os
+import re
+import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
+import typing
 from pathlib import Path
 
 import pytest
+import yaml
 
 from otel_mindformers import ConfigError, MonitorConfig, load_monitor_config
+from otel_mindformers.instrumentor import _config_from_environment
+from otel_mindformers.monitor import load_monitor_class
+from otel_mindformers.outputs.paths import check_output_paths, prepare_output_paths
 
 REPO = Path(__file__).resolve().parent.parent
 ARTICLE_YAML = REPO / "examples" / "train_config.yaml"
+MINDFORMERS_YAML = REPO / "examples" / "mindformers_tiny_llama.yaml"
 
 
 def test_article_yaml_loads_every_key_as_written():
@@ -78,10 +89,22 @@ BAD_CONFIGS = [
     ({"otlp": {"protocol": "udp"}}, "monitor_config.otlp.protocol: unknown value 'udp'"),
     ({"report_ranks": [-1]}, "monitor_config.report_ranks: expected 'all' or a list of ranks"),
     ({"custom_monitor_callback": "nomodule"}, "monitor_config.custom_monitor_callback: expected 'module.ClassName', got 'nomodule'"),
-    ({"custom_monitor_callback": "no_such_module_xyz.Monitor"}, "cannot import module 'no_such_module_xyz'"),
-    ({"custom_monitor_callback": "json.NoSuchClass"}, "module 'json' has no class 'NoSuchClass'"),
-    ({"output_type": ["json_file"], "json_log_path": "/proc/no/such/m.json"}, "monitor_config.json_log_path: cannot create directory '/proc/no/such'"),
-    ({"output_type": ["tensorboard"], "tensorboard_path": "/proc/tb"}, "monitor_config.tensorboard_path: cannot create directory '/proc/tb'"),
+    ({"shutdown_timeout": 1e12}, "monitor_config.shutdown_timeout: must be <= 86400.0, got 1000000000000.0"),
+    ({"json_log_path": ""}, "monitor_config.json_log_path: must name a path, got ''"),
+    ({"json_log_path": "./output/"}, "monitor_config.json_log_path: must name a file, got the directory './output/'"),
+    ({"tensorboard_path": " "}, "monitor_config.tensorboard_path: must name a path"),
+    ({"prometheus": {"host": "not a host!"}}, "monitor_config.prometheus.host: expected an IP address or a host name, got 'not a host!'"),
+    ({"alert_config": {"loss_spike": {"window": 2**62}}}, "monitor_config.alert_config.loss_spike.window: must be <= 1000000"),
+    ({"log_rotation": {"backup_count": 10**9}}, "monitor_config.log_rotation.backup_count: must be <= 1000"),
+    ({"tokens_per_sample": 2**70}, f"monitor_config.tokens_per_sample: must be <= {2**63 - 1}"),
+    ({"alert_config": {"notifiers": [{"type": "slack", "url": "https://[::1/hook"}]}},
+     "monitor_config.alert_config.notifiers[0].url: does not parse as a URL"),
+    ({"alert_config": {"notifiers": [{"type": "slack", "url": "https://h:99999/x"}]}},
+     "monitor_config.alert_config.notifiers[0].url: does not parse as a URL (Port out of range 0-65535)"),
+    ({"alert_config": {"notifiers": [{"type": "slack", "url": "https:///x"}]}},
+     "monitor_config.alert_config.notifiers[0].url: the URL names no host"),
+    ({"source_dir": "/tmp"}, "monitor_config.source_dir: unknown key"),
+    ({"mindformers_native": {}}, "monitor_config.mindformers_native: unknown key"),
 ]
 
 
@@ -90,6 +113,98 @@ def test_bad_config_gives_one_clear_error(section, message, workdir):
     with pytest.raises(ConfigError) as info:
         load_monitor_config({"monitor_config": section})
     assert message in str(info.value)
+    assert len(info.value.problems) == 1
+
+
+def test_every_problem_of_a_section_is_reported_at_once(workdir):
+    with pytest.raises(ConfigError) as info:
+        load_monitor_config({"intervall": 3, "enable": "yes",
+                             "alert_config": {"loss_treshold": 1, "notify_retries": -1},
+                             "otlp": {"protocol": "udp"}})
+    assert sorted(info.value.problems) == sorted([
+        "monitor_config.intervall: unknown key (did you mean 'interval'?)",
+        "monitor_config.enable: expected true or false, got 'yes'",
+        "monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)",
+        "monitor_config.alert_config.notify_retries: must be >= 0, got -1",
+        "monitor_config.otlp.protocol: unknown value 'udp'; allowed: grpc, http/protobuf",
+    ])
+    assert str(info.value).startswith("5 problems:\n")
+
+
+def _sections(cls=MonitorConfig, path="monitor_config"):
+    """(dotted path, section class, a mapping placing an entry there) for every section."""
+    yield path, cls, lambda entry: entry
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        tp = hints[field.name]
+        listed = typing.get_origin(tp) is list and dataclasses.is_dataclass(typing.get_args(tp)[0])
+        inner = typing.get_args(tp)[0] if listed else tp
+        if not dataclasses.is_dataclass(inner):
+            continue
+        for sub_path, sub_cls, place in _sections(inner, f"{path}.{field.name}{'[0]' if listed else ''}"):
+            name = field.name
+            yield sub_path, sub_cls, (lambda entry, place=place, name=name, listed=listed:
+                                      {name: [place(entry)] if listed else place(entry)})
+
+
+SECTIONS = list(_sections())
+
+
+def test_every_section_is_walked():
+    assert {path for path, _, _ in SECTIONS} >= {
+        "monitor_config", "monitor_config.alert_config", "monitor_config.alert_config.loss_spike",
+        "monitor_config.alert_config.grad_norm_spike", "monitor_config.alert_config.step_time_regression",
+        "monitor_config.alert_config.notifiers[0]", "monitor_config.otlp", "monitor_config.prometheus",
+        "monitor_config.device_config", "monitor_config.log_rotation",
+    }
+
+
+@pytest.mark.parametrize("path, cls, place", SECTIONS, ids=[path for path, _, _ in SECTIONS])
+def test_unknown_key_in_any_section_is_an_error_with_a_suggestion(workdir, path, cls, place):
+    field = next(f.name for f in dataclasses.fields(cls) if len(f.name) > 3)
+    typo = field[:-1] + field[-1].upper() + "x"
+    with pytest.raises(ConfigError) as info:
+        load_monitor_config(place({typo: 1}))
+    assert f"{path}.{typo}: unknown key (did you mean {field!r}?)" in info.value.problems
+
+
+def test_loading_creates_and_imports_nothing(workdir):
+    """Parsing is pure: folders are made at run start, the custom monitor imported then."""
+    sys.modules.pop("custom_monitor", None)
+    cfg = load_monitor_config(ARTICLE_YAML)
+    cfg = load_monitor_config({"output_type": ["json_file", "tensorboard"],
+                               "json_log_path": "a/b/m.json", "tensorboard_path": "tb/x",
+                               "custom_monitor_callback": "no_such_module_xyz.Monitor"})
+    assert list(workdir.iterdir()) == []
+    assert "custom_monitor" not in sys.modules and "no_such_module_xyz" not in sys.modules
+    prepare_output_paths(cfg)
+    assert (workdir / "a" / "b").is_dir() and (workdir / "tb" / "x" / "rank_0").is_dir()
+    assert not (workdir / "a" / "b" / "m.json").exists()
+
+
+def test_source_dir_is_set_from_code_only(tmp_path):
+    assert load_monitor_config({"interval": 2}, source_dir=str(tmp_path)).source_dir == str(tmp_path)
+    cfg = load_monitor_config({"interval": 2}).with_overrides(source_dir="/x", step_interval=4)
+    assert (cfg.source_dir, cfg.interval) == ("/x", 4)
+    assert cfg.validate() is cfg
+
+
+CLASS_ERRORS = [
+    ("no_such_module_xyz.Monitor", "cannot import module 'no_such_module_xyz'"),
+    ("json.NoSuchClass", "module 'json' has no class 'NoSuchClass'"),
+    ("json.JSONDecoder", "'json.JSONDecoder' is not a subclass of otel_mindformers.BaseMonitor"),
+]
+
+
+@pytest.mark.parametrize("dotted, message", CLASS_ERRORS)
+def test_custom_monitor_class_is_checked_when_loaded(workdir, dotted, message):
+    cfg = load_monitor_config({"custom_monitor_callback": dotted})
+    with pytest.raises(ConfigError, match="monitor_config.custom_monitor_callback: " + re.escape(message)):
+        load_monitor_class(cfg)
+
+
+def test_custom_monitor_beside_the_yaml_is_found(workdir):
+    assert load_monitor_class(load_monitor_config(ARTICLE_YAML)).__name__ == "CustomMetricMonitor"
 
 
 def test_yaml_is_loaded_safely(tmp_path):
@@ -127,3 +242,152 @@ def test_cli_validate_ok_and_error(tmp_path):
     result = _cli("validate", str(bad), cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == "invalid: monitor_config.interval: must be >= 1, got -2"
+
+
+# --- configuration users already have: MindFormers YAMLs ------------------------------------
+
+def _mindformers_yaml(tmp_path, enable, monitor_on):
+    document = yaml.safe_load(MINDFORMERS_YAML.read_text())
+    document["monitor_config"].update({"enable": enable, "monitor_on": monitor_on, "output_type": ["stdout"]})
+    document["monitor_config"].pop("custom_monitor_callback")
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+@pytest.mark.parametrize("enable, monitor_on", [(True, True), (True, False), (False, True)])
+def test_enable_beside_monitor_on_works_everywhere_and_enable_wins(workdir, monkeypatch, enable, monitor_on):
+    """`monitor_on` is MindFormers' switch for its TrainingStateMonitor: beside `enable` it is
+    left to MindFormers, and `enable` configures us."""
+    path = _mindformers_yaml(workdir, enable, monitor_on)
+    monkeypatch.setenv("OTEL_PYTHON_MINDFORMERS_CONFIG", str(path))
+    for cfg in (load_monitor_config(path), _config_from_environment(),
+                load_monitor_config(yaml.safe_load(path.read_text()))):
+        assert cfg.enable is enable
+        assert cfg.mindformers_native["monitor_on"] is monitor_on
+    result = _cli("validate", str(path), cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert ("monitoring enabled" if enable else "monitoring disabled") in result.stdout
+
+
+def test_shipped_mindformers_yaml_validates(tmp_path):
+    result = _cli("validate", str(MINDFORMERS_YAML), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert list(tmp_path.iterdir()) == [], "validate creates nothing"
+
+
+def test_training_yaml_without_the_section_says_it_is_missing(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text("seed: 0\nrunner_config: {epochs: 1}\ncallbacks:\n  - type: MFLossMonitor\n")
+    result = _cli("validate", str(path), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"invalid: {path}: no monitor_config section "
+                                      "(its top-level keys: callbacks, runner_config, seed)")
+
+
+def test_cli_validate_reports_every_problem_at_once(tmp_path):
+    path = tmp_path / "bad.yaml"
+    (tmp_path / "a_dir.json").mkdir()
+    path.write_text(textwrap.dedent("""
+        monitor_config:
+          intervall: 3
+          alert_config: {loss_treshold: 1}
+          prometheus: {hots: 127.0.0.1}
+    """))
+    result = _cli("validate", str(path), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "invalid: monitor_config.intervall: unknown key (did you mean 'interval'?)",
+        "invalid: monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)",
+        "invalid: monitor_config.prometheus.hots: unknown key (did you mean 'host'?)",
+    ]
+    path.write_text(textwrap.dedent("""
+        monitor_config:
+          output_type: [json_file]
+          json_log_path: a_dir.json
+          custom_monitor_callback: json.JSONDecoder
+    """))
+    result = _cli("validate", str(path), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "invalid: monitor_config.json_log_path: 'a_dir.json' is a directory; name a file",
+        "invalid: monitor_config.custom_monitor_callback: 'json.JSONDecoder' is not a subclass of "
+        "otel_mindformers.BaseMonitor",
+    ]
+
+
+# --- output paths: checked without creating anything, created at run start -----------------
+
+def _unusable_json_path(kind: str, root: Path) -> Path:
+    if kind == "directory":
+        (root / "out.json").mkdir()
+    elif kind == "fifo":
+        os.mkfifo(root / "out.json")
+    elif kind == "read-only file":
+        (root / "out.json").write_text("")
+        (root / "out.json").chmod(0o444)
+    elif kind == "under a file":
+        (root / "file").write_text("")
+        return root / "file" / "sub" / "out.json"
+    elif kind == "read-only folder":
+        (root / "ro").mkdir()
+        (root / "ro").chmod(0o555)
+        return root / "ro" / "new" / "out.json"
+    return root / "out.json"
+
+
+PATH_PROBLEMS = {
+    "directory": "is a directory; name a file",
+    "fifo": "is not a regular file (a FIFO, socket or device)",
+    "read-only file": "is not writable",
+    "under a file": "is not a directory",
+    "read-only folder": "is not writable",
+}
+
+
+def _check_as_nobody(cfg: MonitorConfig, cwd: Path) -> list[str]:
+    """Root writes through file permissions: the read-only cases are checked by a forked
+    child that has become user `nobody`."""
+    for folder in (cwd, *cwd.parents):
+        if folder == Path(tempfile.gettempdir()):
+            break
+        folder.chmod(folder.stat().st_mode | stat.S_IXOTH)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to nobody, check, report, exit without cleanup
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write, "\n".join(check_output_paths(cfg)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        problems = pipe.read().splitlines()
+    os.waitpid(pid, 0)
+    return problems
+
+
+@pytest.mark.parametrize("kind", list(PATH_PROBLEMS))
+def test_unusable_json_log_path_is_named_before_training(workdir, kind):
+    path = _unusable_json_path(kind, workdir)
+    if os.geteuid() == 0 and kind.startswith("read-only"):
+        cfg = load_monitor_config({"output_type": ["json_file"], "json_log_path": str(path)})
+        (problem,) = _check_as_nobody(cfg, workdir)
+        assert problem.startswith("monitor_config.json_log_path: ") and PATH_PROBLEMS[kind] in problem
+        return
+    before = sorted(workdir.rglob("*"))
+    cfg = load_monitor_config({"output_type": ["json_file"], "json_log_path": str(path)})
+    (problem,) = check_output_paths(cfg)
+    assert problem.startswith("monitor_config.json_log_path: ") and PATH_PROBLEMS[kind] in problem
+    assert sorted(workdir.rglob("*")) == before, "checking creates nothing"
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        prepare_output_paths(cfg)  # a FIFO would otherwise block the JSON sink's open forever
+
+
+def test_tensorboard_path_that_is_a_file_is_named(workdir):
+    (workdir / "tb").mkdir()
+    (workdir / "tb" / "rank_0").write_text("")
+    cfg = load_monitor_config({"output_type": ["tensorboard"], "tensorboard_path": "tb"})
+    with pytest.raises(ConfigError, match=r"monitor_config.tensorboard_path: 'tb/rank_0' exists and is not a directory"):
+        prepare_output_paths(cfg)

@@ -39,7 +39,7 @@ def _problem(key: str, path: Path, is_file: bool) -> str | None:
     """Why `path` cannot be written (None: it can), found without creating anything."""
     try:
         mode = path.stat().st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         mode = None
     except OSError as exc:
         return f"{key}: cannot use {str(path)!r}: {exc.strerror}"
