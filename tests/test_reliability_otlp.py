@@ -10,7 +10,6 @@ the time spent against a healthy one.
 
 from __future__ import annotations
 
-import socket
 import statistics
 import threading
 import time
@@ -22,36 +21,14 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from tests.support.blackhole import Blackhole
+from tests.support.instrumented import free_port
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.reliability_worker import run
 
 EXPORT_TIMEOUT = 2.0  # seconds; a step hook that waited on the network would last this long
 SHUTDOWN_TIMEOUT = 1.0
 STEPS = 300
-
-
-class Blackhole:
-    """A TCP server on 127.0.0.1 that accepts connections and never answers."""
-
-    def __init__(self) -> None:
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port = self._server.getsockname()[1]
-        self._held: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                connection, _ = self._server.accept()
-            except OSError:  # closed
-                return
-            self._held.append(connection)
-
-    def close(self) -> None:
-        self._server.close()
-        for connection in self._held:
-            connection.close()
 
 
 class SlowReceiver:
@@ -88,12 +65,6 @@ class SlowReceiver:
         self._server.stop(grace=None)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def endpoint(request):
     """(kind, endpoint URL) for a healthy, down, blackholed or slow collector."""
@@ -102,7 +73,7 @@ def endpoint(request):
         with OtlpReceiver() as receiver:
             yield kind, receiver.grpc_endpoint
     elif kind == "down":
-        yield kind, f"http://127.0.0.1:{_free_port()}"
+        yield kind, f"http://127.0.0.1:{free_port()}"
     elif kind == "blackholed":
         hole = Blackhole()
         try:

@@ -3,14 +3,17 @@
 Against a collector that is down or never answers, the SDK's exporters and batch
 processors log a warning or an error for every attempt, every retry and every dropped
 span: a long run would bury its own logs. While installed, `ExportErrorReporter` turns the
-first such record into one warning on our logger and swallows the rest; training goes on
-and telemetry that cannot be delivered is dropped.
+first such record (or a final flush that overran its deadline, `report()`) into one warning
+on our logger and swallows the rest; training goes on and telemetry that cannot be
+delivered is dropped. With `announce=False` it only keeps the first failure, for a caller
+that puts it in its own message (`otel-mindformers replay`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from typing import Iterator
 
 _logger = logging.getLogger("otel_mindformers.telemetry")
 
@@ -26,41 +29,51 @@ _EXPORT_LOGGER_PREFIXES = (
 )
 
 
+def _export_loggers() -> Iterator[logging.Logger]:
+    for name in list(logging.Logger.manager.loggerDict):
+        if name.startswith(_EXPORT_LOGGER_PREFIXES):
+            yield logging.getLogger(name)
+
+
 class ExportErrorReporter(logging.Filter):
     """Collapses export warnings and errors into a single warning; lower levels pass."""
 
-    def __init__(self, destination: str) -> None:
+    def __init__(self, destination: str, *, announce: bool = True) -> None:
         super().__init__("otel_mindformers.export_errors")
         self.destination = destination
-        self._reported = False
+        self.announce = announce
+        self.first_failure: str | None = None  # the first failure's message: export is failing
         self._lock = threading.Lock()
         self._loggers: list[logging.Logger] = []
+
+    @property
+    def failing(self) -> bool:
+        return self.first_failure is not None
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
+        self.report(record.getMessage())
+        return False
+
+    def report(self, failure: str) -> None:
+        """Record a failure; the first one is announced (one warning), the rest are dropped."""
         with self._lock:
-            first = not self._reported
-            self._reported = True
-        if first:
+            first = self.first_failure is None
+            if first:
+                self.first_failure = failure
+        if first and self.announce:
             _logger.warning(
                 "otel_mindformers: OTLP export to %s is failing or too slow (%s). Training "
                 "continues; telemetry that cannot be delivered is dropped and further export "
                 "errors are not logged.",
                 self.destination,
-                record.getMessage(),
+                failure,
             )
-        return False
 
     def install(self) -> "ExportErrorReporter":
         """Attach to every export logger that exists now (the exporters are imported)."""
-        names = [
-            name
-            for name in list(logging.Logger.manager.loggerDict)
-            if name.startswith(_EXPORT_LOGGER_PREFIXES)
-        ]
-        for name in names:
-            logger = logging.getLogger(name)
+        for logger in _export_loggers():
             logger.addFilter(self)
             self._loggers.append(logger)
         return self
@@ -69,3 +82,19 @@ class ExportErrorReporter(logging.Filter):
         for logger in self._loggers:
             logger.removeFilter(self)
         self._loggers.clear()
+
+    def __enter__(self) -> "ExportErrorReporter":
+        return self.install()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.uninstall()
+
+    @classmethod
+    def installed(cls) -> "ExportErrorReporter | None":
+        """The reporter that announces for the export loggers now, if any (the one
+        `opentelemetry-instrument`'s process keeps for the SDK's exporters)."""
+        for logger in _export_loggers():
+            for attached in logger.filters:
+                if isinstance(attached, cls) and attached.announce:
+                    return attached
+        return None

@@ -8,6 +8,7 @@ for a tracer and a meter, and flush them at train end. Otherwise we build provid
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -49,13 +50,19 @@ class Telemetry:
     _owned: list[Any] = field(default_factory=list)  # providers we built and must shut down
     _borrowed: list[Any] = field(default_factory=list)  # global providers: flush only
     _on_close: list[Callable[[], None]] = field(default_factory=list)
+    # Run first and at once: what a next run in this process may need (a listening port).
+    _release: list[Callable[[], None]] = field(default_factory=list)
+    _export_errors: ExportErrorReporter | None = None  # reports a flush that overran, once
 
-    def close(self, timeout: float) -> None:
-        """Flush (borrowed) or shut down (owned) every provider, within `timeout` seconds.
+    def close(self, timeout: float) -> bool:
+        """Flush (borrowed) or shut down (owned) every provider, within `timeout` seconds
+        (what is left of the run's shutdown budget). False: it did not finish in time.
 
         Exporter retries against a dead collector can outlive any deadline, so the work runs
         on a daemon thread that we stop waiting for: exit is never held hostage.
         """
+        for release in self._release:
+            release()
 
         def work() -> None:
             millis = int(timeout * 1000)
@@ -69,11 +76,15 @@ class Telemetry:
         worker = threading.Thread(target=work, name="otel-mindformers-shutdown", daemon=True)
         worker.start()
         worker.join(timeout)
-        if worker.is_alive():
-            _logger.warning(
-                "otel_mindformers: telemetry did not flush within %.1f s; unsent data is dropped",
-                timeout,
-            )
+        if not worker.is_alive():
+            return True
+        message = f"telemetry did not flush within {timeout:.1f} s; unsent data is dropped"
+        reporter = self._export_errors or ExportErrorReporter.installed()
+        if reporter is not None:
+            reporter.report(message)  # one warning in all, with the export failures
+        else:
+            _logger.warning("otel_mindformers: %s", message)
+        return False
 
 
 def _call_quietly(provider: Any, method: str, *args: Any) -> None:
@@ -100,6 +111,57 @@ def _is_configured(provider: Any) -> bool:
     return type(provider).__module__.startswith("opentelemetry.sdk")
 
 
+class SdkExitGuard:
+    """Under `opentelemetry-instrument`, the SDK's own providers end the way ours do.
+
+    The SDK shuts its global providers down at exit and waits out every exporter's
+    OTEL_EXPORTER_OTLP_TIMEOUT and retries, logging each failure. While installed, their
+    export failures make one warning (ExportErrorReporter), and exit shuts them down within
+    `shutdown_timeout`; once export is known to fail (a failure was reported, or a train-end
+    flush overran), exit does not wait for it at all: that flush has spent the budget.
+    """
+
+    def __init__(self, timeout: float, providers: list[Any], reporter: ExportErrorReporter) -> None:
+        self._timeout = timeout
+        self._providers = providers
+        self._reporter = reporter
+
+    @classmethod
+    def install(cls, timeout: float) -> "SdkExitGuard | None":
+        """Guard the configured global providers; None when there are none (nothing to bound)."""
+        globals_ = (trace.get_tracer_provider(), metrics.get_meter_provider(), _logs.get_logger_provider())
+        providers = [provider for provider in globals_ if _is_configured(provider)]
+        if not providers:
+            return None
+        reporter = ExportErrorReporter(otlp_destination(OtlpConfig())).install()
+        guard = cls(timeout, providers, reporter)
+        # Registered after the SDK's own handlers, so it runs before them (atexit is LIFO).
+        atexit.register(guard.shutdown)
+        return guard
+
+    def uninstall(self) -> None:
+        atexit.unregister(self.shutdown)
+        self._reporter.uninstall()
+
+    def shutdown(self) -> None:
+        for provider in self._providers:
+            atexit.unregister(provider.shutdown)  # the SDK's unbounded handler
+        budget = 0.0 if self._reporter.failing else self._timeout
+
+        def work() -> None:
+            for provider in self._providers:
+                _call_quietly(provider, "shutdown")
+
+        worker = threading.Thread(target=work, name="otel-mindformers-exit", daemon=True)
+        worker.start()
+        worker.join(budget)
+
+
+def otlp_destination(otlp: OtlpConfig) -> str:
+    """Where `otlp` exports to, as a message names it."""
+    return otlp.endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "the default OTLP endpoint"
+
+
 def otlp_exporters(otlp: OtlpConfig):
     """(span, metric, log) exporters for the configured protocol; None fields use OTEL_* env."""
     protocol = otlp.resolved_protocol()
@@ -117,11 +179,17 @@ def otlp_exporters(otlp: OtlpConfig):
             kwargs["insecure"] = otlp.insecure
         endpoints = {"traces": otlp.endpoint, "metrics": otlp.endpoint, "logs": otlp.endpoint}
     else:
-        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        from otel_mindformers.telemetry.otlp_http import CertificateSession
+        if protocol == "http/json":
+            # JSON, encoded by the C json module: MindSpore forces protobuf's pure-Python
+            # implementation on the whole process, where encoding a span costs ~10x more
+            # (docs/performance.md).
+            from opentelemetry.exporter.otlp.json.http._log_exporter import OTLPLogExporter
+            from opentelemetry.exporter.otlp.json.http.metric_exporter import OTLPMetricExporter
+            from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         # An explicit HTTP endpoint is used verbatim by the exporter: add the signal path as
         # the OTEL_EXPORTER_OTLP_ENDPOINT rules do.
@@ -132,8 +200,13 @@ def otlp_exporters(otlp: OtlpConfig):
         metric_kwargs["preferred_temporality"] = metric_temporality(otlp.temporality)
 
     def transport() -> dict[str, Any]:
-        # One session per HTTP exporter: each applies its own signal's certificate variables.
-        return {} if protocol == "grpc" else {"session": CertificateSession()}
+        # One session per protobuf HTTP exporter: each applies its own signal's certificate
+        # variables. (The JSON exporters' urllib3 transport reads them itself.)
+        if protocol != "http/protobuf":
+            return {}
+        from otel_mindformers.telemetry.otlp_http import CertificateSession
+
+        return {"session": CertificateSession()}
 
     return (
         OTLPSpanExporter(endpoint=endpoints["traces"], **kwargs, **transport()),
@@ -150,19 +223,49 @@ def metric_temporality(choice: str) -> dict[type, AggregationTemporality]:
     return {Counter: temporality, Histogram: temporality, ObservableCounter: temporality}
 
 
-def _prometheus_reader(config: MonitorConfig, identity: Identity) -> tuple[MetricReader, Callable[[], None]]:
+def _prometheus_reader(config: MonitorConfig, identity: Identity) -> tuple[MetricReader, Callable[[], None]] | None:
+    """A reader served on `prometheus.host:port`; None (with one warning) if it cannot listen."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from prometheus_client import start_http_server
+    from prometheus_client import CollectorRegistry, start_http_server
 
-    # Ranks sharing a node cannot share a port: local rank r serves on `port + r`.
-    port = config.prometheus.port + identity.local_rank if config.prometheus.port else 0
-    server, _thread = start_http_server(port, addr=config.prometheus.host)
+    # Ranks sharing a node cannot share a port: with several ranks, local rank r serves on
+    # `port + r`. A process alone keeps the configured port, whatever device it runs on.
+    port = config.prometheus.port
+    if port and identity.distributed:
+        port += identity.local_rank
+    # A registry per run: a previous run's reader that is still shutting down keeps its own.
+    registry = CollectorRegistry(auto_describe=True)
+    try:
+        server, _thread = start_http_server(port, addr=config.prometheus.host, registry=registry)
+    except (OSError, OverflowError) as exc:
+        _logger.warning(
+            "otel_mindformers: cannot serve Prometheus metrics on %s:%s (monitor_config.prometheus.port"
+            "%s, monitor_config.prometheus.host: %s): %s. The prometheus output is off for this run; "
+            "choose a free port, or 0 for any.",
+            config.prometheus.host, port,
+            f" {config.prometheus.port} + local rank {identity.local_rank}" if port != config.prometheus.port else "",
+            config.prometheus.host, exc,
+        )
+        return None
 
     def stop() -> None:
         server.shutdown()
         server.server_close()
 
-    return PrometheusMetricReader(), stop
+    return PrometheusMetricReader(registry=registry), stop
+
+
+def _ignored_settings(config: MonitorConfig, borrowed: set[str], builds_none: bool) -> list[str]:
+    """The settings of `config` that global providers (`borrowed`) override; `builds_none`:
+    no provider of ours is built, so no exporter of ours either."""
+    ignored = []
+    if "meter_provider" in borrowed and "prometheus" in config.output_type:
+        ignored.append("output_type 'prometheus' (OTEL_METRICS_EXPORTER=prometheus serves it)")
+    if builds_none and "otlp" in config.output_type and config.otlp != OtlpConfig():
+        ignored.append("the otlp section (set OTEL_EXPORTER_OTLP_* instead)")
+    if "tracer_provider" in borrowed and config.service_name:
+        ignored.append("service_name (set OTEL_SERVICE_NAME instead)")
+    return ignored
 
 
 def build_telemetry(
@@ -178,15 +281,31 @@ def build_telemetry(
     owned: list[Any] = []
     borrowed: list[Any] = []
     on_close: list[Callable[[], None]] = []
+    release: list[Callable[[], None]] = []
+    reporter: ExportErrorReporter | None = None
     wants_otlp = "otlp" in config.output_type
     wants_prometheus = "prometheus" in config.output_type
 
+    from_globals: set[str] = set()
     if tracer_provider is None and _is_configured(trace.get_tracer_provider()):
         tracer_provider = trace.get_tracer_provider()
+        from_globals.add("tracer_provider")
     if meter_provider is None and _is_configured(metrics.get_meter_provider()):
         meter_provider = metrics.get_meter_provider()
+        from_globals.add("meter_provider")
     if logger_provider is None and _is_configured(_logs.get_logger_provider()):
         logger_provider = _logs.get_logger_provider()
+        from_globals.add("logger_provider")
+    builds_none = None not in (tracer_provider, meter_provider, logger_provider)
+    ignored = _ignored_settings(config, from_globals, builds_none) if from_globals else []
+    if ignored:
+        # Said once, as the run starts: the SDK's environment decides where telemetry goes.
+        _logger.warning(
+            "otel_mindformers: the OpenTelemetry SDK is configured from its environment "
+            "(opentelemetry-instrument, or code that set the global providers), and its exporters "
+            "are used: monitor_config %s %s ignored.",
+            "; ".join(ignored), "is" if len(ignored) == 1 else "are",
+        )
 
     span_exporter = metric_exporter = log_exporter = None
     if wants_otlp and None in (tracer_provider, meter_provider, logger_provider):
@@ -211,10 +330,11 @@ def build_telemetry(
                     export_interval_millis=config.otlp.resolved_export_interval() * 1000,
                 )
             )
-        if wants_prometheus:
-            reader, stop_server = _prometheus_reader(config, identity)
+        served = _prometheus_reader(config, identity) if wants_prometheus else None
+        if served is not None:
+            reader, stop_server = served
             readers.append(reader)
-            on_close.append(stop_server)
+            release.append(stop_server)
         meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
         owned.append(meter_provider)
     else:
@@ -230,8 +350,8 @@ def build_telemetry(
 
     if span_exporter is not None:
         # After the providers are built: their own set-up warnings are not export failures.
-        destination = config.otlp.endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "the default endpoint")
-        on_close.append(ExportErrorReporter(destination).install().uninstall)
+        reporter = ExportErrorReporter(otlp_destination(config.otlp)).install()
+        on_close.append(reporter.uninstall)
 
     name, version = semconv.INSTRUMENTATION_NAME, __version__
     return Telemetry(
@@ -242,4 +362,6 @@ def build_telemetry(
         _owned=owned,
         _borrowed=borrowed,
         _on_close=on_close,
+        _release=release,
+        _export_errors=reporter,
     )
