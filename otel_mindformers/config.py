@@ -31,7 +31,7 @@ import yaml
 from otel_mindformers.training_metrics import KNOWN_METRICS
 
 OUTPUT_TYPES = ("stdout", "json_file", "tensorboard", "otlp", "prometheus")
-OTLP_PROTOCOLS = ("grpc", "http/protobuf")
+OTLP_PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 OTLP_TEMPORALITIES = ("cumulative", "delta")
 DEVICE_SOURCES = ("auto", "ascend", "nvidia", "host", "mindspore")
 NOTIFIER_TYPES = ("webhook", "wecom", "dingtalk", "feishu", "slack")
@@ -134,11 +134,11 @@ class _Section:
 
 # --- value checks ------------------------------------------------------------------------
 
-def _at_least(minimum: float, maximum: float = MAX_INTEGER) -> Callable[[str, Any], None]:
+def _at_least(minimum: float, maximum: float | None = None) -> Callable[[str, Any], None]:
     def check(key: str, value: Any) -> None:
         if value is not None and value < minimum:
             raise ConfigError(f"{key}: must be >= {minimum}, got {value!r}")
-        if value is not None and value > maximum:
+        if value is not None and maximum is not None and value > maximum:
             raise ConfigError(f"{key}: must be <= {maximum}, got {value!r}")
 
     return check
@@ -335,6 +335,8 @@ class AlertConfig(_Section):
     notify_timeout: float = _key(default=5.0, check=_seconds(0.001))
     notify_retries: int = _key(default=2, check=_at_least(0, 100))
     notifiers: list[NotifierConfig] = _key(factory=list, check=_check_notifiers)
+    # A notice when the run ends (completed / stopped early / crashed), see docs/alerts.md.
+    notify_run_end: bool = _key(default=False)
 
 
 @dataclasses.dataclass(repr=False)
@@ -428,6 +430,9 @@ class MonitorConfig(_Section):
     # Extensions beyond the article's keys.
     service_name: Union[str, None] = _key(default=None)
     report_ranks: Union[str, list[int]] = _key(factory=lambda: [0], check=_check_report_ranks)
+    # `all_ranks`: every rank checks its own loss / grad norm on sampled steps and records its
+    # first NaN/Inf (docs/hangs.md); `reporting_ranks`: only the ranks of `report_ranks`.
+    nonfinite_check: str = _key(default="reporting_ranks", check=_one_of(("reporting_ranks", "all_ranks")))
     tokens_per_sample: Union[int, None] = _key(default=None, check=_at_least(1))
     shutdown_timeout: float = _key(default=5.0, check=_seconds(0.0))
     # Which sampled steps get a span: true (all), false (none), or N (steps that are

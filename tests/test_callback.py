@@ -266,7 +266,7 @@ def test_exception_in_training_ends_run_span_with_error_and_propagates(workdir):
     assert [l["step"] for l in strict_lines(workdir / "m.json")] == [1, 2, 3]
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])
 def test_real_otlp_receiver_gets_spans_and_metrics_with_rank(protocol, workdir, otlp_receiver, monkeypatch):
     monkeypatch.setenv("RANK_ID", "0")
     monkeypatch.setenv("RANK_SIZE", "1")
@@ -284,6 +284,8 @@ def test_real_otlp_receiver_gets_spans_and_metrics_with_rank(protocol, workdir, 
     assert loss_points and all(p.attributes == {semconv.ATTR_RANK: 0} for p in loss_points)
     histogram = otlp_receiver.points(tm.instrument_name(tm.STEP_TIME))
     assert histogram[-1].count == 3 and histogram[-1].unit == "s"
+    exemplar_spans = {span_id for p in histogram for _trace, span_id in p.exemplars}
+    assert exemplar_spans and exemplar_spans <= {s.span_id for s in steps}
 
 
 def test_keyword_overrides_are_validated_monitor_config_keys(workdir):

@@ -6,7 +6,9 @@ collector would receive. Gzip bodies (what rotel forwards) are accepted on both 
 
 from __future__ import annotations
 
+import base64
 import gzip
+import json
 import threading
 import time
 from concurrent import futures
@@ -15,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 import grpc
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseDict
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -30,6 +32,21 @@ def attributes(key_values) -> dict[str, Any]:
         if "intValue" in value:
             out[kv.key] = int(value["intValue"])
     return out
+
+
+_OTLP_JSON_IDS = frozenset({"traceId", "spanId", "parentSpanId"})
+
+
+def _otlp_json_ids(value):
+    """OTLP/JSON writes trace and span ids as hex, where protobuf's JSON mapping wants base64."""
+    if isinstance(value, dict):
+        return {
+            key: base64.b64encode(bytes.fromhex(item)).decode() if key in _OTLP_JSON_IDS and item else _otlp_json_ids(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_otlp_json_ids(item) for item in value]
+    return value
 
 
 @dataclass
@@ -122,7 +139,11 @@ class OtlpReceiver:
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
                 message_type, store = route
-                receiver._keep(store, message_type.FromString(body))
+                if self.headers.get("Content-Type", "").startswith("application/json"):
+                    message = ParseDict(_otlp_json_ids(json.loads(body)), message_type())
+                else:
+                    message = message_type.FromString(body)
+                receiver._keep(store, message)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.end_headers()
