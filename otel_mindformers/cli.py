@@ -9,6 +9,7 @@ from typing import Sequence
 from otel_mindformers.analysis.commands import add_commands as add_analysis_commands
 from otel_mindformers.config import ConfigError, load_monitor_config
 from otel_mindformers.devices.report import add_command as add_devices_command
+from otel_mindformers.diagnosis.hang_report import add_command as add_hang_report_command
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(func=_validate)
     add_analysis_commands(commands)
     add_devices_command(commands)
+    add_hang_report_command(commands)
     return parser
 
 

@@ -3,9 +3,12 @@ fires once and resolves, a stalled step named by the watchdog, and broken receiv
 training does not notice."""
 
 import json
+import logging
+import threading
 
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -13,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_mindformers.callback import MonitorCallback
+from tests.support.blocking_data import train_blocking
 from tests.support.metrics import counter_values
 from tests.support.training import Faults, train
 from tests.support.webhook_receiver import WebhookReceiver, closed_port_url
@@ -27,6 +31,9 @@ class Run:
         self.metrics = InMemoryMetricReader()
         tracer_provider = TracerProvider()
         tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.logs = InMemoryLogRecordExporter()
+        logger_provider = LoggerProvider()
+        logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.logs))
         self.callback = MonitorCallback(
             {
                 "interval": 1,
@@ -39,11 +46,14 @@ class Run:
             },
             tracer_provider=tracer_provider,
             meter_provider=MeterProvider(metric_readers=[self.metrics]),
-            logger_provider=LoggerProvider(),
+            logger_provider=logger_provider,
         )
 
     def lines(self):
         return [json.loads(line) for line in self.json_path.read_text().splitlines()]
+
+    def log_records(self):
+        return [data.log_record for data in self.logs.get_finished_logs()]
 
     def counter(self, name):
         return counter_values(self.metrics, name)
@@ -113,24 +123,72 @@ def test_loss_spike_fires_once_then_resolves(workdir):
     assert len(run.lines()) == 30
 
 
-def test_stalled_step_is_named_by_the_watchdog(workdir):
+def test_stalled_data_wait_is_dumped_named_stuck_and_resolved(workdir):
+    """Step 6's data blocks in a distinctively named function until the second stack dump
+    (at twice `stall_timeout`) is taken; then training goes on to its end."""
+    second_dump = threading.Event()
+
+    class SecondDump(logging.Handler):
+        def emit(self, record):
+            if "stall_second_threshold" in record.getMessage():
+                second_dump.set()
+
+    handler = SecondDump()
+    logging.getLogger("otel_mindformers").addHandler(handler)
+    try:
+        with WebhookReceiver() as receiver:
+            run = Run(
+                workdir,
+                {
+                    "stall_timeout": 1.0,
+                    "step_time_regression": {"enable": False},
+                    "notifiers": [{"type": "webhook", "url": receiver.url()}],
+                },
+            )
+            train_blocking([run.callback], steps=10, block_at_step=6, release=lambda: second_dump.wait(60))
+            stall = [r.body for r in receiver.requests if r.body["rule"] == "stall"]
+    finally:
+        logging.getLogger("otel_mindformers").removeHandler(handler)
+    assert len(run.lines()) == 10
+
+    # The notice names the rank, the last step, the phase and where the data loader waits.
+    assert [(b["status"], b["step"]) for b in stall][0] == ("firing", 5)
+    assert [b["status"] for b in stall] == ["firing", "resolved"] and stall[1]["step"] >= 6
+    assert "rank 0" in stall[0]["message"] and "stalled after step 5" in stall[0]["message"]
+    assert "phase data_wait" in stall[0]["message"]
+    assert "wait_for_the_test_to_release_batch" in stall[0]["message"]
+
+    # Two dumps in the rank's diagnosis file: the second says the stacks did not move.
+    dumps = [json.loads(line) for line in (workdir / "diagnosis_rank_0.jsonl").read_text().splitlines()]
+    assert [(d["reason"], d["step"], d["verdict"]) for d in dumps] == [
+        ("stall", 5, None), ("stall_second_threshold", 5, "stuck")]
+    for dump in dumps:
+        assert dump["phase"] == "data_wait" and dump["idle_seconds"] >= 1.0
+        functions = [f["function"] for t in dump["threads"] for f in t["frames"]]
+        assert "wait_for_the_test_to_release_batch" in functions
+        assert dump["threads"][0]["name"] == "MainThread" and dump["threads"][0]["training"]
+    assert not any(t["moved"] for t in dumps[1]["threads"] if not t["name"].startswith("otel-mindformers"))
+
+    # The same stacks as OTel log records.
+    logs = [r for r in run.log_records() if r.event_name == "mindformers.stacks"]
+    assert [r.attributes["training.stacks.reason"] for r in logs] == ["stall", "stall_second_threshold"]
+    assert logs[1].attributes["training.stacks.verdict"] == "stuck"
+    assert "wait_for_the_test_to_release_batch" in logs[0].body
+    assert logs[0].attributes["training.phase"] == "data_wait" and "MainThread" in logs[0].attributes[
+        "training.stacks.threads"]
+
+
+def test_a_stall_that_ends_with_the_last_step_is_resolved(workdir):
+    """The last step's data arrives once the stall notice is out; training ends at once, and
+    the watchdog's last check on stop still sends the resolved notice."""
     with WebhookReceiver() as receiver:
         run = Run(
             workdir,
-            {
-                "stall_timeout": 1.0,
-                "step_time_regression": {"enable": False},
-                "notifiers": [{"type": "webhook", "url": receiver.url()}],
-            },
+            {"stall_timeout": 0.5, "notifiers": [{"type": "webhook", "url": receiver.url()}]},
         )
-        # Step 6's data takes 4 s to arrive: training sits after step 5.
-        train([run.callback], steps=10, faults=Faults(sleep_at={6: 4.0}))
-        stall = [r.body for r in receiver.requests if r.body["rule"] == "stall"]
-    assert [(b["status"], b["step"]) for b in stall][0] == ("firing", 5)
-    # The watchdog polls: by the time it sees training moving again, step 6 or a later one finished.
-    assert [b["status"] for b in stall] == ["firing", "resolved"] and stall[1]["step"] >= 6
-    assert "stalled after step 5" in stall[0]["message"] and "rank 0" in stall[0]["message"]
-    assert len(run.lines()) == 10
+        train_blocking([run.callback], steps=8, block_at_step=8, release=lambda: receiver.wait_for(1))
+        stall = [(r.body["status"], r.body["step"]) for r in receiver.requests if r.body["rule"] == "stall"]
+    assert stall == [("firing", 7), ("resolved", 8)]
 
 
 CUSTOM_MONITOR = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+INFO = "info"  # run-end notices only; rules fire as warning or critical
 WARNING = "warning"
 CRITICAL = "critical"
 
@@ -48,9 +49,13 @@ class Alert:
         )
 
     def to_json_dict(self) -> dict[str, object]:
-        """Strict JSON for the generic webhook: a NaN/Inf value becomes null (the detail names it)."""
-        value = self.value if self.value is None or math.isfinite(self.value) else None
-        return {
+        """Strict JSON for the generic webhook. A NaN/Inf value or threshold is written as
+        null and named under `"nonfinite"`, as in the JSON log (`threshold: inf` stays known)."""
+        nonfinite = [
+            name for name, number in (("value", self.value), ("threshold", self.threshold))
+            if number is not None and not math.isfinite(number)
+        ]
+        body: dict[str, object] = {
             "source": "otel_mindformers",
             "status": self.status,
             "rule": self.rule,
@@ -60,8 +65,11 @@ class Alert:
             "world_size": self.world_size,
             "host": self.host,
             "step": self.step,
-            "value": value,
-            "threshold": self.threshold,
+            "value": None if "value" in nonfinite else self.value,
+            "threshold": None if "threshold" in nonfinite else self.threshold,
             "message": self.detail,
             "time_stamp": round(self.time_stamp, 6),
         }
+        if nonfinite:
+            body["nonfinite"] = nonfinite
+        return body

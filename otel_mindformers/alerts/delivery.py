@@ -2,8 +2,10 @@
 
 The training thread only puts an Alert on a bounded queue (a full queue drops it, counted).
 One daemon thread posts each alert to every notifier with a per-request timeout, retrying
-with jittered exponential backoff on 5xx, 429, timeouts and connection errors. At shutdown,
-what is queued gets until a deadline; whatever is left is counted as dropped.
+with jittered exponential backoff on 5xx, 429, timeouts and connection errors. Redirects
+are never followed (a POST turned into a GET to another host is not a delivery): a 3xx is
+a failure. At shutdown, what is queued gets until a deadline; whatever is left is counted
+as dropped. Every message about a notifier goes through its redactor.
 """
 
 from __future__ import annotations
@@ -33,6 +35,23 @@ DROPPED = "dropped"
 
 class _Retryable(Exception):
     """A failure worth another attempt (server error, throttling, network, timeout)."""
+
+
+class RedirectRefused(Exception):
+    """The endpoint answered with a redirect; notifications do not follow them."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"redirect refused (HTTP {code}): notifications never follow redirects")
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 (urllib's signature)
+        fp.close()
+        raise RedirectRefused(code)
+
+
+# urllib's usual handlers (proxies from the environment, HTTPS), with redirects refused.
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class NotificationDelivery(BoundedWorker[Alert]):
@@ -110,7 +129,7 @@ class NotificationDelivery(BoundedWorker[Alert]):
             except _Retryable as exc:
                 error = exc.__cause__ or exc
                 continue
-            except Exception as exc:  # refused by the platform, 4xx, or a bad URL: final
+            except Exception as exc:  # refused by the platform, 4xx, a redirect, a bad URL: final
                 error = exc
                 break
             self._record(notifier, DELIVERED)
@@ -121,7 +140,7 @@ class NotificationDelivery(BoundedWorker[Alert]):
             "otel_mindformers: alert notifier %s failed: %s; later failures are only counted "
             "(%s)",
             notifier.label,
-            error,
+            notifier.redact(f"{type(error).__name__}: {error}"),
             semconv.ALERT_NOTIFICATIONS.name,
         )
 
@@ -134,7 +153,7 @@ class NotificationDelivery(BoundedWorker[Alert]):
             method="POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with _OPENER.open(request, timeout=timeout) as response:
                 reply = response.read()
         except urllib.error.HTTPError as exc:
             exc.close()

@@ -3,7 +3,8 @@ when training should stop.
 
 `evaluate` runs on the training thread and does no I/O: rule checks, a counter add, span
 events, and (rate-limited) a log record and an Alert put on the delivery queue. Network
-I/O happens on the delivery thread; stall detection on the watchdog thread.
+I/O happens on the delivery thread; stall detection and its stack dumps on the watchdog
+thread.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_mindformers import training_metrics as metrics
 from otel_mindformers import semconv
-from otel_mindformers.alerts.alert import CRITICAL, FIRING, RESOLVED, WARNING, Alert
+from otel_mindformers.alerts.alert import CRITICAL, FIRING, INFO, RESOLVED, WARNING, Alert
 from otel_mindformers.alerts.delivery import NotificationDelivery
 from otel_mindformers.alerts.notifiers import build_notifiers
 from otel_mindformers.alerts.rules import NO_DATA, NONFINITE, STALL, Finding, build_rules
 from otel_mindformers.alerts.watchdog import StallWatchdog, StepProgress
 from otel_mindformers.config import MonitorConfig
+from otel_mindformers.diagnosis import names as diagnosis
+from otel_mindformers.diagnosis.dumps import StackDump, StackDumper
 from otel_mindformers.identity import Identity
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.instruments import create_instrument
@@ -33,14 +36,21 @@ from otel_mindformers.telemetry.providers import service_name
 _logger = logging.getLogger(__name__)
 
 EARLY_STOP = "early_stop"
+RUN_END = "run_end"
 SEVERITIES = (WARNING, CRITICAL)
 
-# (status, severity) → OTel severity number and text, Python logging level.
+# Run-end outcomes (`notify_run_end`): the notice's status, and its severity.
+COMPLETED, STOPPED, CRASHED = "completed", "stopped", "crashed"
+_RUN_END_SEVERITY = {COMPLETED: INFO, STOPPED: WARNING, CRASHED: CRITICAL}
+
+# Severity → OTel severity number and text, Python logging level. A notice that reports
+# good news (resolved, completed) is INFO in OTel, but logged at WARNING in Python: the
+# default (last-resort) handler prints WARNING and above, so the console shows it next to
+# the firing line it closes, as docs/alerts.md promises.
 _LOG_SEVERITY = {
-    (FIRING, CRITICAL): (SeverityNumber.ERROR, "CRITICAL", logging.ERROR),
-    (FIRING, WARNING): (SeverityNumber.WARN, "WARNING", logging.WARNING),
-    (RESOLVED, CRITICAL): (SeverityNumber.INFO, "INFO", logging.INFO),
-    (RESOLVED, WARNING): (SeverityNumber.INFO, "INFO", logging.INFO),
+    CRITICAL: (SeverityNumber.ERROR, "CRITICAL", logging.ERROR),
+    WARNING: (SeverityNumber.WARN, "WARNING", logging.WARNING),
+    INFO: (SeverityNumber.INFO, "INFO", logging.WARNING),
 }
 
 
@@ -78,8 +88,26 @@ class RateLimiter:
         return False
 
 
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
+def _attribute(value: float | None) -> bool:
+    """Numbers OTel attributes keep: infinities are meaningful (threshold=inf), NaN is not."""
+    return value is not None and not math.isnan(value)
+
+
+def as_number(value: Any) -> float | None:
+    """A user-supplied alert value as a float: numbers, numpy scalars, one-element arrays
+    and Tensors, numeric strings; None for anything else (never an exception)."""
+    if value is None or isinstance(value, str) and not value.strip():
+        return None
+    try:
+        if hasattr(value, "asnumpy"):  # a MindSpore Tensor: this reads it back (user's choice)
+            value = value.asnumpy()
+        if hasattr(value, "size") and hasattr(value, "reshape"):  # numpy array or scalar
+            if value.size != 1:
+                return None
+            value = value.reshape(-1)[0]
+        return float(value)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
 
 
 class AlertEngine:
@@ -135,7 +163,12 @@ class AlertEngine:
             if notifiers
             else None
         )
+        self._notify_run_end = alerts.notify_run_end
+        self._reports_training = config.reports_training_metrics(identity.rank)
         self._stall_timeout = alerts.stall_timeout
+        # Built here, on the training thread: the dumper marks it as the thread to watch.
+        self.stacks = StackDumper.start(config.json_log_path, identity, telemetry.logger, progress)
+        self._stall_dump: StackDump | None = None
         self._watchdog = (
             StallWatchdog(progress, alerts.stall_timeout, self._on_stall, self._on_resume).start()
             if alerts.stall_timeout is not None
@@ -198,14 +231,35 @@ class AlertEngine:
         """
         if severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, got {severity!r}")
-        finding = Finding(rule, value, threshold, message)
+        finding = Finding(rule, as_number(value), as_number(threshold), str(message))
         self._fire(rule, severity, finding, self._progress.step, trace.get_current_span())
 
+    def attach_run_span(self, span: Span) -> None:
+        """Stack dumps become events of the run span (created after the engine)."""
+        self.stacks.attach_run_span(span)
+
+    def notify_run_end(self, outcome: str, reason: str | None, last_step: int) -> None:
+        """The run ended: `completed`, `stopped` (early, `reason` says why) or `crashed`
+        (`reason`: the exception type and message). A notice when `notify_run_end` is on:
+        from the ranks that report training metrics, and from any rank that crashed."""
+        if outcome not in _RUN_END_SEVERITY:
+            raise ValueError(f"outcome must be one of {tuple(_RUN_END_SEVERITY)}, got {outcome!r}")
+        if not self._notify_run_end or (outcome != CRASHED and not self._reports_training):
+            return
+        detail = {
+            COMPLETED: f"run completed after step {last_step}",
+            STOPPED: f"run stopped early after step {last_step}: {reason}",
+            CRASHED: f"run crashed after step {last_step}: {reason}",
+        }[outcome]
+        self._notify(self._alert(RUN_END, _RUN_END_SEVERITY[outcome], outcome, last_step, detail))
+
     def shutdown(self, timeout: float) -> None:
-        """Stop the watchdog, then deliver queued notifications within `timeout` seconds."""
+        """Stop the watchdog (after its last check), then deliver queued notifications
+        within `timeout` seconds."""
         deadline = time.monotonic() + timeout
         if self._watchdog is not None:
             self._watchdog.stop(timeout)
+        self.stacks.stop()
         if self._delivery is not None:
             self._delivery.close(max(0.0, deadline - time.monotonic()))
 
@@ -219,9 +273,9 @@ class AlertEngine:
                 semconv.ATTR_ALERT_SEVERITY: severity,
                 "message": finding.detail,
             }
-            if _finite(finding.value):
+            if _attribute(finding.value):
                 attributes[semconv.ATTR_ALERT_VALUE] = finding.value
-            if _finite(finding.threshold):
+            if _attribute(finding.threshold):
                 attributes[semconv.ATTR_ALERT_THRESHOLD] = finding.threshold
             span.add_event(semconv.EVENT_ALERT, attributes)
         if self._limiter.fire(rule, step):
@@ -261,7 +315,7 @@ class AlertEngine:
 
     def _notify(self, alert: Alert) -> None:
         """Log it (OTel log record + a local log line) and queue it for the notifiers."""
-        otel_severity, severity_text, level = _LOG_SEVERITY[(alert.status, alert.severity)]
+        otel_severity, severity_text, level = _LOG_SEVERITY[INFO if alert.status == RESOLVED else alert.severity]
         attributes: dict[str, Any] = {
             **self._point_attributes,
             semconv.ATTR_ALERT_RULE: alert.rule,
@@ -269,9 +323,9 @@ class AlertEngine:
             semconv.ATTR_ALERT_STATUS: alert.status,
             semconv.ATTR_STEP: alert.step,
         }
-        if _finite(alert.value):
+        if _attribute(alert.value):
             attributes[semconv.ATTR_ALERT_VALUE] = alert.value
-        if _finite(alert.threshold):
+        if _attribute(alert.threshold):
             attributes[semconv.ATTR_ALERT_THRESHOLD] = alert.threshold
         self._otel_logger.emit(
             severity_number=otel_severity,
@@ -286,8 +340,13 @@ class AlertEngine:
 
     # --- watchdog thread -----------------------------------------------------------------
     # A stall is measured in seconds, not steps: no step passes while it lasts, so it is
-    # exempt from the step-based rate limit (the watchdog fires once per stall anyway).
-    def _on_stall(self, last_step: int, idle: float) -> None:
+    # exempt from the step-based rate limit (the watchdog fires once per threshold anyway).
+    def _on_stall(self, last_step: int, idle: float, threshold: int) -> None:
+        if threshold > 1:
+            # The second dump only tells stuck from slow; the notice went out at the first.
+            self.stacks.dump(diagnosis.REASON_STALL_AGAIN, idle_seconds=idle, earlier=self._stall_dump)
+            return
+        self._stall_dump = dump = self.stacks.dump(diagnosis.REASON_STALL, idle_seconds=idle)
         rank = self._identity.rank
         self._count(STALL, CRITICAL)
         self._notify(
@@ -297,13 +356,14 @@ class AlertEngine:
                 FIRING,
                 last_step,
                 f"rank {rank}: no training step finished for {idle:.1f} s; "
-                f"stalled after step {last_step}",
+                f"stalled after step {last_step}; {dump.headline()}",
                 idle,
                 self._stall_timeout,
             )
         )
 
     def _on_resume(self, step: int) -> None:
+        self._stall_dump = None
         self._notify(
             self._alert(STALL, CRITICAL, RESOLVED, step,
                         f"rank {self._identity.rank}: training resumed, step {step} finished")

@@ -16,6 +16,7 @@ import urllib.parse
 from typing import Any, Protocol
 
 from otel_mindformers.alerts.alert import Alert
+from otel_mindformers.alerts.redact import Redactor, secret_parts
 from otel_mindformers.config import NotifierConfig
 
 
@@ -26,6 +27,7 @@ class PlatformError(Exception):
 class Notifier(Protocol):
     label: str
     kind: str
+    redact: Redactor  # masks this notifier's URL tokens and secret in a message
 
     def request(self, alert: Alert) -> tuple[str, dict[str, Any]]:
         """The URL to POST to and the JSON body."""
@@ -49,8 +51,10 @@ class _Base:
 
     def __init__(self, label: str, url: str, secret: str | None = None) -> None:
         self.label = label
-        self._url = url
-        self._secret = secret
+        # `$(cat file)` leaves a trailing newline: a URL or secret never means its whitespace.
+        self._url = url.strip()
+        self._secret = secret.strip() if secret else secret
+        self.redact = Redactor(secret_parts(url, secret))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.label!r})"

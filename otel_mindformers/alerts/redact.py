@@ -1,0 +1,48 @@
+"""Keeping notifier tokens out of messages: every string a delivery logs goes through here.
+
+A webhook URL is a credential (DingTalk `access_token`, WeCom `key`, Slack and Feishu put
+theirs in the path). Errors raised by the HTTP library quote the URL, sometimes as `repr`
+(`http.client.InvalidURL: URL can't contain control characters. '/robot/send?access_token=…'`),
+so the redaction replaces the parts that carry secrets, in every form they are printed in,
+rather than the URL as a whole.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Iterable
+
+MASK = "***"
+# Path segments shorter than this are route names (`robot`, `send`, `hook`, `v2`), not tokens.
+_MIN_TOKEN_SEGMENT = 8
+_MIN_TOKEN_VALUE = 4
+
+
+def secret_parts(url: str, secret: str | None) -> list[str]:
+    """The substrings of `url` (and the signing `secret`) that must never be printed."""
+    parts: set[str] = {url.strip()}
+    if secret:
+        parts.add(secret.strip())
+    split = urllib.parse.urlsplit(url.strip())
+    if split.password:
+        parts.add(split.password)
+    if split.username:
+        parts.add(split.username)
+    for _name, value in urllib.parse.parse_qsl(split.query, keep_blank_values=True):
+        if len(value) >= _MIN_TOKEN_VALUE:
+            parts.add(value)
+    for segment in split.path.split("/"):
+        if len(segment) >= _MIN_TOKEN_SEGMENT:
+            parts.add(segment)
+    printed = {form for part in parts for form in (part, urllib.parse.quote(part, safe=""), repr(part)[1:-1])}
+    return sorted((p for p in printed if p), key=len, reverse=True)
+
+
+class Redactor:
+    def __init__(self, parts: Iterable[str]) -> None:
+        self._parts = sorted(set(parts), key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for part in self._parts:
+            text = text.replace(part, MASK)
+        return text

@@ -1,0 +1,45 @@
+"""Heartbeat: every rank's last finished step and when it finished, as observable gauges.
+
+The gauges' callbacks read the run's progress object on the metric reader's thread, so the
+training thread pays nothing, and the values keep being exported while it is stuck: a
+Prometheus rule (collector-config/rules/) compares ranks and names those that stopped first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Protocol
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from otel_mindformers.diagnosis.clock import WallClock
+from otel_mindformers.diagnosis.names import PROGRESS_LAST_STEP_TIME, PROGRESS_STEP
+from otel_mindformers.telemetry.instruments import create_instrument
+
+
+class Progress(Protocol):
+    step: int  # last finished step
+    last_step_end: float  # time.perf_counter() when it finished (or when training began)
+
+
+class Heartbeat:
+    """`mindformers.progress.step` and `mindformers.progress.last_step_time` for one rank."""
+
+    def __init__(self, meter: Meter, progress: Progress, point_attributes: dict[str, Any]) -> None:
+        self._progress = progress
+        self._attributes = dict(point_attributes)
+        self._clock = WallClock()
+        self._instruments = (
+            create_instrument(meter, PROGRESS_STEP, callbacks=[self._observe_step]),
+            create_instrument(meter, PROGRESS_LAST_STEP_TIME, callbacks=[self._observe_time]),
+        )
+
+    @classmethod
+    def start(cls, meter: Meter, progress: Progress, point_attributes: dict[str, Any]) -> "Heartbeat":
+        """Register the gauges; from now on every metric collection reads `progress`."""
+        return cls(meter, progress, point_attributes)
+
+    def _observe_step(self, _options: CallbackOptions) -> Iterator[Observation]:
+        yield Observation(self._progress.step, self._attributes)
+
+    def _observe_time(self, _options: CallbackOptions) -> Iterator[Observation]:
+        yield Observation(self._clock.wall(self._progress.last_step_end), self._attributes)

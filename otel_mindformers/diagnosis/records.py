@@ -1,0 +1,60 @@
+"""The per-rank diagnosis file beside the JSON log: `diagnosis_rank_<r>.jsonl`.
+
+One JSON object per line, written rarely (a stack dump, the first non-finite value), each
+with `kind` ("stacks" or "nonfinite"), `rank`, `time_stamp` (Unix s) and the rank's last
+finished `step`. `otel-mindformers hang-report` and `report` read them back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+KIND_STACKS = "stacks"
+KIND_NONFINITE = "nonfinite"
+FILE_PATTERN = "diagnosis_rank_*.jsonl"
+_RANK_IN_NAME = re.compile(r"diagnosis_rank_(\d+)\.jsonl$")
+
+
+def diagnosis_path(json_log_path: str | os.PathLike[str], rank: int) -> Path:
+    """Where rank `rank` writes, beside the JSON log (whether or not `json_file` is on)."""
+    return Path(json_log_path).parent / f"diagnosis_rank_{rank}.jsonl"
+
+
+def append(path: Path, record: dict[str, Any]) -> None:
+    """One line in one write(2) on an O_APPEND file: concurrent writers never interleave."""
+    line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def find_files(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Diagnosis files named directly, or found under directories (recursively)."""
+    found: dict[Path, None] = {}
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            for file in sorted(path.rglob(FILE_PATTERN)):
+                found.setdefault(file, None)
+        elif _RANK_IN_NAME.search(path.name) and path.is_file():
+            found.setdefault(path, None)
+    return list(found)
+
+
+def read(path: Path) -> Iterator[dict[str, Any]]:
+    """The file's records; a line that is not a JSON object (a write cut by a kill) is skipped."""
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("kind"), str):
+                yield record
