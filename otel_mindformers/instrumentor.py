@@ -25,7 +25,6 @@ runs the script only to coordinate workers and is left alone.
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import logging
 import os
@@ -68,8 +67,6 @@ class MindFormersInstrumentor(BaseInstrumentor):
     _model: Patches | None = None  # what patching mindspore.train.Model changed
     _exit_guard: Any = None  # telemetry.providers.SdkExitGuard while instrumented
     _hooked: frozenset[str] = frozenset()  # modules with an import hook (hooks cannot be removed)
-    # True while a MindFormers Trainer runs: it has already decided on its MonitorCallback.
-    _inside_trainer = contextvars.ContextVar("otel_mindformers_inside_trainer", default=False)
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -99,11 +96,11 @@ class MindFormersInstrumentor(BaseInstrumentor):
     def _training_process(self, wrapped: Callable, _instance: Any, args: tuple, kwargs: dict) -> Any:
         bound = inspect.signature(wrapped).bind(*args, **kwargs)
         mindformers_glue.with_one_monitor(bound, self._settings)
-        token = self._inside_trainer.set(True)
+        token = mindformers_glue.TRAINER_RUNNING.set(True)
         try:
             return wrapped(*bound.args, **bound.kwargs)
         finally:
-            self._inside_trainer.reset(token)
+            mindformers_glue.TRAINER_RUNNING.reset(token)
 
     # --- zero-code ----------------------------------------------------------------------------------
 
@@ -155,7 +152,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
 
     def _with_monitor(self, wrapped: Callable, _model: Any, args: tuple, kwargs: dict) -> Any:
         settings = self._settings
-        if settings is None or self._inside_trainer.get():
+        if settings is None or mindformers_glue.inside_trainer():
             return wrapped(*args, **kwargs)
         from otel_mindformers.callback import MonitorCallback
 

@@ -21,6 +21,7 @@ both spellings are written, the article's configures us and the native one MindF
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import inspect
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from typing import Any, Callable
 import wrapt
 
 from otel_mindformers.config import MonitorConfig, load_monitor_config, parse_monitor_config
+from otel_mindformers.identity import record_mindformers_run
 
 # The names a YAML `callbacks:` entry may use for our callback.
 CALLBACK_NAMES = ("MonitorCallback", "OtelCallback")
@@ -40,6 +42,15 @@ OWN_KEYS = frozenset(f.name for f in dataclasses.fields(MonitorConfig))
 NATIVE_ALIASES = {
     alias: f.name for f in dataclasses.fields(MonitorConfig) for alias in f.metadata.get("aliases", ())
 }
+
+
+# True while a MindFormers Trainer runs (the instrumentor's Trainer wrapper sets it): the
+# Trainer has decided on its MonitorCallback, and its run config describes the run.
+TRAINER_RUNNING: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_mindformers_trainer", default=False)
+
+
+def inside_trainer() -> bool:
+    return TRAINER_RUNNING.get()
 
 
 @dataclass(frozen=True)
@@ -196,6 +207,7 @@ def with_one_monitor(bound: inspect.BoundArguments, zero_code: ZeroCode | None) 
     run_config = bound.arguments.get("config")
     if not isinstance(run_config, Mapping):
         return
+    record_mindformers_run(run_config)  # the job's parallel layout, for the run's resource
     providers = zero_code.callback_kwargs() if zero_code is not None else {}
     callbacks = callback_list(bound.arguments.get("callbacks"))
     entries = [

@@ -1,0 +1,96 @@
+"""The `prometheus` output's port: busy, reused by the next run, and which rank moves it."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import urllib.request
+
+import pytest
+from mindspore.train import Callback
+
+from otel_mindformers import MonitorCallback
+from tests.support import training
+from tests.support.blackhole import Blackhole
+from tests.support.instrumented import free_port
+
+LOSS_SERIES = "mindformers_train_loss"  # the loss gauge as Prometheus names it
+
+
+class Scrape(Callback):
+    """Reads the metrics endpoint from inside training, at the step given."""
+
+    def __init__(self, port: int, at_step: int = 2) -> None:
+        super().__init__()
+        self.url, self.at_step, self.body = f"http://127.0.0.1:{port}/metrics", at_step, None
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num == self.at_step:
+            with urllib.request.urlopen(self.url, timeout=10) as response:
+                self.body = response.read().decode()
+
+
+def _config(workdir, port: int, **overrides) -> dict:
+    return {"interval": 1, "output_type": ["json_file", "prometheus"], "json_log_path": str(workdir / "m.json"),
+            "prometheus": {"port": port}, "grad_monitor": False, "shutdown_timeout": 1.0, **overrides}
+
+
+def _port_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING and "monitor_config.prometheus.port" in r.getMessage()]
+
+
+def test_a_busy_port_is_one_warning_and_training_runs(workdir, caplog):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+            training.train([MonitorCallback(_config(workdir, port))], steps=4)
+    (warning,) = _port_warnings(caplog)
+    assert f"127.0.0.1:{port}" in warning
+    assert len((workdir / "m.json").read_text().splitlines()) == 4
+
+
+def test_the_next_run_in_the_process_gets_the_port_while_the_last_still_shuts_down(workdir, caplog):
+    """A blackholed collector holds the first run's telemetry shutdown past its deadline: the
+    port must already be free when the second run starts."""
+    port, hole = free_port(), Blackhole()
+    otlp = {"endpoint": f"http://127.0.0.1:{hole.port}", "timeout": 30.0, "export_interval": 0.1}
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+            for run in (1, 2):
+                scrape = Scrape(port)
+                config = _config(workdir, port, output_type=["json_file", "prometheus", "otlp"], otlp=otlp,
+                                 json_log_path=str(workdir / f"run{run}.json"))
+                training.train([MonitorCallback(config), scrape], steps=3)
+                assert f"{LOSS_SERIES}{{" in scrape.body
+                # One run's reader per endpoint: the first run's series are not served again.
+                assert scrape.body.count(f"{LOSS_SERIES}{{") == 1, scrape.body
+    finally:
+        hole.close()
+    assert _port_warnings(caplog) == []
+
+
+@pytest.mark.parametrize(("env", "offset"), [
+    ({"DEVICE_ID": "3"}, 0),  # alone on device 3: the configured port
+    ({"DEVICE_ID": "1", "RANK_ID": "1", "RANK_SIZE": "2"}, 1),  # two local ranks: port + local rank
+])
+def test_the_port_moves_by_local_rank_only_with_several_ranks(workdir, monkeypatch, env, offset):
+    for name in ("DEVICE_ID", "LOCAL_RANK", "SLURM_LOCALID", "RANK_ID", "RANK_SIZE", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    base = free_port()
+    while not _free(base + offset):
+        base = free_port()
+    scrape = Scrape(base + offset)
+    training.train([MonitorCallback(_config(workdir, base, report_ranks="all")), scrape], steps=3)
+    assert f"{LOSS_SERIES}{{" in scrape.body
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
