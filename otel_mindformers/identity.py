@@ -1,4 +1,5 @@
-"""Who this process is in the job: rank, world, device, node and launcher.
+"""Who this process is in the job: rank, world, device, node and launcher, and what the
+job is: its parallel layout and software versions.
 
 Read from the launcher's environment (msrun, MindCluster, Slurm, Kubernetes/Volcano) and,
 when the process has initialised communication, from `mindspore.communication`. Never
@@ -10,12 +11,16 @@ not the machine's index: the node rank comes only from variables that mean it.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import platform
+import re
 import socket
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import Mapping
+from pathlib import Path
+from typing import Any, Mapping
 
 from otel_mindformers import semconv
 
@@ -41,6 +46,143 @@ _KUBERNETES_ATTRIBUTES = (
 )
 
 
+# --- who the job is: its parallel layout and software (resource attributes) -----------------
+# No convention exists for either; like the rank they live under `training.`.
+ATTR_PARALLEL_MODE = "training.parallel.mode"  # MindSpore's: stand_alone, data_parallel, semi_auto_parallel
+ATTR_PARALLEL_DEVICES = "training.parallel.devices"
+ATTR_PARALLEL_DATA = "training.parallel.data"
+ATTR_PARALLEL_TENSOR = "training.parallel.tensor"
+ATTR_PARALLEL_PIPELINE = "training.parallel.pipeline"
+ATTR_PARALLEL_EXPERT = "training.parallel.expert"
+ATTR_PARALLEL_CONTEXT = "training.parallel.context"
+ATTR_MICRO_BATCHES = "training.micro_batches"
+ATTR_GLOBAL_BATCH_SIZE = "training.global_batch_size"
+ATTR_SEQUENCE_LENGTH = "training.sequence_length"
+ATTR_MINDSPORE_VERSION = "training.software.mindspore.version"
+ATTR_MINDFORMERS_VERSION = "training.software.mindformers.version"
+ATTR_CANN_VERSION = "training.software.cann.version"
+ATTR_DRIVER_VERSION = "training.software.driver.version"
+ATTR_FIRMWARE_VERSION = "training.software.firmware.version"
+
+# MindFormers' parallel_config key -> attribute (its `model_parallel` is tensor parallelism).
+_PARALLEL_CONFIG = (("data_parallel", ATTR_PARALLEL_DATA), ("model_parallel", ATTR_PARALLEL_TENSOR),
+                    ("pipeline_stage", ATTR_PARALLEL_PIPELINE), ("expert_parallel", ATTR_PARALLEL_EXPERT),
+                    ("context_parallel", ATTR_PARALLEL_CONTEXT), ("micro_batch_num", ATTR_MICRO_BATCHES))
+# Where the Ascend packages write their versions (`Version=...` / `version=...` lines).
+ASCEND_HOME = Path(os.environ.get("ASCEND_HOME", "/usr/local/Ascend"))
+_NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
+
+# What the MindFormers glue recorded for the run about to train (record_mindformers_run).
+_mindformers_run: dict[str, int] = {}
+
+
+def record_mindformers_run(run_config: Any) -> None:
+    """Remember a MindFormers Trainer's layout as it starts training, for the identities
+    detected from then on (until the next Trainer run records its own).
+
+    `run_config` is the run's MindFormerConfig: `parallel_config`, `runner_config`,
+    `model.model_config.seq_length`. In (semi-)auto parallel MindFormers has already
+    replaced `runner_config.batch_size` by the global batch and kept the per-device one as
+    `mini_batch_size`; otherwise the global batch is batch size x data parallel x gradient
+    accumulation steps, as MindFormers computes it."""
+    layout: dict[str, int] = {}
+    parallel = _get(run_config, "parallel_config")
+    for key, attribute in _PARALLEL_CONFIG:
+        if (value := _positive(_get(parallel, key))) is not None:
+            layout[attribute] = value
+    model_config = _get(_get(run_config, "model"), "model_config")
+    if (seq_length := _positive(_get(model_config, "seq_length"))) is not None:
+        layout[ATTR_SEQUENCE_LENGTH] = seq_length
+    runner = _get(run_config, "runner_config")
+    if (batch := _positive(_get(runner, "batch_size"))) is not None:
+        if _get(runner, "mini_batch_size") is None:
+            batch *= layout.get(ATTR_PARALLEL_DATA, 1) * (_positive(_get(runner, "gradient_accumulation_steps")) or 1)
+        layout[ATTR_GLOBAL_BATCH_SIZE] = batch
+    _mindformers_run.clear()
+    _mindformers_run.update(layout)
+
+
+def _get(section: Any, key: str) -> Any:
+    if section is None:
+        return None
+    if isinstance(section, Mapping):
+        return section.get(key)
+    return getattr(section, key, None)
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _parallel_context() -> dict[str, str | int]:
+    """MindSpore's auto-parallel context, when the script has imported MindSpore and left
+    stand-alone mode: the mode, the device count and the pipeline stages."""
+    mindspore = sys.modules.get("mindspore")
+    if mindspore is None:
+        return {}
+    try:
+        mode = str(mindspore.get_auto_parallel_context("parallel_mode"))
+        attrs: dict[str, str | int] = {ATTR_PARALLEL_MODE: mode}
+        if mode != "stand_alone":
+            attrs[ATTR_PARALLEL_DEVICES] = int(mindspore.get_auto_parallel_context("device_num"))
+            attrs[ATTR_PARALLEL_PIPELINE] = int(mindspore.get_auto_parallel_context("pipeline_stages"))
+            if mode == "data_parallel":
+                attrs[ATTR_PARALLEL_DATA] = attrs[ATTR_PARALLEL_DEVICES]
+        return attrs
+    except Exception:  # a MindSpore without this context: no layout, not a failure
+        return {}
+
+
+def _version_file(path: Path) -> str | None:
+    """`Version=` / `version=` of an Ascend version.info / *_install.info file."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"^version\s*=\s*(\S+)", text, re.IGNORECASE | re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _cann_version(env: Mapping[str, str]) -> str | None:
+    homes = [Path(env[name]) for name in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH") if env.get(name)]
+    homes += [ASCEND_HOME / "ascend-toolkit" / "latest", ASCEND_HOME / "cann" / f"{platform.machine()}-linux"]
+    for home in homes:
+        for name in ("ascend_toolkit_install.info", "version.cfg", "compiler/version.info"):
+            if (version := _version_file(home / name)) is not None:
+                return version
+    return None
+
+
+def _nvidia_driver_version() -> str | None:
+    try:
+        match = re.search(r"Kernel Module\s+(\S+)", _NVIDIA_DRIVER.read_text())
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def job_attributes(env: Mapping[str, str]) -> dict[str, str | int]:
+    """The parallel layout (MindSpore's context, refined by the MindFormers run config) and
+    the software versions, each only where known. Cheap: a few small file reads."""
+    attrs: dict[str, str | int] = {**_parallel_context(), **_mindformers_run}
+    versions = (
+        (ATTR_MINDSPORE_VERSION, _package_version("mindspore")),
+        (ATTR_MINDFORMERS_VERSION, _package_version("mindformers")),
+        (ATTR_CANN_VERSION, _cann_version(env)),
+        (ATTR_DRIVER_VERSION, _version_file(ASCEND_HOME / "driver" / "version.info") or _nvidia_driver_version()),
+        (ATTR_FIRMWARE_VERSION, _version_file(ASCEND_HOME / "firmware" / "version.info")),
+    )
+    attrs.update((key, value) for key, value in versions if value)
+    return attrs
+
+
 @dataclass(frozen=True)
 class Identity:
     rank: int = 0
@@ -53,6 +195,7 @@ class Identity:
     launcher: str = "none"
     host_name: str = ""
     kubernetes: tuple[tuple[str, str], ...] = ()  # k8s.* resource attributes
+    job: tuple[tuple[str, str | int], ...] = ()  # parallel layout and software versions
 
     @property
     def distributed(self) -> bool:
@@ -81,6 +224,7 @@ class Identity:
         if self.job_id:
             attrs[semconv.ATTR_JOB_ID] = self.job_id
         attrs.update(self.kubernetes)
+        attrs.update(self.job)
         return attrs
 
     def node_attributes(self) -> dict[str, str | int]:
@@ -192,4 +336,5 @@ def detect_identity(env: Mapping[str, str] | None = None) -> Identity:
         launcher=_launcher(env),
         host_name=socket.gethostname(),
         kubernetes=_kubernetes(env),
+        job=tuple(job_attributes(env).items()),
     )

@@ -26,9 +26,15 @@ def source(device, timeout=5.0, attrs=None):
 
 
 def by_metric(readings, **match):
-    """{metric: value} of the points whose attributes include `match`."""
+    """{metric: value} of the points whose attributes include `match` (ECC series, which
+    carry a memory type too, only when `match` names an error.type)."""
     return {p.metric: p.value for p in readings.points
-            if all(p.attributes.get(k) == v for k, v in match.items())}
+            if all(p.attributes.get(k) == v for k, v in match.items())
+            and (semconv.ATTR_ERROR_TYPE in match or semconv.ATTR_ERROR_TYPE not in p.attributes)}
+
+
+FIRST_POLL_910B_NPU1 = ["info", "info -t usages -i 1", "info -t common -i 1", "info -t ecc -i 1",
+                        "info -t health -i 1 -c 0", "info -t board -i 1 -c 0"]
 
 
 def test_910b_own_device_numbers_attributes_and_snapshot(fake_npu_smi):
@@ -46,7 +52,7 @@ def test_910b_own_device_numbers_attributes_and_snapshot(fake_npu_smi):
     assert plain[semconv.DEVICE_PROCESS_MEMORY] == 18432 * MIB  # the fake lists its caller: us
     states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in readings.points
               if p.metric == semconv.HW_STATUS}
-    assert states == {"ok": 0.0, "degraded": 1.0, "failed": 0.0}  # Health: Warning
+    assert states == {"ok": 0.0, "degraded": 1.0, "predicted_failure": 0.0, "failed": 0.0}  # Health: Warning
     for point in readings.points:
         assert point.attributes[semconv.ATTR_HW_ID] == "npu-1"
         assert point.attributes[semconv.ATTR_HW_TYPE] == "npu"
@@ -56,8 +62,7 @@ def test_910b_own_device_numbers_attributes_and_snapshot(fake_npu_smi):
     assert readings.snapshot == {"npu_utilization": 47.0, "npu_hbm_used_mb": 21504.0,
                                  "npu_hbm_total_mb": 32768.0, "npu_temperature_c": 35.0, "npu_power_w": 88.7,
                                  "npu_process_memory_mb": 18432.0}
-    # The table had temperature and power: `-t common` is not needed.
-    assert calls(fake_npu_smi) == ["info", "info -t usages -i 1"]
+    assert calls(fake_npu_smi) == FIRST_POLL_910B_NPU1
 
 
 def test_other_process_memory_is_not_ours(fake_npu_smi):
@@ -74,17 +79,19 @@ def test_a3_second_chip_takes_power_from_common(fake_npu_smi, monkeypatch):
     assert plain[semconv.DEVICE_PROCESS_MEMORY] == 37376 * MIB
     assert {p.attributes[semconv.ATTR_HW_ID] for p in readings.points} == {"npu-1"}
     assert readings.snapshot["npu_utilization"] == 29.0
-    assert calls(fake_npu_smi) == ["info", "info -t usages -i 0", "info -t common -i 0"]
+    assert calls(fake_npu_smi) == ["info", "info -t usages -i 0", "info -t common -i 0", "info -t ecc -i 0",
+                                   "info -t health -i 0 -c 1", "info -t board -i 0 -c 1"]
 
 
 def test_a3_critical_chip_without_any_power_reading(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
     readings = source(3).read()
-    assert semconv.HW_POWER not in by_metric(readings)
+    assert semconv.HW_POWER not in by_metric(readings) and semconv.HW_ENERGY not in by_metric(readings)
     states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in readings.points
               if p.metric == semconv.HW_STATUS}
-    assert states == {"ok": 0.0, "degraded": 0.0, "failed": 1.0}
-    assert calls(fake_npu_smi) == ["info", "info -t usages -i 1", "info -t common -i 1"]
+    assert states == {"ok": 0.0, "degraded": 0.0, "predicted_failure": 0.0, "failed": 1.0}
+    assert calls(fake_npu_smi) == ["info", "info -t usages -i 1", "info -t common -i 1", "info -t ecc -i 1",
+                                   "info -t health -i 1 -c 1", "info -t board -i 1 -c 1"]
 
 
 def test_old_driver_ddr_from_the_table(fake_npu_smi, monkeypatch):
@@ -158,7 +165,7 @@ def test_rank_device_follows_ascend_rt_visible_devices(fake_npu_smi, monkeypatch
 
 def test_auto_finds_npu_smi_on_path_even_on_cpu(fake_npu_smi):
     names = [s.name for s in build_sources(DeviceConfig(), Identity(device_target="CPU"))]
-    assert names == ["npu-smi", "psutil"]
+    assert names == ["npu-smi", "hccn_tool", "psutil"]
 
 
 def test_auto_without_npu_smi_on_cpu(monkeypatch, tmp_path):

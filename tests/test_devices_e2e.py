@@ -11,6 +11,9 @@ from otel_mindformers import MonitorCallback, semconv
 from otel_mindformers.devices.base import MIB
 from tests.support import training
 
+# The chip's identity as the 910b fixture's table title and `-t board` print it.
+NPU1_IDENTITY = {semconv.ATTR_HW_NAME: "NPU 1 chip 0", semconv.ATTR_HW_DRIVER_VERSION: "23.0.rc3",
+                 semconv.ATTR_HW_FIRMWARE_VERSION: "7.1.0.7.220"}
 FAKE_BIN = Path(__file__).resolve().parent / "fixtures" / "bin"
 
 
@@ -45,7 +48,8 @@ def test_device_gauges_reach_the_receiver_with_fixture_numbers_and_rank(workdir,
     assert point.resource[semconv.ATTR_RANK] == 1 and point.resource[semconv.ATTR_DEVICE_ID] == 1
     assert point.attributes == {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1, semconv.ATTR_HW_ID: "npu-1",
                                 semconv.ATTR_HW_TYPE: "npu", semconv.ATTR_HW_VENDOR: "Huawei",
-                                semconv.ATTR_HW_MODEL: "910B4", semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm"}
+                                semconv.ATTR_HW_MODEL: "910B4", semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm",
+                                    **NPU1_IDENTITY}
     aicore = {p.value for p in otlp_receiver.points(semconv.HW_NPU_UTILIZATION)
               if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"}
     assert aicore == {0.47}

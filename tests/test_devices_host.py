@@ -6,7 +6,7 @@ import psutil
 
 from otel_mindformers import semconv
 from otel_mindformers.devices.base import MIB
-from otel_mindformers.devices.host import HostSource
+from otel_mindformers.devices.host import CPU_WINDOW_S, HostSource
 from otel_mindformers.devices.runtime import MindSporeMemorySource
 
 RANK = {semconv.ATTR_RANK: 2}
@@ -23,9 +23,25 @@ def busy(seconds):
         sum(range(1000))
 
 
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def windowed(process_attributes, node_attributes):
+    """A HostSource whose first CPU window has passed (its clock is the test's)."""
+    clock = Clock()
+    source = HostSource(process_attributes, node_attributes, clock=clock)
+    busy(0.3)  # some CPU time for the window to measure
+    clock.now += CPU_WINDOW_S
+    return source, clock
+
+
 def test_host_readings_are_plausible():
-    source = HostSource(RANK, NODE)
-    busy(0.3)
+    source, _clock = windowed(RANK, NODE)
     readings = source.read()
     got = values(readings)
     cores = psutil.cpu_count()
@@ -44,13 +60,30 @@ def test_host_readings_are_plausible():
     assert memory_used.attributes == {**NODE, semconv.ATTR_SYSTEM_MEMORY_STATE: "used"}
 
 
+def test_first_cpu_reading_waits_for_a_whole_window_and_later_polls_repeat_it():
+    # Issue 11 item 28: primed and read at once, psutil said process_cpu_percent 2045 on 2 cores.
+    clock = Clock()
+    source = HostSource(RANK, NODE, clock=clock)
+    first = source.read()
+    assert "process_cpu_percent" not in first.snapshot and "host_cpu_percent" not in first.snapshot
+    assert not {semconv.PROCESS_CPU_UTILIZATION, semconv.SYSTEM_CPU_UTILIZATION} & set(values(first))
+    assert first.snapshot["host_rss_mb"] > 0  # memory needs no window
+    busy(0.3)
+    clock.now += CPU_WINDOW_S
+    measured = source.read()
+    assert 0.0 < measured.snapshot["process_cpu_percent"] <= 100.0 * psutil.cpu_count()
+    assert 0.0 <= values(measured)[semconv.PROCESS_CPU_UTILIZATION] <= 1.0
+    clock.now += CPU_WINDOW_S / 10  # a poll inside the next window repeats the last measurement
+    assert source.read().snapshot["process_cpu_percent"] == measured.snapshot["process_cpu_percent"]
+
+
 def test_node_series_only_on_the_rank_that_reports_the_node():
-    got = values(HostSource(RANK, None).read())
+    got = values(windowed(RANK, None)[0].read())
     assert set(got) == {semconv.PROCESS_CPU_UTILIZATION, semconv.PROCESS_MEMORY_USAGE}
 
 
 def test_devices_command_view_has_no_process_series():
-    got = values(HostSource(None, {}).read())
+    got = values(windowed(None, {})[0].read())
     assert set(got) == {semconv.SYSTEM_CPU_UTILIZATION, semconv.SYSTEM_MEMORY_USAGE, semconv.SYSTEM_MEMORY_LIMIT}
 
 

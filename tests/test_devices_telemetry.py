@@ -21,6 +21,9 @@ from otel_mindformers.devices.poller import Poller
 from otel_mindformers.identity import Identity
 
 REPO = Path(__file__).resolve().parent.parent
+# The chip's identity as the 910b fixture's table title and `-t board` print it.
+NPU1_IDENTITY = {semconv.ATTR_HW_NAME: "NPU 1 chip 0", semconv.ATTR_HW_DRIVER_VERSION: "23.0.rc3",
+                 semconv.ATTR_HW_FIRMWARE_VERSION: "7.1.0.7.220"}
 FAKE_BIN = REPO / "tests" / "fixtures" / "bin"
 IDENTITY = Identity(rank=1, world_size=2, local_rank=1, node_rank=0, device_id=1, device_target="Ascend")
 
@@ -168,7 +171,8 @@ def test_gauges_carry_the_fixture_numbers_with_rank_and_device(fake_npu_smi, rea
     assert hbm.value == 21504 * MIB
     assert dict(hbm.attributes) == {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1, semconv.ATTR_HW_ID: "npu-1",
                                     semconv.ATTR_HW_TYPE: "npu", semconv.ATTR_HW_VENDOR: "Huawei",
-                                    semconv.ATTR_HW_MODEL: "910B4", semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm"}
+                                    semconv.ATTR_HW_MODEL: "910B4", semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm",
+                                    **NPU1_IDENTITY}
     aicore, = [p for p in points[semconv.HW_NPU_UTILIZATION]
                if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"]
     assert aicore.value == 0.47
@@ -188,15 +192,18 @@ def test_collections_and_snapshots_never_run_npu_smi(fake_npu_smi, reader, start
         collect(reader)
         telemetry.snapshot()
     # One poll: the table and the usages of the rank's NPU, whatever was collected since.
-    assert fake_npu_smi.read_text().splitlines() == ["info", "info -t usages -i 1"]
+    assert fake_npu_smi.read_text().splitlines() == ["info", "info -t usages -i 1", "info -t common -i 1",
+                                                     "info -t ecc -i 1", "info -t health -i 1 -c 0",
+                                                     "info -t board -i 1 -c 0"]
 
 
 def test_local_rank_zero_also_reports_the_node(fake_npu_smi, reader, started):
     identity = Identity(rank=0, world_size=2, local_rank=0, node_rank=3, device_id=0, device_target="Ascend")
     telemetry = started(config(sources=["host"]), identity=identity, meter=reader.meter)
-    assert wait_until(lambda: telemetry.snapshot())
+    assert wait_until(lambda: "host_cpu_percent" in telemetry.snapshot())  # after a whole CPU window
     cpu, = collect(reader)[semconv.SYSTEM_CPU_UTILIZATION]
-    assert dict(cpu.attributes) == {semconv.ATTR_NODE_RANK: 3} and 0.0 <= cpu.value <= 1.0
+    # Issue 11 item 28: node series carry the reporting rank too, as every device point does.
+    assert dict(cpu.attributes) == {semconv.ATTR_RANK: 0, semconv.ATTR_NODE_RANK: 3} and 0.0 <= cpu.value <= 1.0
 
 
 @pytest.mark.parametrize("mode, error_type",
@@ -250,14 +257,34 @@ def run_cli(*args, **env):
                           capture_output=True, text=True, env=environ, cwd=REPO, timeout=120)
 
 
-def test_devices_command_prints_every_chip_of_the_node():
+def line_with(out: str, *parts: str) -> str:
+    """The one output line holding every part."""
+    lines = [line for line in out.splitlines() if all(part in line for part in parts)]
+    assert len(lines) == 1, f"{parts} on {len(lines)} lines of:\n{out}"
+    return lines[0]
+
+
+def test_devices_command_prints_one_block_per_device_with_the_tool_of_each_reading():
     result = run_cli(FAKE_NPU_SMI_VARIANT="a3")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for chip in ("npu-0", "npu-1", "npu-2", "npu-3"):
-        assert f"  {chip} npu Huawei Ascend910" in out
-    assert "hw.npu.memory.usage{hw.npu.memory.type=hbm}" in out and "40448 MiB" in out
-    assert "176.4 W" in out and "system.memory.limit" in out
+    blocks = out.split("\n\n")
+    for device, name in (("npu-0", "NPU 0 chip 0"), ("npu-1", "NPU 0 chip 1"), ("npu-2", "NPU 1 chip 0"),
+                         ("npu-3", "NPU 1 chip 1")):
+        block, = [b for b in blocks if b.startswith(f"{device} npu Huawei Ascend910  (name={name}, ")]
+        assert "driver_version=24.1.rc3, firmware_version=24.1.rc3.b030)" in block.splitlines()[0]
+        assert f"[{device}-roce] hw.network.up" in block  # the chip's RoCE port sits in its block
+    assert "40448 MiB  npu-smi info" in line_with(out, "hw.npu.memory.usage{hw.npu.memory.type=hbm}", "40448")
+    assert line_with(out, "hw.power", "85.6 W").endswith("npu-smi info -t common")  # the A3 second chip
+    assert line_with(out, "hw.npu.error_code{hw.npu.error_code=0x80E01809}").endswith("npu-smi info -t health")
+    assert line_with(out, "hw.errors{error.type=uncorrected,hw.npu.memory.type=hbm}", " 2 {error}").endswith(
+        "npu-smi info -t ecc")
+    assert line_with(out, "[npu-3-roce] hw.network.packets{network.io.direction=receive}").endswith(
+        "hccn_tool -stat")
+    assert "[npu-2-roce] hw.network.optical.power{" not in out  # no optical module: only its thresholds
+    assert line_with(out, "[npu-1-roce] hw.network.optical.power{network.io.direction=receive}",
+                     "1.11 mW").endswith("hccn_tool -optical")
+    assert line_with(out, "system.memory.limit").endswith("psutil")
     assert "nvml: no readings (NVMLError" in out  # nvidia-ml-py is installed, no driver here
 
 

@@ -19,8 +19,9 @@ from otel_mindformers.identity import Identity
 
 __all__ = ["DeviceTelemetry"]
 
-# The Ascend source makes at most three tool calls per poll.
-_CALLS_PER_POLL = 3
+# Sources that run a tool (npu-smi, hccn_tool). A tool that times out fails its source's
+# poll at once, so a poll waits for at most one timeout per tool.
+_TOOLS_PER_POLL = 2
 
 
 class DeviceTelemetry:
@@ -38,10 +39,10 @@ class DeviceTelemetry:
         sources = build_sources(device_config, identity)
         if not sources:
             return None
-        # Readings survive one late poll (an interval plus every tool call at its timeout),
-        # not two: a poll thread stuck in a driver call reads as missing data.
+        # Readings survive one late poll (an interval plus every tool at its timeout), not
+        # two: a poll thread stuck in a driver call reads as missing data.
         cache = ReadingCache(
-            max_age=2 * device_config.poll_interval + _CALLS_PER_POLL * device_config.command_timeout
+            max_age=2 * device_config.poll_interval + _TOOLS_PER_POLL * device_config.command_timeout
         )
         failures = instruments.register(meter, cache) if meter is not None else None
         poller = Poller(sources, cache, device_config.poll_interval, failures)

@@ -13,11 +13,16 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Point:
-    """One observation for the instrument named `metric` (a semconv name)."""
+    """One observation for the instrument named `metric` (a semconv name).
+
+    `tool` names the command or library call the value came from (`npu-smi info -t ecc`);
+    the `devices` command shows it, the exporters do not.
+    """
 
     metric: str
     value: float
     attributes: Mapping[str, AttributeValue]
+    tool: str = ""
 
 
 @dataclass(frozen=True)
@@ -26,18 +31,23 @@ class Readings:
 
     `points` feed the observable instruments; `snapshot` holds this rank's own readings
     under flat JSON keys (units in the key, e.g. `npu_hbm_used_mb`) for the local outputs.
+    `problems` are the queries of an otherwise successful poll that failed (a driver
+    without `npu-smi info -t ecc`): counted and warned about like a failed poll.
     """
 
     points: tuple[Point, ...] = ()
     snapshot: Mapping[str, float] = field(default_factory=dict)
+    problems: tuple[SourceError, ...] = ()
 
 
 class SourceError(Exception):
-    """A poll that produced nothing; `error_type` becomes the failure counter's error.type."""
+    """A poll (or one query of it) that produced nothing; `error_type` becomes the failure
+    counter's error.type, `query` names the query for the one-time warning."""
 
-    def __init__(self, error_type: str, message: str) -> None:
+    def __init__(self, error_type: str, message: str, query: str = "") -> None:
         super().__init__(message)
         self.error_type = error_type
+        self.query = query
 
 
 class Source(Protocol):

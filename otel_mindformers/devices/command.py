@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from otel_mindformers.devices.base import SourceError
 
@@ -47,3 +47,25 @@ def run_tool(argv: Sequence[str], timeout: float) -> str:
 def _first_line(data: bytes) -> str:
     text = data.decode("utf-8", errors="replace").strip()
     return text.splitlines()[0][:200] if text else ""
+
+
+T = TypeVar("T")
+
+
+class Queries:
+    """The optional queries of one poll: a failing one is set aside as a problem (the poll
+    keeps its other readings), except a timeout, which fails the whole poll: a tool that
+    hangs once hangs for the next query too, and each would cost another timeout."""
+
+    def __init__(self) -> None:
+        self.problems: list[SourceError] = []
+
+    def run(self, query: str, call: Callable[[], T]) -> T | None:
+        try:
+            return call()
+        except SourceError as exc:
+            if exc.error_type == "timeout":
+                raise
+            exc.query = query
+            self.problems.append(exc)
+            return None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+import time
+from typing import Callable, Mapping
 
 import psutil
 
@@ -10,10 +11,21 @@ from otel_mindformers import semconv
 from otel_mindformers.devices.base import MIB, AttributeValue, Point, Readings
 
 
+# psutil's CPU percentages compare CPU time with the previous call. Over a few
+# milliseconds (a poll right after start) clock-tick rounding turns that into nonsense
+# (2045 % on two cores): a CPU reading needs at least this much wall time behind it.
+CPU_WINDOW_S = 0.5
+
+
 class HostSource:
     """`node_attributes` is None on every rank but one per node, so the node's CPU and
     memory series are not reported once per rank; `process_attributes` is None where this
-    process is not the one to watch (the `devices` command)."""
+    process is not the one to watch (the `devices` command).
+
+    CPU use is measured over windows of at least CPU_WINDOW_S: a poll sooner than that
+    after the previous measurement repeats it, and before the first window has passed
+    there is no CPU reading at all.
+    """
 
     name = "psutil"
 
@@ -21,7 +33,9 @@ class HostSource:
         self,
         process_attributes: Mapping[str, AttributeValue] | None,
         node_attributes: Mapping[str, AttributeValue] | None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._clock = clock
         self._process = psutil.Process()
         self._process_attributes = None if process_attributes is None else dict(process_attributes)
         self._node_attributes = None if node_attributes is None else dict(node_attributes)
@@ -29,35 +43,38 @@ class HostSource:
             self._cpus = len(self._process.cpu_affinity()) or 1
         except AttributeError:  # platforms without CPU affinity
             self._cpus = psutil.cpu_count() or 1
-        # psutil's CPU percentages compare with the previous call; the first one says 0.0.
+        # Start the first window: psutil's first call only records the CPU times.
         self._process.cpu_percent(None)
         psutil.cpu_percent(None)
+        self._window_start = self._clock()
+        self._cpu: tuple[float, float] | None = None  # (process %, node %) of the last window
 
     def read(self) -> Readings:
-        process_cpu = self._process.cpu_percent(None)  # 100 per fully busy core
+        if self._clock() - self._window_start >= CPU_WINDOW_S:
+            # 100 per fully busy core for the process; 0..100 across all cores for the node.
+            self._cpu = (self._process.cpu_percent(None), psutil.cpu_percent(None))
+            self._window_start = self._clock()
         rss = self._process.memory_info().rss
-        node_cpu = psutil.cpu_percent(None)  # 0..100 across all cores
         memory = psutil.virtual_memory()
         points = []
+        snapshot = {"host_rss_mb": rss / MIB, "host_memory_percent": memory.percent}
+        if self._cpu is not None:
+            process_cpu, node_cpu = self._cpu
+            snapshot.update(process_cpu_percent=process_cpu, host_cpu_percent=node_cpu)
         if self._process_attributes is not None:
-            cpu_fraction = process_cpu / 100.0 / self._cpus
-            points += [
-                Point(semconv.PROCESS_CPU_UTILIZATION, cpu_fraction, self._process_attributes),
-                Point(semconv.PROCESS_MEMORY_USAGE, float(rss), self._process_attributes),
-            ]
+            points.append(Point(semconv.PROCESS_MEMORY_USAGE, float(rss), self._process_attributes, "psutil"))
+            if self._cpu is not None:
+                points.append(Point(semconv.PROCESS_CPU_UTILIZATION, self._cpu[0] / 100.0 / self._cpus,
+                                    self._process_attributes, "psutil"))
         if self._node_attributes is not None:
             points += [
-                Point(semconv.SYSTEM_CPU_UTILIZATION, node_cpu / 100.0, self._node_attributes),
                 Point(semconv.SYSTEM_MEMORY_USAGE, float(memory.used),
-                      {**self._node_attributes, semconv.ATTR_SYSTEM_MEMORY_STATE: "used"}),
-                Point(semconv.SYSTEM_MEMORY_LIMIT, float(memory.total), self._node_attributes),
+                      {**self._node_attributes, semconv.ATTR_SYSTEM_MEMORY_STATE: "used"}, "psutil"),
+                Point(semconv.SYSTEM_MEMORY_LIMIT, float(memory.total), self._node_attributes, "psutil"),
             ]
-        snapshot = {
-            "host_rss_mb": rss / MIB,
-            "process_cpu_percent": process_cpu,
-            "host_cpu_percent": node_cpu,
-            "host_memory_percent": memory.percent,
-        }
+            if self._cpu is not None:
+                points.append(Point(semconv.SYSTEM_CPU_UTILIZATION, self._cpu[1] / 100.0, self._node_attributes,
+                                    "psutil"))
         return Readings(tuple(points), snapshot)
 
     def close(self) -> None:

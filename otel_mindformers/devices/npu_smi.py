@@ -2,9 +2,12 @@
 
 Forms (recorded examples in tests/fixtures/npu_smi/):
 - `npu-smi info`: a box-drawn table with two rows per chip, whose header rows name the
-  columns, followed by a process table;
-- `npu-smi info -t usages -i N` and `-t common -i N`: `Key : value` lines, one block per
-  chip, each with a `Chip ID` line (last in `usages`, first in `common`).
+  columns, followed by a process table; its title row carries the driver version;
+- `npu-smi info -t usages -i N`, `-t common -i N` and `-t ecc -i N`: `Key : value` lines,
+  one block per chip, each with a `Chip ID` line (last in `usages` and `ecc`, first in
+  `common`);
+- `npu-smi info -t health -i N -c C` and `-t board -i N -c C`: `Key : value` lines for one
+  chip (`Health Status`, `Error Code`; `Chip Name`, `Firmware Version`, ...).
 
 Drivers rename keys (`Memory ...` became `DDR ...`), add some (`NPU Utilization(%)`), print
 `-` or `NA` where they have no value, and A3 boards carry two chips per NPU. Columns and
@@ -33,6 +36,8 @@ DDR_TOTAL = "ddr_total_mb"
 DDR_USAGE = "ddr_usage_percent"
 TEMPERATURE = "temperature_c"
 POWER = "power_w"
+AICORE_RATED_MHZ = "aicore_rated_mhz"
+AICORE_CURRENT_MHZ = "aicore_current_mhz"
 
 # `Key : value` forms: normalised key (lower case, no spaces) -> field.
 _KEYS = {
@@ -49,8 +54,18 @@ _KEYS = {
     "memoryusagerate(%)": DDR_USAGE,
     "temperature(c)": TEMPERATURE,
     "npureal-timepower(w)": POWER,
+    "aicorefreq(mhz)": AICORE_RATED_MHZ,
+    "aicorecurfreq(mhz)": AICORE_CURRENT_MHZ,
 }
 _CHIP_ID_KEY = "chipid"
+
+# `-t ecc` keys: "{DDR|HBM} {Single|Double} Bit {Error Count|Aggregate Total Err Cnt|Isolated
+# Pages Count}". A single-bit error is corrected, a double-bit one is not.
+ECC_COUNT, ECC_AGGREGATE, ECC_ISOLATED_PAGES = "count", "aggregate", "isolated_pages"
+_ECC_KINDS = {"errorcount": ECC_COUNT, "aggregatetotalerrcnt": ECC_AGGREGATE,
+              "isolatedpagescount": ECC_ISOLATED_PAGES}  # fmt: skip
+_ECC_KEY = re.compile(r"^(ddr|hbm)(single|double)bit(" + "|".join(_ECC_KINDS) + r")$")
+_TITLE_VERSION = re.compile(r"\bversion:\s*(\S+)", re.IGNORECASE)
 
 # Table columns: lower-case header word -> field; a pair maps "used / total" cells.
 _COLUMNS: dict[str, str | tuple[str, str]] = {
@@ -97,8 +112,8 @@ class ChipBlock:
     values: dict[str, float]
 
 
-def parse_chip_blocks(text: str) -> list[ChipBlock]:
-    """One ChipBlock per chip block that has at least one known value.
+def key_value_blocks(text: str) -> list[dict[str, str]]:
+    """`Key : value` lines in blocks, keys without spaces in lower case.
 
     A block ends where a key repeats, which finds chip boundaries whether `Chip ID` opens
     or closes each block and whether or not blank lines separate them.
@@ -116,9 +131,13 @@ def parse_chip_blocks(text: str) -> list[ChipBlock]:
         current[key] = value.strip()
     if current:
         raw_blocks.append(current)
+    return raw_blocks
 
+
+def parse_chip_blocks(text: str) -> list[ChipBlock]:
+    """One ChipBlock per `-t usages` / `-t common` chip block with a known value."""
     blocks = []
-    for raw in raw_blocks:
+    for raw in key_value_blocks(text):
         values = {}
         for key, name in _KEYS.items():
             value = number(raw.get(key, ""))
@@ -129,6 +148,82 @@ def parse_chip_blocks(text: str) -> list[ChipBlock]:
     if not blocks:
         raise NpuSmiParseError("no known `Key : value` lines in the npu-smi output")
     return blocks
+
+
+# --- `-t ecc`, `-t health`, `-t board` --------------------------------------------------------
+
+@dataclass(frozen=True)
+class EccBlock:
+    chip_id: int | None
+    # (memory "hbm"/"ddr", "corrected"/"uncorrected", ECC_COUNT/ECC_AGGREGATE/ECC_ISOLATED_PAGES)
+    values: dict[tuple[str, str, str], float]
+
+
+def parse_ecc(text: str) -> list[EccBlock]:
+    """One EccBlock per chip of `npu-smi info -t ecc -i N`; `NA` counters are left out."""
+    blocks = []
+    for raw in key_value_blocks(text):
+        values = {}
+        for key, text_value in raw.items():
+            match = _ECC_KEY.match(key)
+            if match and (value := number(text_value)) is not None:
+                memory, bits, kind = match.groups()
+                values[(memory, "corrected" if bits == "single" else "uncorrected", _ECC_KINDS[kind])] = value
+        if values:
+            blocks.append(EccBlock(_integer(raw.get(_CHIP_ID_KEY, "")), values))
+    if not blocks:
+        raise NpuSmiParseError("no ECC counters in the `npu-smi info -t ecc` output")
+    return blocks
+
+
+@dataclass(frozen=True)
+class ChipHealth:
+    status: str | None  # OK, Warning, Alarm, Critical
+    error_codes: tuple[str, ...]  # "0x80E01801", ...; empty when the chip reports none
+
+
+def parse_health(text: str) -> ChipHealth:
+    """`npu-smi info -t health -i N -c C`. Error codes are hex words separated by spaces or
+    commas, with or without `0x` (what MindCluster's fault diagnosis accepts); `NA` is none."""
+    raw = next((block for block in key_value_blocks(text) if "healthstatus" in block), None)
+    if raw is None:
+        raise NpuSmiParseError("no `Health Status` line in the `npu-smi info -t health` output")
+    codes = []
+    for word in re.split(r"[\s,]+", raw.get("errorcode", "")):
+        digits = word[2:] if word.lower().startswith("0x") else word
+        if digits and re.fullmatch(r"[0-9A-Fa-f]{1,16}", digits) and int(digits, 16):
+            codes.append(f"0x{digits.upper()}")
+    status = raw["healthstatus"] or None
+    return ChipHealth(None if status in _ABSENT else status, tuple(dict.fromkeys(codes)))
+
+
+@dataclass(frozen=True)
+class ChipBoard:
+    name: str | None = None  # Chip Type + Chip Name: "Ascend910B4"
+    firmware_version: str | None = None
+    serial_number: str | None = None
+
+
+_ABSENT = frozenset({"", "-", "na", "n/a", "NA", "N/A", "not supported"})
+
+
+def parse_board(text: str) -> ChipBoard:
+    """`npu-smi info -t board -i N -c C`; fields the board does not print stay None (most
+    drivers print no serial number there)."""
+    raw: dict[str, str] = {}
+    for block in key_value_blocks(text):
+        raw.update(block)
+
+    def field_(key: str) -> str | None:
+        value = raw.get(key, "").strip()
+        return None if value.lower() in _ABSENT else value
+
+    chip_name = field_("chipname")
+    name = "".join(part for part in (field_("chiptype"), chip_name) if part) or None
+    board = ChipBoard(name, field_("firmwareversion"), field_("serialnumber"))
+    if board == ChipBoard():
+        raise NpuSmiParseError("no board fields in the `npu-smi info -t board` output")
+    return board
 
 
 # --- `npu-smi info` table ----------------------------------------------------------------
@@ -157,6 +252,7 @@ class NpuProcess:
 class NpuTable:
     chips: tuple[NpuChip, ...]
     processes: tuple[NpuProcess, ...]
+    driver_version: str | None = None  # the title row's `Version:`
 
 
 def _tokens(cell: str) -> list[str]:
@@ -225,6 +321,7 @@ def parse_table(text: str) -> NpuTable:
     pending: dict[str, object] | None = None  # the first row of the chip being read
     chips: list[NpuChip] = []
     processes: list[NpuProcess] = []
+    driver_version: str | None = None
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("+"):
@@ -234,7 +331,9 @@ def parse_table(text: str) -> NpuTable:
             continue
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         lowered = [cell.lower() for cell in cells]
-        if any(cell.startswith("process id") for cell in lowered):
+        if first_header is None and (title := _TITLE_VERSION.search(line)):
+            driver_version = title.group(1)
+        elif any(cell.startswith("process id") for cell in lowered):
             in_processes = True
         elif "health" in lowered:
             first_header, in_processes = [_tokens(c.lower()) for c in cells], False
@@ -252,4 +351,4 @@ def parse_table(text: str) -> NpuTable:
             pending = _row_fields(cells, first_header)
     if not chips:
         raise NpuSmiParseError("no NPU rows in the `npu-smi info` table")
-    return NpuTable(tuple(chips), tuple(processes))
+    return NpuTable(tuple(chips), tuple(processes), driver_version)

@@ -20,7 +20,10 @@ class Poller:
 
     A failing source loses its cached readings (no stale values are reported), adds one to
     `failures` per poll, and is named in one warning for the whole run: a driver that stays
-    broken for hours must not flood the training log.
+    broken for hours must not flood the training log. A failing query of a poll that still
+    read something (`Readings.problems`) is counted and warned about the same way, once per
+    query. A tool that is not installed is counted once and not run again: it will not
+    appear during the run, and every poll would only count it again.
     """
 
     def __init__(
@@ -34,7 +37,7 @@ class Poller:
         self._cache = cache
         self._interval = interval
         self._failures = failures
-        self._warned: set[str] = set()
+        self._warned: set[tuple[str, str]] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="otel-mindformers-devices", daemon=True)
 
@@ -48,7 +51,7 @@ class Poller:
         self._thread.join(timeout)
 
     def poll_once(self) -> None:
-        for source in self._sources:
+        for source in list(self._sources):
             if self._stop.is_set():
                 return
             try:
@@ -56,8 +59,12 @@ class Poller:
             except Exception as exc:  # a device tool must never take training down
                 self._cache.drop(source.name)
                 self._count_failure(source.name, exc)
+                if isinstance(exc, SourceError) and exc.error_type == "not_found":
+                    self._sources.remove(source)
             else:
                 self._cache.put(source.name, readings)
+                for problem in readings.problems:
+                    self._count_failure(source.name, problem)
 
     def _run(self) -> None:
         try:
@@ -73,12 +80,14 @@ class Poller:
 
     def _count_failure(self, name: str, exc: Exception) -> None:
         error_type = exc.error_type if isinstance(exc, SourceError) else type(exc).__name__
+        query = exc.query if isinstance(exc, SourceError) else ""
         if self._failures is not None:
             self._failures.add(1, {semconv.ATTR_DEVICE_SOURCE: name, semconv.ATTR_ERROR_TYPE: error_type})
-        if name not in self._warned:
-            self._warned.add(name)
+        if (name, query) not in self._warned:
+            self._warned.add((name, query))
+            what = f"`{query}` of device source {name!r}" if query else f"device source {name!r}"
             _logger.warning(
-                "otel_mindformers: device source %r failed (%s: %s); its readings are left out "
-                "while it fails, and each failed poll is counted in %s",
-                name, error_type, exc, semconv.DEVICE_POLL_FAILURES,
+                "otel_mindformers: %s failed (%s: %s); its readings are left out while it fails, "
+                "and each failed poll is counted in %s",
+                what, error_type, exc, semconv.DEVICE_POLL_FAILURES,
             )

@@ -40,7 +40,7 @@ class MindSporeMemorySource:
         for key, (metric, snapshot_key) in _STATS.items():
             value = stats.get(key)
             if isinstance(value, (int, float)):
-                points.append(Point(metric, float(value), self._attributes))
+                points.append(Point(metric, float(value), self._attributes, "mindspore.runtime.memory_stats"))
                 snapshot[snapshot_key] = value / MIB
         return Readings(tuple(points), snapshot)
 

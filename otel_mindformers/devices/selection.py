@@ -12,6 +12,7 @@ from otel_mindformers import semconv
 from otel_mindformers.config import DeviceConfig
 from otel_mindformers.devices.ascend import AscendSource
 from otel_mindformers.devices.base import Source, physical_device
+from otel_mindformers.devices.hccn import HccnSource, locate_hccn_tool
 from otel_mindformers.devices.nvidia import NvmlSource
 from otel_mindformers.devices.runtime import MindSporeMemorySource
 from otel_mindformers.identity import Identity
@@ -29,15 +30,19 @@ def build_sources(config: DeviceConfig, identity: Identity | None) -> list[Sourc
     if identity is not None:
         rank_attrs: dict | None = identity.point_attributes()
         device_attrs = {**rank_attrs, semconv.ATTR_DEVICE_ID: identity.device_id}
-        node_attrs = identity.node_attributes() if identity.local_rank == 0 else None
+        # The rank is on node series too: every point names the rank that reported it.
+        node_attrs = {**rank_attrs, **identity.node_attributes()} if identity.local_rank == 0 else None
     else:  # the node's devices and host; this process's own series mean nothing there
         rank_attrs, device_attrs, node_attrs = None, {}, {}
 
     sources: list[Source] = []
     if "ascend" in wanted or (auto and (target == "Ascend" or shutil.which(config.npu_smi_path))):
         own = _ascend_device(identity)
-        sources.append(AscendSource(config.npu_smi_path, config.command_timeout,
-                                    None if own is None else [own], own, device_attrs))
+        ascend = AscendSource(config.npu_smi_path, config.command_timeout,
+                              None if own is None else [own], own, device_attrs)
+        # The RoCE ports of the chips npu-smi listed: the rank's own, or the node's.
+        ports = (lambda: ascend.devices_seen) if own is None else (lambda: [own])
+        sources += [ascend, HccnSource(locate_hccn_tool(), config.command_timeout, ports, own, device_attrs)]
     if "nvidia" in wanted or (auto and (identity is None or target == "GPU")):
         nvml = _optional_module("pynvml", required="nvidia" in wanted or target == "GPU")
         if nvml is not None:
