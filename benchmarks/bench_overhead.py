@@ -3,11 +3,12 @@
     .venv/bin/python benchmarks/bench_overhead.py                 # graph and PyNative
     .venv/bin/python benchmarks/bench_overhead.py --modes graph --rounds 7 --steps 600
 
-One real MindSpore CPU training loop (an MLP sized for ~10-20 ms per step in graph mode),
-trained again and again in one process with each variant's callbacks:
+One real MindSpore CPU training loop (an MLP sized for ~10-20 ms per step in graph mode, or
+`--model small` for 2-5 ms steps), trained again and again in one process with each
+variant's callbacks:
 - bare (no callback);
-- ours at interval 1, 10 and 100, with stdout, json_file, tensorboard and OTLP to a receiver
-  running in another process;
+- ours at interval 1, 10 and 100, with stdout, json_file, tensorboard and OTLP (gRPC) to a
+  receiver running in another process, and at interval 10 with OTLP over HTTP/JSON;
 - MindSpore LossMonitor(10), TimeMonitor, SummaryCollector(collect_freq=10);
 - MindFormers MFLossMonitor(per_print_times=10);
 - a hand-written tensorboardX callback logging the loss every 10 steps.
@@ -48,7 +49,8 @@ from mindspore.train import Callback, LossMonitor, Model, SummaryCollector, Time
 
 from _receiver import ReceiverProcess  # noqa: E402
 
-FEATURES, HIDDEN, CLASSES, BATCH = 256, 1024, 10, 64
+FEATURES, CLASSES, BATCH = 256, 10, 64
+HIDDEN = {"default": 1024, "small": 128}
 HOOKS = ("on_train_begin", "on_train_epoch_begin", "on_train_step_begin", "on_train_step_end",
          "on_train_epoch_end", "on_train_end")
 EDGE_HOOKS = ("on_train_begin", "on_train_end")
@@ -73,20 +75,20 @@ class TensorBoardXEvery10(Callback):
         self.writer.close()
 
 
-def _variants(folder: Path, endpoint: str, steps: int) -> dict[str, Callable[[int], list]]:
+def _variants(folder: Path, endpoints: dict[str, str], steps: int) -> dict[str, Callable[[int], list]]:
     """Variant name → factory of a fresh callback list for run number `n`."""
     from mindformers.core.callback import MFLossMonitor
 
     from otel_mindformers.callback import MonitorCallback
 
-    def ours(interval: int) -> Callable[[int], list]:
+    def ours(interval: int, protocol: str = "grpc") -> Callable[[int], list]:
         def make(n: int) -> list:
             return [MonitorCallback({
                 "interval": interval,
                 "output_type": ["stdout", "json_file", "tensorboard", "otlp"],
                 "json_log_path": str(folder / f"ours_{n}" / "train_metric.json"),
                 "tensorboard_path": str(folder / f"ours_{n}" / "tensorboard"),
-                "otlp": {"endpoint": endpoint},
+                "otlp": {"endpoint": endpoints[protocol], "protocol": protocol},
             })]
 
         return make
@@ -95,6 +97,7 @@ def _variants(folder: Path, endpoint: str, steps: int) -> dict[str, Callable[[in
         "bare": lambda n: [],
         "ours interval=1": ours(1),
         "ours interval=10": ours(10),
+        "ours interval=10 http/json": ours(10, "http/json"),
         "ours interval=100": ours(100),
         "LossMonitor(10)": lambda n: [LossMonitor(10)],
         "TimeMonitor": lambda n: [TimeMonitor()],
@@ -149,9 +152,9 @@ class _Redirected:
         self._log.close()
 
 
-def _model() -> Model:
-    net = nn.SequentialCell(nn.Dense(FEATURES, HIDDEN), nn.ReLU(), nn.Dense(HIDDEN, HIDDEN), nn.ReLU(),
-                            nn.Dense(HIDDEN, CLASSES))
+def _model(hidden: int) -> Model:
+    net = nn.SequentialCell(nn.Dense(FEATURES, hidden), nn.ReLU(), nn.Dense(hidden, hidden), nn.ReLU(),
+                            nn.Dense(hidden, CLASSES))
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     return Model(nn.TrainOneStepCell(nn.WithLossCell(net, loss), optimizer))
@@ -162,15 +165,16 @@ def _model() -> Model:
 _LAST = ("SummaryCollector(10)", "MFLossMonitor(10)")
 
 
-def run_round(mode: str, round_: int, steps: int, folder: Path, endpoint: str) -> dict[str, dict[str, float]]:
+def run_round(mode: str, round_: int, steps: int, folder: Path, endpoints: dict[str, str],
+              model_size: str) -> dict[str, dict[str, float]]:
     """One round in this process: a warm-up, then every variant once."""
     ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
     ms.set_device("CPU")
     rng = np.random.default_rng(0)
     x = rng.standard_normal((steps * BATCH, FEATURES)).astype(np.float32)
     y = rng.integers(0, CLASSES, steps * BATCH).astype(np.int32)
-    model = _model()
-    variants = _variants(folder, endpoint, steps)
+    model = _model(HIDDEN[model_size])
+    variants = _variants(folder, endpoints, steps)
     rotating = [name for name in variants if name not in _LAST]
     shift = round_ % len(rotating)
     order = rotating[shift:] + rotating[:shift] + list(_LAST)
@@ -192,21 +196,21 @@ def run_round(mode: str, round_: int, steps: int, folder: Path, endpoint: str) -
     return results
 
 
-def run_mode(mode: str, rounds: int, steps: int, folder: Path, endpoint: str) -> None:
+def run_mode(mode: str, rounds: int, steps: int, folder: Path, endpoints: dict[str, str], model_size: str) -> None:
     """Each round in a fresh process (see _LAST); prints the table."""
     runs: dict[str, list[dict[str, float]]] = defaultdict(list)
     for round_ in range(rounds):
         round_folder = folder / f"{mode}_{round_}"
         round_folder.mkdir()
         command = [sys.executable, __file__, "--round-worker", mode, str(round_), str(steps),
-                   str(round_folder), endpoint]
+                   str(round_folder), json.dumps(endpoints), model_size]
         output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=round_folder).stdout
         for name, result in json.loads(output.splitlines()[-1]).items():
             runs[name].append(result)
         print(f"  {mode}: round {round_ + 1}/{rounds} done (load average {os.getloadavg()[0]:.1f})", flush=True)
 
     bare = statistics.median(r["wall"] for r in runs["bare"])
-    print(f"\n{mode} mode, {steps} steps x {rounds} rounds, bare median {bare / steps * 1e3:.2f} ms/step")
+    print(f"\n{mode} mode, {model_size} model, {steps} steps x {rounds} rounds, bare median {bare / steps * 1e3:.2f} ms/step")
     print("| variant | whole run vs bare | time in step hooks | begin+end |")
     print("|---|---:|---:|---:|")
     for name, results in runs.items():
@@ -218,19 +222,22 @@ def run_mode(mode: str, rounds: int, steps: int, folder: Path, endpoint: str) ->
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--round-worker":
-        mode, round_, steps, folder, endpoint = sys.argv[2:]
-        results = run_round(mode, int(round_), int(steps), Path(folder), endpoint)
+        mode, round_, steps, folder, endpoints, model_size = sys.argv[2:]
+        results = run_round(mode, int(round_), int(steps), Path(folder), json.loads(endpoints), model_size)
         print(json.dumps(results))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", nargs="+", default=["graph", "pynative"], choices=["graph", "pynative"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--model", choices=sorted(HIDDEN), default="default",
+                        help="small: 2-5 ms graph-mode steps, where a callback's cost shows most")
     args = parser.parse_args()
     print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())}, {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as folder, ReceiverProcess() as receiver:
         for mode in args.modes:
-            run_mode(mode, args.rounds, args.steps, Path(folder), receiver.grpc_endpoint)
+            endpoints = {"grpc": receiver.grpc_endpoint, "http/json": receiver.http_endpoint}
+            run_mode(mode, args.rounds, args.steps, Path(folder), endpoints, args.model)
     print(f"load average at end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
 

@@ -121,10 +121,16 @@ def train(
     mode: int = ms.PYNATIVE_MODE,
     faults: Faults | None = None,
     lr=0.01,
+    sink_size: int | None = None,
 ) -> Model:
-    """Run a real training of `steps` steps per epoch with the given callbacks."""
+    """Run a real training of `steps` steps per epoch with the given callbacks; with
+    `sink_size`, in data-sink mode (MindSpore then reports `batch_num = sink_size`)."""
     ms.set_context(mode=mode)
     ms.set_device("CPU")
     model = build_model(shape, lr=lr)
-    model.train(epochs, build_dataset(steps, faults), callbacks=callbacks, dataset_sink_mode=False)
+    dataset = build_dataset(steps, faults)
+    if sink_size is None:
+        model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=False)
+    else:
+        model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=True, sink_size=sink_size)
     return model

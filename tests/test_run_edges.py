@@ -1,0 +1,178 @@
+"""A run's edges: sink mode, the last record, failed starts, odd outputs, custom monitors.
+
+Real MindSpore training where the behaviour needs one; MindSpore's own RunContext and
+callback parameters with hand-picked `net_outputs` where the point is what a step may
+return (any value of any shape in any position).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import nn
+from mindspore.train.callback import RunContext, _InternalCallbackParam
+
+from otel_mindformers import ConfigError, MonitorCallback
+from tests.support import monitors, training
+from tests.support.training import Faults
+
+
+def lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def monitor_threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name.startswith("otel-mindformers")}
+
+
+def test_sink_mode_samples_by_the_real_step_not_the_sink_size(workdir):
+    """MindSpore reports batch_num = sink_size (4) but runs the whole epoch (12 steps)."""
+    log = workdir / "m.json"
+    cb = MonitorCallback({"interval": 5, "output_type": ["json_file"], "json_log_path": str(log)})
+    training.train([cb], steps=12, epochs=2, shape="tuple5", mode=ms.GRAPH_MODE, sink_size=4)
+    written = lines(log)
+    assert [line["step"] for line in written] == [1, 5, 10, 15, 20, 24]
+    assert [line["epoch"] for line in written] == [1, 1, 1, 2, 2, 2]
+
+
+def test_step_time_is_the_mean_over_the_window_not_the_last_step(workdir):
+    """Step 7 takes 0.2 s, the others nothing: the window 6..10 reports 0.2 s / 5 steps,
+    where the last step of the window (10) took almost nothing."""
+    log = workdir / "m.json"
+    _drive(ms.Tensor(1.0), steps=10, slow_steps={7: 0.2}, interval=5, json_log_path=str(log))
+    by_step = {line["step"]: line["train_per_step_time"] for line in lines(log)}
+    assert sorted(by_step) == [1, 5, 10]
+    assert 200 / 5 <= by_step[10] < 200 / 2
+    assert by_step[5] < 200 / 5
+
+
+def test_shutdown_timeout_zero_still_writes_the_last_record(workdir):
+    log = workdir / "m.json"
+    cb = MonitorCallback({"interval": 4, "output_type": ["json_file", "tensorboard"], "json_log_path": str(log),
+                          "tensorboard_path": str(workdir / "tb"), "shutdown_timeout": 0})
+    training.train([cb], steps=10, shape="tuple5")
+    assert [line["step"] for line in lines(log)] == [1, 4, 8, 10]
+
+
+def test_a_failed_start_leaves_no_thread_behind(workdir):
+    """The output folder cannot be created (a file is in the way): ConfigError naming the
+    key, and every thread the run had started is gone."""
+    (workdir / "blocker").write_text("a file, not a folder")
+    before = monitor_threads()
+    for _ in range(3):
+        cb = MonitorCallback({"output_type": ["json_file", "otlp"],
+                              "json_log_path": str(workdir / "blocker" / "m.json"),
+                              "otlp": {"endpoint": "http://127.0.0.1:9"}})
+        with pytest.raises(ConfigError, match="json_log_path"):
+            training.train([cb], steps=2)
+    assert monitor_threads() == before
+
+
+def _drive(outputs, steps: int = 3, slow_steps: dict[int, float] | None = None, **config):
+    """MonitorCallback through MindSpore's own RunContext, with `outputs` as every step's
+    net_outputs; `slow_steps` maps a step to the seconds it takes."""
+    net = nn.Dense(2, 1)
+    params = _InternalCallbackParam()
+    params.batch_num, params.epoch_num, params.cur_epoch_num, params.cur_step_num = steps, 1, 1, 0
+    params.optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
+    params.train_network = None
+    params.train_dataset = None
+    params.net_outputs = outputs
+    context = RunContext(params)
+    cb = MonitorCallback({"interval": 1, "output_type": ["json_file"], **config})
+    cb.on_train_begin(context)
+    for step in range(1, steps + 1):
+        params.cur_step_num = step
+        time.sleep((slow_steps or {}).get(step, 0.0))  # the step's own work
+        cb.on_train_step_end(context)
+    cb.on_train_end(context)
+    return cb
+
+
+NAN, INF = float("nan"), float("inf")
+ODD_OUTPUTS = {
+    "empty tuple": (),
+    "nan overflow (3-tuple)": (ms.Tensor(2.0), ms.Tensor(NAN), ms.Tensor(1024.0)),
+    "inf overflow (5-tuple)": (ms.Tensor(2.0), ms.Tensor(INF), ms.Tensor(1.0), ms.Tensor(0.1), ms.Tensor(0.5)),
+    "nan everywhere (7-tuple)": tuple(ms.Tensor(NAN) for _ in range(7)),
+    "strings and None": ("loss", None, object()),
+    "empty tensor loss": (ms.Tensor(np.zeros((0,), np.float32)),),
+    "2-tuple": (ms.Tensor(1.5), ms.Tensor(3.0)),
+    "numpy object array": np.array([object()], dtype=object),
+    "python list of lists": [[1.0, 2.0], [3.0]],
+    "bool tensor loss": ms.Tensor(True),
+}
+
+
+@pytest.mark.parametrize("outputs", list(ODD_OUTPUTS.values()), ids=list(ODD_OUTPUTS))
+def test_any_output_of_any_shape_is_recorded_or_left_out_never_raised(outputs, workdir):
+    log = workdir / "m.json"
+    _drive(outputs, json_log_path=str(log))
+    written = lines(log)
+    assert [line["step"] for line in written] == [1, 2, 3]
+    for line in written:
+        for key in line.get("nonfinite", []):
+            assert line[key] is None
+
+
+def test_nan_or_inf_in_the_overflow_position_is_counted_as_nonfinite(workdir):
+    log = workdir / "m.json"
+    _drive(ODD_OUTPUTS["inf overflow (5-tuple)"], json_log_path=str(log))
+    first = lines(log)[0]
+    assert first["overflow"] is None and first["nonfinite"] == ["overflow"]
+    assert first["loss"] == 2.0 and first["grad_norm"] == 0.5
+
+
+def test_inf_is_written_as_null_and_named(workdir):
+    log = workdir / "m.json"
+    _drive((ms.Tensor(INF),), json_log_path=str(log))
+    assert all(line["loss"] is None and line["nonfinite"] == ["loss"] for line in lines(log))
+
+
+def test_a_raising_custom_monitor_is_isolated_and_reported_once(workdir, caplog, monkeypatch):
+    monkeypatch.setattr(monitors.Raising, "calls", 0)
+    log = workdir / "m.json"
+    cb = MonitorCallback({"interval": 2, "output_type": ["json_file"], "json_log_path": str(log),
+                          "custom_monitor_callback": "tests.support.monitors.Raising"})
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        training.train([cb], steps=6)
+    assert [line["step"] for line in lines(log)] == [1, 2, 4, 6]  # training and monitoring went on
+    assert monitors.Raising.calls == 6  # the monitor still runs on every step
+    raised = [r.getMessage() for r in caplog.records if "custom monitor" in r.getMessage()]
+    assert len(raised) == 2, raised  # the first failure, then the count at train end
+    assert "RuntimeError: custom monitor bug" in raised[0] and "failed 6 times" in raised[1]
+
+
+def test_custom_monitors_get_a_learning_rate_that_costs_nothing_until_read(workdir, monkeypatch):
+    """With a schedule, the lr is a device computation: it must run only when a monitor reads it."""
+    schedule = nn.CosineDecayLR(0.0, 0.1, 10)
+    evaluations = []
+    original = type(schedule).construct
+
+    def counting(self, step):
+        evaluations.append(1)
+        return original(self, step)
+
+    monkeypatch.setattr(type(schedule), "construct", counting)
+    monkeypatch.setattr(monitors.ReadsNothing, "seen", [])
+    cb = MonitorCallback({"interval": 100, "output_type": [], "monitored_metrics": ["loss"],
+                          "custom_monitor_callback": "tests.support.monitors.ReadsNothing"})
+    training.train([cb], steps=8, lr=schedule)
+    baseline = len(evaluations)  # the optimizer's own, once per step
+    assert monitors.ReadsNothing.seen == [(True, True)] * 8
+
+    monkeypatch.setattr(monitors.ReadsLearningRate, "values", [])
+    evaluations.clear()
+    cb = MonitorCallback({"interval": 100, "output_type": [], "monitored_metrics": ["loss"],
+                          "custom_monitor_callback": "tests.support.monitors.ReadsLearningRate"})
+    training.train([cb], steps=8, lr=schedule)
+    assert len(evaluations) == baseline + 8  # one evaluation per read, none otherwise
+    expected = [0.05 * (1 + math.cos(math.pi * step / 10)) for step in range(8)]
+    assert monitors.ReadsLearningRate.values == pytest.approx(expected, rel=1e-5)
