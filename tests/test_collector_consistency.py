@@ -322,3 +322,40 @@ def test_every_metric_the_package_emits_has_a_dashboard_panel():
     for spec in semconv.all_metrics():
         names = prometheus_series_names(spec) | prometheus_series_names(spec, collector=True)
         assert names & shown, f"{spec.name} has no panel in {[p.name for p in DASHBOARDS]}"
+
+
+# --- device faults (issue 16): each alert reads the package names it is about -------------------
+DEVICE_FAULT_ALERTS = {
+    "MindformersDeviceUncorrectableEcc": {semconv.HW_ERRORS},
+    "MindformersDeviceCorrectableEccRate": {semconv.HW_ERRORS},
+    "MindformersNpuErrorCode": {semconv.HW_NPU_ERROR_CODE},
+    "MindformersNetworkDown": {semconv.HW_NETWORK_UP, semconv.HW_STATUS},
+    "MindformersOpticalPowerOutOfRange": {semconv.HW_NETWORK_OPTICAL_POWER, semconv.HW_NETWORK_OPTICAL_POWER_LIMIT},
+    "MindformersDeviceThrottled": {semconv.HW_GPU_THROTTLED, semconv.HW_NPU_SPEED, semconv.HW_NPU_SPEED_LIMIT},
+}
+DEVICE_FAULT_LABELS = {semconv.ATTR_ERROR_TYPE, semconv.ATTR_HW_NPU_ERROR_CODE, semconv.ATTR_NETWORK_IO_DIRECTION,
+                       semconv.ATTR_HW_LIMIT_TYPE, semconv.ATTR_HW_TYPE, semconv.ATTR_HW_STATE}
+
+
+@pytest.mark.parametrize("alert", sorted(DEVICE_FAULT_ALERTS))
+def test_device_fault_alerts_select_the_names_the_package_emits(alert):
+    specs = {spec.name: spec for spec in semconv.DEVICE_METRICS}
+    used = {s.name for s in selectors(rule_expressions()[alert])}
+    for name in DEVICE_FAULT_ALERTS[alert]:
+        spellings = prometheus_series_names(specs[name]) | prometheus_series_names(specs[name], collector=True)
+        assert spellings & used, f"{alert} does not read {name} ({sorted(spellings)})"
+    assert labels_used(rule_expressions()[alert]) - PROMETHEUS_OWN_LABELS <= (
+        {sanitize(label) for label in DEVICE_FAULT_LABELS} | {"training_rank", "hw_id"}
+    )
+
+
+def test_every_device_name_added_for_faults_is_in_the_table_and_on_a_panel():
+    new = {semconv.HW_ENERGY, semconv.HW_NETWORK_UP, semconv.HW_NETWORK_PACKETS, semconv.HW_NETWORK_IO,
+           semconv.HW_NETWORK_OPTICAL_POWER, semconv.HW_NETWORK_OPTICAL_POWER_LIMIT, semconv.HW_NPU_SPEED,
+           semconv.HW_NPU_SPEED_LIMIT, semconv.HW_NPU_ERROR_CODE, semconv.HW_NPU_MEMORY_ISOLATED_PAGES,
+           semconv.HW_GPU_MEMORY_REMAPPED_ROWS, semconv.HW_GPU_THROTTLED}
+    specs = {spec.name: spec for spec in semconv.all_metrics()}
+    assert new <= set(specs)
+    shown = dashboard_reach()
+    for name in sorted(new):
+        assert (prometheus_series_names(specs[name]) | prometheus_series_names(specs[name], collector=True)) & shown, name
