@@ -423,7 +423,9 @@ class MonitorConfig(_Section):
     monitored_metrics: list[str] = _key(
         factory=lambda: list(KNOWN_METRICS), check=_one_of(KNOWN_METRICS)
     )
-    grad_monitor: bool = _key(default=True)
+    # None (unset): report the global norm where the train network returns it, silently;
+    # true: the user asked for it, so its absence is worth one warning; false: never.
+    grad_monitor: Union[bool, None] = _key(default=None)
     device_monitor: bool = _key(default=False)
     alert_config: AlertConfig = _key(factory=AlertConfig)
     custom_monitor_callback: Union[str, None] = _key(default=None, check=_check_dotted_path)

@@ -175,7 +175,7 @@ def test_nonfinite_loss_is_null_in_json_and_counted(workdir):
 
 
 def test_grad_monitor_without_global_norm_warns_once_and_writes_no_zeros(workdir, caplog):
-    training.train([MonitorCallback(config(workdir, interval=2))], steps=6, shape="scalar")
+    training.train([MonitorCallback(config(workdir, interval=2, grad_monitor=True))], steps=6, shape="scalar")
     warnings = [r for r in caplog.records if "no global gradient norm" in r.getMessage()]
     assert len(warnings) == 1 and "MFTrainOneStepCell" in warnings[0].getMessage()
     assert all("grad_norm" not in line for line in strict_lines(workdir / "m.json"))

@@ -101,3 +101,11 @@ def test_settings_the_sdk_environment_overrides_are_named_once(workdir, otlp_rec
 def test_a_plain_config_under_zero_code_names_nothing(workdir, otlp_receiver):
     result = _train(workdir, otlp_receiver.grpc_endpoint, _quiet(output_type=["json_file", "otlp"]))
     assert not [line for line in _ours(result.stderr) if re.search("ignored", line)]
+
+
+def test_a_plain_script_with_no_configuration_hears_nothing(workdir, otlp_receiver):
+    """No monitor_config at all: the defaults must not warn about what nobody asked for
+    (a plain network returns no gradient norm)."""
+    result = run(instrumented("python", str(PLAIN_TRAIN), "--steps", "3"), child_env(otlp_receiver), workdir)
+    assert "training finished" in result.stdout
+    assert _ours(result.stderr) == []
