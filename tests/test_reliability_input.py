@@ -36,8 +36,8 @@ yaml_values = st.recursive(
     max_leaves=12,
 )
 
-# The loader creates output directories and imports the custom monitor module: keep fuzzed
-# paths inside the test's folder and imports away from real modules.
+# The loader creates and imports nothing; the fuzzed paths and module names stay harmless
+# anyway, should that ever change.
 _SAFE_PATH_CHARS = string.ascii_letters + string.digits + "_-."
 safe_paths = st.lists(
     st.text(alphabet=_SAFE_PATH_CHARS, min_size=1, max_size=8).filter(lambda part: part not in (".", "..")),
@@ -202,3 +202,110 @@ def test_malformed_net_outputs_warn_and_training_continues(workdir, caplog, kind
 def test_values_that_would_fail_at_run_time_are_refused_at_load(workdir, section, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_monitor_config(section)
+
+
+# --- large and hostile YAML ------------------------------------------------------------------
+
+def _write(directory, text: str):
+    path = directory / "monitor.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_the_c_loader_is_used_where_present():
+    from otel_mindformers import config
+
+    assert config._Loader is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_deeply_nested_yaml_is_a_config_error(workdir, style):
+    depth = 900  # under libyaml's own limit of 1000: the pure-Python loader overflows the stack
+    if style == "block":
+        text = "monitor_config:\n  mindformers_extra:\n" + "".join(" " * (4 + i) + "k:\n" for i in range(depth))
+    else:
+        text = "monitor_config: {dump_path: " + "[" * depth + "]" * depth + "}\n"
+    with pytest.raises(ConfigError, match=r"nested more than 64 levels deep"):
+        load_monitor_config(_write(workdir, text))
+
+
+def test_deeply_nested_mapping_from_code_is_a_config_error(workdir):
+    nested: dict = {}
+    for _ in range(5000):
+        nested = {"k": nested}
+    with pytest.raises(ConfigError, match=r"monitor_config: nested more than 64 levels deep"):
+        load_monitor_config({"dump_path": nested})
+
+
+BOMB = "\n".join(
+    ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    + [f"a{i}: &a{i} [*a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}]"
+       for i in range(1, 9)]
+)  # a8 stands for 10**9 values
+
+
+@pytest.mark.parametrize("where", ["a native key", "another top-level key"])
+def test_alias_bomb_in_any_key_is_refused(workdir, where):
+    if where == "a native key":
+        text = "monitor_config:\n  " + BOMB.replace("\n", "\n  ") + "\n  dump_path: *a8\n"
+        text = text.replace("  a0:", "  throughput_baseline:", 1)  # the anchors sit in native keys
+    else:
+        text = BOMB + "\nmonitor_config: {dump_path: *a8}\n"
+    with pytest.raises(ConfigError, match=r"more than 100000 values once its aliases are expanded"):
+        load_monitor_config(_write(workdir, text))
+
+
+def test_shared_objects_from_code_are_bounded_like_aliases(workdir):
+    """A MindFormerConfig built from an alias bomb holds one object many times over."""
+    value: list = ["x"] * 10
+    for _ in range(8):
+        value = [value] * 10
+    with pytest.raises(ConfigError, match=r"monitor_config: more than 100000 values"):
+        load_monitor_config({"monitor_config": {"interval": 2, "dump_path": value}})
+
+
+def test_oversized_file_is_not_read(workdir):
+    path = _write(workdir, "monitor_config:\n  interval: 2\n" + "# padding\n" * 500_000)
+    with pytest.raises(ConfigError, match=r"monitor.yaml: larger than 4 MiB"):
+        load_monitor_config(path)
+
+
+def test_duplicate_keys_are_refused_with_both_lines(workdir):
+    path = _write(workdir, "monitor_config:\n  interval: 5\n  output_type: [stdout]\n  interval: 50\n")
+    with pytest.raises(ConfigError, match=r"line 4: key 'interval' given twice in one mapping \(first at line 2\)"):
+        load_monitor_config(path)
+
+
+def test_merge_keys_are_not_duplicates(workdir):
+    path = _write(workdir, "base: &base {interval: 5, output_type: [stdout]}\n"
+                           "monitor_config:\n  <<: *base\n  interval: 7\n")
+    config = load_monitor_config(path)
+    assert (config.interval, config.output_type) == (7, ["stdout"])
+
+
+@pytest.mark.slow
+def test_largest_accepted_values_train_to_the_end(workdir):
+    """Every bounded number at its bound reaches the subsystems that use it (deques,
+    rotation loops, timeouts) and the run still starts, trains and ends."""
+    from tests.support import training
+    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers import config as cfg
+
+    spike = {"window": 1_000_000, "warmup": cfg.MAX_INTEGER, "zscore": 1e300}
+    callback = MonitorCallback({
+        "interval": cfg.MAX_INTEGER, "output_type": ["json_file"], "shutdown_timeout": cfg.MAX_SECONDS,
+        "tokens_per_sample": cfg.MAX_INTEGER, "step_spans": cfg.MAX_INTEGER, "device_monitor": True,
+        "device_config": {"poll_interval": cfg.MAX_SECONDS, "command_timeout": cfg.MAX_SECONDS},
+        "log_rotation": {"max_bytes": 1, "backup_count": 1000, "tensorboard_max_files": cfg.MAX_INTEGER},
+        "alert_config": {"enable_alert": True, "alert_interval": cfg.MAX_INTEGER, "loss_threshold": 1e300,
+                         "overflow_streak": cfg.MAX_INTEGER, "stall_timeout": cfg.MAX_SECONDS,
+                         "notify_timeout": cfg.MAX_SECONDS, "notify_retries": 100,
+                         "stop_after_anomalous_steps": cfg.MAX_INTEGER,
+                         "loss_spike": spike, "grad_norm_spike": spike,
+                         "step_time_regression": {"window": 1_000_000, "warmup": cfg.MAX_INTEGER, "factor": 1e300}},
+    })
+    steps = 5
+    training.train([callback], steps=steps)
+    lines = (workdir / "output" / "train_metric.json").read_text().splitlines()
+    lines += (workdir / "output" / "train_metric.json.1").read_text().splitlines()
+    assert {json.loads(line)["step"] for line in lines} == {1, steps}  # the first and the last

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -106,6 +107,15 @@ def test_config_repr_hides_secrets(workdir, monkeypatch):
         {"alert_config": {"notifiers": [{"type": "webhook", "url": ["x", WEBHOOK_TOKEN]}]}},
         {"alert_config": {"notifiers": [{"type": "webhook", "url": "https://h/x", "secret": SIGNING_SECRET}]}},
         {"alert_config": {"notifiers": [{"type": "dingtalk", "url": "https://h/x", "secret": {"k": SIGNING_SECRET}}]}},
+        # a notifier written as a plain string URL, alone or in a list
+        {"alert_config": {"notifiers": f"https://h/robot/send?access_token={WEBHOOK_TOKEN}"}},
+        {"alert_config": {"notifiers": [f"https://h/robot/send?access_token={WEBHOOK_TOKEN}"]}},
+        # whitespace inside a URL or a line break inside a header value
+        {"alert_config": {"notifiers": [{"type": "slack", "url": f"https://h/x?token= {WEBHOOK_TOKEN}"}]}},
+        {"otlp": {"headers": {"authorization": f"Bearer\n{HEADER_SECRET}"}}},
+        # credentials in an endpoint that does not parse
+        {"otlp": {"endpoint": f"http://user:{HEADER_SECRET}@[::1:4317"}},
+        {"otlp": {"endpoint": f"ftp://user:{HEADER_SECRET}@h:4317"}},
     ],
 )
 def test_config_errors_do_not_echo_secrets(workdir, section):
@@ -113,6 +123,39 @@ def test_config_errors_do_not_echo_secrets(workdir, section):
         load_monitor_config(section)
     _assert_no_secret("a ConfigError", str(raised.value))
     assert "monitor_config." in str(raised.value), "the message still names the key"
+
+
+def test_whitespace_around_secrets_is_stripped(workdir, monkeypatch):
+    """What `$(cat token-file)` gives: a trailing newline, which made every delivery fail."""
+    monkeypatch.setenv("ALERT_WEBHOOK_URL", f"https://example.invalid/hook?token={WEBHOOK_TOKEN}\n")
+    monkeypatch.setenv("OTLP_TOKEN", f"{HEADER_SECRET}\n")
+    config = load_monitor_config({
+        "otlp": {"headers": {"authorization": "Bearer ${OTLP_TOKEN}"}},
+        "alert_config": {"notifiers": [{"type": "webhook", "url": "${ALERT_WEBHOOK_URL}"},
+                                       {"type": "dingtalk", "url": "https://h/x", "secret": f" {SIGNING_SECRET}\n"}]},
+    })
+    assert config.otlp.headers == {"authorization": f"Bearer {HEADER_SECRET}"}
+    assert config.alert_config.notifiers[0].url == f"https://example.invalid/hook?token={WEBHOOK_TOKEN}"
+    assert config.alert_config.notifiers[1].secret == SIGNING_SECRET
+
+
+def test_credentials_in_the_otlp_endpoint_stay_out_of_the_repr(workdir):
+    config = load_monitor_config({"otlp": {"endpoint": f"https://trainer:{HEADER_SECRET}@collector.example:4318/v1?key={WEBHOOK_TOKEN}"}})
+    assert config.otlp.endpoint.startswith("https://trainer:")  # used as written
+    for text in (repr(config), str(config), repr(config.otlp)):
+        _assert_no_secret("the config's repr", text)
+        assert "endpoint='https://***@collector.example:4318/v1?***'" in text
+
+
+@pytest.mark.parametrize("key, section", [
+    ("monitor_config.otlp.headers.authorization", {"otlp": {"headers": {"authorization": "Bearer ${NO_SUCH_TOKEN_VAR}"}}}),
+    ("monitor_config.otlp.headers.authorization", {"otlp": {"headers": "authorization=Bearer ${NO_SUCH_TOKEN_VAR}"}}),
+    ("monitor_config.otlp.endpoint", {"otlp": {"endpoint": "https://${NO_SUCH_TOKEN_VAR}@collector:4318"}}),
+    ("monitor_config.json_log_path", {"json_log_path": "${NO_SUCH_TOKEN_VAR}/train.json"}),
+])
+def test_an_unset_variable_is_a_config_error(workdir, key, section):
+    with pytest.raises(ConfigError, match=re.escape(f"{key}: environment variable 'NO_SUCH_TOKEN_VAR' is not set")):
+        load_monitor_config(section)
 
 
 def test_yaml_syntax_error_does_not_echo_the_line(workdir):

@@ -7,9 +7,9 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
-from otel_mindformers.analysis.logs import AnalysisError, Series, read_logs
+from otel_mindformers.analysis.logs import AnalysisError, Location, Series, read_logs, replay_problems
 
 _LOGS_HELP = (
     "JSON-lines logs: files, globs or folders (a folder finds every *_rank_*.json in it); "
@@ -79,10 +79,13 @@ def _pixels(text: str) -> tuple[int, int]:
 
 def _read(args: argparse.Namespace) -> list[Series]:
     series = read_logs(args.logs)
-    for one in series:
-        for location in one.damaged_tails:
-            print(f"note: skipped a truncated last line at {location}", file=sys.stderr)
+    _note_damaged_tails(location for one in series for location in one.damaged_tails)
     return series
+
+
+def _note_damaged_tails(locations: Iterable[Location | str]) -> None:
+    for location in locations:
+        print(f"note: skipped a truncated last line at {location}", file=sys.stderr)
 
 
 def _one_line_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -121,9 +124,10 @@ def _plot(args: argparse.Namespace) -> int:
 
 @_one_line_errors
 def _report(args: argparse.Namespace) -> int:
-    from otel_mindformers.analysis.report import build_report, render
+    from otel_mindformers.analysis.report import render, report_logs
 
-    report = build_report(_read(args), args.straggler_threshold)
+    report = report_logs(args.logs, args.straggler_threshold)
+    _note_damaged_tails(location for summary in report.series for location in summary.damaged_tails)
     sys.stdout.write(render(report, args.format))
     return 0
 
@@ -147,6 +151,12 @@ def _replay(args: argparse.Namespace) -> int:
     from otel_mindformers.config import OtlpConfig
 
     series = _read(args)
+    problems = replay_problems(series)
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        print(f"error: nothing sent: {len(problems)} record(s) cannot be replayed", file=sys.stderr)
+        return 1
     if args.tensorboard:
         result = replay.replay_tensorboard(series, args.tensorboard)
         print(f"wrote {result.points} scalars of {result.records} records "

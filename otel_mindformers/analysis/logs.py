@@ -15,13 +15,16 @@ An unparseable line anywhere else raises `LogReadError` naming the file and line
 
 from __future__ import annotations
 
-import glob
+import fnmatch
 import json
 import math
+import os
 import re
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Generic, Protocol, TypeVar
 
 from otel_mindformers import training_metrics as tm
 from otel_mindformers.record import StepRecord
@@ -113,18 +116,104 @@ class LogSet:
 # --- discovery -----------------------------------------------------------------------------
 
 def discover(inputs: Sequence[str | Path]) -> list[LogSet]:
-    """Resolve files, globs and directories into log sets, each named once, in input order."""
+    """Resolve files, globs and directories into log sets, each named once, in input order.
+
+    Linear in the number of files: each folder is listed once (a rotated set's backups are
+    found in that listing, not by listing the folder again per file), and a walk follows a
+    symbolic link to a folder only the first time it reaches that folder (loops end)."""
+    listings = _Listings()
     bases: dict[Path, None] = {}
     for item in inputs:
-        for path in _expand(str(item)):
+        for path in _expand(str(item), listings):
             bases.setdefault(_base_of(path), None)
-    return [LogSet(base, _members(base)) for base in bases]
+    return [LogSet(base, listings.members(base)) for base in bases]
 
 
-def _expand(item: str) -> list[Path]:
+class _Listings:
+    """Each folder's `name.json.N` backups, from one listing of the folder."""
+
+    def __init__(self) -> None:
+        self._backups: dict[Path, dict[str, list[tuple[int, Path]]]] = {}
+
+    def members(self, base: Path) -> tuple[Path, ...]:
+        folder = self._backups.get(base.parent)
+        if folder is None:
+            folder = self._backups[base.parent] = _backups_in(base.parent)
+        ordered = [p for _, p in sorted(folder.get(base.name, ()), reverse=True)]  # .N is the oldest
+        if base.is_file():
+            ordered.append(base)
+        return tuple(ordered)
+
+
+def _backups_in(folder: Path) -> dict[str, list[tuple[int, Path]]]:
+    found: dict[str, list[tuple[int, Path]]] = {}
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return found
+    for entry in entries:
+        match = _BACKUP_SUFFIX.match(entry.name)
+        if match and entry.is_file():
+            found.setdefault(match["base"], []).append((int(match["index"]), Path(folder, entry.name)))
+    return found
+
+
+def _walk_files(root: Path) -> Iterator[Path]:
+    """Files under `root`, sorted per folder; a folder reached again (a link loop) is skipped."""
+    seen: set[tuple[int, int]] = set()
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            info = folder.stat()
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        subfolders = []
+        for entry in entries:
+            try:
+                if entry.is_dir():
+                    subfolders.append(Path(entry.path))
+                elif entry.is_file():
+                    yield Path(entry.path)
+            except OSError:  # a dangling link, a loop of links to itself
+                continue
+        stack.extend(reversed(subfolders))
+
+
+def _glob(pattern: str) -> list[Path]:
+    """Files matching `pattern` (`**` spans folders), found by one loop-safe walk."""
+    parts = Path(pattern).parts
+    fixed = next((i for i, part in enumerate(parts) if _GLOB_CHARS & set(part)), len(parts))
+    root = Path(*parts[:fixed]) if fixed else Path(".")
+    wanted = parts[fixed:]
+    found = []
+    for path in _walk_files(root):
+        relative = path.relative_to(root).parts
+        if _match_parts(wanted, relative):
+            found.append(path)
+    return sorted(found)
+
+
+def _match_parts(pattern: Sequence[str], parts: Sequence[str]) -> bool:
+    """fnmatch per path component, `**` matching any number of components."""
+    reachable = {0}  # how many components of `parts` the pattern so far can have consumed
+    for piece in pattern:
+        if piece == "**":
+            reachable = set(range(min(reachable), len(parts) + 1)) if reachable else set()
+        else:
+            reachable = {i + 1 for i in reachable if i < len(parts) and fnmatch.fnmatchcase(parts[i], piece)}
+    return len(parts) in reachable
+
+
+def _expand(item: str, listings: _Listings) -> list[Path]:
     path = Path(item)
     if path.is_dir():
-        found = sorted(path.rglob(RANK_FILE_PATTERN)) or [
+        files = list(_walk_files(path))
+        found = sorted(p for p in files if fnmatch.fnmatchcase(p.name, RANK_FILE_PATTERN)) or [
             p for p in sorted(path.glob("*.json")) if _looks_like_step_log(p)
         ]
         if not found:
@@ -134,13 +223,13 @@ def _expand(item: str) -> list[Path]:
             )
         return found
     if _GLOB_CHARS & set(item):
-        matches = [Path(p) for p in sorted(glob.glob(item, recursive=True)) if Path(p).is_file()]
+        matches = _glob(item)
         if not matches:
             raise LogReadError(f"{item}: no files match")
         return matches
     if path.is_file():
         return [path]
-    if _base_of(path) != path and _members(_base_of(path)):
+    if _base_of(path) != path and listings.members(_base_of(path)):
         return [path]  # a backup named after it was rotated away: its set still exists
     raise LogReadError(f"{item}: no such file or directory")
 
@@ -151,24 +240,10 @@ def _base_of(path: Path) -> Path:
     return path.with_name(match["base"]) if match else path
 
 
-def _members(base: Path) -> tuple[Path, ...]:
-    backups: list[tuple[int, Path]] = []
-    prefix = base.name + "."
-    if base.parent.is_dir():
-        for candidate in base.parent.iterdir():
-            suffix = candidate.name[len(prefix):]
-            if candidate.name.startswith(prefix) and suffix.isdigit() and candidate.is_file():
-                backups.append((int(suffix), candidate))
-    ordered = [p for _, p in sorted(backups, reverse=True)]  # .N is the oldest
-    if base.is_file():
-        ordered.append(base)
-    return tuple(ordered)
-
-
 def _looks_like_step_log(path: Path) -> bool:
     try:
         with path.open(encoding="utf-8") as handle:
-            first = handle.readline()
+            first = handle.readline(64 * 1024)
         data = json.loads(first)
     except (OSError, UnicodeDecodeError, ValueError):
         return False
@@ -177,38 +252,86 @@ def _looks_like_step_log(path: Path) -> bool:
 
 # --- reading -------------------------------------------------------------------------------
 
+class PointSink(Protocol):
+    """Where the points of one series go as they are read (a list, or a running summary)."""
+
+    def add(self, point: StepPoint) -> None: ...
+
+
+S = TypeVar("S", bound=PointSink)
+
+
 @dataclass
-class _Parsed:
-    own: list[tuple[dict, Location]] = field(default_factory=list)
-    foreign_steps: list[tuple[dict, Location]] = field(default_factory=list)
+class Scanned(Generic[S]):
+    """One series as `scan_logs` leaves it: its points went to `sink`, the rest is here."""
+
+    label: str
+    rank: int | None
+    files: tuple[Path, ...]
+    sink: S
     alerts: list[AlertMark] = field(default_factory=list)
     foreign_lines: int = 0
     damaged_tails: list[Location] = field(default_factory=list)
 
 
+class _PointList(list):
+    def add(self, point: StepPoint) -> None:
+        self.append(point)
+
+
 def read_logs(inputs: Sequence[str | Path]) -> list[Series]:
     """Every series found in `inputs`, labelled so that a legend tells them apart."""
-    sets = discover(inputs)
-    grouped: list[tuple[LogSet, int | None, _Parsed]] = []
-    for log_set in sets:
-        parsed = _parse_set(log_set)
-        for rank, part in _split_by_rank(log_set, parsed):
-            grouped.append((log_set, rank, part))
-    labels = _labels([(s.name, rank) for s, rank, _ in grouped])
     return [
-        _to_series(label, log_set, rank, part)
-        for label, (log_set, rank, part) in zip(labels, grouped)
+        Series(label=s.label, rank=s.rank, files=s.files, points=list(s.sink), alerts=s.alerts,
+               foreign_lines=s.foreign_lines, damaged_tails=s.damaged_tails)
+        for s in scan_logs(inputs, _PointList)
     ]
 
 
-def _parse_set(log_set: LogSet) -> _Parsed:
-    parsed = _Parsed()
+def scan_logs(inputs: Sequence[str | Path], new_sink: Callable[[], S]) -> list[Scanned[S]]:
+    """Read `inputs` line by line, handing each series' points to a sink of its own: memory
+    stays with the sinks (a running summary keeps a few numbers per record, not the lines)."""
+    scanned: list[Scanned[S]] = []
+    for log_set in discover(inputs):
+        scanned += _scan_set(log_set, new_sink)
+    labels = _labels([(Path(s.label), s.rank) for s in scanned])  # the label is the set's name so far
+    for one, label in zip(scanned, labels):
+        one.label = label
+    return scanned
+
+
+def _scan_set(log_set: LogSet, new_sink: Callable[[], S]) -> list[Scanned[S]]:
+    """Our lines grouped by their `rank`; a file with none of ours is its writer's series
+    (its lines are held until the end of the set tells whether one of ours came)."""
+    by_rank: dict[int | None, Scanned[S]] = {}
+    foreign_steps: list[StepPoint] = []
+    first = Scanned(str(log_set.name), None, log_set.files, new_sink())
     for path in log_set.files:
-        _parse_file(path, parsed)
-    return parsed
+        for data, location in _lines(path, first.damaged_tails):
+            kind = _classify(data, location, first.alerts)
+            if kind is _OWN:
+                rank = _int_or_none(data.get("rank"))
+                series = by_rank.get(rank)
+                if series is None:
+                    series = by_rank[rank] = first if not by_rank else Scanned(str(log_set.name), rank, log_set.files, new_sink())
+                    series.rank = rank
+                series.sink.add(_point(data, location))
+                first.foreign_lines += len(foreign_steps)
+                foreign_steps.clear()
+            elif kind is _FOREIGN_STEP and not by_rank:
+                foreign_steps.append(_point(data, location))
+            elif kind is not None:  # alert lines are marks, not foreign lines
+                first.foreign_lines += 1
+    if not by_rank:
+        first.rank = _rank_from_name(log_set.name)
+        for point in foreign_steps:
+            first.sink.add(point)
+        return [first]
+    return list(by_rank.values())
 
 
-def _parse_file(path: Path, parsed: _Parsed) -> None:
+def _lines(path: Path, damaged_tails: list[Location]) -> Iterator[tuple[object, Location]]:
+    """The parsed lines of `path`, one at a time."""
     # A line that fails to parse is only an error once another line follows it: the last
     # line of a file is where a killed writer leaves half a record.
     failed: tuple[Location, str] | None = None
@@ -226,20 +349,24 @@ def _parse_file(path: Path, parsed: _Parsed) -> None:
                 except ValueError as exc:
                     failed = (location, f"{getattr(exc, 'msg', exc)}: {text.strip()[:80]!r}")
                     continue
-                _classify(data, location, parsed)
+                yield data, location
     except OSError as exc:
         raise LogReadError(f"{path}: cannot read: {exc.strerror}") from None
     if failed is not None:
-        parsed.damaged_tails.append(failed[0])
+        damaged_tails.append(failed[0])
 
 
-def _classify(data: object, location: Location, parsed: _Parsed) -> None:
+_OWN, _FOREIGN_STEP, _OTHER = object(), object(), object()
+
+
+def _classify(data: object, location: Location, alerts: list[AlertMark]) -> object:
+    """_OWN (a line of our sink), _FOREIGN_STEP (another writer's step line) or _OTHER;
+    alert lines, and the alerts a step line names, are added to `alerts`."""
     if not isinstance(data, dict):
-        parsed.foreign_lines += 1
-        return
+        return _OTHER
     if "alert" in data or _is_notifier_alert(data):
         if data.get("status") != "resolved":
-            parsed.alerts.append(
+            alerts.append(
                 AlertMark(
                     step=_int_or_none(data.get("step")),
                     time_stamp=_float_or_none(data.get("time_stamp")),
@@ -248,53 +375,21 @@ def _classify(data: object, location: Location, parsed: _Parsed) -> None:
                     location=location,
                 )
             )
-        return
+        return None
     fired = data.get("alerts")
     for rule in fired if isinstance(fired, list) else ():  # our step lines name what fired there
-        parsed.alerts.append(
+        alerts.append(
             AlertMark(step=_int_or_none(data.get("step")), time_stamp=_float_or_none(data.get("time_stamp")),
                       rule=str(rule), message=str(rule), location=location)
         )
     if _int_or_none(data.get("step")) is None:
-        parsed.foreign_lines += 1
-    elif _OWN_KEYS <= data.keys():
-        parsed.own.append((data, location))
-    else:
-        parsed.foreign_steps.append((data, location))
+        return _OTHER
+    return _OWN if _OWN_KEYS <= data.keys() else _FOREIGN_STEP
 
 
 def _is_notifier_alert(data: dict) -> bool:
     """The JSON body of `alerts.alert.Alert.to_json_dict` (what the webhook notifier sends)."""
     return data.get("source") == "otel_mindformers" and "rule" in data and "status" in data
-
-
-def _split_by_rank(log_set: LogSet, parsed: _Parsed) -> list[tuple[int | None, _Parsed]]:
-    """Our lines grouped by their `rank`; a file with none of ours is its writer's series."""
-    if not parsed.own:
-        rank = _rank_from_name(log_set.name)
-        return [(rank, _Parsed(own=parsed.foreign_steps, alerts=parsed.alerts,
-                               foreign_lines=parsed.foreign_lines,
-                               damaged_tails=parsed.damaged_tails))]
-    by_rank: dict[int | None, _Parsed] = {}
-    for data, location in parsed.own:
-        by_rank.setdefault(_int_or_none(data.get("rank")), _Parsed()).own.append((data, location))
-    first = next(iter(by_rank.values()))
-    first.alerts = parsed.alerts
-    first.damaged_tails = parsed.damaged_tails
-    first.foreign_lines = parsed.foreign_lines + len(parsed.foreign_steps)
-    return list(by_rank.items())
-
-
-def _to_series(label: str, log_set: LogSet, rank: int | None, part: _Parsed) -> Series:
-    return Series(
-        label=label,
-        rank=rank,
-        files=log_set.files,
-        points=[_point(data, location) for data, location in part.own],
-        alerts=part.alerts,
-        foreign_lines=part.foreign_lines,
-        damaged_tails=part.damaged_tails,
-    )
 
 
 def _point(data: dict, location: Location) -> StepPoint:
@@ -357,6 +452,31 @@ def as_records(series: Series) -> list[StepRecord]:
     return records
 
 
+# OTLP carries integers as int64 and times as int64 nanoseconds since the epoch.
+_INT64 = 2**63
+_LATEST_TIME_STAMP = (_INT64 - 1) / 1e9  # 2262-04-11
+
+
+def replay_problems(series: Sequence[Series]) -> list[str]:
+    """`FILE:LINE: what` for every record whose numbers cannot be sent as telemetry (a step of
+    2**70, a time stamp of 1e300, a rank of 1e20); empty when the whole run can be."""
+    problems = []
+    for one in series:
+        if one.rank is not None and not 0 <= one.rank < _INT64 and one.points:
+            problems.append(f"{one.points[0].location}: rank {one.rank} is outside 0..2**63-1")
+        for point in one.points:
+            if not 0 <= point.step < _INT64:
+                problems.append(f"{point.location}: step {point.step} is outside 0..2**63-1")
+            if point.epoch is not None and not 0 <= point.epoch < _INT64:
+                problems.append(f"{point.location}: epoch {point.epoch} is outside 0..2**63-1")
+            if point.time_stamp is not None and not 0 <= point.time_stamp <= _LATEST_TIME_STAMP:
+                problems.append(
+                    f"{point.location}: time_stamp {point.time_stamp!r} is not a time between 1970 and 2262 "
+                    "(seconds since the epoch)"
+                )
+    return problems
+
+
 def _int_or_none(value: object) -> int | None:
     if isinstance(value, bool):
         return None
@@ -386,25 +506,28 @@ def _labels(keys: Iterable[tuple[Path, int | None]]) -> list[str]:
     ranks = [rank for _, rank in keys]
     if None not in ranks and len(set(ranks)) == len(ranks):
         return [f"rank {rank}" for rank in ranks]
-    names = [_shortest_distinct(path, [p for p, _ in keys]) for path, _ in keys]
-    per_name: dict[str, int] = {}
-    for name in names:
-        per_name[name] = per_name.get(name, 0) + 1
+    shortest = _shortest_distinct([path for path, _ in keys])
+    names = [shortest[path] for path, _ in keys]
+    per_name = Counter(names)
     return [
         f"{name} rank {rank}" if per_name[name] > 1 and rank is not None else name
         for name, (_, rank) in zip(names, keys)
     ]
 
 
-def _shortest_distinct(path: Path, all_paths: list[Path]) -> str:
-    parts = path.with_suffix("").parts if path.suffix == ".json" else path.parts
-    others = {
-        (p.with_suffix("").parts if p.suffix == ".json" else p.parts)
-        for p in all_paths
-        if p != path
+def _shortest_distinct(paths: list[Path]) -> dict[Path, str]:
+    """Each path's shortest tail of components (`.json` dropped) that no other path ends in;
+    one count of tails per depth, so linear in the number of paths."""
+    parts = {
+        path: path.with_suffix("").parts if path.suffix == ".json" else path.parts
+        for path in dict.fromkeys(paths)
     }
-    for depth in range(1, len(parts) + 1):
-        tail = parts[-depth:]
-        if all(other[-depth:] != tail for other in others):
-            return "/".join(tail)
-    return "/".join(parts)
+    names = {path: "/".join(p) for path, p in parts.items()}
+    pending = set(parts)
+    for depth in range(1, max((len(p) for p in parts.values()), default=0) + 1):
+        tails = Counter(p[-depth:] for p in parts.values())
+        for path in [path for path in pending if depth <= len(parts[path])]:
+            if tails[parts[path][-depth:]] == 1:
+                names[path] = "/".join(parts[path][-depth:])
+                pending.discard(path)
+    return names

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from array import array
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from otel_mindformers import training_metrics as tm
-from otel_mindformers.analysis.logs import Series, StepPoint
+from otel_mindformers.analysis.logs import Location, Series, StepPoint, scan_logs
 
 FORMATS = ("text", "json", "markdown")
 DEFAULT_STRAGGLER_THRESHOLD = 0.10
@@ -86,7 +88,29 @@ class Report:
 
 
 def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD) -> Report:
-    summaries = [_summarise(s) for s in series]
+    """The report of series already read (see `report_logs` to read and summarise at once)."""
+    summarised = []
+    for one in series:
+        stats = SeriesStats()
+        for point in one.points:
+            stats.add(point)
+        summarised.append((stats, stats.summary(one.label, one.rank, one.files, one.alerts,
+                                                one.foreign_lines, one.damaged_tails)))
+    return _combine(summarised, straggler_threshold)
+
+
+def report_logs(inputs, straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD) -> Report:
+    """Read and summarise in one pass: each record updates its series' running summary and
+    is dropped, so memory does not grow with the size of the logs' lines."""
+    summarised = [
+        (one.sink, one.sink.summary(one.label, one.rank, one.files, one.alerts, one.foreign_lines, one.damaged_tails))
+        for one in scan_logs(inputs, SeriesStats)
+    ]
+    return _combine(summarised, straggler_threshold)
+
+
+def _combine(summarised: list[tuple["SeriesStats", SeriesSummary]], straggler_threshold: float) -> Report:
+    summaries = [summary for _, summary in summarised]
     medians = [s.step_time_median_ms for s in summaries if s.step_time_median_ms is not None]
     overall_median = statistics.median(medians) if medians else None
     if overall_median:
@@ -98,12 +122,13 @@ def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRA
         key=lambda s: s.skew_vs_median,
         reverse=True,
     )
-    stamps = [p.time_stamp for s in series for p in s.points if p.time_stamp is not None]
+    first_stamps = [stats.first_stamp for stats, _ in summarised if stats.first_stamp is not None]
+    last_stamps = [stats.last_stamp for stats, _ in summarised if stats.last_stamp is not None]
     lossy = next((s for s in summaries if s.first_loss is not None), None)
     return Report(
         series=summaries,
         steps=max((s.last_step for s in summaries if s.last_step is not None), default=None),
-        wall_time_s=max(stamps) - min(stamps) if stamps else None,
+        wall_time_s=max(last_stamps) - min(first_stamps) if first_stamps else None,
         loss_from=lossy.label if lossy else None,
         first_loss=lossy.first_loss if lossy else None,
         last_loss=lossy.last_loss if lossy else None,
@@ -121,70 +146,130 @@ def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRA
     )
 
 
-def _summarise(series: Series) -> SeriesSummary:
-    points = series.points
-    stamps = [p.time_stamp for p in points if p.time_stamp is not None]
-    losses = [(p.step, v) for p in points if _finite(v := p.value(tm.LOSS))]
-    # The first record carries graph compilation; the median keeps one slow checkpoint
-    # save from making a healthy rank look like a straggler.
-    step_times = [v for p in points[1:] or points if _finite(v := p.value(tm.STEP_TIME))]
-    stride, gaps, restarts = _sequence(points)
-    return SeriesSummary(
-        label=series.label,
-        rank=series.rank,
-        files=[str(f) for f in series.files],
-        records=len(points),
-        first_step=points[0].step if points else None,
-        last_step=points[-1].step if points else None,
-        wall_time_s=max(stamps) - min(stamps) if stamps else None,
-        first_loss=losses[0][1] if losses else None,
-        last_loss=losses[-1][1] if losses else None,
-        min_loss=min(v for _, v in losses) if losses else None,
-        min_loss_step=min(losses, key=lambda sv: sv[1])[0] if losses else None,
-        step_time_median_ms=statistics.median(step_times) if step_times else None,
-        step_time_mean_ms=statistics.fmean(step_times) if step_times else None,
-        step_time_max_ms=max(step_times) if step_times else None,
-        steps_per_second=_steps_per_second(points),
-        mean_samples_per_second=_mean_of(p.value(tm.SAMPLES_PER_SECOND) for p in points),
-        mean_tokens_per_second=_mean_of(p.value(tm.TOKENS_PER_SECOND) for p in points),
-        nonfinite_steps=[p.step for p in points if p.nonfinite],
-        overflow_steps=[p.step for p in points if p.overflow],
-        alerts=[f"step {a.step}: {a.describe()}" if a.step is not None else a.describe() for a in series.alerts],
-        stride=stride,
-        gaps=gaps,
-        restarts=restarts,
-        foreign_lines=series.foreign_lines,
-        damaged_tails=[str(location) for location in series.damaged_tails],
-    )
+class SeriesStats:
+    """A series' summary, kept up to date one point at a time (a `logs.PointSink`).
 
+    Per record it keeps at most a step time (8 bytes) and, for a step jump, the jump; the
+    median step time needs every value, the rest are running numbers."""
 
-def _steps_per_second(points: list[StepPoint]) -> float | None:
-    """Steps advanced over the time they took, leaving out the jump back at a restart."""
-    steps = seconds = 0.0
-    for a, b in zip(points, points[1:]):
-        if b.step > a.step and a.time_stamp is not None and b.time_stamp is not None:
-            steps += b.step - a.step
-            seconds += b.time_stamp - a.time_stamp
-    return steps / seconds if seconds > 0 else None
+    def __init__(self) -> None:
+        self.records = 0
+        self.first_step: int | None = None
+        self.first_stamp: float | None = None
+        self.last_stamp: float | None = None
+        self._previous: StepPoint | None = None
+        self._losses: tuple[int, float] | None = None  # (step, value) of the first loss
+        self._last_loss: float | None = None
+        self._min_loss: tuple[float, int] | None = None
+        self._first_step_time: float | None = None  # compilation: left out unless alone
+        self._step_times = array("d")
+        self._progress = [0.0, 0.0]  # steps advanced, seconds they took
+        self._samples = [0.0, 0]
+        self._tokens = [0.0, 0]
+        self.nonfinite_steps = array("q")
+        self.overflow_steps = array("q")
+        self._strides: Counter[int] = Counter()
+        # Forward step difference → (file index, line, step) of each, flat: gaps
+        # are the differences beyond the stride, known only at the end.
+        self._jumps: dict[int, array] = {}
+        self._paths: dict[Path, int] = {}
+        self.restarts: list[Restart] = []
 
+    def add(self, point: StepPoint) -> None:
+        stamp = point.time_stamp
+        if stamp is not None:
+            self.first_stamp = stamp if self.first_stamp is None else min(self.first_stamp, stamp)
+            self.last_stamp = stamp if self.last_stamp is None else max(self.last_stamp, stamp)
+        loss = point.value(tm.LOSS)
+        if _finite(loss):
+            if self._losses is None:
+                self._losses = (point.step, loss)
+            self._last_loss = loss
+            if self._min_loss is None or loss < self._min_loss[0]:
+                self._min_loss = (loss, point.step)
+        step_time = point.value(tm.STEP_TIME)
+        if self.records == 0:
+            self.first_step = point.step
+            self._first_step_time = step_time if _finite(step_time) else None
+        elif _finite(step_time):
+            self._step_times.append(step_time)
+        for name, total in ((tm.SAMPLES_PER_SECOND, self._samples), (tm.TOKENS_PER_SECOND, self._tokens)):
+            value = point.value(name)
+            if _finite(value):
+                total[0] += value
+                total[1] += 1
+        if point.nonfinite:
+            self.nonfinite_steps.append(point.step)
+        if point.overflow:
+            self.overflow_steps.append(point.step)
+        self._follow(point)
+        self.records += 1
 
-def _sequence(points: list[StepPoint]) -> tuple[int | None, list[Gap], list[Restart]]:
-    """The usual step stride (the sampling interval), the jumps beyond it, and step resets."""
-    pairs = list(zip(points, points[1:]))
-    forward = Counter(b.step - a.step for a, b in pairs if b.step > a.step)
-    if not forward:
-        stride = None
-    else:
+    def _follow(self, point: StepPoint) -> None:
+        previous, self._previous = self._previous, point
+        if previous is None:
+            return
+        if point.step > previous.step:
+            difference = point.step - previous.step
+            self._strides[difference] += 1
+            where = self._paths.setdefault(point.location.path, len(self._paths))
+            self._jumps.setdefault(difference, array("q")).extend(
+                (where, point.location.line, point.step)
+            )
+            if previous.time_stamp is not None and point.time_stamp is not None:
+                self._progress[0] += difference
+                self._progress[1] += point.time_stamp - previous.time_stamp
+        else:
+            self.restarts.append(Restart(previous.step, point.step, str(point.location)))
+
+    def _sequence(self) -> tuple[int | None, list[Gap]]:
+        """The usual step stride (the sampling interval) and the jumps beyond it."""
+        if not self._strides:
+            return None, []
         # Ties go to the larger stride: the first sample (step 1) and the last one sit
         # off the interval grid and must not shrink it.
-        stride = max(forward.items(), key=lambda kv: (kv[1], kv[0]))[0]
-    gaps = [
-        Gap(a.step, b.step, str(b.location))
-        for a, b in pairs
-        if stride is not None and b.step - a.step > stride
-    ]
-    restarts = [Restart(a.step, b.step, str(b.location)) for a, b in pairs if b.step <= a.step]
-    return stride, gaps, restarts
+        stride = max(self._strides.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        paths = list(self._paths)
+        jumps = sorted(  # files are read in order, each from its first line: this is reading order
+            (found[i], found[i + 1], found[i + 2] - difference, found[i + 2])
+            for difference, found in self._jumps.items() if difference > stride
+            for i in range(0, len(found), 3)
+        )
+        return stride, [Gap(after, before, str(Location(paths[where], line))) for where, line, after, before in jumps]
+
+    def summary(self, label: str, rank: int | None, files, alerts, foreign_lines: int, damaged_tails) -> SeriesSummary:
+        step_times = self._step_times if self._step_times else (
+            array("d", [self._first_step_time]) if self._first_step_time is not None else array("d")
+        )
+        stride, gaps = self._sequence()
+        steps, seconds = self._progress
+        return SeriesSummary(
+            label=label,
+            rank=rank,
+            files=[str(f) for f in files],
+            records=self.records,
+            first_step=self.first_step,
+            last_step=self._previous.step if self._previous else None,
+            wall_time_s=self.last_stamp - self.first_stamp if self.first_stamp is not None else None,
+            first_loss=self._losses[1] if self._losses else None,
+            last_loss=self._last_loss,
+            min_loss=self._min_loss[0] if self._min_loss else None,
+            min_loss_step=self._min_loss[1] if self._min_loss else None,
+            step_time_median_ms=statistics.median(step_times) if step_times else None,
+            step_time_mean_ms=statistics.fmean(step_times) if step_times else None,
+            step_time_max_ms=max(step_times) if step_times else None,
+            steps_per_second=steps / seconds if seconds > 0 else None,
+            mean_samples_per_second=self._samples[0] / self._samples[1] if self._samples[1] else None,
+            mean_tokens_per_second=self._tokens[0] / self._tokens[1] if self._tokens[1] else None,
+            nonfinite_steps=list(self.nonfinite_steps),
+            overflow_steps=list(self.overflow_steps),
+            alerts=[f"step {a.step}: {a.describe()}" if a.step is not None else a.describe() for a in alerts],
+            stride=stride,
+            gaps=gaps,
+            restarts=self.restarts,
+            foreign_lines=foreign_lines,
+            damaged_tails=[str(location) for location in damaged_tails],
+        )
 
 
 def _finite(value: float | None) -> bool:
