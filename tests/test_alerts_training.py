@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_mindformers.callback import MonitorCallback
-from tests.support.blocking_data import train_blocking
+from tests.support.blocking_data import train_blocking, use_cpu
 from tests.support.metrics import counter_values
 from tests.support.training import Faults, train
 from tests.support.webhook_receiver import WebhookReceiver, closed_port_url
@@ -145,6 +145,7 @@ def test_stalled_data_wait_is_dumped_named_stuck_and_resolved(workdir):
                     "notifiers": [{"type": "webhook", "url": receiver.url()}],
                 },
             )
+            use_cpu()
             train_blocking([run.callback], steps=10, block_at_step=6, release=lambda: second_dump.wait(60))
             stall = [r.body for r in receiver.requests if r.body["rule"] == "stall"]
     finally:
@@ -186,6 +187,7 @@ def test_a_stall_that_ends_with_the_last_step_is_resolved(workdir):
             workdir,
             {"stall_timeout": 0.5, "notifiers": [{"type": "webhook", "url": receiver.url()}]},
         )
+        use_cpu()
         train_blocking([run.callback], steps=8, block_at_step=8, release=lambda: receiver.wait_for(1))
         stall = [(r.body["status"], r.body["step"]) for r in receiver.requests if r.body["rule"] == "stall"]
     assert stall == [("firing", 7), ("resolved", 8)]

@@ -43,14 +43,14 @@ class StackGroup:
     verdicts: list[str]
     reasons: list[str]
 
-    def innermost(self) -> list[tuple[str, Frame]]:
-        """Per thread: its innermost frame outside the standard library and installed
-        packages when it has one, else its innermost frame."""
+    def innermost(self) -> list[tuple[str, Frame, Frame | None]]:
+        """Per thread: its innermost frame, and its innermost frame of the user's own code
+        (outside the standard library and installed packages) when that is another one."""
         found = []
         for thread in self.threads:
-            frame = thread.innermost_own_code() or thread.innermost()
+            frame, own = thread.innermost(), thread.innermost_own_code()
             if frame is not None:
-                found.append((thread.name, frame))
+                found.append((thread.name, frame, None if own == frame else own))
         return found
 
 
@@ -193,8 +193,9 @@ def render_text(report: HangReport) -> str:
             ) if part
         )
         out.append(f"== group {index}: rank(s) {ranks_text(group.ranks)} ({details})")
-        for name, frame in group.innermost():
-            out.append(f"   innermost [{name}]: {frame.location()}")
+        for name, frame, own in group.innermost():
+            mine = f"; own code: {own.location()}" if own is not None else ""
+            out.append(f"   innermost [{name}]: {frame.location()}{mine}")
         for thread in group.threads:
             out += ["   " + line for line in thread.text().splitlines()]
         out.append("")
@@ -216,7 +217,10 @@ def to_json(report: HangReport) -> dict[str, Any]:
                 "phases": group.phases,
                 "verdicts": group.verdicts,
                 "reasons": group.reasons,
-                "innermost": [{"thread": name, **frame.to_json()} for name, frame in group.innermost()],
+                "innermost": [
+                    {"thread": name, **frame.to_json(), "own_code": own.to_json() if own else None}
+                    for name, frame, own in group.innermost()
+                ],
                 "threads": [thread.to_json() for thread in group.threads],
             }
             for group in report.groups

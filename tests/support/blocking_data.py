@@ -34,11 +34,16 @@ class _BlockingSource:
         return self.x[index], self.y[index]
 
 
-def train_blocking(callbacks: list, *, steps: int, block_at_step: int | None, release: Callable[[], None]) -> None:
-    """A real training of `steps` steps whose data for step `block_at_step` waits for
-    `release()` to return (the data pipeline's thread blocks; the training thread waits on it)."""
+def use_cpu() -> None:
+    """PyNative mode on CPU; under msrun, call it before `init()` (MindSpore refuses after)."""
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")
+
+
+def train_blocking(callbacks: list, *, steps: int, block_at_step: int | None, release: Callable[[], None]) -> None:
+    """A real training of `steps` steps whose data for step `block_at_step` waits for
+    `release()` to return (the data pipeline's thread blocks; the training thread waits on it).
+    The context must be set (`use_cpu`)."""
     source = _BlockingSource(steps, block_at_step, release)
     dataset = GeneratorDataset(source, column_names=["x", "y"], shuffle=False).batch(BATCH)
     build_model().train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)

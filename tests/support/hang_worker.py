@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mindspore.communication import get_rank, init  # noqa: E402
 
 from otel_mindformers import MonitorCallback  # noqa: E402
-from tests.support.blocking_data import train_blocking  # noqa: E402
+from tests.support.blocking_data import train_blocking, use_cpu  # noqa: E402
 
 
 def main() -> None:
@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
+    use_cpu()
     init()
     rank = get_rank()
 

@@ -1,0 +1,180 @@
+"""When a job hangs: a real 2-rank msrun job where rank 1 blocks in its data loader, read
+back with `otel-mindformers hang-report` as a user would; and the report's grouping on
+real dump files written by StackDumper."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_mindformers.diagnosis import dumps, records
+from otel_mindformers.diagnosis.hang_report import build_hang_report, ranks_text, render_text
+from otel_mindformers.identity import Identity
+from tests.support.instrumented import BIN, REPO, child_env, free_port
+
+STEPS, BLOCK_AT = 8, 4
+
+
+def wait_until(predicate, what: str, process: subprocess.Popen | None = None, timeout: float = 180.0) -> None:
+    """Wait for a condition on files another process writes (or fail naming it)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the job exited ({process.returncode}) before: {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        time.sleep(0.1)
+
+
+def stack_records(path: Path) -> list[dict]:
+    return [r for r in records.read(path) if r["kind"] == "stacks"] if path.exists() else []
+
+
+def last_logged_step(path: Path) -> int | None:
+    if not path.exists():
+        return None
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return lines[-1]["step"] if lines else None
+
+
+def release(fifo: Path) -> None:
+    """Let the blocked rank go on: open the FIFO it reads (non-blocking: no reader, no wait)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # the rank is not reading (it failed earlier): nothing to release
+        return
+    os.close(fd)
+
+
+def test_hang_report_names_the_rank_that_stopped_and_its_stack(workdir):
+    output, fifo = workdir / "output", workdir / "release"
+    os.mkfifo(fifo)
+    job = subprocess.Popen(
+        [str(BIN / "msrun"), "--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}",
+         "--join=True", f"--log_dir={workdir / 'msrun_log'}",
+         str(REPO / "tests" / "support" / "hang_worker.py"), "--steps", str(STEPS), "--block-rank", "1",
+         "--block-at", str(BLOCK_AT), "--release", str(fifo), "--output", str(output)],
+        env=child_env(), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        wait_until(lambda: last_logged_step(output / "train_metric_rank_0.json") == STEPS, "rank 0 finished", job)
+        wait_until(lambda: len(stack_records(output / "diagnosis_rank_1.jsonl")) == 2, "rank 1's two dumps", job)
+        cli = [str(BIN / "otel-mindformers"), "hang-report", str(output)]
+        text = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+        as_json = subprocess.run([*cli, "--format", "json"], capture_output=True, text=True, timeout=60)
+    finally:
+        release(fifo)
+        try:
+            out, _ = job.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            out, _ = job.communicate()
+    assert job.returncode == 0, out[-4000:]
+    assert text.returncode == 0, text.stderr
+    print(text.stdout)
+
+    report = json.loads(as_json.stdout)
+    beats = {b["rank"]: b for b in report["heartbeats"]}
+    # Rank 0 ran to the end; rank 1 stopped after step 3, behind by 5 steps.
+    assert (beats[0]["step"], beats[0]["behind_steps"]) == (STEPS, 0)
+    assert (beats[1]["step"], beats[1]["behind_steps"]) == (BLOCK_AT - 1, STEPS - BLOCK_AT + 1)
+    assert beats[1]["behind_seconds"] > 0 and beats[1]["source"] == "dump"
+    assert report["behind"] == [1] and report["split_after_step"] == BLOCK_AT - 1
+    (group,) = report["groups"]
+    assert group["ranks"] == [1] and group["phases"] == ["data_wait"] and group["verdicts"] == ["stuck"]
+    functions = [f["function"] for t in group["threads"] for f in t["frames"]]
+    assert "wait_for_the_test_to_release_batch" in functions
+    innermost = {i["thread"]: i for i in group["innermost"]}
+    assert innermost["MainThread"]["function"] == "_get_next"  # the training thread waits for data
+    assert innermost["MainThread"]["own_code"]["function"] == "train_blocking"
+    assert any(i["function"] == "release" and i["file"].endswith("hang_worker.py") for i in innermost.values())
+    assert report["ranks_without_dump"] == [0]
+
+    assert "rank(s) 1 stopped first; the job split after step 3" in text.stdout
+    assert "behind by 5 step(s)" in text.stdout
+    assert "wait_for_the_test_to_release_batch" in text.stdout
+
+
+# --- grouping, on dump files written by the real StackDumper --------------------------------
+
+class Progress:
+    def __init__(self, step: int) -> None:
+        self.step, self.last_step_end, self.phase = step, time.perf_counter(), "step"
+
+
+class NoLogger:
+    def emit(self, **_record) -> None:
+        pass
+
+
+def hold_in_collective(started: threading.Event, done: threading.Event) -> None:
+    started.set()
+    done.wait(30)
+
+
+def hold_in_data_loader(started: threading.Event, done: threading.Event) -> None:
+    started.set()
+    done.wait(30)
+
+
+def dump_rank(folder: Path, rank: int, step: int, target) -> None:
+    """Rank `rank`'s dump while a thread of this process waits in `target`."""
+    started, done = threading.Event(), threading.Event()
+    thread = threading.Thread(target=target, args=(started, done), name="worker")
+    thread.start()
+    started.wait(10)
+    identity = Identity(rank=rank, world_size=4, host_name="node-a")
+    dumper = dumps.StackDumper(identity, NoLogger(), Progress(step), records.diagnosis_path(folder / "m.json", rank))
+    try:
+        dumper.dump("stall", idle_seconds=2.0)
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_ranks_with_identical_stacks_form_one_group_shown_once(tmp_path):
+    # The dumping (main) thread is left out of its own dump; the worker thread's frames
+    # tell the groups apart.
+    for rank, step, target in ((0, 11, hold_in_collective), (1, 11, hold_in_collective),
+                               (2, 10, hold_in_data_loader), (3, 11, hold_in_collective)):
+        dump_rank(tmp_path, rank, step, target)
+    report = build_hang_report([tmp_path])
+    assert [(g.ranks, [(f.function, own.function) for _, f, own in g.innermost()]) for g in report.groups] == [
+        ([2], [("wait", "hold_in_data_loader")]),
+        ([0, 1, 3], [("wait", "hold_in_collective")]),
+    ]
+    assert [(b.rank, b.step, b.behind_steps) for b in report.heartbeats] == [(0, 11, 0), (1, 11, 0), (2, 10, 1), (3, 11, 0)]
+    text = render_text(report)
+    assert "rank(s) 2 stopped first; the job split after step 10" in text
+    assert "== group 2: rank(s) 0-1, 3" in text
+    # Each distinct stack is printed once.
+    assert text.count("in hold_in_collective") == 1 and text.count("in hold_in_data_loader") == 1
+
+
+def test_the_latest_dump_of_a_rank_is_the_one_grouped(tmp_path):
+    dump_rank(tmp_path, 0, 5, hold_in_data_loader)
+    dump_rank(tmp_path, 0, 5, hold_in_collective)
+    (group,) = build_hang_report([tmp_path]).groups
+    assert [own.function for _, _, own in group.innermost()] == ["hold_in_collective"]
+
+
+def test_a_damaged_last_line_is_skipped_and_nothing_to_report_is_one_error(tmp_path):
+    dump_rank(tmp_path, 0, 5, hold_in_collective)
+    with (tmp_path / "diagnosis_rank_0.jsonl").open("a") as file:
+        file.write('{"kind": "stacks", "rank": 0, "ti')  # a write cut by a kill
+    assert [g.ranks for g in build_hang_report([tmp_path]).groups] == [[0]]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = subprocess.run([str(BIN / "otel-mindformers"), "hang-report", str(empty)], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.startswith("error: no stack dumps") and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("ranks, text", [([0, 1, 2, 5, 7, 8], "0-2, 5, 7-8"), ([3], "3"), ([], "")])
+def test_ranks_are_shown_as_ranges(ranks, text):
+    assert ranks_text(ranks) == text
