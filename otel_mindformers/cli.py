@@ -10,6 +10,7 @@ from otel_mindformers.analysis.commands import add_commands as add_analysis_comm
 from otel_mindformers.config import ConfigError, load_monitor_config
 from otel_mindformers.devices.report import add_command as add_devices_command
 from otel_mindformers.diagnosis.hang_report import add_command as add_hang_report_command
+from otel_mindformers.version import __version__
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -41,6 +42,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otel-mindformers", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     validate = commands.add_parser("validate", help="check a monitor_config YAML before training")

@@ -56,6 +56,7 @@ from otel_mindformers.config import OtlpConfig
 from otel_mindformers.identity import Identity
 from otel_mindformers.metric_spec import Kind, MetricSpec
 from otel_mindformers.record import StepRecord
+from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.telemetry.providers import DEFAULT_SERVICE_NAME, otlp_exporters
 from otel_mindformers.version import __version__
 
@@ -306,6 +307,8 @@ def replay_otlp(
     world = _world_size(series)
     span_exporter, metric_exporter, log_exporter = otlp_exporters(otlp)
     target = otlp.endpoint or "the OTEL_EXPORTER_OTLP_* endpoint"
+    # The exporters' own log lines (one per attempt and retry) become the reason in our one error.
+    failures = ExportErrorReporter(target, announce=False).install()
     sent_spans = sent_points = records_total = skipped = 0
     try:
         for one in series:
@@ -318,20 +321,21 @@ def replay_otlp(
             for start in range(0, len(built), SPANS_PER_EXPORT):
                 batch = built[start:start + SPANS_PER_EXPORT]
                 if span_exporter.export(batch) is not SpanExportResult.SUCCESS:
-                    raise ReplayError(_refused("spans", one, target))
+                    raise ReplayError(_refused("spans", one, target, failures.first_failure))
                 sent_spans += len(batch)
             for data in build_metrics(records, one.rank or 0, resource):
                 if metric_exporter.export(data) is not MetricExportResult.SUCCESS:
-                    raise ReplayError(_refused("metrics", one, target))
+                    raise ReplayError(_refused("metrics", one, target, failures.first_failure))
                 sent_points += _point_count(data)
     finally:
         for exporter in (span_exporter, metric_exporter, log_exporter):
             exporter.shutdown()
+        failures.uninstall()
     return ReplayResult(run_id, len(series), records_total, sent_spans, sent_points, skipped)
 
 
-def _refused(what: str, series: Series, target: str) -> str:
-    return f"sending the {what} of {series.label} to {target} failed (the exporter logged why)"
+def _refused(what: str, series: Series, target: str, reason: str | None) -> str:
+    return f"sending the {what} of {series.label} to {target} failed: {reason or 'the exporter gave no reason'}"
 
 
 def _point_count(data: MetricsData) -> int:
