@@ -10,7 +10,6 @@ from typing import TextIO
 from otel_mindformers import semconv
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.devices.base import MIB, Point, SourceError
-from otel_mindformers.devices.host import CPU_WINDOW_S
 from otel_mindformers.devices.selection import build_sources
 
 _UNITS = {spec.name: spec.unit for spec in semconv.DEVICE_METRICS}
@@ -28,7 +27,10 @@ def print_devices(config: MonitorConfig, out: TextIO = sys.stdout) -> int:
     Returns 0 when at least one source gave readings, 1 when none did.
     """
     sources = build_sources(config.device_config, identity=None)
-    time.sleep(CPU_WINDOW_S)  # the host source reports CPU use only over a window this long
+    if any(source.name == "psutil" for source in sources):  # psutil is an extra: imported only then
+        from otel_mindformers.devices.host import CPU_WINDOW_S
+
+        time.sleep(CPU_WINDOW_S)  # the host source reports CPU use only over a window this long
     devices: dict[str, list[Point]] = {}
     answered = 0
     for source in sources:

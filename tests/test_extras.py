@@ -1,0 +1,88 @@
+"""Optional extras: `validate` names the one to install, and a run without it trains on
+with that output off and one warning. Absence is simulated by a sitecustomize on PYTHONPATH
+that makes the module unimportable (`sys.modules[name] = None`) in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from otel_mindformers.extras import EXTRA_OF_MODULE
+from tests.support.reliability_worker import run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _hide(tmp_path: Path, *modules: str) -> dict[str, str]:
+    shim = tmp_path / "shim"
+    shim.mkdir(exist_ok=True)
+    (shim / "sitecustomize.py").write_text(
+        "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
+    )
+    return {"PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
+
+
+def test_the_table_names_extras_of_pyproject():
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for module, (distribution, extra) in EXTRA_OF_MODULE.items():
+        assert any(req.split(">")[0].split("=")[0].strip() == distribution for req in extras[extra]), (module, extra)
+
+
+CASES = [
+    ("output_type: [tensorboard]", "tensorboardX",
+     "monitor_config.output_type: tensorboard needs tensorboardX, which is not installed: "
+     "pip install 'otel-mindformers[tensorboard]'"),
+    ("output_type: [prometheus]", "prometheus_client",
+     "monitor_config.output_type: prometheus needs prometheus_client, which is not installed: "
+     "pip install 'otel-mindformers[prometheus]'"),
+    ("device_monitor: true", "psutil",
+     "monitor_config.device_monitor needs psutil, which is not installed: pip install 'otel-mindformers[devices]'"),
+    ("{device_monitor: true, device_config: {sources: [nvidia]}}", "pynvml",
+     "monitor_config.device_config.sources: nvidia needs pynvml, which is not installed: "
+     "pip install 'otel-mindformers[devices]'"),
+]
+
+
+@pytest.mark.parametrize("section, module, message", CASES, ids=[c[1] for c in CASES])
+def test_validate_names_the_extra_to_install(tmp_path, section, module, message):
+    config = tmp_path / "monitor.yaml"
+    config.write_text(f"monitor_config: {section if section.startswith('{') else '{' + section + '}'}\n")
+    command = [sys.executable, "-m", "otel_mindformers.cli", "validate", str(config)]
+    present = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert present.returncode == 0, present.stderr
+    absent = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, **_hide(tmp_path, module)})
+    assert absent.returncode == 1
+    assert absent.stderr.splitlines() == [f"invalid: {message}"]
+
+
+@pytest.mark.slow
+def test_training_without_tensorboardx_runs_with_one_warning(tmp_path):
+    spec = {"config": {"interval": 1, "output_type": ["tensorboard", "json_file"]}, "steps": 6,
+            "report": str(tmp_path / "report.json"), "log_level": "WARNING"}
+    process, _ = run(spec, tmp_path, env=_hide(tmp_path, "tensorboardX"))
+    assert process.returncode == 0, process.stderr[-3000:]
+    warnings = [line for line in process.stderr.splitlines() if "tensorboard" in line.lower()]
+    assert len(warnings) == 1 and "pip install 'otel-mindformers[tensorboard]'" in warnings[0], process.stderr
+    lines = (tmp_path / "output" / "train_metric.json").read_text().splitlines()
+    assert len(lines) == 6
+
+
+def test_no_optional_module_is_needed_to_import_the_package_or_its_cli(tmp_path):
+    """The class of problem behind a crash without an extra: a module imported at the top of
+    a file that every run or CLI command imports. With every optional module hidden, the
+    package, the callback and the CLI still import, and `--help` runs."""
+    env = {**os.environ, **_hide(tmp_path, *EXTRA_OF_MODULE)}
+    code = "import otel_mindformers, otel_mindformers.cli, otel_mindformers.callback, otel_mindformers.run"
+    imported = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, env=env)
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    helped = subprocess.run([sys.executable, "-m", "otel_mindformers.cli", "--help"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert helped.returncode == 0, helped.stderr[-2000:]
