@@ -2,8 +2,12 @@
 decisions, custom alerts, and the stall watchdog — on real SDK providers."""
 
 import math
+import os
+import subprocess
+import sys
 import time
 import types
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider
@@ -176,3 +180,87 @@ def test_watchdog_waits_for_the_first_finished_step():
         h.engine.shutdown(5.0)
         assert receiver.requests == []
     assert h.alert_counts() == {}
+
+
+def test_custom_alert_values_of_any_type_never_raise_and_infinity_is_kept():
+    import mindspore as ms
+    import numpy as np
+
+    with WebhookReceiver() as receiver:
+        h = Harness({"alert_interval": 1, "notifiers": [{"type": "webhook", "url": receiver.url()}]})
+        monitor = BaseMonitor(h.config)
+        monitor.alert_engine = h.engine
+        values = [np.array([2.5]), ms.Tensor([3.5], ms.float32), np.float32(4.5), "5.5", np.zeros(3), "n/a"]
+        for step, value in enumerate(values, start=1):
+            h.progress.step = step
+            monitor.raise_alert("custom", f"value {step}", value=value, threshold=math.inf)
+        bodies = [r.body for r in receiver.wait_for(len(values))]
+        h.engine.shutdown(5.0)
+    assert [b["message"] for b in bodies] == [f"value {s}" for s in range(1, 7)]
+    assert [b["value"] for b in bodies] == [2.5, 3.5, 4.5, 5.5, None, None]
+    # inf cannot be strict JSON: null, and named as non-finite like the JSON log does.
+    assert {(b["threshold"], tuple(b["nonfinite"])) for b in bodies} == {(None, ("threshold",))}
+    logs = h.log_records()
+    assert logs[0].attributes["training.alert.threshold"] == math.inf and "threshold: inf" in logs[0].body
+
+
+def test_run_end_notices_are_off_by_default_and_sent_by_reporting_and_crashed_ranks():
+    def notices(section, *calls):
+        with WebhookReceiver() as receiver:
+            h = Harness({**section, "notifiers": [{"type": "webhook", "url": receiver.url()}]})
+            for call in calls:
+                h.engine.notify_run_end(*call)
+            h.engine.shutdown(5.0)
+            return [(r.body["rule"], r.body["status"], r.body["severity"], r.body["step"], r.body["message"])
+                    for r in receiver.requests]
+
+    assert notices({}, ("completed", None, 20)) == []
+    # IDENTITY is rank 1 and report_ranks defaults to [0]: only a crash is this rank's news.
+    assert notices({"notify_run_end": True}, ("completed", None, 20), ("stopped", "loss spike", 20)) == []
+    assert notices({"notify_run_end": True}, ("crashed", "RuntimeError: HCCL timeout", 17)) == [
+        ("run_end", "crashed", "critical", 17, "run crashed after step 17: RuntimeError: HCCL timeout")]
+
+
+def test_run_end_notices_from_a_reporting_rank():
+    with WebhookReceiver() as receiver:
+        h = Harness({"notify_run_end": True, "notifiers": [{"type": "webhook", "url": receiver.url()}]})
+        h.config.report_ranks = "all"
+        h.engine = AlertEngine.start(h.config, IDENTITY, h.telemetry, h.progress)
+        h.engine.notify_run_end("completed", None, 20)
+        h.engine.notify_run_end("stopped", "3 consecutive anomalous sampled steps", 9)
+        h.engine.shutdown(5.0)
+        bodies = [r.body for r in receiver.requests]
+    assert [(b["status"], b["severity"], b["message"]) for b in bodies] == [
+        ("completed", "info", "run completed after step 20"),
+        ("stopped", "warning", "run stopped early after step 9: 3 consecutive anomalous sampled steps"),
+    ]
+    assert [r.severity_text for r in h.log_records()] == ["INFO", "WARNING"]
+
+
+CONSOLE_SCRIPT = """
+import os, time, types
+from otel_mindformers.alerts import AlertEngine
+from otel_mindformers.config import load_monitor_config
+from otel_mindformers.identity import Identity
+from otel_mindformers.telemetry.providers import build_telemetry
+
+config = load_monitor_config({"output_type": [], "json_log_path": "m.json",
+                              "alert_config": {"enable_alert": True, "stall_timeout": 0.2}})
+identity = Identity(rank=0, world_size=1, host_name="h")
+progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter(), phase="step")
+engine = AlertEngine.start(config, identity, build_telemetry(config, identity), progress)
+progress.step, progress.last_step_end = 1, time.perf_counter()  # step 1 finished, then nothing
+while not os.path.exists("diagnosis_rank_0.jsonl"):  # written when the stall is seen
+    time.sleep(0.05)
+progress.step, progress.last_step_end = 2, time.perf_counter()
+engine.shutdown(2.0)
+"""
+
+
+def test_stall_and_its_resolved_notice_reach_the_console_without_logging_setup(tmp_path):
+    """No logging configuration, as in a plain training script: Python's last-resort
+    handler prints WARNING and above, and the resolved notice must be among them."""
+    result = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert result.returncode == 0, result.stderr
+    assert "[FIRING] stall" in result.stderr and "[RESOLVED] stall" in result.stderr

@@ -8,9 +8,12 @@ by the platform, full queue, shutdown deadline) are exercised for real.
 import base64
 import hashlib
 import hmac
+import http.server
 import logging
+import threading
 import time
 import types
+import urllib.parse
 
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider
@@ -311,3 +314,79 @@ def test_shutdown_deadline_drops_what_is_left(caplog):
         assert len(receiver.requests) == 1  # the one in flight when the deadline passed
     assert outcomes.get("dropped", 0) >= 3
     assert "not sent before the 0.5 s shutdown deadline" in caplog.text
+
+
+class _Redirecting:
+    """An endpoint that answers every POST with a redirect to `location`."""
+
+    def __init__(self, status, location):
+        outer = self
+        self.posts = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                outer.posts += 1
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(status)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def url(self, path="/hook?token=tok-redirect"):
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_redirects_are_not_followed_and_count_as_failures_named(status, caplog):
+    with WebhookReceiver() as elsewhere, _Redirecting(status, elsewhere.url("/stolen")) as redirecting:
+        delivery = _delivery(redirecting.url(), retries=2)
+        delivery.submit(alert())
+        delivery.close(30.0)
+        assert redirecting.posts == 1 and elsewhere.requests == []  # not retried, not followed
+    assert delivery.outcomes == {"failed": 1}
+    assert f"redirect refused (HTTP {status})" in caplog.text and "tok-redirect" not in caplog.text
+
+
+def test_a_url_with_a_trailing_newline_is_delivered():
+    """`url: $(cat robot_url.txt)` leaves a newline at the end of the token."""
+    with WebhookReceiver(reply={"errcode": 0}) as receiver:
+        delivery = _delivery(receiver.url("/robot/send?access_token=dt-token\n"), kind="dingtalk")
+        delivery.submit(alert())
+        delivery.close(30.0)
+        assert [r.query["access_token"] for r in receiver.requests] == ["dt-token"]
+    assert delivery.outcomes == {"delivered": 1}
+
+
+def test_tokens_are_redacted_from_the_http_librarys_own_errors(caplog):
+    # http.client refuses the space and quotes the whole request target, token included.
+    delivery = _delivery(closed_port_url("/robot/send?access_token=tok-leak-42 x"), kind="dingtalk", retries=0)
+    delivery.submit(alert())
+    delivery.close(30.0)
+    assert delivery.outcomes == {"failed": 1}
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "InvalidURL" in warning and "***" in warning and "tok-leak-42" not in warning
+
+
+def test_redaction_covers_every_printed_form_of_a_token():
+    from otel_mindformers.alerts.redact import Redactor, secret_parts
+
+    url = "https://user:pa55word@hooks.example/services/T0001ABCD/B0002EFGH/XyZsecretPathXYZ?key=k3y/value&x=1"
+    redact = Redactor(secret_parts(url, "SECsigning"))
+    for leaked in ("pa55word", "T0001ABCD", "B0002EFGH", "XyZsecretPathXYZ", "k3y/value", "SECsigning",
+                   urllib.parse.quote("k3y/value", safe="")):
+        assert redact(f"error near {leaked}!") == "error near ***!", leaked
+    assert redact("/services/open-apis/v2/x") == "/services/open-apis/v2/x"  # route names stay readable

@@ -157,6 +157,8 @@ class NotificationDelivery(BoundedWorker[Alert]):
                 reply = response.read()
         except urllib.error.HTTPError as exc:
             exc.close()
+            if 300 <= exc.code < 400:  # a redirect without a Location urllib could follow
+                raise RedirectRefused(exc.code) from None
             if exc.code >= 500 or exc.code == 429:
                 raise _Retryable() from exc
             raise

@@ -13,9 +13,13 @@ import urllib.parse
 from typing import Iterable
 
 MASK = "***"
-# Path segments shorter than this are route names (`robot`, `send`, `hook`, `v2`), not tokens.
-_MIN_TOKEN_SEGMENT = 8
 _MIN_TOKEN_VALUE = 4
+
+
+def _token_like(segment: str) -> bool:
+    """A path segment that carries a token (Slack's `T0123ABCD`, Feishu's hook UUID), not a
+    route name (`services`, `open-apis`, `robot`, `v2`)."""
+    return len(segment) >= 16 or (len(segment) >= 6 and any(c.isdigit() for c in segment))
 
 
 def secret_parts(url: str, secret: str | None) -> list[str]:
@@ -31,9 +35,7 @@ def secret_parts(url: str, secret: str | None) -> list[str]:
     for _name, value in urllib.parse.parse_qsl(split.query, keep_blank_values=True):
         if len(value) >= _MIN_TOKEN_VALUE:
             parts.add(value)
-    for segment in split.path.split("/"):
-        if len(segment) >= _MIN_TOKEN_SEGMENT:
-            parts.add(segment)
+    parts.update(segment for segment in split.path.split("/") if _token_like(segment))
     printed = {form for part in parts for form in (part, urllib.parse.quote(part, safe=""), repr(part)[1:-1])}
     return sorted((p for p in printed if p), key=len, reverse=True)
 
