@@ -193,7 +193,8 @@ def test_first_nonfinite_is_recorded_once_with_rank_step_and_value(tmp_path):
         "values": {"loss": "nan", "grad_norm": "inf"}}
 
 
-def test_the_first_bad_rank_across_a_job_is_named_by_both_reports(tmp_path):
+def test_the_first_bad_rank_across_a_job_is_named_by_both_reports(tmp_path, capsys):
+    from otel_mindformers.cli import main
     from otel_mindformers.diagnosis.first_bad import report_findings
     from otel_mindformers.diagnosis.hang_report import build_hang_report
 
@@ -211,3 +212,5 @@ def test_the_first_bad_rank_across_a_job_is_named_by_both_reports(tmp_path):
     summary = types.SimpleNamespace(rank=0, files=[str(tmp_path / "train_metric_rank_0.json")], nonfinite_steps=[14])
     assert report_findings([summary]) == [
         "first non-finite value at step 12: rank 3 (grad_norm); rank 517 (loss)"]
+    assert main(["report", str(tmp_path)]) == 0
+    assert "first non-finite value at step 12: rank 3 (grad_norm); rank 517 (loss)" in capsys.readouterr().out

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from otel_mindformers import training_metrics as tm
 from otel_mindformers.analysis.logs import Location, Series, StepPoint, scan_logs
+from otel_mindformers.diagnosis.first_bad import report_findings as first_bad_rank_findings
 
 FORMATS = ("text", "json", "markdown")
 DEFAULT_STRAGGLER_THRESHOLD = 0.10
@@ -404,6 +405,7 @@ def _findings(report: Report) -> list[str]:
             lines.append(f"{s.label}: truncated last line skipped at {location}")
         if s.foreign_lines:
             lines.append(f"{s.label}: {s.foreign_lines} line(s) from other writers skipped")
+    lines.extend(first_bad_rank_findings(report.series))  # diagnosis files beside the logs
     return lines
 
 
