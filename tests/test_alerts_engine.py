@@ -30,6 +30,9 @@ from tests.support.webhook_receiver import WebhookReceiver
 IDENTITY = Identity(rank=1, world_size=2, job_id="job-a", host_name="host-a")
 
 
+pytestmark = pytest.mark.slow  # real training runs
+
+
 class Harness:
     """An engine on real in-memory SDK pipelines."""
 

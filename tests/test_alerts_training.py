@@ -22,6 +22,9 @@ from tests.support.training import Faults, train
 from tests.support.webhook_receiver import WebhookReceiver, closed_port_url
 
 
+pytestmark = pytest.mark.slow  # real training runs
+
+
 class Run:
     """A MonitorCallback on in-memory SDK pipelines, writing JSON lines under `workdir`."""
 

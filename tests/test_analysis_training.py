@@ -20,6 +20,9 @@ STEPS = 16
 NAN_STEP = STEPS  # the last step: a NaN loss poisons every later step's weights
 
 
+pytestmark = pytest.mark.slow  # real training runs
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     """`output/` of a two-rank run: rank 0 reports training metrics (and a NaN loss on its

@@ -19,6 +19,9 @@ from tests.support import training
 from tests.support.training import Faults
 
 
+pytestmark = pytest.mark.slow  # real training runs
+
+
 class KeepingReader(InMemoryMetricReader):
     """Keeps every collection: the callback's flush at train end is a collection too, and
     exemplars belong to the collection they were made in."""

@@ -33,6 +33,9 @@ DELIVERY_TIMEOUT = 120.0  # a cold loop (first scrape, rule, group, send) takes 
 MAX_STEPS = 20000  # an upper bound only: the test stops the training once the alert arrived
 
 
+pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training against a backend process
+
+
 def rules_for_test(workdir: Path, alert: str, loss_threshold: float | None = None) -> list[str]:
     """The shipped rule files, with `for` dropped on `alert` (and the loss threshold set)."""
     paths = []

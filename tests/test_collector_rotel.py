@@ -24,6 +24,9 @@ RANK, WORLD = 3, 4
 STEPS, INTERVAL = 12, 5
 
 
+pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training against a backend process
+
+
 def rotel_binary() -> str:
     try:
         from rotel.agent import Agent

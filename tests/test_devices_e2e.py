@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from otel_mindformers import MonitorCallback, semconv
+import mindspore
+
+from otel_mindformers import MonitorCallback, identity, semconv
 from otel_mindformers.devices.base import MIB
 from tests.support import training
 
@@ -15,6 +17,9 @@ from tests.support import training
 NPU1_IDENTITY = {semconv.ATTR_HW_NAME: "NPU 1 chip 0", semconv.ATTR_HW_DRIVER_VERSION: "23.0.rc3",
                  semconv.ATTR_HW_FIRMWARE_VERSION: "7.1.0.7.220"}
 FAKE_BIN = Path(__file__).resolve().parent / "fixtures" / "bin"
+
+
+pytestmark = pytest.mark.slow  # real training runs
 
 
 @pytest.fixture
@@ -100,3 +105,50 @@ def test_stdout_and_tensorboard_carry_the_readings(workdir, rank1_on_device1, mo
     assert {event.value for event in accumulator.Scalars("device/npu_utilization")} == {47.0}
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[otel_mindformers]")]
     assert "npu_hbm_used_mb 21504" in lines[-1] and "npu_utilization 47" in lines[-1]
+
+
+def test_faults_links_clocks_energy_and_job_reach_the_receiver_from_fixtures(workdir, otlp_receiver,
+                                                                            rank1_on_device1):
+    # The 910b fixtures: NPU 1 has an error code, corrected HBM errors, a throttled clock, and
+    # its RoCE port (hccn_tool) is down, unreachable, with CRC errors and low receive power.
+    training.train([monitor(workdir, otlp_receiver.grpc_endpoint)], steps=30)
+
+    def arrived(rx):
+        return all(rx.points(name) for name in (
+            semconv.HW_NPU_ERROR_CODE, semconv.HW_ERRORS, semconv.HW_NETWORK_UP, semconv.HW_NETWORK_OPTICAL_POWER,
+            semconv.HW_ENERGY, semconv.HW_NPU_SPEED, semconv.HW_NETWORK_IO))
+
+    assert otlp_receiver.wait_for(arrived)
+    chip = {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1, semconv.ATTR_HW_ID: "npu-1", semconv.ATTR_HW_TYPE: "npu",
+            semconv.ATTR_HW_VENDOR: "Huawei", semconv.ATTR_HW_MODEL: "910B4", **NPU1_IDENTITY}
+    code = otlp_receiver.points(semconv.HW_NPU_ERROR_CODE)[-1]
+    assert code.value == 1 and code.attributes == {**chip, semconv.ATTR_HW_NPU_ERROR_CODE: "0x80E18005"}
+    ecc = [p for p in otlp_receiver.points(semconv.HW_ERRORS) if p.attributes[semconv.ATTR_HW_ID] == "npu-1"]
+    assert {(p.attributes[semconv.ATTR_ERROR_TYPE], p.value) for p in ecc} == {("corrected", 17), ("uncorrected", 0)}
+    assert ecc[-1].unit == "{error}"
+    speed = otlp_receiver.points(semconv.HW_NPU_SPEED)[-1]
+    assert (speed.value, speed.unit) == (1.3e9, "Hz")
+    energy = otlp_receiver.points(semconv.HW_ENERGY)
+    assert energy[-1].unit == "J" and energy[-1].value > 0 and energy[-1].attributes == chip
+
+    port = {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1, semconv.ATTR_HW_ID: "npu-1-roce",
+            semconv.ATTR_HW_TYPE: "network", semconv.ATTR_HW_VENDOR: "Huawei",
+            semconv.ATTR_HW_NAME: "RoCE port of NPU device 1", semconv.ATTR_HW_PARENT: "npu-1"}
+    up = otlp_receiver.points(semconv.HW_NETWORK_UP)[-1]
+    assert (up.value, up.attributes) == (0, port)
+    failed = [p for p in otlp_receiver.points(semconv.HW_STATUS)
+              if p.attributes == {**port, semconv.ATTR_HW_STATE: "failed"}]
+    assert failed[-1].value == 1
+    crc = [p for p in otlp_receiver.points(semconv.HW_ERRORS) if p.attributes.get(semconv.ATTR_ERROR_TYPE) == "crc"]
+    assert crc[-1].value == 12 and crc[-1].attributes[semconv.ATTR_NETWORK_IO_DIRECTION] == "receive"
+    received = {p.attributes[semconv.ATTR_NETWORK_IO_DIRECTION]: p.value
+                for p in otlp_receiver.points(semconv.HW_NETWORK_IO)}
+    assert received == {"receive": 401882113, "transmit": 13002211}
+    rx_power = [p for p in otlp_receiver.points(semconv.HW_NETWORK_OPTICAL_POWER)
+                if p.attributes[semconv.ATTR_NETWORK_IO_DIRECTION] == "receive"]
+    assert rx_power[-1].value == pytest.approx(5.12e-5) and rx_power[-1].unit == "W"
+
+    resource = code.resource
+    assert resource[identity.ATTR_MINDSPORE_VERSION] == mindspore.__version__
+    assert resource[identity.ATTR_PARALLEL_MODE] == "stand_alone"
+    assert not otlp_receiver.points(semconv.DEVICE_POLL_FAILURES)

@@ -28,6 +28,9 @@ from tests.support.metrics import counter_values
 IDENTITY = Identity(rank=5, world_size=8, host_name="node-b")
 
 
+pytestmark = pytest.mark.slow  # real training runs
+
+
 def gauge_points(reader):
     points = {}
     for resource_metrics in reader.get_metrics_data().resource_metrics:

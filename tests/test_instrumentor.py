@@ -32,6 +32,9 @@ from tests.support.instrumented import REPO, TRACE_ID, TRACEPARENT, LAUNCHER_SPA
 PLAIN_TRAIN = str(REPO / "examples" / "plain_train.py")
 
 
+pytestmark = pytest.mark.slow  # real training runs
+
+
 class Capture:
     def __init__(self):
         self.spans = InMemorySpanExporter()

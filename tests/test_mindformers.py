@@ -25,6 +25,9 @@ ARTICLE_YAML = EXAMPLES / "mindformers_tiny_llama.yaml"
 CPU_RUNNER = [sys.executable, "-m", "tests.support.mindformers_cpu"]
 
 
+pytestmark = pytest.mark.slow  # real training runs
+
+
 @pytest.fixture
 def mf(workdir):
     import mindformers

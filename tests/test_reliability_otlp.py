@@ -31,6 +31,9 @@ SHUTDOWN_TIMEOUT = 1.0
 STEPS = 300
 
 
+pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training against a backend process
+
+
 class SlowReceiver:
     """A real OTLP/gRPC receiver that answers every export only after `delay` seconds."""
 

@@ -32,6 +32,9 @@ print("TRAINED", time.time(), flush=True)
 SDK_NOISE = ("Transient error", "Failed to export", "Exception while exporting", "Queue full")
 
 
+pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training against a backend process
+
+
 def _train(workdir, endpoint: str, monitor_config: dict, **env: str):
     (workdir / "monitor.yaml").write_text(json.dumps({"monitor_config": monitor_config}))
     (workdir / "timed_train.py").write_text(TIMED_TRAIN)
