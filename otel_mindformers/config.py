@@ -228,7 +228,7 @@ def _url_problem(url: str, schemes: tuple[str, ...]) -> str | None:
     except ValueError as exc:
         return f"does not parse as a URL ({str(exc).split(':')[0]})"
     if parts.scheme not in schemes:
-        return f"expected a {' or '.join(s + '://' for s in schemes)} URL"
+        return f"expected an {' or '.join(s + '://' for s in schemes)} URL"
     if not parts.hostname:
         return "the URL names no host"
     return None

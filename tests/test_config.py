@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from otel_mindformers import ConfigError, MonitorConfig, load_monitor_config
+from otel_mindformers.config import OTLP_PROTOCOLS
 from otel_mindformers.instrumentor import _config_from_environment
 from otel_mindformers.monitor import load_monitor_class
 from otel_mindformers.outputs.paths import check_output_paths, prepare_output_paths
@@ -126,7 +127,7 @@ def test_every_problem_of_a_section_is_reported_at_once(workdir):
         "monitor_config.enable: expected true or false, got 'yes'",
         "monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)",
         "monitor_config.alert_config.notify_retries: must be >= 0, got -1",
-        "monitor_config.otlp.protocol: unknown value 'udp'; allowed: grpc, http/protobuf",
+        f"monitor_config.otlp.protocol: unknown value 'udp'; allowed: {', '.join(OTLP_PROTOCOLS)}",
     ])
     assert str(info.value).startswith("5 problems:\n")
 
