@@ -20,6 +20,8 @@ from otel_mindformers.version import __version__
 from tests.support import training
 from tests.support.instrumented import BIN, REPO, child_env
 
+pytestmark = pytest.mark.slow  # a real training, then the CLI as documented
+
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "collector-config" / "README.md"]
 _BLOCK = re.compile(r"(<!-- illustrative -->\s*)?```(?:bash|sh|shell)\n(.*?)```", re.S)
 _TOOLS = ("otel-mindformers", "promtool")

@@ -9,6 +9,8 @@ import pytest
 from otel_mindformers import MonitorCallback
 from tests.support import training
 
+pytestmark = pytest.mark.slow  # real training runs
+
 MISSING_NORM = "no global gradient norm"
 
 

@@ -22,6 +22,8 @@ from mindformers.tools.register import MindFormerModuleType, MindFormerRegister,
 from mindformers.trainer.base_trainer import BaseTrainer
 from mindspore.train import Model
 
+pytestmark = pytest.mark.slow  # fresh interpreters importing MindSpore / MindFormers
+
 patched = {{
     "Config.apply": type(template.Config.__dict__["apply"]) is not classmethod,
     "BaseTrainer.training_process": hasattr(BaseTrainer.__dict__["training_process"], "__wrapped__"),

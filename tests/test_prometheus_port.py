@@ -14,6 +14,8 @@ from tests.support import training
 from tests.support.blackhole import Blackhole
 from tests.support.instrumented import free_port
 
+pytestmark = pytest.mark.slow  # real training runs
+
 LOSS_SERIES = "mindformers_train_loss"  # the loss gauge as Prometheus names it
 
 
