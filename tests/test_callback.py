@@ -237,7 +237,7 @@ def test_article_custom_monitor_appends_to_the_same_file(workdir, capsys):
 
     examples = Path(__file__).resolve().parent.parent / "examples"
     cb = MonitorCallback(config(workdir, custom_monitor_callback="custom_monitor.CustomMetricMonitor",
-                                source_dir=str(examples), alert_config={"loss_threshold": 0.0}))
+                                alert_config={"loss_threshold": 0.0}), source_dir=str(examples))
     training.train([cb], steps=6, shape="tuple5")
     lines = strict_lines(workdir / "m.json")
     custom = [l for l in lines if "lr" in l]
