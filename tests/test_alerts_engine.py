@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -38,7 +39,11 @@ class Harness:
 
     def __init__(self, alert_section, *, enable_alert=True):
         self.config = load_monitor_config(
-            {"output_type": [], "alert_config": {"enable_alert": enable_alert, "stall_timeout": None, **alert_section}}
+            {
+                "output_type": [],
+                "json_log_path": str(Path(tempfile.mkdtemp()) / "train_metric.json"),  # stack dumps go beside it
+                "alert_config": {"enable_alert": enable_alert, "stall_timeout": None, **alert_section},
+            }
         )
         self.spans = InMemorySpanExporter()
         self.logs = InMemoryLogRecordExporter()
@@ -227,6 +232,7 @@ def test_run_end_notices_are_off_by_default_and_sent_by_reporting_and_crashed_ra
 def test_run_end_notices_from_a_reporting_rank():
     with WebhookReceiver() as receiver:
         h = Harness({"notify_run_end": True, "notifiers": [{"type": "webhook", "url": receiver.url()}]})
+        h.engine.shutdown(1.0)
         h.config.report_ranks = "all"
         h.engine = AlertEngine.start(h.config, IDENTITY, h.telemetry, h.progress)
         h.engine.notify_run_end("completed", None, 20)

@@ -42,8 +42,8 @@ class Frame:
         return f"{self.function} ({self.file}:{self.line})"
 
     def is_library(self) -> bool:
-        """In the standard library or an installed package (site-packages)."""
-        return os.path.normcase(os.path.realpath(self.file)).startswith(_LIBRARY_DIRS)
+        """In the standard library (frozen modules too) or an installed package."""
+        return self.file.startswith("<") or os.path.normcase(os.path.realpath(self.file)).startswith(_LIBRARY_DIRS)
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "function": self.function, "source": self.source}
