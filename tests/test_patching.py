@@ -11,6 +11,8 @@ import pytest
 
 from tests.support.instrumented import REPO, child_env, instrumented, run
 
+pytestmark = pytest.mark.slow  # fresh interpreters importing MindSpore / MindFormers
+
 ARTICLE_YAML = REPO / "examples" / "mindformers_tiny_llama.yaml"
 
 # Prints which of the patch points are not the library's own, after importing both libraries.
@@ -21,8 +23,6 @@ import mindformers
 from mindformers.tools.register import MindFormerModuleType, MindFormerRegister, template
 from mindformers.trainer.base_trainer import BaseTrainer
 from mindspore.train import Model
-
-pytestmark = pytest.mark.slow  # fresh interpreters importing MindSpore / MindFormers
 
 patched = {{
     "Config.apply": type(template.Config.__dict__["apply"]) is not classmethod,
