@@ -17,6 +17,8 @@ from otel_mindformers import semconv
 from tests.support.blackhole import Blackhole
 from tests.support.instrumented import REPO, child_env, free_port, instrumented, run
 
+pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training under opentelemetry-instrument
+
 PLAIN_TRAIN = REPO / "examples" / "plain_train.py"
 SHUTDOWN_TIMEOUT = 1.0
 EXPORT_TIMEOUT = 30  # OTEL_EXPORTER_OTLP_TIMEOUT, seconds: what exit must not wait for
@@ -24,8 +26,6 @@ EXPORT_TIMEOUT = 30  # OTEL_EXPORTER_OTLP_TIMEOUT, seconds: what exit must not w
 # plain_train.py, then the wall time at which training ended.
 TIMED_TRAIN = f'''
 import runpy, sys, time
-
-pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training under opentelemetry-instrument
 sys.argv = [{str(PLAIN_TRAIN)!r}, "--steps", "6"]
 runpy.run_path(sys.argv[0], run_name="__main__")
 print("TRAINED", time.time(), flush=True)
