@@ -23,6 +23,8 @@ from otel_mindformers import semconv
 from otel_mindformers import training_metrics as tm
 from otel_mindformers.cadence import Cadence, StepClock
 from otel_mindformers.config import MonitorConfig
+from otel_mindformers.diagnosis.heartbeat import Heartbeat
+from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
 from otel_mindformers.extract import OutputReader
 from otel_mindformers.identity import Identity, detect_identity
 from otel_mindformers.outputs import SinkFanout, build_sinks
@@ -66,6 +68,7 @@ class MonitorRun:
         self.run_span: Any = None
         self.pipeline: SampledStepPipeline | None = None
         self._epoch_span: Any = None
+        self._first_nonfinite: FirstNonFinite | None = None
 
     @classmethod
     def start(cls, config: MonitorConfig, cb_params: Any, providers: dict[str, Any]) -> "MonitorRun":
@@ -88,6 +91,15 @@ class MonitorRun:
         reports_training = config.reports_training_metrics(identity.rank)
         self.telemetry = telemetry = build_telemetry(config, identity, **self._providers)
         self._reader = OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor)
+        # `nonfinite_check: all_ranks`: the ranks that do not report still read their own
+        # loss and grad norm on sampled steps, only to name the first rank that goes bad.
+        self._local_reader = (
+            OutputReader([tm.LOSS, tm.GRAD_NORM], None)
+            if config.nonfinite_check == "all_ranks" and not reports_training
+            else None
+        )
+        if config.nonfinite_check == "all_ranks":
+            self._first_nonfinite = FirstNonFinite(telemetry.meter, telemetry.logger, identity, config.json_log_path)
         self._wants_time = tm.STEP_TIME in config.monitored_metrics
         self._wants_samples = tm.SAMPLES_PER_SECOND in config.monitored_metrics
         self._wants_tokens = tm.TOKENS_PER_SECOND in config.monitored_metrics
@@ -115,6 +127,10 @@ class MonitorRun:
             attributes={**identity.attributes(), "training.epochs": int(cb_params.get("epoch_num") or 0)},
         )
         self._run_context = trace.set_span_in_context(self.run_span)
+        if self.alerts is not None:
+            self.alerts.attach_run_span(self.run_span)
+        # Every rank's heartbeat, read by the metric reader's thread from the clock.
+        Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
         self.pipeline = SampledStepPipeline(
             tracer=telemetry.tracer,
             instruments=TrainingInstruments(telemetry.meter),
@@ -177,6 +193,9 @@ class MonitorRun:
             started_at=self._wall(previous_end),
         )
         self.pipeline.submit(record)
+        if self._first_nonfinite is not None:
+            local = self._local_reader.read(cb_params, step) if self._local_reader is not None else values
+            self._first_nonfinite.check(step, local, self.run_span)
         loss = values.get(tm.LOSS)
         if self._stop_on_nonfinite_loss and loss is not None and not math.isfinite(loss):
             self.stop_pending = f"non-finite loss ({loss}) at step {step}"
@@ -233,6 +252,8 @@ class MonitorRun:
             self.pipeline.close(max(remaining(), LOCAL_DRAIN_SECONDS))
         if self.run_span is not None:
             self._end_run_span(error)
+        if self.alerts is not None:
+            self._notify_run_end(error)
         for close in (
             self.alerts and (lambda: self.alerts.shutdown(remaining())),
             self.devices and self.devices.shutdown,
@@ -243,6 +264,18 @@ class MonitorRun:
                     close()
                 except Exception as exc:  # shutting down telemetry must not mask the run's outcome
                     _logger.warning("otel_mindformers: shutting down monitoring failed: %s", exc)
+
+    def _notify_run_end(self, error: BaseException | None) -> None:
+        if error is not None:
+            outcome, reason = "crashed", f"{type(error).__name__}: {error}"
+        elif self.stop_reason is not None:
+            outcome, reason = "stopped", self.stop_reason
+        else:
+            outcome, reason = "completed", None
+        try:
+            self.alerts.notify_run_end(outcome, reason, self.clock.step)
+        except Exception as exc:  # a notice must not mask the run's outcome
+            _logger.warning("otel_mindformers: run-end notice failed: %s", exc)
 
     def _end_run_span(self, error: BaseException | None) -> None:
         span, self.run_span = self.run_span, None

@@ -8,6 +8,7 @@ the README's name table and the collector rules' consistency test read.
 from __future__ import annotations
 
 from otel_mindformers import training_metrics
+from otel_mindformers.diagnosis.names import DIAGNOSIS_METRICS
 from otel_mindformers.metric_spec import Kind, MetricSpec
 
 INSTRUMENTATION_NAME = "otel_mindformers"
@@ -174,4 +175,14 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(
 
 def all_metrics() -> tuple[MetricSpec, ...]:
     """Every metric the package can emit (training, device, alert and self metrics)."""
-    return training_metrics.INSTRUMENTS + ALERT_METRICS + DEVICE_METRICS
+    return training_metrics.INSTRUMENTS + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS
+
+
+def markdown_table() -> str:
+    """The README's table of the metrics beside the training table (diagnosis, alert,
+    device, host and self metrics), generated from the specs above."""
+    lines = ["| metric | kind | unit | meaning |", "|---|---|---|---|"]
+    for spec in DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS:
+        unit = f"`{spec.unit}`" if spec.unit else ""
+        lines.append(f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | {unit} | {spec.description} |")
+    return "\n".join(lines)

@@ -49,3 +49,13 @@ def test_readme_names_every_metric_and_span_the_package_emits():
     names = [m.name for m in semconv.all_metrics()] + [semconv.SPAN_RUN, semconv.SPAN_EPOCH, semconv.SPAN_STEP]
     missing = [name for name in names if f"`{name}`" not in text]
     assert not missing, f"README's name table lacks {missing}"
+
+
+def test_readme_metric_tables_are_the_generated_ones():
+    """The README's two tables are `training_metrics.markdown_table()` and
+    `semconv.markdown_table()`: a metric added without regenerating the README fails here."""
+    from otel_mindformers import semconv, training_metrics
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert training_metrics.markdown_table() in text
+    assert semconv.markdown_table() in text

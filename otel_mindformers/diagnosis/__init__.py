@@ -6,8 +6,23 @@
 - `hang_report`: the `otel-mindformers hang-report` command. See docs/hangs.md.
 """
 
-from otel_mindformers.diagnosis.dumps import StackDumper, dump_stacks
-from otel_mindformers.diagnosis.heartbeat import Heartbeat
-from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
+import importlib
+from typing import Any
+
+# Loaded on first use: semconv reads `diagnosis.names`, and importing the dumper here would
+# import identity (which imports semconv) while semconv is still loading.
+_EXPORTS = {
+    "StackDumper": "otel_mindformers.diagnosis.dumps",
+    "dump_stacks": "otel_mindformers.diagnosis.dumps",
+    "Heartbeat": "otel_mindformers.diagnosis.heartbeat",
+    "FirstNonFinite": "otel_mindformers.diagnosis.nonfinite",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'otel_mindformers.diagnosis' has no attribute {name!r}")
+
 
 __all__ = ["FirstNonFinite", "Heartbeat", "StackDumper", "dump_stacks"]
