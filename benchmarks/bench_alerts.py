@@ -52,7 +52,8 @@ def _engine(alert_section: dict) -> tuple[AlertEngine, object]:
         logger_provider=LoggerProvider(),
     )  # fmt: skip
     progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
-    return AlertEngine.start(config, IDENTITY, telemetry, progress), telemetry
+    return AlertEngine.start(config.alert_config, IDENTITY, telemetry, progress, job="bench",
+                             reports_training=True, json_log_path=config.json_log_path), telemetry
 
 
 def _record(step: int, loss: float) -> StepRecord:

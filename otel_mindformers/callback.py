@@ -16,7 +16,6 @@ run owns lives in a `MonitorRun` (run.py) that exists only while the run does.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import time
 from typing import Any

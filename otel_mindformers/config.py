@@ -404,6 +404,16 @@ class DeviceConfig(_Section):
     sources: list[str] = _key(factory=lambda: ["auto"], check=_one_of(DEVICE_SOURCES))
 
 
+@dataclasses.dataclass(frozen=True)
+class OutputsConfig:
+    """`output_type`, `json_log_path`, `tensorboard_path` and `log_rotation`, for the outputs."""
+
+    output_type: list[str]
+    json_log_path: str
+    tensorboard_path: str
+    log_rotation: LogRotationConfig
+
+
 @dataclasses.dataclass(repr=False)
 class MonitorConfig(_Section):
     """The `monitor_config` section. Field names are the YAML keys.
@@ -451,6 +461,11 @@ class MonitorConfig(_Section):
     def reports_training_metrics(self, rank: int) -> bool:
         """The article's policy: rank 0 reports training metrics unless configured otherwise."""
         return self.report_ranks == "all" or rank in self.report_ranks
+
+    @property
+    def outputs(self) -> "OutputsConfig":
+        """The local outputs' keys as one section (the article keeps them at the top level)."""
+        return OutputsConfig(self.output_type, self.json_log_path, self.tensorboard_path, self.log_rotation)
 
     def validate(self) -> "MonitorConfig":
         """Re-check after attribute assignment (the article assigns in code before training)."""

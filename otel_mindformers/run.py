@@ -26,12 +26,13 @@ from otel_mindformers.config import MonitorConfig
 from otel_mindformers.diagnosis.heartbeat import Heartbeat
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
 from otel_mindformers.extract import OutputReader
-from otel_mindformers.identity import Identity, detect_identity
+from otel_mindformers.identity import detect_identity
 from otel_mindformers.outputs import SinkFanout, build_sinks
+from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.pipeline import SampledStepPipeline
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.instruments import TrainingInstruments
-from otel_mindformers.telemetry.providers import build_telemetry
+from otel_mindformers.telemetry.providers import build_telemetry, service_name
 
 _logger = logging.getLogger(__name__)
 
@@ -84,10 +85,8 @@ class MonitorRun:
 
     def _start(self, cb_params: Any) -> None:
         config = self.config
-        from otel_mindformers.outputs.paths import prepare_output_paths
-
-        prepare_output_paths(config)
         self.identity = identity = detect_identity()
+        prepare_output_paths(config, identity)
         reports_training = config.reports_training_metrics(identity.rank)
         self.telemetry = telemetry = build_telemetry(config, identity, **self._providers)
         self._reader = OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor)
@@ -138,7 +137,7 @@ class MonitorRun:
             point_attributes=identity.point_attributes(),
             wants_span=self.cadence.wants_span,
             alerts=self.alerts,
-            sinks=SinkFanout(build_sinks(config, identity, reports_training)),
+            sinks=SinkFanout(build_sinks(config.outputs, identity, reports_training)),
             on_stop_request=self._request_stop,
         )
         self.clock.phase = "step"
@@ -151,11 +150,15 @@ class MonitorRun:
         return DeviceTelemetry.start(self.config, self.identity, self.telemetry.meter)
 
     def _start_alerts(self) -> Any:
-        if not self.config.alert_config.enable_alert:
-            return None
         from otel_mindformers.alerts import AlertEngine
 
-        return AlertEngine.start(self.config, self.identity, self.telemetry, self.clock)
+        config = self.config
+        return AlertEngine.start(
+            config.alert_config, self.identity, self.telemetry, self.clock,
+            job=service_name(config),
+            reports_training=config.reports_training_metrics(self.identity.rank),
+            json_log_path=config.json_log_path,
+        )
 
     # --- epochs (training thread, once per epoch) ---------------------------------------------
     def begin_epoch(self, epoch: int) -> None:

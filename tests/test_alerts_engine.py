@@ -20,12 +20,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from otel_mindformers.alerts import AlertEngine
 from otel_mindformers.config import load_monitor_config
 from otel_mindformers.identity import Identity
 from otel_mindformers.monitor import BaseMonitor
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.providers import build_telemetry
+from tests.support.alert_engine import engine_for
 from tests.support.webhook_receiver import WebhookReceiver
 
 IDENTITY = Identity(rank=1, world_size=2, job_id="job-a", host_name="host-a")
@@ -60,7 +60,7 @@ class Harness:
             logger_provider=logger_provider,
         )
         self.progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
-        self.engine = AlertEngine.start(self.config, IDENTITY, self.telemetry, self.progress)
+        self.engine = engine_for(self.config, IDENTITY, self.telemetry, self.progress)
 
     def step(self, step, **values):
         """One sampled step inside a step span, as the callback does it; returns the stop reason."""
@@ -234,7 +234,7 @@ def test_run_end_notices_from_a_reporting_rank():
         h = Harness({"notify_run_end": True, "notifiers": [{"type": "webhook", "url": receiver.url()}]})
         h.engine.shutdown(1.0)
         h.config.report_ranks = "all"
-        h.engine = AlertEngine.start(h.config, IDENTITY, h.telemetry, h.progress)
+        h.engine = engine_for(h.config, IDENTITY, h.telemetry, h.progress)
         h.engine.notify_run_end("completed", None, 20)
         h.engine.notify_run_end("stopped", "3 consecutive anomalous sampled steps", 9)
         h.engine.shutdown(5.0)
@@ -257,7 +257,8 @@ config = load_monitor_config({"output_type": [], "json_log_path": "m.json",
                               "alert_config": {"enable_alert": True, "stall_timeout": 0.2}})
 identity = Identity(rank=0, world_size=1, host_name="h")
 progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter(), phase="step")
-engine = AlertEngine.start(config, identity, build_telemetry(config, identity), progress)
+engine = AlertEngine.start(config.alert_config, identity, build_telemetry(config, identity), progress,
+                           job="job", reports_training=True, json_log_path=config.json_log_path)
 progress.step, progress.last_step_end = 1, time.perf_counter()  # step 1 finished, then nothing
 while not os.path.exists("diagnosis_rank_0.jsonl"):  # written when the stall is seen
     time.sleep(0.05)

@@ -20,13 +20,14 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_mindformers.alerts import Alert, AlertEngine
+from otel_mindformers.alerts import Alert
 from otel_mindformers.alerts.delivery import NotificationDelivery
 from otel_mindformers.alerts.notifiers import build_notifiers
 from otel_mindformers.config import NotifierConfig, load_monitor_config
 from otel_mindformers.identity import Identity
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.providers import build_telemetry
+from tests.support.alert_engine import engine_for
 from tests.support.metrics import counter_values
 from tests.support.webhook_receiver import WebhookReceiver, closed_port_url
 
@@ -46,7 +47,7 @@ def start_engine(alert_section, reader=None):
         logger_provider=LoggerProvider(),
     )
     progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
-    return AlertEngine.start(config, IDENTITY, telemetry, progress)
+    return engine_for(config, IDENTITY, telemetry, progress)
 
 
 def record(step, loss):

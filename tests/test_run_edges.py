@@ -21,7 +21,7 @@ from mindspore.train.callback import RunContext, _InternalCallbackParam
 
 from otel_mindformers import ConfigError, MonitorCallback
 from tests.support import monitors, training
-from tests.support.training import Faults
+
 
 
 def lines(path) -> list[dict]:

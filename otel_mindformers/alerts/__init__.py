@@ -1,6 +1,7 @@
 """In-process alerts: anomaly rules, notifications, stall watchdog and early stop.
 
-`AlertEngine.start(config, identity, telemetry, progress)` returns None when
+`AlertEngine.start(alert_config, identity, telemetry, progress, job=..., reports_training=...,
+json_log_path=...)` returns None when
 `alert_config.enable_alert` is off; see docs/alerts.md.
 """
 

@@ -9,10 +9,12 @@ thread.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import threading
 import time
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
@@ -25,13 +27,12 @@ from otel_mindformers.alerts.delivery import NotificationDelivery
 from otel_mindformers.alerts.notifiers import build_notifiers
 from otel_mindformers.alerts.rules import NO_DATA, NONFINITE, STALL, Finding, build_rules
 from otel_mindformers.alerts.watchdog import StallWatchdog, StepProgress
-from otel_mindformers.config import MonitorConfig
+from otel_mindformers.config import AlertConfig
 from otel_mindformers.diagnosis import names as diagnosis
 from otel_mindformers.diagnosis.dumps import StackDump, StackDumper
 from otel_mindformers.identity import Identity
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.instruments import create_instrument
-from otel_mindformers.telemetry.providers import service_name
 
 _logger = logging.getLogger(__name__)
 
@@ -110,36 +111,65 @@ def as_number(value: Any) -> float | None:
         return None
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _serialized(method: _Method) -> _Method:
+    """Runs the method under the engine's lock (see AlertEngine.__init__)."""
+
+    @functools.wraps(method)
+    def locked(self: "AlertEngine", *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
+
+
 class AlertEngine:
     """In-process anomaly alerts for one rank. Build with `AlertEngine.start(...)`."""
 
     @classmethod
     def start(
         cls,
-        config: MonitorConfig,
+        alerts: AlertConfig,
         identity: Identity,
         telemetry: TelemetryHandles,
         progress: StepProgress,
+        *,
+        job: str,
+        reports_training: bool,
+        json_log_path: str,
     ) -> "AlertEngine | None":
         """The running engine, or None when `alert_config.enable_alert` is off.
 
         `progress` is read by the stall watchdog; its current `last_step_end` is taken as
         "training started", so the watchdog arms at the first step that finishes after it.
+        `job` names the job in notifications (the identity's job id wins); `reports_training`
+        says whether this rank sends run-completed notices; stack dumps go beside
+        `json_log_path`.
         """
-        if not (config.enable and config.alert_config.enable_alert):
+        if not alerts.enable_alert:
             return None
-        return cls(config, identity, telemetry, progress)
+        return cls(alerts, identity, telemetry, progress, job=job, reports_training=reports_training,
+                   json_log_path=json_log_path)
 
     def __init__(
         self,
-        config: MonitorConfig,
+        alerts: AlertConfig,
         identity: Identity,
         telemetry: TelemetryHandles,
         progress: StepProgress,
+        *,
+        job: str,
+        reports_training: bool,
+        json_log_path: str,
     ) -> None:
-        alerts = config.alert_config
+        # evaluate() runs on the pipeline's worker thread, raise_alert() on the training
+        # thread and the stall callbacks on the watchdog's: one lock keeps the rate limiter
+        # and the streak consistent.
+        self._lock = threading.RLock()
         self._identity = identity
-        self._job = identity.job_id or service_name(config)
+        self._job = identity.job_id or job
         self._progress = progress
         self._rules = build_rules(alerts)
         self._limiter = RateLimiter(alerts.alert_interval)
@@ -164,10 +194,10 @@ class AlertEngine:
             else None
         )
         self._notify_run_end = alerts.notify_run_end
-        self._reports_training = config.reports_training_metrics(identity.rank)
+        self._reports_training = reports_training
         self._stall_timeout = alerts.stall_timeout
         # Built here, on the training thread: the dumper marks it as the thread to watch.
-        self.stacks = StackDumper.start(config.json_log_path, identity, telemetry.logger, progress)
+        self.stacks = StackDumper.start(json_log_path, identity, telemetry.logger, progress)
         self._stall_dump: StackDump | None = None
         self._watchdog = (
             StallWatchdog(progress, alerts.stall_timeout, self._on_stall, self._on_resume).start()
@@ -176,6 +206,7 @@ class AlertEngine:
         )
 
     # --- training thread -----------------------------------------------------------------
+    @_serialized
     def evaluate(self, record: StepRecord, step_span: Span | None) -> str | None:
         """Run every rule on a sampled step; return a stop reason, or None to carry on."""
         fired: list[str] = []
@@ -216,6 +247,7 @@ class AlertEngine:
             )
         return self._stop_reason
 
+    @_serialized
     def raise_alert(
         self,
         rule: str,
@@ -341,6 +373,7 @@ class AlertEngine:
     # --- watchdog thread -----------------------------------------------------------------
     # A stall is measured in seconds, not steps: no step passes while it lasts, so it is
     # exempt from the step-based rate limit (the watchdog fires once per threshold anyway).
+    @_serialized
     def _on_stall(self, last_step: int, idle: float, threshold: int) -> None:
         if threshold > 1:
             # The second dump only tells stuck from slow; the notice went out at the first.
@@ -362,6 +395,7 @@ class AlertEngine:
             )
         )
 
+    @_serialized
     def _on_resume(self, step: int) -> None:
         self._stall_dump = None
         self._notify(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from otel_mindformers.config import MonitorConfig
+from otel_mindformers.config import OutputsConfig
 from otel_mindformers.extras import install_hint, is_installed
 from otel_mindformers.identity import Identity
 from otel_mindformers.outputs.base import OutputSink, SinkFanout
@@ -15,7 +15,7 @@ from otel_mindformers.outputs.tensorboard import TensorBoardSink, rank_dir
 _logger = logging.getLogger(__name__)
 
 
-def build_sinks(config: MonitorConfig, identity: Identity, reports_training: bool) -> list[OutputSink]:
+def build_sinks(config: OutputsConfig, identity: Identity, reports_training: bool) -> list[OutputSink]:
     """Files are per rank (JSON file, TensorBoard folder), so every rank keeps its own;
     stdout belongs to reporting ranks, so an 8-rank job prints one set of lines, not eight
     (the article's policy)."""
