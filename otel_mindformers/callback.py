@@ -94,6 +94,15 @@ class MonitorCallback(Callback):
         if self._run is not None:
             self._run.begin_epoch(int(run_context.original_args().get("cur_epoch_num") or 0))
 
+    def on_train_step_begin(self, run_context: Any) -> None:
+        run = self._run
+        if run is None:
+            return
+        # The data wait: a clock read and an addition (timeline.py turns it into a phase).
+        timeline = run.timeline
+        timeline.step_begin = now = time.perf_counter()
+        timeline.data_wait += now - run.clock.last_step_end
+
     def on_train_step_end(self, run_context: Any) -> None:
         run = self._run
         if run is None:

@@ -33,6 +33,7 @@ from otel_mindformers.pipeline import SampledStepPipeline
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.instruments import TrainingInstruments
 from otel_mindformers.telemetry.providers import build_telemetry, service_name
+from otel_mindformers.timeline import RunTimeline
 
 _logger = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class MonitorRun:
         self.run_span: Any = None
         self.pipeline: SampledStepPipeline | None = None
         self._epoch_span: Any = None
+        self.timeline: RunTimeline | None = None
         self._first_nonfinite: FirstNonFinite | None = None
 
     @classmethod
@@ -128,6 +130,12 @@ class MonitorRun:
         self._run_context = trace.set_span_in_context(self.run_span)
         if self.alerts is not None:
             self.alerts.attach_run_span(self.run_span)
+        # Phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`) and goodput.
+        self.timeline = RunTimeline(
+            tracer=telemetry.tracer, meter=telemetry.meter, parent=self._phase_parent,
+            span_attributes=identity.attributes(), point_attributes=identity.point_attributes(),
+            clock=self.clock, perf0=self._perf0, wall0=self._wall0,
+        )  # fmt: skip
         # Every rank's heartbeat, read by the metric reader's thread from the clock.
         Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
         self.pipeline = SampledStepPipeline(
@@ -139,6 +147,7 @@ class MonitorRun:
             alerts=self.alerts,
             sinks=SinkFanout(build_sinks(config.outputs, identity, reports_training)),
             on_stop_request=self._request_stop,
+            phases=self.timeline.recorder,
         )
         self.clock.phase = "step"
 
@@ -166,6 +175,11 @@ class MonitorRun:
             semconv.SPAN_EPOCH, context=self._run_context, attributes={semconv.ATTR_EPOCH: epoch}
         )
 
+    def _phase_parent(self) -> otel_context.Context:
+        """Phases are children of the epoch span while one is open, else of the run span."""
+        epoch = self._epoch_span
+        return trace.set_span_in_context(epoch) if epoch is not None else self._run_context
+
     def end_epoch(self) -> None:
         if self._epoch_span is not None:
             self._epoch_span.end()
@@ -184,6 +198,8 @@ class MonitorRun:
                 values[tm.SAMPLES_PER_SECOND] = samples
             if self._wants_tokens and self._tokens_per_sample:
                 values[tm.TOKENS_PER_SECOND] = samples * self._tokens_per_sample
+        timeline = self.timeline
+        phases = timeline.on_sample(previous_end, end)
         record = StepRecord(
             step=step,
             epoch=self._epoch_of(cb_params, step),
@@ -194,6 +210,8 @@ class MonitorRun:
             device=self.devices.snapshot() if self.devices is not None else {},
             is_last=is_last,
             started_at=self._wall(previous_end),
+            phases=phases,
+            time_breakdown=timeline.breakdown(end),
         )
         self.pipeline.submit(record)
         if self._first_nonfinite is not None:
@@ -239,6 +257,9 @@ class MonitorRun:
                 self.sample(cb_params, step, self.cadence.window_start, self.clock.last_step_end, is_last=True)
             except Exception as exc:  # the last record is telemetry: never fail the run's end
                 _logger.warning("otel_mindformers: could not sample the last step %d: %s", step, exc)
+        if self.timeline is not None:
+            for interval in self.timeline.settle_compile():  # runs shorter than STEADY_SAMPLES samples
+                self.timeline.recorder.record(interval)
         self._close(error, self.config.shutdown_timeout)
 
     def _close(self, error: BaseException | None, timeout: float) -> None:
@@ -248,6 +269,8 @@ class MonitorRun:
         def remaining() -> float:
             return max(0.0, deadline - time.monotonic())
 
+        if self.timeline is not None:
+            self.timeline.close()
         self.end_epoch()
         # The pipeline drains first, so a rule's stop reason and the last lines land before
         # the run span ends and the providers flush.

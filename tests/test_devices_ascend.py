@@ -1,6 +1,7 @@
 """AscendSource against a fake `npu-smi` put first on PATH (tests/fixtures/bin/npu-smi):
 normal output of each board form, exit 1, garbage, missing, and a hang past the timeout."""
 
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import pytest
 from otel_mindformers import semconv
 from otel_mindformers.config import DeviceConfig
 from otel_mindformers.devices.ascend import AscendSource
+from otel_mindformers.devices import npu_smi as smi
 from otel_mindformers.devices.base import MIB, SourceError
+from otel_mindformers.devices.energy import EnergyIntegrator
 from otel_mindformers.devices.selection import build_sources
 from otel_mindformers.identity import Identity
 
@@ -172,3 +175,112 @@ def test_auto_without_npu_smi_on_cpu(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     names = [s.name for s in build_sources(DeviceConfig(), Identity(device_target="CPU"))]
     assert names == ["psutil"]
+
+
+# --- health, errors, clocks, identity (issue 16) --------------------------------------------------------
+
+def points_of(readings, metric):
+    return [p for p in readings.points if p.metric == metric]
+
+
+def test_fixture_910b_faulty_npu_error_code_ecc_clock_and_identity(fake_npu_smi):
+    readings = source(1).read()
+    assert readings.problems == ()
+    code, = points_of(readings, semconv.HW_NPU_ERROR_CODE)
+    assert code.value == 1.0 and code.attributes[semconv.ATTR_HW_NPU_ERROR_CODE] == "0x80E18005"
+    assert code.tool == "npu-smi info -t health"
+    errors = {(p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE], p.attributes[semconv.ATTR_ERROR_TYPE]): p.value
+              for p in points_of(readings, semconv.HW_ERRORS)}
+    assert errors == {("hbm", "corrected"): 17.0, ("hbm", "uncorrected"): 0.0}  # lifetime counts; DDR is NA
+    pages = {p.attributes[semconv.ATTR_ERROR_TYPE]: p.value
+             for p in points_of(readings, semconv.HW_NPU_MEMORY_ISOLATED_PAGES)}
+    assert pages == {"corrected": 1.0, "uncorrected": 0.0}
+    speed, = points_of(readings, semconv.HW_NPU_SPEED)
+    limit, = points_of(readings, semconv.HW_NPU_SPEED_LIMIT)
+    assert (speed.value, limit.value) == (1300e6, 1800e6) and limit.attributes[semconv.ATTR_HW_LIMIT_TYPE] == "max"
+    assert speed.tool == "npu-smi info -t common"
+    for point in readings.points:
+        assert point.attributes[semconv.ATTR_HW_NAME] == "NPU 1 chip 0"
+        assert point.attributes[semconv.ATTR_HW_DRIVER_VERSION] == "23.0.rc3"
+        assert point.attributes[semconv.ATTR_HW_FIRMWARE_VERSION] == "7.1.0.7.220"
+        assert semconv.ATTR_HW_SERIAL_NUMBER not in point.attributes  # -t board prints none
+
+
+def test_fixture_910b_healthy_npu_has_no_error_code(fake_npu_smi):
+    readings = source(0).read()
+    assert points_of(readings, semconv.HW_NPU_ERROR_CODE) == []
+    assert {p.value for p in points_of(readings, semconv.HW_ERRORS)} == {0.0}
+
+
+def test_fixture_a3_uncorrected_errors_and_two_codes_on_the_critical_chip(fake_npu_smi, monkeypatch):
+    monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
+    readings = source(3).read()
+    codes = {p.attributes[semconv.ATTR_HW_NPU_ERROR_CODE] for p in points_of(readings, semconv.HW_NPU_ERROR_CODE)}
+    assert codes == {"0x80E01801", "0x80E01809"}
+    errors = {(p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE], p.attributes[semconv.ATTR_ERROR_TYPE]): p.value
+              for p in points_of(readings, semconv.HW_ERRORS)}
+    assert errors[("hbm", "uncorrected")] == 2.0 and errors[("ddr", "uncorrected")] == 0.0
+
+
+def test_fixture_disagree_table_wins_then_usages_then_common(fake_npu_smi, monkeypatch):
+    # Issue 11 item 25: which npu-smi source wins when two print different values.
+    monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "disagree")
+    readings = source(1).read()
+    aicore, = [p for p in points_of(readings, semconv.HW_NPU_UTILIZATION)
+               if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"]
+    assert (aicore.value, aicore.tool) == (0.47, "npu-smi info")  # not usages' 50 nor common's 49
+    temperature, = points_of(readings, semconv.HW_TEMPERATURE)
+    power, = points_of(readings, semconv.HW_POWER)
+    assert (temperature.value, power.value) == (35.0, 88.7)  # not common's 36 and 90.0
+    states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in points_of(readings, semconv.HW_STATUS)}
+    assert states["degraded"] == 1.0  # the table's Warning, not `-t health`'s OK
+    assert readings.snapshot["npu_utilization"] == 47.0 and readings.snapshot["npu_power_w"] == 88.7
+
+
+def test_fixture_disagree_usages_wins_over_common_where_the_table_is_silent(fake_npu_smi, monkeypatch):
+    monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "disagree")
+    monkeypatch.setattr(smi, "parse_table", lambda text: _without_aicore(real_parse_table(text)))
+    aicore, = [p for p in points_of(source(1).read(), semconv.HW_NPU_UTILIZATION)
+               if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"]
+    assert (aicore.value, aicore.tool) == (0.50, "npu-smi info -t usages")
+
+
+def test_old_driver_without_ecc_health_board_keeps_its_readings_and_names_each_query(fake_npu_smi, monkeypatch):
+    monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "old_driver")
+    ascend = source(0)
+    readings = ascend.read()
+    assert readings.snapshot["npu_hbm_total_mb"] == 32768.0
+    assert [(p.query, p.error_type) for p in readings.problems] == [
+        ("npu-smi info -t ecc", "exit_status"), ("npu-smi info -t health", "exit_status"),
+        ("npu-smi info -t board", "exit_status")]
+    assert semconv.ATTR_HW_FIRMWARE_VERSION not in readings.points[0].attributes
+    assert [p.query for p in ascend.read().problems] == ["npu-smi info -t ecc", "npu-smi info -t health"]
+    assert calls(fake_npu_smi).count("info -t board -i 0 -c 0") == 1  # a board that cannot tell is not asked again
+
+
+def test_energy_is_integrated_from_power_over_the_polls():
+    clock = Clock()
+    energy = EnergyIntegrator(clock)
+    assert energy.add("npu-1", 100.0) == 0.0
+    clock.now += 10
+    assert energy.add("npu-1", 200.0) == 1500.0  # (100 + 200) / 2 W for 10 s
+    clock.now += 5
+    assert energy.add("npu-1", 200.0) == 2500.0
+    assert energy.add("npu-0", 50.0) == 0.0  # each device its own counter
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+real_parse_table = smi.parse_table
+
+
+def _without_aicore(table):
+    chips = tuple(dataclasses.replace(c, values={k: v for k, v in c.values.items() if k != smi.AICORE})
+                  for c in table.chips)
+    return dataclasses.replace(table, chips=chips)

@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_mindformers.devices import npu_smi as f
-from otel_mindformers.devices.npu_smi import NpuSmiParseError, parse_chip_blocks, parse_table
+from otel_mindformers.devices.npu_smi import (
+    NpuSmiParseError, parse_board, parse_chip_blocks, parse_ecc, parse_health, parse_table,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "npu_smi"
 
@@ -119,6 +121,69 @@ def test_bad_values_are_left_out():
 @given(st.text(alphabet=st.sampled_from(list("|+-=: /%()\n\t0123456789.aAbHCDRMNUchipIdBus-")), max_size=400))
 def test_parsers_fail_only_with_parse_errors(garbage):
     for parse in (parse_table, parse_chip_blocks):
+        try:
+            parse(garbage)
+        except NpuSmiParseError:
+            pass
+
+
+# --- `-t ecc`, `-t health`, `-t board`, the title's driver version ---------------------------------
+
+def test_fixture_910b_title_row_carries_the_driver_version():
+    assert parse_table(text("910b/info.txt")).driver_version == "23.0.rc3"
+    assert parse_table(text("old_driver/info.txt")).driver_version == "21.0.4"
+
+
+def test_fixture_910b_ecc_counts_aggregates_and_isolated_pages_without_ddr():
+    block, = parse_ecc(text("910b/ecc_1.txt"))
+    assert block.chip_id == 0
+    assert block.values == {
+        ("hbm", "corrected", f.ECC_COUNT): 3.0, ("hbm", "uncorrected", f.ECC_COUNT): 0.0,
+        ("hbm", "corrected", f.ECC_AGGREGATE): 17.0, ("hbm", "uncorrected", f.ECC_AGGREGATE): 0.0,
+        ("hbm", "corrected", f.ECC_ISOLATED_PAGES): 1.0, ("hbm", "uncorrected", f.ECC_ISOLATED_PAGES): 0.0,
+    }  # every DDR line says NA on this board
+
+
+def test_fixture_a3_ecc_one_block_per_chip():
+    first, second = parse_ecc(text("a3/ecc_1.txt"))
+    assert (first.chip_id, second.chip_id) == (0, 1)
+    assert second.values[("hbm", "uncorrected", f.ECC_AGGREGATE)] == 2.0
+    assert second.values[("ddr", "uncorrected", f.ECC_COUNT)] == 0.0
+
+
+@pytest.mark.parametrize("name, status, codes", [
+    ("910b/health_0_0.txt", "OK", ()),
+    ("910b/health_1_0.txt", "Warning", ("0x80E18005",)),
+    ("a3/health_1_1.txt", "Critical", ("0x80E01801", "0x80E01809")),
+])
+def test_fixture_health_status_and_error_codes(name, status, codes):
+    health = parse_health(text(name))
+    assert (health.status, health.error_codes) == (status, codes)
+
+
+def test_health_error_codes_in_every_spelling_are_normalised_and_deduplicated():
+    health = parse_health(" Health Status : Alarm\n Error Code : 80e01801,0x80E01801  0X8C084E00 NA -\n")
+    assert health.error_codes == ("0x80E01801", "0x8C084E00")
+    assert parse_health(" Health Status : NA\n Error Code : 0\n").error_codes == ()
+
+
+def test_fixture_board_identity_and_missing_serial_number():
+    board = parse_board(text("910b/board_1_0.txt"))
+    assert board == f.ChipBoard(name="Ascend910B4", firmware_version="7.1.0.7.220", serial_number=None)
+    assert parse_board("Serial Number : 102xx1234\nFirmware Version : NA\n").serial_number == "102xx1234"
+
+
+@pytest.mark.parametrize("parse", [parse_ecc, parse_health, parse_board])
+def test_new_forms_on_garbage_are_parse_errors(parse):
+    with pytest.raises(NpuSmiParseError):
+        parse(text("malformed/garbage.txt"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list(": \n\t0123456789.xXaAbBcCdDeEfFNHMSBitErrorCountHealthStatusCodeChipIDFirmware")),
+               max_size=400))
+def test_ecc_health_board_parsers_fail_only_with_parse_errors(garbage):
+    for parse in (parse_ecc, parse_health, parse_board):
         try:
             parse(garbage)
         except NpuSmiParseError:

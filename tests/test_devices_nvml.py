@@ -104,3 +104,67 @@ def test_real_nvml_without_a_driver_library_is_a_source_error():
         source.read()
     assert raised.value.error_type.startswith("NVMLError")
     source.close()
+
+
+# --- errors, links, throttling, energy, identity (issue 16) ------------------------------------------
+
+def by_type(readings, metric, key):
+    return {p.attributes.get(key): p.value for p in readings.points if p.metric == metric}
+
+
+def test_fake_nvml_no_gpu_here_identity_attributes_on_every_point():
+    readings = NvmlSource(two_gpus(), ["1"], "1", ATTRS).read()
+    for point in readings.points:
+        assert point.attributes[semconv.ATTR_HW_DRIVER_VERSION] == "550.127.05"
+        assert point.attributes[semconv.ATTR_HW_FIRMWARE_VERSION] == "92.00.45.00.06"
+        assert point.attributes[semconv.ATTR_HW_SERIAL_NUMBER] == "1652022012345"
+    gpu = [p for p in readings.points if p.attributes[semconv.ATTR_HW_ID] == "gpu-1"]
+    assert {p.attributes[semconv.ATTR_HW_NAME] for p in gpu} == {"GPU 1"}
+    no_serial = NvmlSource(two_gpus(serial=None), ["1"], "1", ATTRS).read()
+    assert semconv.ATTR_HW_SERIAL_NUMBER not in no_serial.points[0].attributes
+
+
+def test_fake_nvml_no_gpu_here_xid_events_are_counted_per_xid_across_polls():
+    nvml = two_gpus(xids=[79, 48])
+    source = NvmlSource(nvml, ["1"], "1", ATTRS)
+    assert by_type(source.read(), semconv.HW_ERRORS, semconv.ATTR_ERROR_TYPE)["xid_79"] == 1.0
+    nvml.gpus[1].xids.append(79)
+    errors = by_type(source.read(), semconv.HW_ERRORS, semconv.ATTR_ERROR_TYPE)
+    assert (errors["xid_79"], errors["xid_48"]) == (2.0, 1.0)
+
+
+def test_fake_nvml_no_gpu_here_remapped_rows_and_their_state():
+    for rows, state in (((0, 0, 0, 0), "ok"), ((3, 1, 1, 0), "degraded"), ((3, 1, 0, 1), "failed")):
+        readings = NvmlSource(two_gpus(remapped_rows=rows), ["1"], "1", ATTRS).read()
+        assert by_type(readings, semconv.HW_GPU_MEMORY_REMAPPED_ROWS, semconv.ATTR_ERROR_TYPE) == {
+            "corrected": float(rows[0]), "uncorrected": float(rows[1])}
+        states = by_type(readings, semconv.HW_STATUS, semconv.ATTR_HW_STATE)
+        assert [s for s, v in states.items() if v == 1.0] == [state] and len(states) == 4
+    unsupported = NvmlSource(two_gpus(remapped_rows=None), ["1"], "1", ATTRS).read()
+    assert not by_type(unsupported, semconv.HW_STATUS, semconv.ATTR_HW_STATE)  # pre-Ampere: no state to tell
+
+
+def test_fake_nvml_no_gpu_here_throttle_reasons():
+    readings = NvmlSource(two_gpus(throttle_mask=0x1 | 0x40), ["1"], "1", ATTRS).read()  # idle + HW thermal
+    throttled = by_type(readings, semconv.HW_GPU_THROTTLED, semconv.ATTR_HW_GPU_THROTTLE_REASON)
+    assert [reason for reason, value in throttled.items() if value] == ["hw_thermal_slowdown"]
+    assert set(throttled) == {"sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal_slowdown",
+                              "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+
+
+def test_fake_nvml_no_gpu_here_nvlinks_are_network_ports_of_the_gpu():
+    readings = NvmlSource(two_gpus(nvlinks=[(True, {2: 5}), (False, {})]), ["1"], "1", ATTRS).read()
+    up = {p.attributes[semconv.ATTR_HW_ID]: p.value for p in readings.points if p.metric == semconv.HW_NETWORK_UP}
+    assert up == {"gpu-1-nvlink-0": 1.0, "gpu-1-nvlink-1": 0.0}
+    crc, = [p for p in readings.points if p.metric == semconv.HW_ERRORS
+            and p.attributes[semconv.ATTR_ERROR_TYPE] == "crc_flit" and p.value]
+    assert crc.value == 5.0 and crc.attributes[semconv.ATTR_HW_TYPE] == "network"
+    assert crc.attributes[semconv.ATTR_HW_PARENT] == "gpu-1"
+
+
+def test_fake_nvml_no_gpu_here_energy_from_nvml_else_integrated_from_power():
+    counter = NvmlSource(two_gpus(), ["1"], "1", ATTRS).read()
+    assert by_type(counter, semconv.HW_ENERGY, semconv.ATTR_HW_ID) == {"gpu-1": 5000.0}  # 5,000,000 mJ
+    source = NvmlSource(two_gpus(energy_mj=None), ["1"], "1", ATTRS)
+    first = by_type(source.read(), semconv.HW_ENERGY, semconv.ATTR_HW_ID)["gpu-1"]
+    assert first == 0.0 and by_type(source.read(), semconv.HW_ENERGY, semconv.ATTR_HW_ID)["gpu-1"] >= first

@@ -146,6 +146,34 @@ def test_poller_counts_every_failure_warns_once_and_never_keeps_stale_readings(c
     assert len(warnings) == 1 and "flaky" in warnings[0].getMessage()
 
 
+def test_poller_counts_each_failing_query_and_warns_once_per_query(caplog):
+    ecc = SourceError("exit_status", "no ecc", query="npu-smi info -t ecc")
+    board = SourceError("parse", "no board", query="npu-smi info -t board")
+    partial = Readings((Point("m", 1.0, {}),), {"x": 1.0}, (ecc, board))
+    source = Flaky([partial, Readings((Point("m", 1.0, {}),), {"x": 1.0}, (ecc,))])
+    cache, counter = ReadingCache(60.0), CountingCounter()
+    poller = Poller([source], cache, 60.0, counter)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers.devices.poller"):
+        poller.poll_once()
+        poller.poll_once()
+    assert cache.snapshot() == {"x": 1.0}  # the poll's other readings stay
+    source_attr = {semconv.ATTR_DEVICE_SOURCE: "flaky"}
+    assert counter.adds == [(1, {**source_attr, semconv.ATTR_ERROR_TYPE: "exit_status"}),
+                            (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "parse"}),
+                            (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "exit_status"})]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and "`npu-smi info -t ecc`" in warnings[0] and "-t board" in warnings[1]
+
+
+def test_a_missing_tool_is_counted_once_and_not_run_again():
+    missing = Flaky([SourceError("not_found", "cannot run 'hccn_tool'")])
+    counter = CountingCounter()
+    poller = Poller([missing], ReadingCache(60.0), 60.0, counter)
+    for _ in range(3):
+        poller.poll_once()  # a second read would pop from an empty list and count an IndexError
+    assert counter.adds == [(1, {semconv.ATTR_DEVICE_SOURCE: "flaky", semconv.ATTR_ERROR_TYPE: "not_found"})]
+
+
 def test_poller_thread_closes_sources_when_stopped():
     source = Flaky([Readings()] * 1000)
     poller = Poller([source], ReadingCache(60.0), 0.01)

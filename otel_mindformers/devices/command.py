@@ -54,8 +54,9 @@ T = TypeVar("T")
 
 class Queries:
     """The optional queries of one poll: a failing one is set aside as a problem (the poll
-    keeps its other readings), except a timeout, which fails the whole poll: a tool that
-    hangs once hangs for the next query too, and each would cost another timeout."""
+    keeps its other readings), except a timeout or a missing tool, which fail the whole
+    poll: a tool that hangs once hangs for the next query too (each would cost another
+    timeout), and a missing one answers no query."""
 
     def __init__(self) -> None:
         self.problems: list[SourceError] = []
@@ -64,7 +65,7 @@ class Queries:
         try:
             return call()
         except SourceError as exc:
-            if exc.error_type == "timeout":
+            if exc.error_type in ("timeout", "not_found"):
                 raise
             exc.query = query
             self.problems.append(exc)
