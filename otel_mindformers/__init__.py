@@ -11,6 +11,7 @@ os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.instrumentor import MindFormersInstrumentor, instrumentation_disabled
 from otel_mindformers.monitor import BaseMonitor
+from otel_mindformers.phases import phase
 from otel_mindformers.version import __version__
 
 # The article's `monitor_config` keys in MindFormers YAMLs, `callbacks: - type: MonitorCallback`,
@@ -56,5 +57,6 @@ __all__ = [
     "__version__",
     "instrument",
     "load_monitor_config",
+    "phase",
     "uninstrument",
 ]

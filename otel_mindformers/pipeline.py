@@ -21,6 +21,7 @@ from opentelemetry.trace import Link, Span, SpanContext
 from otel_mindformers import recording
 from otel_mindformers.background import BoundedWorker
 from otel_mindformers.outputs.base import SinkFanout
+from otel_mindformers.phases import PhaseRecorder
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.instruments import TrainingInstruments
 from otel_mindformers.telemetry.lazy_span import LazySpan
@@ -47,6 +48,7 @@ class SampledStepPipeline(BoundedWorker[StepRecord]):
         alerts: Any,
         sinks: SinkFanout,
         on_stop_request: Callable[[str], None],
+        phases: PhaseRecorder | None = None,
         max_queue: int = 1024,
     ) -> None:
         self._tracer = tracer
@@ -57,6 +59,7 @@ class SampledStepPipeline(BoundedWorker[StepRecord]):
         self._alerts = alerts
         self._sinks = sinks
         self._on_stop_request = on_stop_request
+        self._phases = phases
         self._stop_requested = False
         self.dropped = 0
         super().__init__("otel-mindformers-steps", max_queue)
@@ -91,6 +94,9 @@ class SampledStepPipeline(BoundedWorker[StepRecord]):
                 span.set_status(fields.status)
             reason = self._alerts.evaluate(record, span) if self._alerts is not None else None
         span.end(end_time=_ns(fields.end_time))
+        if self._phases is not None:
+            for interval in record.phases:  # start-up, compile, data wait: spans from timestamps
+                self._phases.record(interval)
         if reason and not self._stop_requested:
             self._stop_requested = True
             self._on_stop_request(reason)

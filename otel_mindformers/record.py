@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from otel_mindformers.phases import PhaseInterval
 from otel_mindformers.training_metrics import ORDER
 
 
@@ -28,6 +29,10 @@ class StepRecord:
     is_last: bool = False
     alerts: list[str] = field(default_factory=list)  # rules that fired on this step
     started_at: float | None = None
+    # Phases that ended in this window (timeline.py), recorded as spans by the pipeline.
+    phases: list[PhaseInterval] = field(default_factory=list)
+    # Seconds since the run's origin by phase, with `wall` and `productive` (goodput.py).
+    time_breakdown: dict[str, float] = field(default_factory=dict)
 
     def ordered_values(self) -> list[tuple[str, float | bool]]:
         """Values in the table's order (loss first), for lines people read."""
@@ -57,4 +62,6 @@ class StepRecord:
             line["nonfinite"] = bad
         if self.alerts:
             line["alerts"] = list(self.alerts)
+        if self.time_breakdown:
+            line["time"] = dict(self.time_breakdown)
         return line
