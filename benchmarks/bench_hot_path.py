@@ -13,7 +13,11 @@ tensors as `net_outputs`, in both shapes that matter: a scalar loss and MindForm
   sampled step (target: 0 on unsampled steps);
 - the CPU the background threads (the sampled-step pipeline, the SDK's exporters) spend per
   sampled step: the process's CPU time minus the training thread's, over the whole run
-  including the drain at train end.
+  including the drain at train end;
+- the slowdown that causes on the training thread: each step first runs `--step-work-us` of
+  pure-Python work (the Python side of a training step, which needs the GIL the background
+  threads hold while they encode); its total time with monitoring is compared with the
+  same work without a callback.
 stdout goes to a file in a temporary folder while the steps run, as under a job scheduler.
 """
 
@@ -27,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -106,8 +111,32 @@ def _cb_params(shape: str, steps: int) -> _InternalCallbackParam:
 ALL_OUTPUTS = ("stdout", "json_file", "tensorboard", "otlp")
 
 
+def python_work(microseconds: float) -> Callable[[], None]:
+    """A pure-Python busy loop taking about `microseconds` on this machine (calibrated once)."""
+
+    def spin(n: int) -> None:
+        total = 0
+        for i in range(n):
+            total += i
+
+    started = time.perf_counter()
+    spin(200_000)
+    per_iteration = (time.perf_counter() - started) / 200_000
+    iterations = max(1, int(microseconds * 1e-6 / per_iteration))
+    return lambda: spin(iterations)
+
+
+def bare_work_seconds(steps: int, work: Callable[[], None]) -> float:
+    """The same per-step work with no callback and no background threads."""
+    started = time.perf_counter()
+    for _ in range(steps):
+        work()
+    return time.perf_counter() - started
+
+
 def measure(shape: str, steps: int, interval: int, endpoint: str, folder: Path,
-            outputs: tuple[str, ...] = ALL_OUTPUTS, protocol: str = "grpc") -> dict[str, float]:
+            outputs: tuple[str, ...] = ALL_OUTPUTS, protocol: str = "grpc",
+            work: Callable[[], None] = lambda: None) -> dict[str, float]:
     config = {
         "interval": interval,
         "output_type": list(outputs),
@@ -125,8 +154,12 @@ def measure(shape: str, steps: int, interval: int, endpoint: str, folder: Path,
         process_cpu0, thread_cpu0 = time.process_time(), time.thread_time()
         callback.on_train_begin(run_context)
         callback.on_train_epoch_begin(run_context)
+        work_seconds = 0.0
         for step in range(1, steps + 1):
             params.cur_step_num = step
+            work_started = time.perf_counter()
+            work()
+            work_seconds += time.perf_counter() - work_started
             is_sampled = step == 1 or step % interval == 0 or step == steps
             spy.armed, spy.asnumpy_calls, spy.to_host_seconds = True, 0, 0.0
             started = time.perf_counter()
@@ -152,6 +185,7 @@ def measure(shape: str, steps: int, interval: int, endpoint: str, folder: Path,
         "readbacks_per_unsampled_step": readbacks["unsampled"] / len(unsampled),
         "readbacks_per_sampled_step": readbacks["sampled"] / len(sampled),
         "background_cpu_per_sampled_us": background_cpu / len(sampled) * 1e6,
+        "work_seconds": work_seconds,
     }
 
 
@@ -160,6 +194,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--interval", type=int, default=10)
     parser.add_argument("--protocol", default="grpc", choices=["grpc", "http/protobuf", "http/json"])
+    parser.add_argument("--step-work-us", type=float, default=2000.0,
+                        help="pure-Python work per step, to see the background threads' GIL cost")
     parser.add_argument("--outputs", default=",".join(ALL_OUTPUTS),
                         help="comma-separated output_type list (default: all, with OTLP)")
     args = parser.parse_args()
@@ -169,15 +205,22 @@ def main() -> None:
     print(f"MonitorCallback.on_train_step_end, {args.steps} steps, interval {args.interval}, "
           f"outputs {', '.join(outputs)}, OTLP {args.protocol} (load average {os.getloadavg()[0]:.1f})")
     print(f"{'net_outputs':12s} {'unsampled us':>20s} {'sampled us (no readback)':>26s} "
-          f"{'readbacks/unsampled':>20s} {'readbacks/sampled':>18s} {'background CPU us/sampled':>26s}")
+          f"{'readbacks/unsampled':>20s} {'readbacks/sampled':>18s} {'background CPU us/sampled':>26s} "
+          f"{'step work slowdown':>19s}")
+    work = python_work(args.step_work_us)
     with ReceiverProcess() as receiver, tempfile.TemporaryDirectory() as folder:
         for shape in ("scalar", "tuple5"):
             endpoint = receiver.grpc_endpoint if args.protocol == "grpc" else receiver.http_endpoint
             r = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs, args.protocol)
+            # A second pass for the slowdown: the work would inflate the hook times above
+            # (the hook waits for the GIL too), so they are measured without it.
+            with_work = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs,
+                                args.protocol, work)["work_seconds"]
+            bare = bare_work_seconds(args.steps, work)
             print(f"{shape:12s} {r['unsampled_median_us']:8.2f} (p99 {r['unsampled_p99_us']:6.2f}) "
                   f"{r['sampled_median_us']:12.1f} (p99 {r['sampled_p99_us']:7.1f}) "
                   f"{r['readbacks_per_unsampled_step']:20.2f} {r['readbacks_per_sampled_step']:18.2f} "
-                  f"{r['background_cpu_per_sampled_us']:26.0f}")
+                  f"{r['background_cpu_per_sampled_us']:26.0f} {(with_work / bare - 1) * 100:18.2f}%")
 
 
 if __name__ == "__main__":
