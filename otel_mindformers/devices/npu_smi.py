@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from otel_mindformers.devices.base import SourceError
 
@@ -134,20 +135,21 @@ def key_value_blocks(text: str) -> list[dict[str, str]]:
     return raw_blocks
 
 
+def _per_chip(text: str, read: Callable[[dict[str, str]], dict], form: str) -> list[tuple[int | None, dict]]:
+    """(chip id, values) of each `Key : value` block where `read` finds a value."""
+    found = [(_integer(raw.get(_CHIP_ID_KEY, "")), values) for raw in key_value_blocks(text) if (values := read(raw))]
+    if not found:
+        raise NpuSmiParseError(f"no known `Key : value` lines in the `{form}` output")
+    return found
+
+
+def _usage_values(raw: dict[str, str]) -> dict[str, float]:
+    return {name: value for key, name in _KEYS.items() if (value := number(raw.get(key, ""))) is not None}
+
+
 def parse_chip_blocks(text: str) -> list[ChipBlock]:
     """One ChipBlock per `-t usages` / `-t common` chip block with a known value."""
-    blocks = []
-    for raw in key_value_blocks(text):
-        values = {}
-        for key, name in _KEYS.items():
-            value = number(raw.get(key, ""))
-            if value is not None:
-                values[name] = value
-        if values:
-            blocks.append(ChipBlock(_integer(raw.get(_CHIP_ID_KEY, "")), values))
-    if not blocks:
-        raise NpuSmiParseError("no known `Key : value` lines in the npu-smi output")
-    return blocks
+    return [ChipBlock(chip, values) for chip, values in _per_chip(text, _usage_values, "npu-smi info -t usages")]
 
 
 # --- `-t ecc`, `-t health`, `-t board` --------------------------------------------------------
@@ -159,21 +161,22 @@ class EccBlock:
     values: dict[tuple[str, str, str], float]
 
 
+def _ecc_values(raw: dict[str, str]) -> dict[tuple[str, str, str], float]:
+    values = {}
+    for key, text_value in raw.items():
+        if (match := _ECC_KEY.match(key)) and (value := number(text_value)) is not None:
+            memory, bits, kind = match.groups()
+            values[(memory, "corrected" if bits == "single" else "uncorrected", _ECC_KINDS[kind])] = value
+    return values
+
+
 def parse_ecc(text: str) -> list[EccBlock]:
     """One EccBlock per chip of `npu-smi info -t ecc -i N`; `NA` counters are left out."""
-    blocks = []
-    for raw in key_value_blocks(text):
-        values = {}
-        for key, text_value in raw.items():
-            match = _ECC_KEY.match(key)
-            if match and (value := number(text_value)) is not None:
-                memory, bits, kind = match.groups()
-                values[(memory, "corrected" if bits == "single" else "uncorrected", _ECC_KINDS[kind])] = value
-        if values:
-            blocks.append(EccBlock(_integer(raw.get(_CHIP_ID_KEY, "")), values))
-    if not blocks:
-        raise NpuSmiParseError("no ECC counters in the `npu-smi info -t ecc` output")
-    return blocks
+    return [EccBlock(chip, values) for chip, values in _per_chip(text, _ecc_values, "npu-smi info -t ecc")]
+
+
+# Values npu-smi prints for "no value".
+_ABSENT = frozenset({"", "-", "na", "n/a", "not supported"})
 
 
 @dataclass(frozen=True)
@@ -193,8 +196,8 @@ def parse_health(text: str) -> ChipHealth:
         digits = word[2:] if word.lower().startswith("0x") else word
         if digits and re.fullmatch(r"[0-9A-Fa-f]{1,16}", digits) and int(digits, 16):
             codes.append(f"0x{digits.upper()}")
-    status = raw["healthstatus"] or None
-    return ChipHealth(None if status in _ABSENT else status, tuple(dict.fromkeys(codes)))
+    status = raw["healthstatus"]
+    return ChipHealth(None if status.lower() in _ABSENT else status, tuple(dict.fromkeys(codes)))
 
 
 @dataclass(frozen=True)
@@ -202,9 +205,6 @@ class ChipBoard:
     name: str | None = None  # Chip Type + Chip Name: "Ascend910B4"
     firmware_version: str | None = None
     serial_number: str | None = None
-
-
-_ABSENT = frozenset({"", "-", "na", "n/a", "NA", "N/A", "not supported"})
 
 
 def parse_board(text: str) -> ChipBoard:
