@@ -9,8 +9,14 @@ Hooks (all optional, all called on the training thread, in this order):
 
 `run_context.original_args()` is MindSpore's cb_params: `cur_step_num`, `cur_epoch_num`,
 `net_outputs`, `batch_num`, `epoch_num`, ... plus, as the article's example reads them,
-`train_loss` (the step's loss tensor) and `learning_rate` (the step's learning-rate tensor).
-Both are device tensors: nothing is read back unless you call `.asnumpy()`.
+`train_loss` (the step's loss tensor) and `learning_rate` (the learning rate the step used).
+Nothing is read back unless you call `.asnumpy()`; where the optimizer computes the rate
+from a schedule, `learning_rate` is a lazy handle that evaluates the schedule only when read
+(`.asnumpy()`, `float()`, `numpy.asarray()` or any Tensor attribute).
+
+A hook that raises does not stop training: the first failure of each hook is logged as one
+warning (with the exception), later ones are counted and the count is logged at train end;
+the monitor's later hooks still run.
 
 `self.raise_alert(rule, message, ...)` reports an anomaly through the same alert engine as
 the built-in rules (rate limit, notifiers, span event, log record, counter).
