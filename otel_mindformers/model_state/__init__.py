@@ -1,0 +1,25 @@
+"""Readings from inside the model: MindFormers' training-state monitor (local norms,
+optimizer and weight state, local loss, max attention logit), the 7-tuple's local norms,
+and the MoE callbacks' expert load and drop rate, routed into OTel with bounded cardinality.
+
+- `specs.py`: the series and their attributes; `parameters.py`: layer / kind of a parameter
+  name and the `target` / `invert` filter; `state.py`: one step's readings and their summary;
+  `inbox.py` + `mindformers_hooks.py`: MindFormers' monitors hand us their readings;
+  `reader.py`: the run's sampled-step reading; `cell.py`: per-parameter gradient norms for
+  a plain MindSpore `TrainOneStepCell` (`LocalNormTrainOneStepCell`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LocalNormTrainOneStepCell", "local_norms"]
+
+
+def __getattr__(name: str) -> Any:
+    # The cell needs MindSpore: imported when asked for, not with the package.
+    if name in __all__:
+        from otel_mindformers.model_state import cell
+
+        return getattr(cell, name)
+    raise AttributeError(name)
