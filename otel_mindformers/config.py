@@ -404,6 +404,25 @@ class DeviceConfig(_Section):
     sources: list[str] = _key(factory=lambda: ["auto"], check=_one_of(DEVICE_SOURCES))
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclasses.dataclass(repr=False)
+class LogsConfig(_Section):
+    """`monitor_config.logs`: Python logging shipped as OTel log records while a run goes on
+    (otel_mindformers/logs.py). `enable` unset follows the standard
+    OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED. At most `rate_limit_per_logger` records
+    of one logger per `rate_limit_window` seconds are sent; `loggers` names (or prefixes of)
+    loggers that do not propagate to the root logger, MindFormers' and MindSpore's by default.
+    """
+
+    enable: Union[bool, None] = _key(default=None)
+    level: str = _key(default="INFO", check=_one_of(LOG_LEVELS))
+    rate_limit_per_logger: int = _key(default=100, check=_at_least(1))
+    rate_limit_window: float = _key(default=60.0, check=_seconds(0.001))
+    loggers: list[str] = _key(factory=lambda: ["mindformers", "ME"])
+
+
 @dataclasses.dataclass(frozen=True)
 class OutputsConfig:
     """`output_type`, `json_log_path`, `tensorboard_path` and `log_rotation`, for the outputs."""
@@ -454,6 +473,7 @@ class MonitorConfig(_Section):
     prometheus: PrometheusConfig = _key(factory=PrometheusConfig)
     device_config: DeviceConfig = _key(factory=DeviceConfig)
     log_rotation: LogRotationConfig = _key(factory=LogRotationConfig)
+    logs: LogsConfig = _key(factory=LogsConfig)
     mindformers_native: dict[str, Any] = _key(factory=dict)
     # Directory of the YAML file it came from: custom monitors may live beside it.
     source_dir: Union[str, None] = _key(default=None)

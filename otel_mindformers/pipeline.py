@@ -12,6 +12,7 @@ block a step.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from typing import Any, Callable, Mapping
 
 from opentelemetry import context as otel_context
@@ -25,6 +26,7 @@ from otel_mindformers.phases import PhaseRecorder
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.instruments import TrainingInstruments
 from otel_mindformers.telemetry.lazy_span import LazySpan
+from otel_mindformers.telemetry.step_ids import StepSpanIds
 
 _logger = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ class SampledStepPipeline(BoundedWorker[StepRecord]):
         sinks: SinkFanout,
         on_stop_request: Callable[[str], None],
         phases: PhaseRecorder | None = None,
+        step_ids: StepSpanIds | None = None,
         max_queue: int = 1024,
     ) -> None:
         self._tracer = tracer
@@ -60,6 +63,7 @@ class SampledStepPipeline(BoundedWorker[StepRecord]):
         self._sinks = sinks
         self._on_stop_request = on_stop_request
         self._phases = phases
+        self._step_ids = step_ids
         self._stop_requested = False
         self.dropped = 0
         super().__init__("otel-mindformers-steps", max_queue)
@@ -76,15 +80,17 @@ class SampledStepPipeline(BoundedWorker[StepRecord]):
         fields = recording.step_span(record)
 
         def start_span() -> Span:
-            return self._tracer.start_span(
-                fields.name,
-                # A trace per step, linked to the run span: traces stay small and tail
-                # sampling can keep anomalous steps without buffering a whole run.
-                context=otel_context.Context(),
-                links=self._run_link,
-                start_time=_ns(fields.start_time),
-                attributes=fields.attributes,
-            )
+            # The ids that records made during the step already carry (telemetry/step_ids.py).
+            with self._step_ids.preset(record.step - record.steps_in_window) if self._step_ids else nullcontext():
+                return self._tracer.start_span(
+                    fields.name,
+                    # A trace per step, linked to the run span: traces stay small and tail
+                    # sampling can keep anomalous steps without buffering a whole run.
+                    context=otel_context.Context(),
+                    links=self._run_link,
+                    start_time=_ns(fields.start_time),
+                    attributes=fields.attributes,
+                )
 
         # Steps that `step_spans` skips still get their span if an anomaly is recorded on them.
         span = start_span() if self._wants_span(record.step, record.is_last) else LazySpan(start_span)

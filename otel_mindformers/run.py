@@ -27,12 +27,14 @@ from otel_mindformers.diagnosis.heartbeat import Heartbeat
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
 from otel_mindformers.extract import OutputReader
 from otel_mindformers.identity import detect_identity
+from otel_mindformers.logs import LogBridge, RunCorrelation
 from otel_mindformers.outputs import SinkFanout, build_sinks
 from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.pipeline import SampledStepPipeline
 from otel_mindformers.record import StepRecord
 from otel_mindformers.telemetry.instruments import TrainingInstruments
 from otel_mindformers.telemetry.providers import build_telemetry, service_name
+from otel_mindformers.telemetry.step_ids import StepSpanIds
 from otel_mindformers.timeline import RunTimeline
 
 _logger = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ class MonitorRun:
         self.alerts: Any = None
         self.run_span: Any = None
         self.pipeline: SampledStepPipeline | None = None
+        self.logs: LogBridge | None = None
         self._epoch_span: Any = None
         self.timeline: RunTimeline | None = None
         self._first_nonfinite: FirstNonFinite | None = None
@@ -138,6 +141,7 @@ class MonitorRun:
         )  # fmt: skip
         # Every rank's heartbeat, read by the metric reader's thread from the clock.
         Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
+        step_ids = StepSpanIds.install(telemetry.tracer)
         self.pipeline = SampledStepPipeline(
             tracer=telemetry.tracer,
             instruments=TrainingInstruments(telemetry.meter),
@@ -148,6 +152,10 @@ class MonitorRun:
             sinks=SinkFanout(build_sinks(config.outputs, identity, reports_training)),
             on_stop_request=self._request_stop,
             phases=self.timeline.recorder,
+            step_ids=step_ids,
+        )
+        self.logs = LogBridge.start(
+            config.logs, telemetry.logger_provider, RunCorrelation(identity.rank, self.clock, self.cadence, step_ids)
         )
         self.clock.phase = "step"
 
@@ -280,6 +288,8 @@ class MonitorRun:
             self._end_run_span(error)
         if self.alerts is not None:
             self._notify_run_end(error)
+        if self.logs is not None:
+            self.logs.close()
         for close in (
             self.alerts and (lambda: self.alerts.shutdown(remaining())),
             self.devices and self.devices.shutdown,

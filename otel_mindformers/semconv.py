@@ -28,6 +28,8 @@ ATTR_LAUNCHER = "training.launcher"
 ATTR_STEP = "training.step"
 ATTR_EPOCH = "training.epoch"
 ATTR_STEPS_IN_WINDOW = "training.steps_in_window"
+# On the log record that says how many records of a logger the rate limit dropped (logs.py).
+ATTR_LOGS_DROPPED = "training.logs.dropped"
 
 # --- span names ------------------------------------------------------------------------
 SPAN_RUN = "mindformers.train"

@@ -47,6 +47,7 @@ class Telemetry:
     meter: metrics.Meter
     logger: Any  # opentelemetry._logs.Logger
     resource: Resource
+    logger_provider: Any = None  # where shipped Python logging goes too (logs.py)
     _owned: list[Any] = field(default_factory=list)  # providers we built and must shut down
     _borrowed: list[Any] = field(default_factory=list)  # global providers: flush only
     _on_close: list[Callable[[], None]] = field(default_factory=list)
@@ -359,6 +360,7 @@ def build_telemetry(
         meter=meter_provider.get_meter(name, version),
         logger=logger_provider.get_logger(name, version),
         resource=resource,
+        logger_provider=logger_provider,
         _owned=owned,
         _borrowed=borrowed,
         _on_close=on_close,
