@@ -68,6 +68,24 @@ def learning_rate_tensor(optimizer: Any, step_index: int) -> Any:
     return lr
 
 
+# MindFormers' 7-tuple (`MFTrainOneStepCell(local_norm=True)`, or LocalNormTrainOneStepCell):
+# (loss, overflow, scale, lr, global_norm, local_norm, size). `local_norm` holds each
+# gradient's squared L2 norm in the order of the cell's `weights`; `size` their element
+# counts, which the names already account for, so it is not read back.
+LOCAL_NORM_POSITION = 5
+
+
+def local_norm_squares(net_outputs: Any) -> np.ndarray | None:
+    """The 7-tuple's per-parameter squared gradient norms: one readback, on a sampled step.
+    None for any other shape."""
+    if not isinstance(net_outputs, (tuple, list)) or len(net_outputs) != 7:
+        return None
+    value = net_outputs[LOCAL_NORM_POSITION]
+    if not _is_tensor(value):
+        return None
+    return np.asarray(value.asnumpy() if hasattr(value, "asnumpy") else value, dtype=np.float64).reshape(-1)
+
+
 class OutputReader:
     """Turns one step's outputs into StepRecord values, warning once about what is missing.
 

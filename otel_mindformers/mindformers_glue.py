@@ -1,7 +1,7 @@
 """MindFormers integration: what the patches do. The instrumentor (instrumentor.py) applies
 them, holds their state and undoes them; this module keeps no state of its own.
 
-Three places in MindFormers are patched, each restored by `Patches.undo()`:
+These places in MindFormers are patched, each restored by `Patches.undo()`:
 
 - `Config.apply` in `mindformers.tools.register.template`, where MindFormers validates the
   YAML's `monitor_config` (its `MonitorConfig` section) and rejects unknown keys. The
@@ -14,6 +14,8 @@ Three places in MindFormers are patched, each restored by `Patches.undo()`:
   `monitor_config` when it names no config), else one built from `monitor_config` when it
   says `enable: true` (or, under the instrumentor, unless it says `enable: false`). Its
   `tokens_per_sample` defaults to the model's `seq_length`.
+- `TrainingStateMonitor._output` and the MoE callbacks' outputs: their readings are also
+  handed to the run (model_state/mindformers_hooks.py).
 
 Our `enable` / `interval` accept MindFormers' `monitor_on` / `step_interval` as aliases; when
 both spellings are written, the article's configures us and the native one MindFormers.
@@ -117,6 +119,10 @@ def patch_mindformers(training_process: Callable) -> Patches:
     patches.wrap(template.Config, "apply", _apply_config)
     patches.wrap(BaseTrainer, "training_process", training_process)
     patches.register_callbacks()
+    # MindFormers' state monitor and MoE callbacks hand their readings to the run (model_state/).
+    from otel_mindformers.model_state import mindformers_hooks
+
+    mindformers_hooks.install(patches.wrap)
     return patches
 
 

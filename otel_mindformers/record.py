@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from otel_mindformers.phases import PhaseInterval
+from otel_mindformers.model_state.state import ModelState
 from otel_mindformers.training_metrics import ORDER
 
 
@@ -33,6 +34,8 @@ class StepRecord:
     phases: list[PhaseInterval] = field(default_factory=list)
     # Seconds since the run's origin by phase, with `wall` and `productive` (goodput.py).
     time_breakdown: dict[str, float] = field(default_factory=dict)
+    # Readings from inside the model (model_state/): summarised on the worker thread.
+    model_state: ModelState | None = None
 
     def ordered_values(self) -> list[tuple[str, float | bool]]:
         """Values in the table's order (loss first), for lines people read."""
@@ -64,4 +67,6 @@ class StepRecord:
             line["alerts"] = list(self.alerts)
         if self.time_breakdown:
             line["time"] = dict(self.time_breakdown)
+        if self.model_state:
+            line["model_state"] = self.model_state.summary()
         return line

@@ -16,6 +16,8 @@ from opentelemetry.trace import Status, StatusCode
 from otel_mindformers import semconv
 from otel_mindformers import training_metrics as tm
 from otel_mindformers.metric_spec import MetricSpec
+from otel_mindformers.model_state import specs as ms_specs
+from otel_mindformers.model_state import state as ms_state
 from otel_mindformers.record import StepRecord
 
 
@@ -54,6 +56,44 @@ def measurements(record: StepRecord, point_attributes: Mapping[str, Any]) -> lis
         out.append(Measurement(row.instrument, _number(value) * row.instrument_scale, point_attributes))
         if row.counted_when_true is not None and value:
             out.append(Measurement(row.counted_when_true, 1, point_attributes))
+    if record.model_state:
+        out += model_state_measurements(record.model_state.summary(), point_attributes)
+    return out
+
+
+def model_state_measurements(summary: Mapping[str, Any], point_attributes: Mapping[str, Any]) -> list[Measurement]:
+    """The model state's series (model_state/specs.py): per layer, per kind, the max with the
+    parameter's name, the selected parameters; local losses, MoE balance. Null (non-finite)
+    values are left out."""
+    out: list[Measurement] = []
+
+    def add(spec: MetricSpec, value: Any, **attributes: Any) -> None:
+        if isinstance(value, (int, float)):
+            out.append(Measurement(spec, value, {**point_attributes, **attributes}))
+
+    for family in ms_specs.FAMILIES:
+        part = summary.get(family.key)
+        if not part:
+            continue
+        for layer, value in part.get("layer", {}).items():
+            add(family.layer, value, **{ms_specs.ATTR_LAYER: layer})
+        for kind, value in part.get("kind", {}).items():
+            add(family.kind, value, **{ms_specs.ATTR_KIND: kind})
+        top = part.get("max")
+        if top:
+            where = {ms_specs.ATTR_PARAMETER: top["parameter"]}
+            if top.get("layer") is not None:
+                where[ms_specs.ATTR_LAYER] = top["layer"]
+            add(family.max, top["value"], **where)
+        for name, value in part.get("parameter", {}).items():
+            add(family.parameter, value, **{ms_specs.ATTR_PARAMETER: name})
+    for value in summary.get(ms_state.LOCAL_LOSS, ()):
+        add(ms_specs.LOCAL_LOSS, value)
+    for tag, value in summary.get(ms_state.DEVICE_LOCAL_LOSS, {}).items():
+        add(ms_specs.DEVICE_LOCAL_LOSS, value, **{ms_specs.ATTR_LOSS: tag})
+    for spec, key in ((ms_specs.EXPERT_LOAD_IMBALANCE, ms_state.EXPERT_LOAD_IMBALANCE), (ms_specs.DROP_RATE, ms_state.DROP_RATE)):
+        for layer, value in summary.get(key, {}).items():
+            add(spec, value, **{ms_specs.ATTR_LAYER: layer})
     return out
 
 
@@ -75,6 +115,13 @@ def step_span(record: StepRecord) -> StepSpanFields:
         row = tm.BY_KEY.get(key)
         if row is not None and key not in bad:
             attributes[row.span_attribute] = value
+    if record.model_state:
+        summary = record.model_state.summary()
+        for family in ms_specs.FAMILIES:
+            top = (summary.get(family.key) or {}).get("max")
+            if top and top["value"] is not None:  # which parameter is largest, in the trace too
+                attributes[f"training.{family.key}.max"] = top["value"]
+                attributes[f"training.{family.key}.max_parameter"] = top["parameter"]
     status = (
         Status(StatusCode.ERROR, f"non-finite {', '.join(bad)}") if bad else Status(StatusCode.UNSET)
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Union
 
 from otel_mindformers.metric_spec import Kind, MetricSpec
+from otel_mindformers.model_state import specs as model_state_specs
 
 Value = Union[float, bool]
 
@@ -38,6 +39,9 @@ class TrainingMetric:
     instrument_scale: float = 1.0
     # A counter incremented on sampled steps where the value is true.
     counted_when_true: MetricSpec | None = None
+    # Routed from MindFormers' TrainingStateMonitor (model_state/inbox.py): the named
+    # `monitor_config` key lights it up, not `monitored_metrics`.
+    routed_from: str | None = None
 
     @property
     def span_attribute(self) -> str:
@@ -72,6 +76,10 @@ OVERFLOW = "overflow"
 LOSS_SCALE = "loss_scale"
 SAMPLES_PER_SECOND = "samples_per_second"
 TOKENS_PER_SECOND = "tokens_per_second"
+WEIGHT_NORM = "weight_norm"
+DEVICE_LOCAL_NORM = "device_local_norm"
+THROUGHPUT_LINEARITY = "throughput_linearity"
+MAX_ATTENTION_LOGIT = "max_attention_logit"
 
 # In the order people read them: the stdout line and the JSON line follow it.
 TABLE: tuple[TrainingMetric, ...] = (
@@ -123,11 +131,42 @@ TABLE: tuple[TrainingMetric, ...] = (
         MetricSpec("mindformers.train.tokens.rate", Kind.GAUGE, "{token}/s", "Training throughput in tokens."),
         "tokens/s", _fixed(0),
     ),
+    # MindFormers' own readings (TrainingStateMonitor), under MindFormers' tag names.
+    TrainingMetric(
+        WEIGHT_NORM,
+        MetricSpec("mindformers.model.weight_norm", Kind.GAUGE, "", "L2 norm of all trainable weights (MindFormers' weight_norm)."),
+        "weight_norm", _fixed(4), routed_from="weight_state_format",
+    ),
+    TrainingMetric(
+        DEVICE_LOCAL_NORM,
+        MetricSpec(
+            "mindformers.model.device_local_norm", Kind.GAUGE, "",
+            "This rank's gradient norm over the parameters it holds (MindFormers' device_local_norm).",
+        ),
+        "device_local_norm", _fixed(4), routed_from="device_local_norm_format",
+    ),
+    TrainingMetric(
+        THROUGHPUT_LINEARITY,
+        MetricSpec(
+            "mindformers.train.throughput_linearity", Kind.GAUGE, "",
+            "Per-device throughput over `throughput_baseline` (MindFormers' throughput_linearity).",
+        ),
+        "linearity", _fixed(3), routed_from="throughput_baseline",
+    ),
+    TrainingMetric(
+        MAX_ATTENTION_LOGIT,
+        MetricSpec(
+            "mindformers.model.max_attention_logit", Kind.GAUGE, "",
+            "Largest attention logit over heads and layers (MindFormers' max_attention_logit/max).",
+        ),
+        "max_attn_logit", _fixed(2), routed_from="max_attention_logit_format",
+    ),
 )  # fmt: skip
 
 BY_KEY: dict[str, TrainingMetric] = {row.key: row for row in TABLE}
-KNOWN_METRICS: tuple[str, ...] = tuple(BY_KEY)
-ORDER: dict[str, int] = {key: index for index, key in enumerate(KNOWN_METRICS)}
+# The `monitored_metrics` choices; routed readings follow MindFormers' keys instead.
+KNOWN_METRICS: tuple[str, ...] = tuple(row.key for row in TABLE if row.routed_from is None)
+ORDER: dict[str, int] = {key: index for index, key in enumerate(BY_KEY)}
 READBACK_METRICS = frozenset(row.key for row in TABLE if row.needs_readback)
 
 # Per sampled step, whatever was monitored.
@@ -144,7 +183,10 @@ INSTRUMENTS: tuple[MetricSpec, ...] = (
     OVERFLOW_STEPS,
     STEPS,
     NONFINITE,
+    *model_state_specs.INSTRUMENTS,
 )
+# Histograms whose observations are not step times.
+HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {model_state_specs.LOCAL_LOSS.name: model_state_specs.LOCAL_LOSS_BUCKETS}
 
 
 def instrument_name(key: str) -> str:
@@ -161,8 +203,9 @@ def markdown_table() -> str:
     for row in TABLE:
         spec = row.instrument
         unit = f"`{spec.unit}`" if spec.unit else ""
+        lit = f" Lit up by `{row.routed_from}`." if row.routed_from else ""
         lines.append(
-            f"| `{row.key}` | `{spec.name}` | {spec.kind.value} | {unit} | `{row.span_attribute}` | {spec.description} |"
+            f"| `{row.key}` | `{spec.name}` | {spec.kind.value} | {unit} | `{row.span_attribute}` | {spec.description}{lit} |"
         )
     for spec in (OVERFLOW_STEPS, STEPS, NONFINITE):
         lines.append(f"| | `{spec.name}` | {spec.kind.value} | `{spec.unit}` | | {spec.description} |")

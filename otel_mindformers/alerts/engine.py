@@ -309,6 +309,7 @@ class AlertEngine:
                 attributes[semconv.ATTR_ALERT_VALUE] = finding.value
             if _attribute(finding.threshold):
                 attributes[semconv.ATTR_ALERT_THRESHOLD] = finding.threshold
+            attributes.update(finding.attributes)  # e.g. the layer a grad-norm spike came from
             span.add_event(semconv.EVENT_ALERT, attributes)
         if self._limiter.fire(rule, step):
             self._notify(

@@ -9,15 +9,17 @@ value is absent or NaN), so a NaN loss does not read as "loss spike resolved".
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import statistics
 from collections import deque
-from dataclasses import dataclass
-from typing import Protocol, Union
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Union
 
 from otel_mindformers import training_metrics as metrics
 from otel_mindformers.alerts.alert import CRITICAL, WARNING, format_number
 from otel_mindformers.config import AlertConfig
+from otel_mindformers.model_state.movement import GradNormMovement
 from otel_mindformers.record import StepRecord
 
 NONFINITE = "nonfinite"
@@ -44,6 +46,8 @@ class Finding:
     value: float | None
     threshold: float | None
     detail: str
+    # Extra span-event attributes (the grad-norm spike names the layer and parameter).
+    attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
 class _NoData:
@@ -182,6 +186,25 @@ class SpikeRule:
         return finding
 
 
+class GradNormSpikeRule(SpikeRule):
+    """The grad-norm spike, naming the layer and the parameter whose gradient norm rose most
+    since the previous sampled step (when the record carries per-layer norms)."""
+
+    def __init__(self, zscore: float, window: int, warmup: int) -> None:
+        super().__init__(GRAD_NORM_SPIKE, metrics.GRAD_NORM, zscore, window, warmup)
+        self._movement = GradNormMovement()
+
+    def check(self, record: StepRecord) -> Verdict:
+        self._movement.update(record)
+        finding = super().check(record)
+        moved = self._movement.moved_most
+        if isinstance(finding, Finding) and moved:
+            finding = dataclasses.replace(
+                finding, detail=f"{finding.detail}; {self._movement.describe()}", attributes=moved
+            )
+        return finding
+
+
 class StepTimeRegressionRule:
     """Step time more than `factor` times the run's own rolling median."""
 
@@ -248,12 +271,12 @@ def build_rules(config: AlertConfig) -> list[Rule]:
         rules.append(
             ThresholdRule(GRAD_NORM_THRESHOLD, metrics.GRAD_NORM, config.grad_norm_threshold)
         )
-    for name, metric, spike in (
-        (LOSS_SPIKE, metrics.LOSS, config.loss_spike),
-        (GRAD_NORM_SPIKE, metrics.GRAD_NORM, config.grad_norm_spike),
-    ):
-        if spike.enable:
-            rules.append(SpikeRule(name, metric, spike.zscore, spike.window, spike.warmup))
+    if config.loss_spike.enable:
+        spike = config.loss_spike
+        rules.append(SpikeRule(LOSS_SPIKE, metrics.LOSS, spike.zscore, spike.window, spike.warmup))
+    if config.grad_norm_spike.enable:
+        spike = config.grad_norm_spike
+        rules.append(GradNormSpikeRule(spike.zscore, spike.window, spike.warmup))
     if config.overflow_streak is not None:
         rules.append(OverflowStreakRule(config.overflow_streak))
     regression = config.step_time_regression

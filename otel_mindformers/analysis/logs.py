@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Generic, Protocol, TypeVar
 
 from otel_mindformers import training_metrics as tm
+from otel_mindformers.model_state.state import ModelState
 from otel_mindformers.record import StepRecord
 
 RANK_FILE_PATTERN = "*_rank_*.json"
@@ -69,6 +70,8 @@ class StepPoint:
     values: dict[str, float]
     nonfinite: frozenset[str]
     location: Location
+    # The line's `model_state` summary (model_state/state.py), when it has one.
+    model_state: dict | None = None
 
     def value(self, name: str) -> float:
         return self.values.get(name, math.nan)
@@ -415,6 +418,7 @@ def _point(data: dict, location: Location) -> StepPoint:
         values=values,
         nonfinite=frozenset(_ALIASES.get(n, n) for n in nonfinite),
         location=location,
+        model_state=data["model_state"] if isinstance(data.get("model_state"), dict) else None,
     )
 
 
@@ -433,7 +437,7 @@ def as_records(series: Series) -> list[StepRecord]:
         values: dict[str, float | bool] = {}
         device: dict[str, float] = {}
         for name, value in point.values.items():
-            if name not in tm.KNOWN_METRICS:
+            if name not in tm.BY_KEY:
                 if not math.isnan(value):
                     device[name] = value
             elif name in point.nonfinite or not math.isnan(value):
@@ -447,6 +451,7 @@ def as_records(series: Series) -> list[StepRecord]:
                 steps_in_window=window,
                 values=values,
                 device=device,
+                model_state=ModelState.from_summary(point.model_state) if point.model_state else None,
             )
         )
     return records

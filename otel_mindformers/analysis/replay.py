@@ -215,15 +215,18 @@ def _attribute_key(attributes: Any) -> tuple:
 
 @dataclass
 class _HistogramState:
-    buckets: list[int] = field(default_factory=lambda: [0] * (len(tm.STEP_DURATION_BUCKETS) + 1))
+    bounds: tuple[float, ...] = tm.STEP_DURATION_BUCKETS  # the live instrument's (HISTOGRAM_BUCKETS)
+    buckets: list[int] = field(default_factory=list)
     count: int = 0
     sum: float = 0.0
     min: float = math.inf
     max: float = -math.inf
 
     def observe(self, value: float) -> None:
+        if not self.buckets:
+            self.buckets = [0] * (len(self.bounds) + 1)
         # Explicit buckets are (lower, upper]: bisect_left finds the first bound >= value.
-        self.buckets[bisect.bisect_left(tm.STEP_DURATION_BUCKETS, value)] += 1
+        self.buckets[bisect.bisect_left(self.bounds, value)] += 1
         self.count += 1
         self.sum += value
         self.min, self.max = min(self.min, value), max(self.max, value)
@@ -253,11 +256,13 @@ class _Batch:
             state.totals[key] = total = state.totals.get(key, 0) + measurement.value
             point = NumberDataPoint(attrs, state.start_ns, now, total)
         else:
-            histogram = state.histograms.setdefault(key, _HistogramState())
+            histogram = state.histograms.setdefault(
+                key, _HistogramState(tm.HISTOGRAM_BUCKETS.get(spec.name, tm.STEP_DURATION_BUCKETS))
+            )
             histogram.observe(measurement.value)
             point = HistogramDataPoint(
                 attrs, state.start_ns, now, histogram.count, histogram.sum, list(histogram.buckets),
-                list(tm.STEP_DURATION_BUCKETS), histogram.min, histogram.max,
+                list(histogram.bounds), histogram.min, histogram.max,
             )
         self.points.setdefault(spec.name, []).append(point)
 

@@ -15,6 +15,8 @@ def format_line(record: StepRecord) -> str:
         row = BY_KEY.get(key)
         if row is not None:
             parts.append(f"{row.stdout_label} {row.stdout_format(value)}")
+    if record.model_state:
+        parts.extend(record.model_state.stdout_parts())  # aggregates only, never per parameter
     parts.extend(f"{key} {value:g}" for key, value in record.device.items())
     return " | ".join(parts)
 

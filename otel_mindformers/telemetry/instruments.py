@@ -34,9 +34,8 @@ class TrainingInstruments:
         for spec in tm.INSTRUMENTS:
             if spec.kind is Kind.HISTOGRAM:
                 # The bucket advisory works with providers we did not build (no View needed).
-                instrument = create_instrument(
-                    meter, spec, explicit_bucket_boundaries_advisory=list(tm.STEP_DURATION_BUCKETS)
-                )
+                buckets = tm.HISTOGRAM_BUCKETS.get(spec.name, tm.STEP_DURATION_BUCKETS)
+                instrument = create_instrument(meter, spec, explicit_bucket_boundaries_advisory=list(buckets))
                 self._apply[spec.name] = instrument.record
             elif spec.kind is Kind.COUNTER:
                 self._apply[spec.name] = create_instrument(meter, spec).add

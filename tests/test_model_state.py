@@ -1,0 +1,199 @@
+"""Readings from inside the model (otel_mindformers/model_state/) with real MindSpore training:
+per-layer gradient norms from LocalNormTrainOneStepCell, bounded series at a real OTLP
+receiver, the grad-norm spike naming the layer it came from, readbacks on sampled steps only,
+and replay reproducing the live series from the JSON lines."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Tensor, nn
+from mindspore.dataset import GeneratorDataset
+from mindspore.train import Model
+
+from otel_mindformers import MonitorCallback, semconv
+from otel_mindformers.model_state import LocalNormTrainOneStepCell
+from otel_mindformers.model_state import specs
+from otel_mindformers.model_state.parameters import ParameterFilter, kind_of, layer_of
+
+BATCH = 4
+pytestmark = pytest.mark.slow  # real training loops
+
+
+class Stack(nn.Cell):
+    """`layers` parallel blocks, block i reading its own `width` input features: a data spike
+    in one block's features spikes that block's gradient."""
+
+    def __init__(self, layers: int, depth: int, width: int) -> None:
+        super().__init__()
+        self.width = width
+        self.layers = nn.CellList(
+            [nn.SequentialCell([nn.Dense(width, width) for _ in range(depth)]) for _ in range(layers)]
+        )
+
+    def construct(self, x):
+        out = 0
+        for index, layer in enumerate(self.layers):
+            out = out + layer(x[:, index * self.width:(index + 1) * self.width]).sum(axis=1, keepdims=True)
+        return out
+
+
+def train(callbacks, *, layers=4, depth=1, width=2, steps=12, spike=None):
+    """`spike=(step, layer, factor)` multiplies that layer's input features on that step."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    net = Stack(layers, depth, width)
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=1e-3)
+    model = Model(LocalNormTrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((steps * BATCH, layers * width)).astype(np.float32)
+    y = (x.sum(axis=1, keepdims=True) * 0.1).astype(np.float32)
+    if spike is not None:
+        step, layer, factor = spike
+        x[(step - 1) * BATCH:step * BATCH, layer * width:(layer + 1) * width] *= factor
+    data = GeneratorDataset(list(zip(x, y)), column_names=["x", "y"], shuffle=False).batch(BATCH)
+    model.train(1, data, callbacks=callbacks, dataset_sink_mode=False)
+    return net
+
+
+def otlp_config(receiver, workdir, **extra):
+    return {
+        "interval": 1, "output_type": ["otlp", "json_file"], "json_log_path": str(workdir / "m.json"),
+        "otlp": {"endpoint": receiver.grpc_endpoint, "export_interval": 0.2}, **extra,
+    }
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "name, layer, kind",
+    [
+        ("model.tok_embeddings.embedding_weight", None, "embedding"),
+        ("model.layers.0.attention.wq.weight", "0", "attention"),
+        ("model.layers.1.attention_norm.weight", "1", "norm"),
+        ("model.layers.11.feed_forward.w2.weight", "11", "mlp"),
+        ("model.norm_out.weight", None, "norm"),
+        ("lm_head.weight", None, "head"),
+        ("h.3.attn.c_attn.weight", "3", "attention"),
+        ("layers.2.mlp.down_proj.weight", "2", "mlp"),
+    ],
+)
+def test_parameter_names_give_their_layer_and_kind(name, layer, kind):
+    assert (layer_of(name), kind_of(name)) == (layer, kind)
+
+
+def test_target_filter_follows_mindformers_semantics_and_caps():
+    names = [f"model.layers.{i}.attention.wq.weight" for i in range(100)] + ["lm_head.weight"]
+    assert ParameterFilter(None).select(names) == []  # no target: no per-parameter series
+    assert ParameterFilter(["layers.1.attention"]).select(names) == ["model.layers.1.attention.wq.weight"]
+    assert ParameterFilter(["attention"], invert=True).select(names) == ["lm_head.weight"]
+    assert len(ParameterFilter([".*"], cap=64).select(names)) == 64
+
+
+# --- plain MindSpore ------------------------------------------------------------------------------
+
+def test_per_layer_norms_from_the_wrapper_equal_the_gradients(workdir, otlp_receiver):
+    """LocalNormTrainOneStepCell's norms, aggregated per layer, are the real gradients' norms;
+    `target` limits the per-parameter series to the parameters it selects."""
+    cb = MonitorCallback(otlp_config(otlp_receiver, workdir, target=["layers.1."]))
+    train([cb], steps=3)
+    last = lines(workdir / "m.json")[-1]["model_state"]["grad_norm"]
+    assert sorted(last["layer"]) == ["0", "1", "2", "3"]
+    assert sorted(last["parameter"]) == ["layers.1.0.bias", "layers.1.0.weight"]
+    # The layer norm is the L2 norm over its parameters.
+    layer1 = math.sqrt(sum(v * v for v in last["parameter"].values()))
+    assert last["layer"]["1"] == pytest.approx(layer1, rel=1e-9)
+    otlp_receiver.wait_for(lambda r: r.points(specs.BY_FAMILY["grad_norm"].parameter.name))
+    exported = {p.attributes[specs.ATTR_PARAMETER] for p in otlp_receiver.points(specs.BY_FAMILY["grad_norm"].parameter.name)}
+    assert exported == {"layers.1.0.bias", "layers.1.0.weight"}
+    layer_points = {p.attributes[specs.ATTR_LAYER]: p.value for p in otlp_receiver.points(specs.BY_FAMILY["grad_norm"].layer.name)}
+    assert layer_points["1"] == pytest.approx(last["layer"]["1"], rel=1e-6)
+
+
+def test_two_hundred_parameters_without_a_filter_export_a_bounded_number_of_series(workdir, otlp_receiver):
+    cb = MonitorCallback(otlp_config(otlp_receiver, workdir))
+    net = train([cb], layers=20, depth=5, width=2, steps=3)
+    assert len(net.trainable_params()) == 200
+    names = {spec.name for spec in specs.INSTRUMENTS}
+    otlp_receiver.wait_for(lambda r: r.points(specs.BY_FAMILY["grad_norm"].max.name))
+    series = {
+        (p.metric, tuple(sorted(p.attributes.items()))) for p in otlp_receiver.points() if p.metric in names
+    }
+    by_metric = defaultdict(int)
+    for metric, _ in series:
+        by_metric[metric] += 1
+    family = specs.BY_FAMILY["grad_norm"]
+    assert by_metric[family.layer.name] == 20
+    assert by_metric[family.kind.name] <= 6
+    assert 1 <= by_metric[family.max.name] <= 3  # one live series; its parameter may change per step
+    assert by_metric[family.parameter.name] == 0
+    assert len(series) <= 20 + 6 + 3 < 200
+
+
+def test_a_spike_in_one_layers_gradient_is_named_by_the_alert(workdir, otlp_receiver):
+    alerts = {"enable_alert": True, "nonfinite": False,
+              "loss_spike": {"enable": False}, "grad_norm_spike": {"warmup": 5, "zscore": 6.0}}
+    cb = MonitorCallback(otlp_config(otlp_receiver, workdir, alert_config=alerts))
+    train([cb], layers=4, steps=12, spike=(9, 2, 300.0))
+    fired = [line for line in lines(workdir / "m.json") if "grad_norm_spike" in line.get("alerts", [])]
+    assert fired[0]["step"] == 9  # (the huge update damages the weights: later steps may fire too)
+    otlp_receiver.wait_for(lambda r: any(s.attributes[semconv.ATTR_STEP] == 9 for s in r.spans(semconv.SPAN_STEP)))
+    (span,) = [s for s in otlp_receiver.spans(semconv.SPAN_STEP) if s.attributes[semconv.ATTR_STEP] == 9]
+    (event,) = [attrs for name, attrs in span.events if attrs.get(semconv.ATTR_ALERT_RULE) == "grad_norm_spike"]
+    assert event[specs.ATTR_LAYER] == "2"
+    assert event[specs.ATTR_PARAMETER].startswith("layers.2.")
+    assert "moved most: layer 2" in event["message"]
+
+
+def test_unsampled_steps_do_no_readback_of_the_seven_tuple(workdir, monkeypatch):
+    cb = MonitorCallback({"interval": 5, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json")})
+    steps_read = []
+    real_asnumpy = Tensor.asnumpy
+
+    def counting_asnumpy(self):
+        steps_read.append(cb.progress.step if cb.progress is not None else None)
+        return real_asnumpy(self)
+
+    monkeypatch.setattr(Tensor, "asnumpy", counting_asnumpy)
+    train([], steps=12)
+    baseline = len(steps_read)  # MindSpore's own
+    steps_read.clear()
+    train([cb], steps=12)
+    ours = steps_read[baseline:] if baseline else steps_read
+    # loss, overflow, scale, lr, grad_norm and the local norms: six readbacks on steps 1, 5, 10, 12.
+    assert len(steps_read) - baseline == 4 * 6
+    assert sorted(set(ours)) == [1, 5, 10, 12]
+    assert [line["step"] for line in lines(workdir / "m.json") if "model_state" in line] == [1, 5, 10, 12]
+
+
+def test_replay_reproduces_the_live_model_state_series(workdir, otlp_receiver):
+    from otel_mindformers.analysis.logs import as_records, read_logs
+    from otel_mindformers import recording
+
+    cb = MonitorCallback({"interval": 2, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"),
+                          "target": ["layers.0."]})
+    train([cb], steps=6)
+    (series,) = read_logs([str(workdir / "m.json")])
+    names = {spec.name for spec in specs.INSTRUMENTS}
+    replayed = [
+        (m.spec.name, dict(m.attributes), m.value)
+        for record in as_records(series)
+        for m in recording.measurements(record, {})
+        if m.spec.name in names
+    ]
+    expected = []
+    for line in lines(workdir / "m.json"):
+        part = line["model_state"]["grad_norm"]
+        expected += [(specs.BY_FAMILY["grad_norm"].layer.name, {specs.ATTR_LAYER: k}, v) for k, v in part["layer"].items()]
+    assert [r for r in replayed if r[0] == specs.BY_FAMILY["grad_norm"].layer.name] == expected
+    assert {r[1][specs.ATTR_PARAMETER] for r in replayed if r[0] == specs.BY_FAMILY["grad_norm"].parameter.name} == {
+        "layers.0.0.weight", "layers.0.0.bias"}
