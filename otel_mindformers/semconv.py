@@ -10,6 +10,8 @@ from __future__ import annotations
 from otel_mindformers import training_metrics
 from otel_mindformers.diagnosis.names import DIAGNOSIS_METRICS
 from otel_mindformers.metric_spec import Kind, MetricSpec
+# Model-state attributes (model_state/specs.py): the layer, kind and parameter of a reading.
+from otel_mindformers.model_state.specs import ATTR_KIND, ATTR_LAYER, ATTR_LOSS, ATTR_PARAMETER  # noqa: F401
 
 INSTRUMENTATION_NAME = "otel_mindformers"
 

@@ -1,0 +1,98 @@
+"""The real MindFormers tiny LLaMA on CPU with its own training-state monitor keys: the
+readings MindFormers writes to its log reach the OTLP receiver and the JSON lines, per layer
+and per kind, equal to MindFormers' numbers; `target` limits the per-parameter series."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import yaml
+
+from otel_mindformers import training_metrics as tm
+from otel_mindformers.model_state import specs
+from otel_mindformers.model_state.parameters import kind_of, layer_of
+from tests.support.instrumented import REPO, child_env, instrumented, run
+
+REFERENCE = REPO / "tests" / "fixtures" / "mindformers-tiny-llama-cpu.yaml"
+CPU_RUNNER = [sys.executable, "-m", "tests.support.mindformers_cpu"]
+pytestmark = pytest.mark.slow
+
+SCRIPT = '''
+import numpy as np
+from mindformers import MindFormerConfig, Trainer
+from mindspore.dataset import GeneratorDataset
+
+config = MindFormerConfig("config.yaml")
+rows = np.random.default_rng(0).integers(0, 64, size=(6, 17), dtype=np.int32)
+Trainer(args=config, train_dataset=GeneratorDataset([(r,) for r in rows], column_names=["input_ids"]).batch(2)).train()
+'''
+# MindFormers' TrainingStateMonitor log lines: `step:[    2/    3] adam_m_norm/<param>: 0.0123`
+_STATE_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\] ([\w./]+): ([-+0-9.eE]+)$", re.M)
+# MFLossMonitor prints the 7-tuple's local norms (squared, per parameter) once per step.
+_LOCAL_NORM = re.compile(r"local_norm:\n\[([^\]]+)\]")
+
+
+def _l2(values):
+    return math.sqrt(sum(v * v for v in values))
+
+
+def test_mindformers_state_readings_reach_otel_equal_to_its_own_log(workdir, otlp_receiver):
+    document = yaml.safe_load(REFERENCE.read_text())
+    document["runner_wrapper"]["local_norm"] = True  # the 7-tuple
+    document["monitor_config"].update(
+        optimizer_state_format=["log"], weight_state_format=["log"], target=["layers.1.attention"],
+        output_type=["stdout", "json_file"],
+    )
+    (workdir / "config.yaml").write_text(yaml.safe_dump(document))
+    (workdir / "train.py").write_text(SCRIPT)
+    result = run(instrumented(*CPU_RUNNER, "train.py"), child_env(otlp_receiver), workdir)
+    log = result.stdout + result.stderr
+
+    logged = defaultdict(dict)  # step -> tag -> value, as MindFormers wrote them
+    for step, tag, value in _STATE_LINE.findall(log):
+        logged[int(step)][tag] = float(value)
+    lines = [json.loads(l) for l in (workdir / "output" / "train_metric.json").read_text().splitlines()]
+    assert [l["step"] for l in lines] == [1, 2, 3]
+    for line in lines:
+        mine, theirs = line["model_state"], logged[line["step"]]
+        assert line[tm.WEIGHT_NORM] == pytest.approx(theirs["weight_norm"], rel=1e-6)
+        assert line[tm.THROUGHPUT_LINEARITY] == pytest.approx(theirs["throughput_linearity"], rel=1e-6)
+        for family in (specs.ADAM_M_NORM, specs.ADAM_V_NORM):
+            per_param = {t.split("/", 1)[1]: v for t, v in theirs.items() if t.startswith(family + "/")}
+            assert per_param and all("layers.1.attention" in name for name in per_param)  # MindFormers' filter
+            by_layer, by_kind = defaultdict(list), defaultdict(list)
+            for name, value in per_param.items():
+                by_layer[layer_of(name)].append(value)
+                by_kind[kind_of(name)].append(value)
+            assert mine[family]["layer"] == pytest.approx({"1": _l2(by_layer["1"])}, rel=1e-6)
+            assert mine[family]["kind"] == pytest.approx({k: _l2(v) for k, v in by_kind.items()}, rel=1e-6)
+            assert mine[family]["parameter"] == pytest.approx(per_param, rel=1e-6)
+
+    # The 7-tuple's per-parameter gradient norms, as MFLossMonitor logged them (squared).
+    squares = [np.array(body.split(), dtype=float) for body in _LOCAL_NORM.findall(log)]
+    assert len(squares) == 3
+    grad = lines[-1]["model_state"][specs.GRAD_NORM]
+    logged_squares = squares[2]  # step 3
+    assert grad["max"]["value"] == pytest.approx(math.sqrt(logged_squares.max()), rel=1e-6)
+    assert math.sqrt(sum(v * v for v in grad["kind"].values())) == pytest.approx(
+        math.sqrt(logged_squares.sum()), rel=1e-6)
+    assert sorted(grad["parameter"]) == sorted(n for n in grad["parameter"] if "layers.1.attention" in n)
+
+    # OTel: the same numbers at the receiver; per-parameter series only for the target's parameters.
+    family = specs.BY_FAMILY[specs.ADAM_V_NORM]
+    otlp_receiver.wait_for(lambda r: r.points(family.layer.name))
+    exported_layer = [p for p in otlp_receiver.points(family.layer.name) if p.attributes[specs.ATTR_LAYER] == "1"]
+    latest = max(exported_layer, key=lambda p: p.time_unix_nano)
+    assert latest.value == pytest.approx(lines[-1]["model_state"][specs.ADAM_V_NORM]["layer"]["1"], rel=1e-9)
+    exported = {p.attributes[specs.ATTR_PARAMETER] for p in otlp_receiver.points(specs.BY_FAMILY[specs.GRAD_NORM].parameter.name)}
+    assert exported and all("layers.1.attention" in name for name in exported)
+    weight = otlp_receiver.points(tm.instrument_name(tm.WEIGHT_NORM))
+    assert weight[-1].value == pytest.approx(lines[-1][tm.WEIGHT_NORM], rel=1e-9)
+    # stdout: aggregates only, never a per-parameter list
+    assert "grad_norm_max" in log
