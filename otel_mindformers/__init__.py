@@ -12,6 +12,7 @@ from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_con
 from otel_mindformers.instrumentor import MindFormersInstrumentor, instrumentation_disabled
 from otel_mindformers.monitor import BaseMonitor
 from otel_mindformers.phases import phase
+from otel_mindformers.propagation import trace_environment
 from otel_mindformers.version import __version__
 
 # The article's `monitor_config` keys in MindFormers YAMLs, `callbacks: - type: MonitorCallback`,
@@ -58,5 +59,6 @@ __all__ = [
     "instrument",
     "load_monitor_config",
     "phase",
+    "trace_environment",
     "uninstrument",
 ]

@@ -35,7 +35,7 @@ import wrapt
 from opentelemetry.instrumentation.environment_variables import OTEL_PYTHON_DISABLED_INSTRUMENTATIONS
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_mindformers import mindformers_glue
+from otel_mindformers import mindformers_glue, propagation
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.environment_variables import OTEL_PYTHON_MINDFORMERS_CONFIG
 from otel_mindformers.mindformers_glue import Patches, ZeroCode
@@ -67,6 +67,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
     _model: Patches | None = None  # what patching mindspore.train.Model changed
     _exit_guard: Any = None  # telemetry.providers.SdkExitGuard while instrumented
     _hooked: frozenset[str] = frozenset()  # modules with an import hook (hooks cannot be removed)
+    _subprocess: Patches | None = None  # subprocess.Popen, when OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT asks
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -79,11 +80,16 @@ class MindFormersInstrumentor(BaseInstrumentor):
             return False
         self._registered = True
         self._when_imported("mindformers", self._patch_mindformers)
+        if propagation.subprocess_context_requested():
+            self._subprocess = propagation.patch_subprocess()
         return True
 
     def unregister(self) -> None:
         """Restore what register() patched (nothing if MindFormers was never imported)."""
         self._registered = False
+        if self._subprocess is not None:
+            self._subprocess.undo()
+            self._subprocess = None
         if self._mindformers is not None:
             self._mindformers.undo()
             self._mindformers = None

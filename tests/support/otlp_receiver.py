@@ -77,6 +77,18 @@ class ReceivedPoint:
     time_unix_nano: int
 
 
+@dataclass
+class ReceivedLog:
+    resource: dict[str, Any]
+    scope: str  # the instrumentation scope: a Python logger's name for bridged logging
+    body: Any
+    severity_text: str
+    attributes: dict[str, Any]
+    trace_id: str  # hex; "" when the record carries no span
+    span_id: str
+    time_unix_nano: int
+
+
 class OtlpReceiver:
     """Start with `with OtlpReceiver() as rx:`; `rx.grpc_endpoint` / `rx.http_endpoint`."""
 
@@ -227,6 +239,33 @@ class OtlpReceiver:
             for sl in rl.scope_logs
             for record in sl.log_records
         ]
+
+    def logs(self, scope: str | None = None) -> list[ReceivedLog]:
+        """Decoded log records; `scope` keeps those of one instrumentation scope."""
+        with self._lock:
+            requests = list(self.log_requests)
+        out = []
+        for request in requests:
+            for resource_logs in request.resource_logs:
+                resource = attributes(resource_logs.resource.attributes)
+                for scope_logs in resource_logs.scope_logs:
+                    if scope is not None and scope_logs.scope.name != scope:
+                        continue
+                    for record in scope_logs.log_records:
+                        body = MessageToDict(record.body)
+                        out.append(
+                            ReceivedLog(
+                                resource=resource,
+                                scope=scope_logs.scope.name,
+                                body=next(iter(body.values())) if body else None,
+                                severity_text=record.severity_text,
+                                attributes=attributes(record.attributes),
+                                trace_id=record.trace_id.hex(),
+                                span_id=record.span_id.hex(),
+                                time_unix_nano=record.time_unix_nano,
+                            )
+                        )
+        return out
 
     def wait_for(self, predicate: Callable[["OtlpReceiver"], bool], timeout: float = 20.0) -> bool:
         """Poll until `predicate(self)` holds; exports are asynchronous by design."""

@@ -1,0 +1,85 @@
+"""Outgoing trace context for child processes: the helper, and the opt-in Popen wrapper
+installed and removed by the instrumentor's register()/unregister(). Real child processes."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_mindformers.environment_variables import OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT
+from otel_mindformers.instrumentor import MindFormersInstrumentor
+from otel_mindformers.propagation import trace_environment
+
+PRINT = [sys.executable, "-c", "import os; print(os.environ.get('TRACEPARENT'), os.environ.get('OTHER'))"]
+LAUNCHER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def wrapped() -> bool:
+    return hasattr(subprocess.Popen.__dict__["__init__"], "__wrapped__")
+
+
+def child_sees(**kwargs) -> list[str]:
+    return subprocess.run(PRINT, capture_output=True, text=True, check=True, **kwargs).stdout.split()
+
+
+@pytest.fixture
+def span():
+    tracer = TracerProvider().get_tracer("test")
+    with tracer.start_as_current_span("upload") as current:
+        context = current.get_span_context()
+        yield f"00-{context.trace_id:032x}-{context.span_id:016x}-01"
+
+
+@pytest.fixture
+def wrapped_popen(monkeypatch):
+    """register() as `import otel_mindformers` runs it, with the switch on; undone after."""
+    monkeypatch.setenv(OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT, "true")
+    instrumentor = MindFormersInstrumentor()
+    instrumentor.unregister()
+    instrumentor.register()
+    yield
+    instrumentor.unregister()
+    monkeypatch.delenv(OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT)
+    instrumentor.register()
+
+
+def test_trace_environment_carries_the_current_span(span):
+    assert trace_environment()["TRACEPARENT"][:-2] == span[:-2]
+
+
+def test_trace_environment_is_empty_without_a_span():
+    assert trace_environment() == {}
+
+
+def test_popen_is_left_alone_unless_asked(span, monkeypatch):
+    monkeypatch.setenv("TRACEPARENT", LAUNCHER)
+    assert not wrapped()
+    assert child_sees() == [LAUNCHER, "None"]
+
+
+def test_wrapped_popen_hands_the_current_span_to_children(wrapped_popen, span, monkeypatch):
+    monkeypatch.setenv("TRACEPARENT", LAUNCHER)  # what this rank inherited from its launcher
+    assert child_sees()[0][:-2] == span[:-2]
+    # An env copied from ours gives way too; one the caller set on purpose wins.
+    assert child_sees(env={**os.environ, "OTHER": "x"})[0][:-2] == span[:-2]
+    assert child_sees(env={**os.environ, "OTHER": "x"})[1] == "x"
+    mine = "00-11111111111111111111111111111111-2222222222222222-01"
+    assert child_sees(env={**os.environ, "TRACEPARENT": mine})[0] == mine
+    # Positional env (the eleventh parameter of Popen) too.
+    process = subprocess.Popen(PRINT, -1, None, None, subprocess.PIPE, None, None, True, False, None,
+                               {**os.environ, "OTHER": "y"}, text=True)
+    out, _ = process.communicate()
+    assert out.split()[0][:-2] == span[:-2] and out.split()[1] == "y"
+
+
+def test_wrapped_popen_without_a_span_changes_nothing(wrapped_popen, monkeypatch):
+    monkeypatch.setenv("TRACEPARENT", LAUNCHER)
+    assert child_sees() == [LAUNCHER, "None"]
+
+
+def test_unregister_removes_the_wrapper(wrapped_popen):
+    assert wrapped()
+    MindFormersInstrumentor().unregister()
+    assert not wrapped()
