@@ -12,6 +12,7 @@ from matplotlib.lines import Line2D
 
 from otel_mindformers import training_metrics as tm
 from otel_mindformers.analysis.logs import Series, StepPoint
+from otel_mindformers.model_state.specs import ADAM_V_NORM, GRAD_NORM
 
 # (metric, title, y scale). Step time is on a log scale: the first step carries graph
 # compilation and would otherwise flatten every later step, and stragglers, to the floor.
@@ -52,15 +53,22 @@ def plot(
     size: tuple[int, int] = DEFAULT_SIZE,
     title: str | None = None,
 ) -> Path:
-    """Write the four-panel figure to `output` (format from its suffix: .png, .svg, .pdf)."""
+    """Write the four-panel figure to `output` (format from its suffix: .png, .svg, .pdf);
+    logs with per-layer norms (model_state) get a fifth and sixth panel: the gradient and
+    Adam v-norm per layer of the first series that has them."""
     output = Path(output)
-    fig = Figure(figsize=(size[0] / DPI, size[1] / DPI), dpi=DPI)
-    axes = fig.subplots(2, 2, sharex=True)
+    layered = next((one for one in series if any(p.model_state for p in one.points)), None)
+    rows = 3 if layered is not None else 2
+    fig = Figure(figsize=(size[0] / DPI, size[1] * rows / 2 / DPI), dpi=DPI)
+    axes = fig.subplots(rows, 2, sharex=True)
     for ax, (metric, label, scale) in zip(axes.flat, PANELS):
         if _panel(ax, series, metric, label, smoothing):
             ax.set_yscale(scale)
             _widen_flat_range(ax)
-    for ax in axes[1]:
+    if layered is not None:
+        for ax, family in zip(axes[2], (GRAD_NORM, ADAM_V_NORM)):
+            _layer_panel(ax, layered, family)
+    for ax in axes[-1]:
         ax.set_xlabel("step")
     fig.suptitle(title or "training run", y=0.99)
     fig.legend(
@@ -99,6 +107,27 @@ def _panel(ax, series: list[Series], metric: str, label: str, smoothing: float |
     if not drawn:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="grey")
     return drawn
+
+
+def _layer_panel(ax, one: Series, family: str) -> None:
+    """One line per layer: `family`'s per-layer norm over the run (log scale)."""
+    ax.set_title(f"{family} per layer ({one.label})")
+    ax.grid(True, alpha=0.3)
+    by_layer: dict[str, tuple[list[int], list[float]]] = {}
+    for point in one.points:
+        for layer, value in ((point.model_state or {}).get(family) or {}).get("layer", {}).items():
+            if value is not None:
+                steps, values = by_layer.setdefault(layer, ([], []))
+                steps.append(point.step)
+                values.append(value)
+    if not by_layer:
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="grey")
+        return
+    for index, layer in enumerate(sorted(by_layer, key=int)):
+        steps, values = by_layer[layer]
+        ax.plot(steps, values, color=f"C{index % 10}", linewidth=1.0, label=f"layer {layer}")
+    ax.set_yscale("log")
+    ax.legend(fontsize="x-small", ncol=max(1, len(by_layer) // 8), frameon=False)
 
 
 def _widen_flat_range(ax) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from otel_mindformers import training_metrics as tm
 from otel_mindformers.analysis.logs import Location, Series, StepPoint, scan_logs
 from otel_mindformers.diagnosis.first_bad import report_findings as first_bad_rank_findings
+from otel_mindformers.model_state.top import Peak, TopNorms
 
 FORMATS = ("text", "json", "markdown")
 DEFAULT_STRAGGLER_THRESHOLD = 0.10
@@ -65,6 +66,9 @@ class SeriesSummary:
     foreign_lines: int
     damaged_tails: list[str]
     skew_vs_median: float | None = None
+    # The largest gradient norms over the run (model_state/top.py): name, value, step.
+    top_layers: list[Peak] = field(default_factory=list)
+    top_parameters: list[Peak] = field(default_factory=list)
 
 
 @dataclass
@@ -175,6 +179,7 @@ class SeriesStats:
         self._jumps: dict[int, array] = {}
         self._paths: dict[Path, int] = {}
         self.restarts: list[Restart] = []
+        self.top = TopNorms()
 
     def add(self, point: StepPoint) -> None:
         stamp = point.time_stamp
@@ -203,6 +208,8 @@ class SeriesStats:
             self.nonfinite_steps.append(point.step)
         if point.overflow:
             self.overflow_steps.append(point.step)
+        if point.model_state:
+            self.top.add(point.step, point.model_state)
         self._follow(point)
         self.records += 1
 
@@ -270,6 +277,8 @@ class SeriesStats:
             restarts=self.restarts,
             foreign_lines=foreign_lines,
             damaged_tails=[str(location) for location in damaged_tails],
+            top_layers=self.top.layers(),
+            top_parameters=self.top.parameters(),
         )
 
 
@@ -423,9 +432,23 @@ def _text(report: Report) -> str:
     straggler = _straggler_line(report)
     if straggler:
         out.append("  " + straggler)
+    for title, rows in _top_norms(report):
+        out += ["", title] + [f"  {label:<12} {name:<48} {value}" for label, name, value in rows]
     findings = _findings(report)
     out += ["", "Findings"] + ([f"  {line}" for line in findings] or ["  none"])
     return "\n".join(out) + "\n"
+
+
+def _top_norms(report: Report) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """Per series with per-layer norms: the layers and parameters with the largest gradient
+    norm over the run (peak value and its step)."""
+    sections = []
+    for s in report.series:
+        for what, peaks in (("layers", s.top_layers), ("parameters", s.top_parameters)):
+            if peaks:
+                rows = [(s.label, p.name, f"{_num(p.value)} at step {p.step}") for p in peaks]
+                sections.append((f"Largest gradient norms: {what} ({s.label}, top {len(peaks)})", rows))
+    return sections
 
 
 def _markdown(report: Report) -> str:
@@ -438,6 +461,9 @@ def _markdown(report: Report) -> str:
     straggler = _straggler_line(report)
     if straggler:
         out += ["", straggler]
+    for title, rows in _top_norms(report):
+        out += ["", f"## {title}", "", "| series | name | peak |", "|---|---|---|"]
+        out += [f"| {_md(label)} | {_md(name)} | {value} |" for label, name, value in rows]
     out += ["", "## Findings", ""]
     out += [f"- {_md(line)}" for line in _findings(report)] or ["none"]
     return "\n".join(out) + "\n"
