@@ -38,6 +38,16 @@ def is_installed(module: str) -> bool:
         return False
 
 
+def output_off_warning(output: str, modules: tuple[str, ...]) -> str | None:
+    """The one warning that turns `output` off when one of its `modules` is missing; None
+    when all are installed."""
+    missing = next((module for module in modules if not is_installed(module)), None)
+    if missing is None:
+        return None
+    return (f"otel_mindformers: the {output} output (monitor_config.output_type) is off: "
+            f"{missing} is not installed; {install_hint(missing)}")
+
+
 def _needed_modules(config: MonitorConfig) -> list[tuple[str, str]]:
     """(key, module) of every optional module an enabled part of `config` imports."""
     needed = []

@@ -149,7 +149,7 @@ class MonitorRun:
             point_attributes=identity.point_attributes(),
             wants_span=self.cadence.wants_span,
             alerts=self.alerts,
-            sinks=SinkFanout(build_sinks(config.outputs, identity, reports_training)),
+            sinks=SinkFanout(build_sinks(config.outputs, identity, reports_training, first_step)),
             on_stop_request=self._request_stop,
             phases=self.timeline.recorder,
             step_ids=step_ids,

@@ -62,14 +62,22 @@ def test_validate_names_the_extra_to_install(tmp_path, section, module, message)
     assert absent.stderr.splitlines() == [f"invalid: {message}"]
 
 
+RUN_CASES = [
+    ("tensorboard", {}, "tensorboardX"),
+    ("prometheus", {"prometheus": {"port": 0}}, "opentelemetry.exporter.prometheus"),
+    ("prometheus", {"prometheus": {"port": 0}}, "prometheus_client"),
+]
+
+
 @pytest.mark.slow
-def test_training_without_tensorboardx_runs_with_one_warning(tmp_path):
-    spec = {"config": {"interval": 1, "output_type": ["tensorboard", "json_file"]}, "steps": 6,
+@pytest.mark.parametrize("output, settings, module", RUN_CASES, ids=[c[2] for c in RUN_CASES])
+def test_training_without_an_outputs_extra_runs_with_one_warning(tmp_path, output, settings, module):
+    spec = {"config": {"interval": 1, "output_type": [output, "json_file"], **settings}, "steps": 6,
             "report": str(tmp_path / "report.json"), "log_level": "WARNING"}
-    process, _ = run(spec, tmp_path, env=_hide(tmp_path, "tensorboardX"))
+    process, _ = run(spec, tmp_path, env=_hide(tmp_path, module))
     assert process.returncode == 0, process.stderr[-3000:]
-    warnings = [line for line in process.stderr.splitlines() if "tensorboard" in line.lower()]
-    assert len(warnings) == 1 and "pip install 'otel-mindformers[tensorboard]'" in warnings[0], process.stderr
+    warnings = [line for line in process.stderr.splitlines() if output in line.lower()]
+    assert len(warnings) == 1 and f"pip install 'otel-mindformers[{output}]'" in warnings[0], process.stderr
     lines = (tmp_path / "output" / "train_metric.json").read_text().splitlines()
     assert len(lines) == 6
 

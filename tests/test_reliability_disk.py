@@ -10,7 +10,6 @@ Three ways the disk fails mid-run, each in a real training subprocess:
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.permissions import obey_file_permissions
 from tests.support.reliability_worker import run, spawn
 
 STEPS = 60
@@ -111,18 +111,6 @@ def test_disk_full_mid_run(tmp_path, tiny_tmpfs):
     assert any("tensorboard" in w for w in warnings), warnings
 
 
-def _obey_file_permissions() -> None:
-    """Runs in the child before exec: drop root's permission overrides from the capability
-    bounding set, so the exec'd worker is refused an unwritable folder like any user."""
-    if os.geteuid() != 0:
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_capbset_drop = 24
-    for capability in (1, 2, 3):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
-        if libc.prctl(pr_capbset_drop, capability, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
-
-
 def test_log_folder_unwritable_mid_run(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -131,7 +119,7 @@ def test_log_folder_unwritable_mid_run(tmp_path):
     # A small rollover size makes the JSON log rename and open files as it goes.
     spec["config"] = {**spec["config"], "output_type": ["json_file"],
                       "log_rotation": {"max_bytes": 2000, "backup_count": 50}}
-    process = spawn(spec, tmp_path, preexec_fn=_obey_file_permissions)
+    process = spawn(spec, tmp_path, preexec_fn=obey_file_permissions)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and process.poll() is None and time.monotonic() < deadline:

@@ -149,6 +149,7 @@ def _replay(args: argparse.Namespace) -> int:
     _default_protobuf()
     from otel_mindformers.analysis import replay
     from otel_mindformers.config import OtlpConfig
+    from otel_mindformers.telemetry.export_errors import printable_endpoint
 
     series = _read(args)
     problems = replay_problems(series)
@@ -167,7 +168,7 @@ def _replay(args: argparse.Namespace) -> int:
         result = replay.replay_otlp(series, otlp, run_id=args.run_id, service_name=args.service_name)
         print(f"sent {result.spans} spans and {result.points} metric points of {result.records} records "
               f"({result.series} series, run id {result.run_id}) to "
-              f"{args.endpoint or 'the OTEL_EXPORTER_OTLP_ENDPOINT endpoint'}")
+              f"{printable_endpoint(args.endpoint or 'the OTEL_EXPORTER_OTLP_ENDPOINT endpoint')}")
     if result.skipped:
         print(f"note: {result.skipped} records without a time_stamp were left out", file=sys.stderr)
     return 0

@@ -311,9 +311,10 @@ def replay_otlp(
     service = service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
     world = _world_size(series)
     span_exporter, metric_exporter, log_exporter = otlp_exporters(otlp)
-    target = otlp.endpoint or "the OTEL_EXPORTER_OTLP_* endpoint"
     # The exporters' own log lines (one per attempt and retry) become the reason in our one error.
-    failures = ExportErrorReporter(target, announce=False).install()
+    failures = ExportErrorReporter(otlp.endpoint or "the OTEL_EXPORTER_OTLP_* endpoint",
+                                   secrets=otlp.headers.values(), announce=False).install()
+    target = failures.destination
     sent_spans = sent_points = records_total = skipped = 0
     try:
         for one in series:

@@ -5,34 +5,44 @@ from __future__ import annotations
 import logging
 
 from otel_mindformers.config import OutputsConfig
-from otel_mindformers.extras import install_hint, is_installed
+from otel_mindformers.extras import output_off_warning
 from otel_mindformers.identity import Identity
 from otel_mindformers.outputs.base import OutputSink, SinkFanout
+from otel_mindformers.outputs import jsonl, tensorboard
 from otel_mindformers.outputs.jsonl import JsonLinesSink, rank_path
+from otel_mindformers.outputs.runs import is_resumed
 from otel_mindformers.outputs.stdout import StdoutSink
 from otel_mindformers.outputs.tensorboard import TensorBoardSink, rank_dir
 
 _logger = logging.getLogger(__name__)
 
 
-def build_sinks(config: OutputsConfig, identity: Identity, reports_training: bool) -> list[OutputSink]:
+def build_sinks(
+    config: OutputsConfig, identity: Identity, reports_training: bool, first_step: int = 0
+) -> list[OutputSink]:
     """Files are per rank (JSON file, TensorBoard folder), so every rank keeps its own;
     stdout belongs to reporting ranks, so an 8-rank job prints one set of lines, not eight
-    (the article's policy)."""
+    (the article's policy). Files hold one run: a run starting at step 0 sets the previous
+    run's aside, a resumed one (`first_step` > 0) writes on after it (outputs/runs.py)."""
     kinds = config.output_type
+    resumed = is_resumed(first_step)
     sinks: list[OutputSink] = []
     if "stdout" in kinds and reports_training:
         sinks.append(StdoutSink())
     if "json_file" in kinds:
-        sinks.append(JsonLinesSink(rank_path(config.json_log_path, identity), config.log_rotation))
+        path = rank_path(config.json_log_path, identity)
+        if not resumed:
+            jsonl.set_previous_run_aside(path)
+        sinks.append(JsonLinesSink(path, config.log_rotation))
     if "tensorboard" in kinds:
-        if is_installed("tensorboardX"):
-            sinks.append(TensorBoardSink(rank_dir(config.tensorboard_path, identity), config.log_rotation))
-        else:  # an optional extra: training goes on without this output
-            _logger.warning(
-                "otel_mindformers: the tensorboard output (monitor_config.output_type) is off: "
-                "tensorboardX is not installed; %s", install_hint("tensorboardX"),
-            )
+        unavailable = output_off_warning("tensorboard", ("tensorboardX",))
+        if unavailable:  # an optional extra: training goes on without this output
+            _logger.warning(unavailable)
+        else:
+            logdir = rank_dir(config.tensorboard_path, identity)
+            if not resumed:
+                tensorboard.set_previous_run_aside(logdir)
+            sinks.append(TensorBoardSink(logdir, config.log_rotation, first_step + 1 if resumed else None))
     return sinks
 
 

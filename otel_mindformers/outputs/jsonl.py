@@ -10,18 +10,27 @@ With `log_rotation.max_bytes`, the file rolls over between two whole lines, unde
 lock: `x.json` becomes `x.json.1`, older backups shift up to `x.json.{backup_count}`, the
 oldest is dropped. A writer that finds the path now names another file (someone else
 rolled it over) reopens it before writing.
+
+A new run sets the previous run's lines aside first (`set_previous_run_aside`, see
+outputs/runs.py), so the file at `json_log_path` holds one run.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
+import re
+import shutil
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
 from otel_mindformers.identity import Identity
+from otel_mindformers.outputs.runs import free_name, stamp
 from otel_mindformers.record import StepRecord
+
+_logger = logging.getLogger(__name__)
 
 
 def rank_path(json_log_path: str, identity: Identity) -> Path:
@@ -30,6 +39,54 @@ def rank_path(json_log_path: str, identity: Identity) -> Path:
     if not identity.distributed:
         return path
     return path.with_name(f"{path.stem}_rank_{identity.rank}{path.suffix}")
+
+
+def set_previous_run_aside(path: Path) -> Path | None:
+    """Keep the lines a previous run left at `path` as `{stem}.{when}{suffix}` (its rotated
+    backups `.N` follow it) and start `path` empty; the new name, or None if there was nothing.
+
+    The current file is copied and emptied in place, not renamed: a custom monitor that
+    opened `path` before the run started (the article's opens it in its constructor) keeps
+    writing into this run's file. A failure (a full disk while copying) is one warning and
+    leaves the file as it was: the run then appends to it."""
+    try:
+        return _copy_aside_and_empty(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _logger.warning("otel_mindformers: cannot set the previous run's %s aside (%s); this run appends to it",
+                        path, exc.strerror)
+        return None
+
+
+def _copy_aside_and_empty(path: Path) -> Path | None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by close
+        backups = _backups_of(path)
+        if os.fstat(fd).st_size == 0 and not backups:
+            return None
+        last_write = max([os.fstat(fd).st_mtime] + [b.stat().st_mtime for _, b in backups])
+        target = free_name(lambda when: path.with_name(f"{path.stem}.{when}{path.suffix}"), stamp(last_write))
+        try:
+            shutil.copyfile(path, target)
+        except OSError:
+            target.unlink(missing_ok=True)  # no half copy beside a file left whole
+            raise
+        for index, backup in backups:
+            os.replace(backup, target.with_name(f"{target.name}.{index}"))
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+    _logger.info("otel_mindformers: the previous run's %s is kept as %s", path, target.name)
+    return target
+
+
+def _backups_of(path: Path) -> list[tuple[int, Path]]:
+    """The rotated backups `path.N` beside `path`."""
+    pattern = re.compile(re.escape(path.name) + r"\.(\d+)")
+    return [(int(match[1]), Path(entry.path)) for entry in os.scandir(path.parent)
+            if (match := pattern.fullmatch(entry.name)) and entry.is_file()]
 
 
 def encode(record: StepRecord) -> bytes:

@@ -7,18 +7,29 @@ error raises, so the sink is disabled with one warning naming the file.
 
 With `log_rotation.tensorboard_max_files`, the rank folder keeps at most that many event
 files: the oldest go when a new one starts (at start-up, and past `log_rotation.max_bytes`).
+
+One run per rank folder (outputs/runs.py): a new run moves the previous run's event files
+into a subfolder named when it last wrote (`rank_0/20261105-101530/`, its own run in
+TensorBoard's list); a resumed run writes on in the folder, starting with TensorBoard's
+restart marker (a `SessionLog.START` at its first step, what `SummaryWriter(purge_step=)`
+writes), so the steps the earlier attempt logged past the checkpoint are not shown twice.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import time
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
 from otel_mindformers.identity import Identity
+from otel_mindformers.outputs.runs import free_name, stamp
 from otel_mindformers.record import StepRecord
+
+_EVENT_FILES = "events.out.tfevents.*"
+_logger = logging.getLogger(__name__)
 
 # tensorboardX names event files by the second: a per-process sequence number in the
 # suffix keeps two files started within one second apart.
@@ -32,13 +43,43 @@ def rank_dir(tensorboard_path: str, identity: Identity) -> Path:
     return Path(tensorboard_path) / f"rank_{identity.rank}"
 
 
+def set_previous_run_aside(logdir: Path) -> Path | None:
+    """Move the event files a previous run left in `logdir` into `logdir/<when it last
+    wrote>/`; that folder, or None if there were none. A failure is one warning: the run
+    then writes beside them."""
+    try:
+        files = [p for p in logdir.glob(_EVENT_FILES) if p.is_file()]
+        if not files:
+            return None
+        target = free_name(lambda when: logdir / when, stamp(max(p.stat().st_mtime for p in files)))
+        target.mkdir()
+        for path in files:
+            os.replace(path, target / path.name)
+    except OSError as exc:
+        _logger.warning("otel_mindformers: cannot move the previous run's event files in %s aside (%s)",
+                        logdir, exc.strerror)
+        return None
+    return target
+
+
 class TensorBoardSink:
     name = "tensorboard"
 
-    def __init__(self, logdir: Path, rotation: LogRotationConfig | None = None) -> None:
+    def __init__(self, logdir: Path, rotation: LogRotationConfig | None = None,
+                 purge_from_step: int | None = None) -> None:
+        """`purge_from_step`: a resumed run's first step; TensorBoard then hides what earlier
+        event files hold from that step on."""
         self.logdir = logdir
         self._rotation = rotation or LogRotationConfig()
         self._open_event_file()
+        if purge_from_step is not None:
+            self._mark_restart(purge_from_step)
+
+    def _mark_restart(self, step: int) -> None:
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        self._writer.write_event(Event(wall_time=time.time(), step=step,
+                                       session_log=SessionLog(status=SessionLog.START)))
 
     def _open_event_file(self) -> None:
         from tensorboardX.event_file_writer import EventsWriter
@@ -52,7 +93,7 @@ class TensorBoardSink:
         self._last_flush = time.monotonic()
 
     def _prune(self, keep: int) -> None:
-        files = sorted(self.logdir.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime)
+        files = sorted(self.logdir.glob(_EVENT_FILES), key=lambda p: p.stat().st_mtime)
         for old in files[: max(0, len(files) - keep)]:
             old.unlink(missing_ok=True)
 
@@ -68,6 +109,8 @@ class TensorBoardSink:
 
         scalars = [Summary.Value(tag=name, simple_value=float(value)) for name, value in record.values.items()]
         scalars += [Summary.Value(tag=f"device/{name}", simple_value=value) for name, value in record.device.items()]
+        if record.model_state:
+            scalars += [Summary.Value(tag=tag, simple_value=value) for tag, value in record.model_state.scalars()]
         try:
             # Checked before writing, so a new file starts only when a record is there for it.
             self._roll_over_if_full()

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_mindformers import semconv
 from otel_mindformers.config import MonitorConfig, OtlpConfig
+from otel_mindformers.extras import output_off_warning
 from otel_mindformers.identity import Identity
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.version import __version__
@@ -225,7 +226,12 @@ def metric_temporality(choice: str) -> dict[type, AggregationTemporality]:
 
 
 def _prometheus_reader(config: MonitorConfig, identity: Identity) -> tuple[MetricReader, Callable[[], None]] | None:
-    """A reader served on `prometheus.host:port`; None (with one warning) if it cannot listen."""
+    """A reader served on `prometheus.host:port`; None (with one warning) if it cannot listen
+    or its extra is not installed."""
+    unavailable = output_off_warning("prometheus", ("opentelemetry.exporter.prometheus", "prometheus_client"))
+    if unavailable:  # an optional extra: training goes on without this output
+        _logger.warning(unavailable)
+        return None
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
@@ -351,7 +357,7 @@ def build_telemetry(
 
     if span_exporter is not None:
         # After the providers are built: their own set-up warnings are not export failures.
-        reporter = ExportErrorReporter(otlp_destination(config.otlp)).install()
+        reporter = ExportErrorReporter(otlp_destination(config.otlp), secrets=config.otlp.headers.values()).install()
         on_close.append(reporter.uninstall)
 
     name, version = semconv.INSTRUMENTATION_NAME, __version__

@@ -1,0 +1,82 @@
+"""Credentials in `otlp.endpoint` (`http://user:token@host`) and `otlp.headers` never reach
+a message: not our export warning, not the exporters' own text we quote, not `replay`'s
+error or success lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from otel_mindformers.telemetry.export_errors import ExportErrorReporter, printable_endpoint
+from tests.support.instrumented import free_port
+from tests.support.reliability_worker import run
+
+REPO = Path(__file__).resolve().parent.parent
+TOKEN = "tok3n-in-the-url"
+HEADER_SECRET = "Bearer header-s3cret"
+
+
+@pytest.mark.parametrize("endpoint, shown", [
+    (f"http://svc:{TOKEN}@127.0.0.1:4318/v1?key=query-s3cret", "http://***@127.0.0.1:4318/v1?***"),
+    (f"svc:{TOKEN}@127.0.0.1:4317", "***@127.0.0.1:4317"),  # gRPC, no scheme
+    ("http://127.0.0.1:4317", "http://127.0.0.1:4317"),
+    ("the default OTLP endpoint", "the default OTLP endpoint"),
+])
+def test_the_printed_endpoint_has_no_credentials(endpoint, shown):
+    assert printable_endpoint(endpoint) == shown
+
+
+def test_the_exporters_own_text_is_masked_too():
+    """The gRPC exporter names its target as `user:token@host:port` in its messages."""
+    reporter = ExportErrorReporter(f"http://svc:{TOKEN}@127.0.0.1:4317", secrets=[HEADER_SECRET], announce=False)
+    reporter.report(f"Failed to export traces to svc:{TOKEN}@127.0.0.1:4317 with header {HEADER_SECRET}, "
+                    "error code: StatusCode.UNAVAILABLE")
+    assert reporter.first_failure == ("Failed to export traces to ***@127.0.0.1:4317 with header ***, "
+                                      "error code: StatusCode.UNAVAILABLE")
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_the_export_warning_of_a_training_run_shows_no_credentials(tmp_path, protocol):
+    port = free_port()  # nothing listens: every export fails
+    spec = {
+        "config": {
+            "interval": 1,
+            "output_type": ["json_file", "otlp"],
+            "shutdown_timeout": 1.0,
+            "otlp": {"endpoint": f"http://svc:{TOKEN}@127.0.0.1:{port}", "protocol": protocol, "timeout": 1.0,
+                     "export_interval": 0.2, "headers": {"authorization": HEADER_SECRET}},
+        },
+        "steps": 20,
+        "report": str(tmp_path / "report.json"),
+    }
+    process, _ = run(spec, tmp_path)
+    assert process.returncode == 0, process.stderr[-3000:]
+    (warning,) = [line for line in process.stderr.splitlines() if line.startswith("otel_mindformers: OTLP export")]
+    assert f"http://***@127.0.0.1:{port}" in warning
+    output = process.stdout + process.stderr
+    assert TOKEN not in output and "header-s3cret" not in output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_replay_names_the_endpoint_without_credentials(tmp_path, protocol):
+    log = tmp_path / "train_metric.json"
+    log.write_text("".join(json.dumps({"time_stamp": 1.7e9 + step, "step": step, "epoch": 1, "rank": 0,
+                                       "loss": 1.0 / step}) + "\n" for step in range(1, 4)))
+    port = free_port()
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", "replay", str(log), "--endpoint",
+         f"http://svc:{TOKEN}@127.0.0.1:{port}", "--protocol", protocol, "--timeout", "1",
+         "--header", f"authorization={HEADER_SECRET}"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 1
+    (line,) = [line for line in done.stderr.splitlines() if line.strip()]
+    assert f"http://***@127.0.0.1:{port}" in line, line
+    assert TOKEN not in done.stdout + done.stderr and "header-s3cret" not in done.stdout + done.stderr

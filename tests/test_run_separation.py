@@ -1,0 +1,151 @@
+"""One run per file: a second run does not append to the first one's JSON log or event files.
+
+A run that starts at step 0 sets the previous run's files aside under a name that says when
+it last wrote; a resumed run (its step count starts past 0) writes on after it. The tests
+train for real, with the article's custom monitor appending to the same JSON file, and read
+the result with the article's own script, the analysis CLI's reader and TensorBoard's.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+from otel_mindformers import MonitorCallback
+from otel_mindformers.analysis.logs import read_logs
+from tests.support import training
+from tests.support.permissions import obey_file_permissions
+from tests.support.reliability_worker import spawn
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def monitor(workdir: Path, **overrides) -> MonitorCallback:
+    """The article's outputs at their default paths, with the article's custom monitor
+    (which opens `json_log_path` in its constructor: the demo creates ./output first)."""
+    (workdir / "output").mkdir(exist_ok=True)
+    config = {
+        "interval": 2,
+        "output_type": ["json_file", "tensorboard"],
+        "json_log_path": "./output/train_metric.json",
+        "tensorboard_path": "./output/tensorboard_log",
+        "custom_monitor_callback": "custom_monitor.CustomMetricMonitor",
+        "alert_config": {"loss_threshold": 1e9},
+        **overrides,
+    }
+    return MonitorCallback(config, source_dir=str(EXAMPLES))
+
+
+def resume(callback: MonitorCallback, from_step: int, steps: int) -> None:
+    """Train `steps` more steps counting on from `from_step`: MindSpore's own resume entry
+    (`Model._train(initial_step=...)`, what `Model.train` calls after a failure repair)."""
+    import mindspore as ms
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    model = training.build_model("tuple5")
+    model._train(1, training.build_dataset(steps), callbacks=[callback], dataset_sink_mode=False,
+                 initial_step=from_step)
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def ours(path: Path) -> list[int]:
+    return [line["step"] for line in lines(path) if "rank" in line]
+
+
+def tensorboard_steps(logdir: Path) -> dict[str, list[int]]:
+    """What TensorBoard shows: each run (folder) under `logdir` and its loss steps."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    multiplexer = EventMultiplexer().AddRunsFromDirectory(str(logdir))
+    multiplexer.Reload()
+    return {run: [event.step for event in multiplexer.Scalars(run, "loss")] for run in multiplexer.Runs()}
+
+
+def test_a_second_run_sets_the_first_runs_log_aside(workdir):
+    training.train([monitor(workdir)], steps=6, shape="tuple5")
+    first_run = lines(workdir / "output" / "train_metric.json")
+    training.train([monitor(workdir)], steps=8, shape="tuple5")
+
+    current = workdir / "output" / "train_metric.json"
+    (kept,) = sorted((workdir / "output").glob("train_metric.*.json"))
+    assert lines(kept) == first_run, "the first run's lines, ours and the custom monitor's, kept whole"
+    assert ours(current) == [1, 2, 4, 6, 8]
+    custom = [line["step"] for line in lines(current) if "lr" in line]
+    assert custom == list(range(1, 9)), "the custom monitor's lines of this run stay in this run's file"
+
+    # The article's script, run as written in the working directory, sees one run.
+    namespace = runpy.run_path(str(EXAMPLES / "analyze_loss.py"), run_name="__main__")
+    assert (workdir / "loss_curve.png").stat().st_size > 0
+    steps, losses = namespace["load_metric_log"]("./output/train_metric.json")
+    assert steps == [1, 2, 4, 6, 8] and all(isinstance(loss, float) for loss in losses)
+
+    # The analysis CLI's reader: one series per run, each labelled by its file.
+    series = read_logs([workdir / "output"])
+    assert sorted((s.label, [p.step for p in s.points]) for s in series) == [
+        ("train_metric", [1, 2, 4, 6, 8]), (kept.stem, [1, 2, 4, 6])
+    ]
+
+
+def test_a_third_run_keeps_both_earlier_runs_and_their_rotated_backups(workdir):
+    rotation = {"log_rotation": {"max_bytes": 500, "backup_count": 10}, "interval": 1}
+    for steps in (6, 7, 8):
+        training.train([monitor(workdir, custom_monitor_callback=None, **rotation)], steps=steps, shape="tuple5")
+    output = workdir / "output"
+    kept = sorted(p for p in output.glob("train_metric.*.json"))
+    assert len(kept) == 2
+    runs = [[p.step for p in s.points] for s in read_logs([*kept, output / "train_metric.json"])]
+    assert runs == [list(range(1, 7)), list(range(1, 8)), list(range(1, 9))]
+    assert list(output.glob("train_metric.json.*")), "this run rolled over too"
+
+
+def test_a_resumed_run_writes_on_after_the_previous_one(workdir):
+    training.train([monitor(workdir, custom_monitor_callback=None)], steps=6, shape="tuple5")
+    resume(monitor(workdir, custom_monitor_callback=None), from_step=6, steps=4)
+    output = workdir / "output"
+    assert not list(output.glob("train_metric.*.json")), "nothing set aside: the run goes on"
+    assert ours(output / "train_metric.json") == [1, 2, 4, 6, 7, 8, 10]
+
+
+def test_tensorboard_shows_each_run_once(workdir):
+    training.train([monitor(workdir, custom_monitor_callback=None)], steps=6, shape="tuple5")
+    training.train([monitor(workdir, custom_monitor_callback=None)], steps=8, shape="tuple5")
+    shown = tensorboard_steps(workdir / "output" / "tensorboard_log")
+    (earlier,) = [run for run in shown if run != "rank_0"]
+    assert earlier.startswith("rank_0/")
+    assert shown == {"rank_0": [1, 2, 4, 6, 8], earlier: [1, 2, 4, 6]}
+
+
+def test_tensorboard_hides_what_a_resumed_run_logs_again(workdir):
+    # The first attempt logged steps 1..8; the run resumes from a checkpoint at step 4.
+    training.train([monitor(workdir, custom_monitor_callback=None, interval=1)], steps=8, shape="tuple5")
+    resume(monitor(workdir, custom_monitor_callback=None, interval=1), from_step=4, steps=6)
+    shown = tensorboard_steps(workdir / "output" / "tensorboard_log")
+    assert shown == {"rank_0": list(range(1, 11))}
+
+
+def test_a_previous_log_that_cannot_be_copied_is_appended_to_with_one_warning(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "train_metric.json").write_text('{"step": 1}\n')
+    logs.chmod(0o555)  # the file stays writable, but no copy can be made beside it
+    spec = {"config": {"interval": 1, "output_type": ["json_file"], "json_log_path": str(logs / "train_metric.json")},
+            "steps": 2, "report": str(tmp_path / "report.json"), "log_level": "WARNING"}
+    process = spawn(spec, tmp_path, preexec_fn=obey_file_permissions)
+    try:
+        _, stderr = process.communicate(timeout=240)
+    finally:
+        logs.chmod(0o755)
+    assert process.returncode == 0, stderr[-3000:]
+    warnings = [line for line in stderr.splitlines() if "aside" in line]
+    assert len(warnings) == 1 and str(logs / "train_metric.json") in warnings[0] and "appends" in warnings[0]
+    assert [line["step"] for line in lines(logs / "train_metric.json")] == [1, 1, 2]
+    assert sorted(p.name for p in logs.iterdir()) == ["train_metric.json"], "no half copy left behind"
