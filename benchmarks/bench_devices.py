@@ -6,10 +6,11 @@
 `snapshot`: the only device work a sampled step does, `DeviceTelemetry.snapshot()`.
 `poll`: what one poll costs off the training thread (wall, poll-thread CPU, tool CPU).
 `training`: per-step time of real MindSpore training (interval 1, so every step is sampled
-and takes a snapshot) with `device_monitor` off, on with the fake npu-smi of the tests first
-on PATH, on with that npu-smi answering after 0.8 s per call, and on with it hanging until
-the 1 s timeout kills it. The poll interval is 0.2 s, far busier than the 5 s default. The
-case order rotates between rounds so that drift on a shared machine shows up as spread.
+and takes a snapshot) with `device_monitor` off, on with the fake npu-smi and hccn_tool of
+the tests first on PATH, on with both answering after 0.8 s per call, and on with both
+hanging until the 1 s timeout kills them. The poll interval is 0.2 s, far busier than the
+5 s default. The case order rotates between rounds so that drift on a shared machine shows
+up as spread.
 """
 
 from __future__ import annotations
@@ -45,15 +46,16 @@ def _summary(samples_s: list[float], unit: float, name: str) -> str:
     return f"median {statistics.median(ordered) * unit:8.3f} {name}   p90 {p90 * unit:8.3f} {name}"
 
 
-def _use_fake_npu_smi(mode: str = "normal", delay: str = "") -> None:
+def _use_fake_tools(mode: str = "normal", delay: str = "") -> None:
+    """The tests' fake npu-smi and hccn_tool first on PATH, both in `mode`."""
     if str(FAKE_BIN) not in os.environ["PATH"].split(os.pathsep):
         os.environ["PATH"] = f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}"
-    os.environ["FAKE_NPU_SMI_MODE"] = mode
-    os.environ["FAKE_NPU_SMI_DELAY"] = delay
+    os.environ["FAKE_NPU_SMI_MODE"] = os.environ["FAKE_HCCN_MODE"] = mode
+    os.environ["FAKE_NPU_SMI_DELAY"] = os.environ["FAKE_HCCN_DELAY"] = delay
 
 
 def bench_snapshot(calls: int = 100_000) -> None:
-    _use_fake_npu_smi()
+    _use_fake_tools()
     config = load_monitor_config({"device_monitor": True, "output_type": [],
                                   "device_config": {"poll_interval": 0.2}})
     telemetry = DeviceTelemetry.start(config, IDENTITY, None)
@@ -71,11 +73,11 @@ def bench_snapshot(calls: int = 100_000) -> None:
 
 def bench_poll(polls: int = 50) -> None:
     """CPU one poll costs, on the poll thread and in the npu-smi processes it starts."""
-    _use_fake_npu_smi()
+    _use_fake_tools()
     config = load_monitor_config({"device_monitor": True, "device_config": {"sources": ["ascend", "host"]}})
     sources = build_sources(config.device_config, IDENTITY)
     poller = Poller(sources, ReadingCache(60.0), 60.0)
-    print(f"one poll (fake npu-smi: 2 calls; psutil), {polls} polls:")
+    print(f"one poll (fake npu-smi: 6 calls on the first poll, 5 after; fake hccn_tool: 4; psutil), {polls} polls:")
     wall, cpu, children = [], [], []
     for _ in range(polls):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -87,7 +89,7 @@ def bench_poll(polls: int = 50) -> None:
         children.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     print(f"  wall                     {_summary(wall, 1e3, 'ms')}")
     print(f"  poll thread CPU          {_summary(cpu, 1e3, 'ms')}")
-    print(f"  npu-smi processes CPU    {_summary(children, 1e3, 'ms')}")
+    print(f"  tool processes CPU       {_summary(children, 1e3, 'ms')}")
 
 
 def bench_training(steps: int = 200, rounds: int = 5) -> None:
@@ -97,13 +99,13 @@ def bench_training(steps: int = 200, rounds: int = 5) -> None:
     logging.disable(logging.WARNING)
     cases = {
         "device_monitor off": None,
-        "on, npu-smi normal": ("normal", ""),
-        "on, npu-smi 0.8 s slow": ("normal", "0.8"),
-        "on, npu-smi hangs": ("hang", ""),
+        "on, tools normal": ("normal", ""),
+        "on, tools 0.8 s slow": ("normal", "0.8"),
+        "on, every tool hangs": ("hang", ""),
     }
     os.environ["DEVICE_ID"] = "1"
     print(f"real training, {steps} steps, interval 1 (a snapshot every step), poll every 0.2 s, "
-          f"npu-smi timeout 1 s; per-step time from the JSON lines; {rounds} rounds, case order rotated:")
+          f"tool timeout 1 s; per-step time from the JSON lines; {rounds} rounds, case order rotated:")
     times: dict[str, list[float]] = {label: [] for label in cases}
     round_medians: dict[str, list[float]] = {label: [] for label in cases}
     with_npu: dict[str, int] = dict.fromkeys(cases, 0)
@@ -114,7 +116,7 @@ def bench_training(steps: int = 200, rounds: int = 5) -> None:
             for label in labels[round_ % len(labels):] + labels[: round_ % len(labels)]:
                 npu_smi = cases[label]
                 if npu_smi is not None:
-                    _use_fake_npu_smi(*npu_smi)
+                    _use_fake_tools(*npu_smi)
                 path = Path(tmp) / f"{round_}_{labels.index(label)}.json"
                 callback = MonitorCallback({
                     "interval": 1, "grad_monitor": False, "output_type": ["json_file"],
