@@ -4,7 +4,6 @@ real OTLP receiver. The rank attributes must survive the hop."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import time
@@ -18,6 +17,7 @@ import yaml
 from otel_mindformers import semconv
 from otel_mindformers import training_metrics as tm
 from tests.support import trainer_process
+from tests.support.backends import unavailable
 from tests.support.prometheus import free_port, stop_process
 
 RANK, WORLD = 3, 4
@@ -31,9 +31,7 @@ def rotel_binary() -> str:
     try:
         from rotel.agent import Agent
     except ImportError:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI requires rotel (pip install rotel)")
-        pytest.skip("rotel is not installed")
+        unavailable("rotel is not installed (pip install rotel)")
     return str(Agent.agent_path)
 
 

@@ -9,7 +9,6 @@ by skipping the alert loop.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -22,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.support.backends import unavailable
 
 PROMETHEUS = "prometheus"
 PROMTOOL = "promtool"
@@ -39,10 +39,7 @@ def require_binary(name: str) -> str:
     path = shutil.which(name)
     if path:
         return path
-    message = f"{name!r} is not installed (apt-get install -y --no-install-recommends {APT_PACKAGES})"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI requires it: {message}")
-    pytest.skip(message)
+    unavailable(f"{name!r} is not installed (apt-get install -y --no-install-recommends {APT_PACKAGES})")
 
 
 def free_port() -> int:
