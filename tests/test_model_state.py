@@ -197,3 +197,29 @@ def test_replay_reproduces_the_live_model_state_series(workdir, otlp_receiver):
     assert [r for r in replayed if r[0] == specs.BY_FAMILY["grad_norm"].layer.name] == expected
     assert {r[1][specs.ATTR_PARAMETER] for r in replayed if r[0] == specs.BY_FAMILY["grad_norm"].parameter.name} == {
         "layers.0.0.weight", "layers.0.0.bias"}
+
+
+def test_report_and_plot_show_the_layers_and_parameters_with_the_largest_norms(workdir):
+    from PIL import Image
+
+    from otel_mindformers.analysis.logs import read_logs
+    from otel_mindformers.analysis.plot import plot
+    from otel_mindformers.analysis.report import render, report_logs
+
+    cb = MonitorCallback({"interval": 1, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"),
+                          "target": ["layers.3."]})
+    train([cb], layers=4, steps=6, spike=(4, 2, 50.0))
+    report = report_logs([str(workdir / "m.json")])
+    (summary,) = report.series
+    assert summary.top_layers[0].name == "layer 2" and summary.top_layers[0].step == 4
+    assert summary.top_parameters[0].name.startswith("layers.2.") and summary.top_parameters[0].step == 4
+    text = render(report, "text")
+    assert "Largest gradient norms: layers" in text and "layer 2" in text
+    assert "## Largest gradient norms: parameters" in render(report, "markdown")
+
+    plain = plot(read_logs([str(workdir / "m.json")]), workdir / "plain.png")
+    (workdir / "old.json").write_text("".join(
+        json.dumps({k: v for k, v in line.items() if k != "model_state"}) + "\n" for line in lines(workdir / "m.json")))
+    without = plot(read_logs([str(workdir / "old.json")]), workdir / "without.png")
+    # The per-layer panels add a third row of panels.
+    assert Image.open(plain).size[1] == pytest.approx(Image.open(without).size[1] * 1.5, rel=0.02)

@@ -96,3 +96,24 @@ def test_mindformers_state_readings_reach_otel_equal_to_its_own_log(workdir, otl
     assert weight[-1].value == pytest.approx(lines[-1][tm.WEIGHT_NORM], rel=1e-9)
     # stdout: aggregates only, never a per-parameter list
     assert "grad_norm_max" in log
+
+
+
+def test_moe_readings_in_mindformers_format_become_layer_series():
+    """MoEDropRateCallback logs `layer: i, drop_rate: x` (its only output) and
+    TopkBiasBalanceCallback writes `expert_load/<layer>` as `{ep_i: load}`. (MindFormers 1.9's
+    drop-rate callback itself raises on MindSpore 2.9 CPU: it formats a Tensor with `:.5f`.)"""
+    from otel_mindformers import recording
+    from otel_mindformers.model_state.inbox import INBOX
+
+    INBOX.open_run()
+    try:
+        INBOX.put_log_line("layer: 3, drop_rate: 0.30000", 7)
+        INBOX.put_expert_load("expert_load/3", {"ep_0": 4.0, "ep_1": 1.0, "ep_2": 1.0, "ep_3": 2.0}, 7)
+        INBOX.put_log_line("layer: 4, drop_rate: 0.10000", 5)  # before the window: left out
+        _, state = INBOX.take(after_step=6)
+    finally:
+        INBOX.close_run()
+    measured = {(m.spec.name, m.attributes[specs.ATTR_LAYER]): m.value
+                for m in recording.model_state_measurements(state.summary(), {})}
+    assert measured == {(specs.DROP_RATE.name, "3"): 0.3, (specs.EXPERT_LOAD_IMBALANCE.name, "3"): 2.0}
