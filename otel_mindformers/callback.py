@@ -65,6 +65,7 @@ class MonitorCallback(Callback):
         monitor_cls = load_monitor_class(self.config)
         self.custom_monitors: list[BaseMonitor] = [monitor_cls(self.config)] if monitor_cls else []
         self._run: MonitorRun | None = None
+        self._clock: Any = None
         self._custom_failures: dict[str, int] = {}
         self._lazy_lr: LazyLearningRate | None = None
         self._handles = OutputReader([], None)
@@ -73,8 +74,9 @@ class MonitorCallback(Callback):
 
     @property
     def progress(self) -> Any:
-        """The current run's StepClock (`.step`, `.last_step_end`), or None between runs."""
-        return self._run.clock if self._run is not None else None
+        """The StepClock (`.step`, `.last_step_end`, `.phase`) of the current run, or of the
+        last one once it ended; None before the first run."""
+        return self._clock
 
     # --- lifecycle ---------------------------------------------------------------------------
     def on_train_begin(self, run_context: Any) -> None:
@@ -82,6 +84,7 @@ class MonitorCallback(Callback):
             return
         cb_params = run_context.original_args()
         self._run = run = MonitorRun.start(self.config, cb_params, self._providers)
+        self._clock = run.clock
         self.identity, self.stop_reason = run.identity, None
         optimizer = optimizer_of(cb_params) if self.custom_monitors else None
         self._lazy_lr = LazyLearningRate(optimizer) if optimizer is not None else None
@@ -123,6 +126,14 @@ class MonitorCallback(Callback):
         if run.stop_pending is not None:
             run.honour_stop(run_context)
             self.stop_reason = run.stop_reason
+
+    def on_eval_begin(self, run_context: Any) -> None:
+        if self._run is not None:  # Model.fit's validation; a Model.eval outside training is no phase
+            self._run.timeline.begin_evaluation()
+
+    def on_eval_end(self, run_context: Any) -> None:
+        if self._run is not None:
+            self._run.timeline.end_evaluation(run_context.original_args().get("eval_results"))
 
     def on_train_epoch_end(self, run_context: Any) -> None:
         if self._run is None:
