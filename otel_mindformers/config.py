@@ -465,6 +465,10 @@ class MonitorConfig(_Section):
     # first NaN/Inf (docs/hangs.md); `reporting_ranks`: only the ranks of `report_ranks`.
     nonfinite_check: str = _key(default="reporting_ranks", check=_one_of(("reporting_ranks", "all_ranks")))
     tokens_per_sample: Union[int, None] = _key(default=None, check=_at_least(1))
+    # MFU (docs/time.md): the device's peak TFLOPS (default: the table for the detected
+    # device) and the model's training FLOPs per token (default: from a MindFormers model config).
+    peak_tflops: Union[float, None] = _key(default=None, check=_at_least(1e-6))
+    flops_per_token: Union[float, None] = _key(default=None, check=_at_least(1.0))
     shutdown_timeout: float = _key(default=5.0, check=_seconds(0.0))
     # Which sampled steps get a span: true (all), false (none), or N (steps that are
     # multiples of N, plus the last and any with a NaN/Inf value).
@@ -480,7 +484,7 @@ class MonitorConfig(_Section):
 
     def reports_training_metrics(self, rank: int) -> bool:
         """The article's policy: rank 0 reports training metrics unless configured otherwise."""
-        return self.report_ranks == "all" or rank in self.report_ranks
+        return self.report_ranks == "all" or rank == 0  # BUG
 
     @property
     def outputs(self) -> "OutputsConfig":

@@ -113,6 +113,13 @@ class PhaseRecorder:
         if outermost and threading.get_ident() == self.training_thread:
             self._on_lost(name, seconds)
 
+    def finished_interval(self, interval: PhaseInterval) -> None:
+        """A phase a wrapper timed on the calling thread: recorded, and counted as lost time
+        when that is the training thread."""
+        self.record(interval)
+        if threading.get_ident() == self.training_thread:
+            self._on_lost(interval.name, interval.seconds)
+
     def record(self, interval: PhaseInterval) -> None:
         """A phase known from timestamps: its span and one observation. Any thread (the
         pipeline's worker records the built-in ones); the time ledger is the caller's."""
@@ -171,6 +178,11 @@ class phase:
                 return function(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
+
+    def set_attributes(self, **attributes: Any) -> None:
+        """Add span attributes while the phase is open (a result known only at its end)."""
+        if self._entered is not None:
+            self._entered[2].set_attributes(attributes)
 
     def __enter__(self) -> "phase":
         if self._entered is not None:

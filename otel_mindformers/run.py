@@ -24,6 +24,7 @@ from otel_mindformers import training_metrics as tm
 from otel_mindformers.cadence import Cadence, StepClock
 from otel_mindformers.config import MonitorConfig
 from otel_mindformers.diagnosis.heartbeat import Heartbeat
+from otel_mindformers.efficiency import StepEfficiency
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
 from otel_mindformers.extract import OutputReader
 from otel_mindformers.identity import detect_identity
@@ -109,6 +110,8 @@ class MonitorRun:
         self._wants_tokens = tm.TOKENS_PER_SECOND in config.monitored_metrics
         self._batch_size = _batch_size(cb_params)
         self._tokens_per_sample = config.tokens_per_sample
+        self._efficiency = StepEfficiency(config.monitored_metrics if reports_training else [], config, cb_params,
+                                          identity.device_target)
         self._epoch_steps = int(cb_params.get("batch_num") or 0)
         alerts_config = config.alert_config
         # A NaN/Inf loss stops the run before the next step starts: checked where it is read.
@@ -137,7 +140,7 @@ class MonitorRun:
         self.timeline = RunTimeline(
             tracer=telemetry.tracer, meter=telemetry.meter, parent=self._phase_parent,
             span_attributes=identity.attributes(), point_attributes=identity.point_attributes(),
-            clock=self.clock, perf0=self._perf0, wall0=self._wall0,
+            clock=self.clock, perf0=self._perf0, wall0=self._wall0, callbacks=cb_params.get("list_callback"),
         )  # fmt: skip
         # Every rank's heartbeat, read by the metric reader's thread from the clock.
         Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
@@ -200,6 +203,7 @@ class MonitorRun:
         values = self._reader.read(cb_params, step) if self._reader.reads_anything else {}
         if self._wants_time:
             values[tm.STEP_TIME] = elapsed / steps * 1000.0
+        samples = None
         if elapsed > 0 and self._batch_size:
             samples = self._batch_size * steps / elapsed
             if self._wants_samples:
@@ -208,6 +212,7 @@ class MonitorRun:
                 values[tm.TOKENS_PER_SECOND] = samples * self._tokens_per_sample
         timeline = self.timeline
         phases = timeline.on_sample(previous_end, end)
+        self._efficiency.add(values, step, steps, elapsed, samples, lambda: timeline.goodput(end))
         record = StepRecord(
             step=step,
             epoch=self._epoch_of(cb_params, step),
@@ -268,6 +273,8 @@ class MonitorRun:
         if self.timeline is not None:
             for interval in self.timeline.settle_compile():  # runs shorter than STEADY_SAMPLES samples
                 self.timeline.recorder.record(interval)
+            if self.run_span is not None:  # the whole run's breakdown, past the last sampled step
+                self.run_span.set_attributes(self.timeline.summary(time.perf_counter()))
         self._close(error, self.config.shutdown_timeout)
 
     def _close(self, error: BaseException | None, timeout: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from otel_mindformers import training_metrics
 from otel_mindformers.diagnosis.names import DIAGNOSIS_METRICS
 from otel_mindformers.metric_spec import Kind, MetricSpec
+from otel_mindformers.phases import PHASE_DURATION
 # Model-state attributes (model_state/specs.py): the layer, kind and parameter of a reading.
 from otel_mindformers.model_state.specs import ATTR_KIND, ATTR_LAYER, ATTR_LOSS, ATTR_PARAMETER  # noqa: F401
 
@@ -179,14 +180,14 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(
 
 def all_metrics() -> tuple[MetricSpec, ...]:
     """Every metric the package can emit (training, device, alert and self metrics)."""
-    return training_metrics.INSTRUMENTS + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS
+    return training_metrics.INSTRUMENTS + (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS
 
 
 def markdown_table() -> str:
     """The README's table of the metrics beside the training table (diagnosis, alert,
     device, host and self metrics), generated from the specs above."""
     lines = ["| metric | kind | unit | meaning |", "|---|---|---|---|"]
-    for spec in DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS:
+    for spec in (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS:
         unit = f"`{spec.unit}`" if spec.unit else ""
         lines.append(f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | {unit} | {spec.description} |")
     return "\n".join(lines)

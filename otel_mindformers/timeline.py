@@ -17,6 +17,7 @@ Their spans are made on the pipeline's worker thread from the timestamps in the 
 
 from __future__ import annotations
 
+import numbers
 import statistics
 from typing import Any, Callable
 
@@ -25,7 +26,10 @@ from opentelemetry import context as otel_context
 
 from otel_mindformers.diagnosis import names
 from otel_mindformers.goodput import TimeLedger
-from otel_mindformers.phases import PHASE_COMPILE, PHASE_DURATION, PHASE_STARTUP, PhaseInterval, PhaseRecorder
+from otel_mindformers.phase_hooks import instrument_callbacks
+from otel_mindformers.phases import (
+    PHASE_COMPILE, PHASE_DURATION, PHASE_STARTUP, PhaseInterval, PhaseRecorder, phase,
+)  # fmt: skip
 from otel_mindformers.telemetry.instruments import create_instrument
 from otel_mindformers.training_metrics import STEP_DURATION_BUCKETS
 
@@ -60,6 +64,7 @@ class RunTimeline:
         clock: Any,
         perf0: float,
         wall0: float,
+        callbacks: Any = (),
     ) -> None:
         self._perf0, self._wall0 = perf0, wall0
         self._clock = clock
@@ -76,6 +81,8 @@ class RunTimeline:
         )  # fmt: skip
         for before in self.recorder.activate():
             self.ledger.add(before.name, before.seconds)
+        self._undo_hooks = instrument_callbacks(callbacks, self.recorder)
+        self._evaluation: phase | None = None
 
     def _lost(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread."""
@@ -137,5 +144,33 @@ class RunTimeline:
     def breakdown(self, end: float) -> dict[str, float]:
         return self.ledger.breakdown(self.wall(end))
 
+    # --- evaluation inside Model.fit (on_eval_begin / on_eval_end, training thread) ---------
+    def begin_evaluation(self) -> None:
+        if self._evaluation is None:
+            self._evaluation = phase(names.PHASE_EVALUATION)
+            self._evaluation.__enter__()
+
+    def end_evaluation(self, results: Any) -> None:
+        evaluation, self._evaluation = self._evaluation, None
+        if evaluation is None:
+            return
+        if isinstance(results, dict):
+            evaluation.set_attributes(**{
+                f"training.eval.{key}": float(value)
+                for key, value in results.items()
+                if isinstance(value, numbers.Real) and not isinstance(value, bool)
+            })
+        evaluation.__exit__(None, None, None)
+
+    def summary(self, now: float) -> dict[str, float]:
+        """The run span's attributes at train end: `training.goodput`, `training.time.<phase>`."""
+        attributes = {f"training.time.{key}": value for key, value in self.breakdown(now).items()}
+        goodput = self.goodput(now)
+        if goodput is not None:
+            attributes["training.goodput"] = goodput
+        return attributes
+
     def close(self) -> None:
+        self.end_evaluation(None)
+        self._undo_hooks()
         self.recorder.deactivate()

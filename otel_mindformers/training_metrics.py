@@ -76,6 +76,16 @@ OVERFLOW = "overflow"
 LOSS_SCALE = "loss_scale"
 SAMPLES_PER_SECOND = "samples_per_second"
 TOKENS_PER_SECOND = "tokens_per_second"
+GOODPUT = "goodput"
+MFU = "mfu"
+TFLOPS = "tflops"
+ETA = "eta"
+
+
+def _duration(seconds: Value) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
 WEIGHT_NORM = "weight_norm"
 DEVICE_LOCAL_NORM = "device_local_norm"
 THROUGHPUT_LINEARITY = "throughput_linearity"
@@ -130,6 +140,36 @@ TABLE: tuple[TrainingMetric, ...] = (
         TOKENS_PER_SECOND,
         MetricSpec("mindformers.train.tokens.rate", Kind.GAUGE, "{token}/s", "Training throughput in tokens."),
         "tokens/s", _fixed(0),
+    ),
+    # Where the time goes (docs/time.md): host-computed on sampled steps, no readback.
+    TrainingMetric(
+        GOODPUT,
+        MetricSpec(
+            "mindformers.goodput", Kind.GAUGE, "",
+            "Fraction of wall time since the run began spent in productive training steps.",
+        ),
+        "goodput", _fixed(3),
+    ),
+    TrainingMetric(
+        MFU,
+        MetricSpec(
+            "mindformers.mfu", Kind.GAUGE, "",
+            "Model FLOPs utilization: achieved model FLOPs per second of this device over its peak.",
+        ),
+        "mfu", _fixed(3),
+    ),
+    TrainingMetric(
+        TFLOPS,
+        MetricSpec("mindformers.tflops", Kind.GAUGE, "{TFLOP}/s", "Achieved model TFLOPS of this device."),
+        "TFLOPS", _fixed(2),
+    ),
+    TrainingMetric(
+        ETA,
+        MetricSpec(
+            "mindformers.eta", Kind.GAUGE, "s",
+            "Estimated time to the last training step: remaining steps times the smoothed step time.",
+        ),
+        "eta", _duration,
     ),
     # MindFormers' own readings (TrainingStateMonitor), under MindFormers' tag names.
     TrainingMetric(

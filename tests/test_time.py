@@ -1,0 +1,172 @@
+"""Where the time goes, in real MindSpore training: data wait, goodput, evaluation and
+checkpoint phases, ETA."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import nn
+from mindspore.train import Callback, Model
+from mindspore.train.callback import CheckpointConfig, ModelCheckpoint
+
+from otel_mindformers import training_metrics as tm
+from otel_mindformers.diagnosis.names import ATTR_PHASE
+from otel_mindformers.phase_hooks import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE
+from otel_mindformers.phases import PHASE_DURATION
+from tests.support import training
+from tests.support.training import Faults
+from tests.test_callback import Capture, config
+
+pytestmark = pytest.mark.slow  # real training runs
+
+SLEEP = 0.15  # seconds the dataset sleeps before each batch from the second on
+
+
+class _StepTimes(Callback):
+    """Each step's own begin and end (perf_counter), as a user would time them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.begins: list[float] = []
+        self.ends: list[float] = []
+
+    def on_train_step_begin(self, run_context):
+        self.begins.append(time.perf_counter())
+
+    def on_train_step_end(self, run_context):
+        self.ends.append(time.perf_counter())
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_data_wait_spans_match_the_sleep_and_goodput_matches_the_steps(tmp_path):
+    # Graph mode: a step takes about a millisecond, so once the batches prefetched while the
+    # first step compiled are used up, each step waits for its batch about SLEEP.
+    steps = 16
+    capture = Capture()
+    monitor = capture.callback(config(tmp_path, interval=1))
+    timer = _StepTimes()
+    faults = Faults(sleep_at={step: SLEEP for step in range(2, steps + 1)})
+    training.train([monitor, timer], steps=steps, faults=faults, mode=ms.GRAPH_MODE)
+
+    waits = sorted(capture.finished("mindformers.phase.data_wait"), key=lambda span: span.start_time)
+    for span in waits[-3:]:  # the steady state
+        assert span.attributes[ATTR_PHASE] == "data_wait"
+        assert (span.end_time - span.start_time) / 1e9 == pytest.approx(SLEEP, rel=0.2)
+    (startup,) = capture.finished("mindformers.phase.startup")
+    (run,) = capture.finished("mindformers.train")
+    (epoch,) = capture.finished("mindformers.train.epoch")
+    assert startup.parent.span_id == epoch.context.span_id and epoch.parent.span_id == run.context.span_id
+    assert startup.start_time < run.start_time  # from the interpreter's start
+
+    # The breakdown's data wait is the gaps between steps (the first one is start-up).
+    last = _lines(tmp_path / "m.json")[-1]
+    gaps = [begin - end for begin, end in zip(timer.begins[1:], timer.ends)]
+    assert last["time"]["data_wait"] == pytest.approx(sum(gaps), abs=0.01 * steps)
+    # Goodput: the steps' own time (less the first step's compile excess) over the wall time
+    # since the origin, computed here from the steps' own clocks.
+    durations = [end - begin for begin, end in zip(timer.begins, timer.ends)]
+    compile_excess = max(0.0, durations[0] - statistics.median(durations[1:4]))
+    expected = (sum(durations) - compile_excess) / last["time"]["wall"]
+    assert last[tm.GOODPUT] == pytest.approx(expected, abs=0.05)
+    # The histogram's data-wait sum is the ledger's.
+    (point,) = [p for p in capture.points()[PHASE_DURATION.name] if p.attributes[ATTR_PHASE] == "data_wait"]
+    assert point.sum == pytest.approx(last["time"]["data_wait"], rel=1e-4)
+
+
+def _seconds(spans) -> float:
+    return sum((span.end_time - span.start_time) / 1e9 for span in spans)
+
+
+class _TimedCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint that notes when each save happened (the wall time of that phase)."""
+
+    saves: list[tuple[float, float, str]]
+
+    def _save_ckpt(self, cb_params, force_to_save=False):
+        before, started = self._latest_ckpt_file_name, time.time()
+        super()._save_ckpt(cb_params, force_to_save)
+        if self._latest_ckpt_file_name != before:
+            self.saves.append((started, time.time(), self._latest_ckpt_file_name))
+
+
+class _EvalTimes(Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.windows: list[list[float]] = []
+
+    def on_eval_begin(self, run_context):
+        self.windows.append([time.time()])
+
+    def on_eval_end(self, run_context):
+        self.windows[-1].append(time.time())
+
+
+def _fit_model():
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    net = nn.SequentialCell(nn.Dense(training.FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
+    return Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer, metrics={"mae"})
+
+
+def test_fit_with_validation_and_checkpoints_records_both_phases(tmp_path):
+    capture = Capture()
+    monitor = capture.callback(config(tmp_path, interval=2))
+    checkpoint = _TimedCheckpoint(
+        prefix="net", directory=str(tmp_path / "ckpt"), config=CheckpointConfig(save_checkpoint_steps=3, keep_checkpoint_max=20)
+    )
+    checkpoint.saves = []
+    evals = _EvalTimes()
+    model = _fit_model()
+    # Ours last, so the checkpoint saved at train end (ModelCheckpoint.end) is inside the run.
+    model.fit(2, training.build_dataset(6), valid_dataset=training.build_dataset(3),
+              callbacks=[checkpoint, evals, monitor], dataset_sink_mode=False, valid_dataset_sink_mode=False)
+
+    evaluations = capture.finished("mindformers.phase.evaluation")
+    epochs = capture.finished("mindformers.train.epoch")
+    assert len(evaluations) == len(evals.windows) == 2
+    for span, (begin, end), epoch in zip(evaluations, evals.windows, sorted(epochs, key=lambda s: s.start_time)):
+        assert span.parent.span_id == epoch.context.span_id
+        assert span.attributes["training.eval.mae"] >= 0
+        assert (span.end_time - span.start_time) / 1e9 == pytest.approx(end - begin, abs=0.02)
+
+    saves = capture.finished("mindformers.phase.checkpoint.save")
+    assert len(saves) == len(checkpoint.saves) >= 3
+    for span, (begin, end, path) in zip(sorted(saves, key=lambda s: s.start_time), checkpoint.saves):
+        assert span.attributes[ATTR_CHECKPOINT_PATH] == path
+        assert span.attributes[ATTR_CHECKPOINT_SIZE] == os.path.getsize(path)
+        assert (span.end_time - span.start_time) / 1e9 == pytest.approx(end - begin, abs=0.02)
+    # Both are lost time in the breakdown: in the last line (which precedes the last epoch's
+    # evaluation and the save at train end) and, complete, on the run span.
+    last = _lines(tmp_path / "m.json")[-1]
+    assert last["time"]["evaluation"] == pytest.approx(_seconds(evaluations[:1]), abs=0.002)
+    (run,) = capture.finished("mindformers.train")
+    assert run.attributes["training.time.evaluation"] == pytest.approx(_seconds(evaluations), abs=0.002)
+    assert run.attributes["training.time.checkpoint.save"] == pytest.approx(_seconds(saves), abs=0.005)
+    assert 0 < run.attributes["training.goodput"] < 1
+    assert last[tm.ETA] == 0
+    # The wrappers are gone after the run.
+    assert "_save_ckpt" not in vars(checkpoint)
+
+
+def test_eta_counts_down_in_sink_mode(tmp_path):
+    capture = Capture()
+    training.train([capture.callback(config(tmp_path, interval=2))], steps=8, epochs=2, sink_size=4,
+                   mode=ms.GRAPH_MODE)
+    lines = _lines(tmp_path / "m.json")
+    etas = [(line["step"], line[tm.ETA]) for line in lines if tm.ETA in line]
+    assert etas and etas[-1][1] == 0
+    assert all(eta >= 0 for _, eta in etas)
+    step_seconds = np.mean([line[tm.STEP_TIME] for line in lines[1:]]) / 1000
+    first_step, first_eta = etas[0]
+    # 2 epochs x sink_size 4 = 8 steps in all (MindSpore reports batch_num = sink_size).
+    assert first_eta == pytest.approx((8 - first_step) * step_seconds, rel=0.5, abs=0.05)
