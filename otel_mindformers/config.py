@@ -484,7 +484,7 @@ class MonitorConfig(_Section):
 
     def reports_training_metrics(self, rank: int) -> bool:
         """The article's policy: rank 0 reports training metrics unless configured otherwise."""
-        return self.report_ranks == "all" or rank == 0  # BUG
+        return self.report_ranks == "all" or rank in self.report_ranks
 
     @property
     def outputs(self) -> "OutputsConfig":
