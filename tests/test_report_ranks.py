@@ -1,0 +1,62 @@
+"""`report_ranks` as an explicit list, in a real 2-rank job: two training processes with
+RANK_ID / RANK_SIZE set as msrun sets them. The ranks listed write training values (and
+stdout lines); the others only keep their own per-rank file of steps and timings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from otel_mindformers import training_metrics as tm
+from tests.support.reliability_worker import spawn
+
+pytestmark = pytest.mark.slow
+
+RANKS = 2
+STEPS = 6
+TRAINING_VALUES = {tm.LOSS, tm.GRAD_NORM, tm.LEARNING_RATE}
+
+
+def _run_job(tmp_path: Path, report_ranks) -> dict[int, tuple[list[dict], str]]:
+    """Each rank's JSON lines and stdout."""
+    logs = tmp_path / "logs"
+    config = {"interval": 1, "output_type": ["stdout", "json_file"], "json_log_path": str(logs / "train_metric.json"),
+              "report_ranks": report_ranks}
+    processes = [
+        spawn({"config": config, "steps": STEPS, "shape": "tuple5", "report": str(tmp_path / f"report_{rank}.json")},
+              tmp_path, {"RANK_ID": str(rank), "RANK_SIZE": str(RANKS), "DEVICE_ID": str(rank)})
+        for rank in range(RANKS)
+    ]
+    results = {}
+    for rank, process in enumerate(processes):
+        try:
+            stdout, stderr = process.communicate(timeout=300)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        assert process.returncode == 0, stderr[-3000:]
+        path = logs / f"train_metric_rank_{rank}.json"
+        results[rank] = ([json.loads(line) for line in path.read_text().splitlines()], stdout)
+    return results
+
+
+def test_only_the_listed_rank_writes_training_values(tmp_path):
+    results = _run_job(tmp_path, [1])
+    reported, reported_stdout = results[1]
+    silent, silent_stdout = results[0]
+    assert [line["step"] for line in reported] == list(range(1, STEPS + 1))
+    assert all(line["rank"] == 1 and TRAINING_VALUES <= line.keys() for line in reported)
+    assert [line["step"] for line in silent] == list(range(1, STEPS + 1)), "every rank keeps its own file"
+    assert all(line["rank"] == 0 and not TRAINING_VALUES & line.keys() for line in silent)
+    assert "[otel_mindformers] rank 1" in reported_stdout
+    assert "[otel_mindformers]" not in silent_stdout
+
+
+def test_every_listed_rank_reports(tmp_path):
+    results = _run_job(tmp_path, [0, 1])
+    for rank, (lines, stdout) in results.items():
+        assert all(TRAINING_VALUES <= line.keys() for line in lines), rank
+        assert f"[otel_mindformers] rank {rank}" in stdout
