@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_fleet.py                     # 16 ranks, then a projection
     .venv/bin/python benchmarks/bench_fleet.py --ranks 32 --step-seconds 5 --interval 10
+    .venv/bin/python benchmarks/bench_fleet.py --model-state-only        # model-state series count
 
 1. Fleet: `--ranks` processes, each with RANK_ID / RANK_SIZE set as msrun sets them and the
    real pipeline (MonitorCallback, OTel SDK, OTLP/gRPC exporter, `device_monitor` on), are
@@ -15,6 +16,8 @@
 3. Projection: per-rank bytes and data points per sampled step and per export, scaled to
    `--world` ranks at a real step time, interval and export interval, for each knob:
    `report_ranks`, `step_spans`, `otlp.temporality`.
+4. Model state: the active series of MindFormers' training-state readings (docs/model_state.md)
+   for a 70B-sized model on `--world` ranks, with and without `target` and `report_ranks: all`.
 """
 
 from __future__ import annotations
@@ -213,6 +216,9 @@ def project(rates: dict, step_seconds: float, interval: int, export_interval: fl
 
 
 def main() -> None:
+    if "--model-state-only" in sys.argv:  # the series arithmetic alone, without the fleet
+        print_model_state_projection(4096, 10.0, None)
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--rank-worker":
         rank, world, steps, interval, step_seconds, export_interval, endpoint = sys.argv[2:]
         rank_worker(int(rank), int(world), int(steps), int(interval), float(step_seconds),
@@ -309,6 +315,39 @@ def main() -> None:
                 total[key] += one[key] * count
         cores = total["bytes"] / 1e6 * cost_per_mb / 60.0
         print(f"| {label} | {total['spans']:,.0f} | {total['points']:,.0f} | {total['bytes'] / 1e6:,.1f} | {cores:.2f} |")
+    print_model_state_projection(args.world, args.export_interval, reporting_rates["bytes_per_point"].get("gauge"))
+
+
+# A 70B LLaMA's model state (docs/model_state.md): 80 layers, ~720 parameters per rank.
+MODEL_LAYERS = 80
+MODEL_PARAMETERS = 720
+
+
+def model_state_cases(world: int) -> list[tuple[str, int]]:
+    """(case, active series in the whole job) with every model-state family lit."""
+    from otel_mindformers.model_state import specs
+
+    naive = len(specs.FAMILIES) * MODEL_PARAMETERS  # one series per parameter and family
+    bounded = specs.series_per_rank(MODEL_LAYERS, selected_parameters=0)
+    targeted = specs.series_per_rank(MODEL_LAYERS, selected_parameters=32)
+    return [
+        ("report_ranks [0], no target", bounded),
+        ("report_ranks [0], target selecting 32 parameters", targeted),
+        ("report_ranks: all, no target", bounded * world),
+        ("report_ranks: all, target selecting 32 parameters", targeted * world),
+        ("per-parameter series, report_ranks: all (what the bounds avoid)", naive * world),
+    ]
+
+
+def print_model_state_projection(world: int, export_interval: float, gauge_point_bytes: float | None) -> None:
+    """Series count (and, with a measured bytes-per-gauge-point, OTLP MB/min) of the model state."""
+    print(f"\nmodel state: {MODEL_LAYERS}-layer model, {MODEL_PARAMETERS} parameters per rank, {world} ranks, "
+          f"export every {export_interval:g} s")
+    print("| case | active series | MB/min |")
+    print("|---|---:|---:|")
+    for label, series in model_state_cases(world):
+        mb = f"{series * 60.0 / export_interval * gauge_point_bytes / 1e6:,.1f}" if gauge_point_bytes else "n/a"
+        print(f"| {label} | {series:,} | {mb} |")
 
 
 if __name__ == "__main__":
