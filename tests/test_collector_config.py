@@ -207,7 +207,7 @@ def test_tail_sampling_matches_the_package_span_and_event_names():
         for context, conditions in policy.get("ottl_condition", {}).items():
             if context in named:
                 for condition in conditions:
-                    named[context].update(re.findall(r'name == "([^"]+)"', condition))
+                    named[context].update(re.findall(r'name [!=]= "([^"]+)"', condition))
     assert named["span"] and named["span"] <= spans
     assert named["spanevent"] == {semconv.EVENT_ALERT}
     assert {p["type"] for p in policies} >= {"status_code", "probabilistic", "ottl_condition"}
