@@ -58,7 +58,7 @@ def bench_snapshot(calls: int = 100_000) -> None:
     _use_fake_tools()
     config = load_monitor_config({"device_monitor": True, "output_type": [],
                                   "device_config": {"poll_interval": 0.2}})
-    telemetry = DeviceTelemetry.start(config, IDENTITY, None)
+    telemetry = DeviceTelemetry.start(config.device_config, IDENTITY, None)
     while "npu_hbm_used_mb" not in telemetry.snapshot():
         time.sleep(0.01)
     samples = []

@@ -27,6 +27,7 @@ from otel_mindformers.diagnosis.heartbeat import Heartbeat
 from otel_mindformers.efficiency import StepEfficiency
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
 from otel_mindformers.extract import OutputReader
+from otel_mindformers.model_state.reader import StateReader
 from otel_mindformers.identity import detect_identity
 from otel_mindformers.logs import LogBridge, RunCorrelation
 from otel_mindformers.outputs import SinkFanout, build_sinks
@@ -76,6 +77,7 @@ class MonitorRun:
         self._epoch_span: Any = None
         self.timeline: RunTimeline | None = None
         self._first_nonfinite: FirstNonFinite | None = None
+        self._state_reader: StateReader | None = None
 
     @classmethod
     def start(cls, config: MonitorConfig, cb_params: Any, providers: dict[str, Any]) -> "MonitorRun":
@@ -96,6 +98,9 @@ class MonitorRun:
         reports_training = config.reports_training_metrics(identity.rank)
         self.telemetry = telemetry = build_telemetry(config, identity, **self._providers)
         self._reader = OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor)
+        # MindFormers' training-state readings and the 7-tuple's local norms (model_state/).
+        if reports_training:
+            self._state_reader = StateReader.start(config.mindformers_native, config.grad_monitor)
         # `nonfinite_check: all_ranks`: the ranks that do not report still read their own
         # loss and grad norm on sampled steps, only to name the first rank that goes bad.
         self._local_reader = (
@@ -167,7 +172,7 @@ class MonitorRun:
             return None
         from otel_mindformers.devices import DeviceTelemetry
 
-        return DeviceTelemetry.start(self.config, self.identity, self.telemetry.meter)
+        return DeviceTelemetry.start(self.config.device_config, self.identity, self.telemetry.meter)
 
     def _start_alerts(self) -> Any:
         from otel_mindformers.alerts import AlertEngine
@@ -201,6 +206,10 @@ class MonitorRun:
         """Read the step's outputs, build its StepRecord, and hand it to the pipeline."""
         steps, elapsed = self.cadence.close_window(step, end)
         values = self._reader.read(cb_params, step) if self._reader.reads_anything else {}
+        model_state = None
+        if self._state_reader is not None:
+            routed, model_state = self._state_reader.read(cb_params, step - steps)
+            values.update(routed)
         if self._wants_time:
             values[tm.STEP_TIME] = elapsed / steps * 1000.0
         samples = None
@@ -225,6 +234,7 @@ class MonitorRun:
             started_at=self._wall(previous_end),
             phases=phases,
             time_breakdown=timeline.breakdown(end),
+            model_state=model_state or None,
         )
         self.pipeline.submit(record)
         if self._first_nonfinite is not None:
@@ -291,6 +301,9 @@ class MonitorRun:
         # the run span ends and the providers flush.
         if self.pipeline is not None:
             self.pipeline.close(max(remaining(), LOCAL_DRAIN_SECONDS))
+        if self._state_reader is not None:
+            self._state_reader.close()
+            self._state_reader = None
         if self.run_span is not None:
             self._end_run_span(error)
         if self.alerts is not None:

@@ -67,7 +67,7 @@ def started():
     telemetries = []
 
     def start(cfg, identity=IDENTITY, meter=None):
-        telemetry = DeviceTelemetry.start(cfg, identity, meter)
+        telemetry = DeviceTelemetry.start(cfg.device_config, identity, meter)
         telemetries.append(telemetry)
         return telemetry
 
@@ -185,8 +185,7 @@ def test_poller_thread_closes_sources_when_stopped():
 
 # --- DeviceTelemetry ----------------------------------------------------------------------------
 
-def test_off_or_nothing_to_read_is_none(started):
-    assert started(load_monitor_config({"device_monitor": False})) is None
+def test_nothing_to_read_is_none(started):
     assert started(config(sources=[])) is None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from opentelemetry.metrics import Meter
 
-from otel_mindformers.config import MonitorConfig
+from otel_mindformers.config import DeviceConfig
 from otel_mindformers.devices import instruments
 from otel_mindformers.devices.cache import ReadingCache
 from otel_mindformers.devices.poller import Poller
@@ -30,12 +30,9 @@ class DeviceTelemetry:
         self._poller = poller
 
     @classmethod
-    def start(cls, config: MonitorConfig, identity: Identity, meter: Meter | None) -> DeviceTelemetry | None:
-        """Start polling for `identity`'s rank; None when `device_monitor` is off or there
-        is nothing to read."""
-        if not (config.enable and config.device_monitor):
-            return None
-        device_config = config.device_config
+    def start(cls, device_config: DeviceConfig, identity: Identity, meter: Meter | None) -> DeviceTelemetry | None:
+        """Start polling `device_config`'s sources for `identity`'s rank (the caller decides
+        whether `device_monitor` is on); None when there is nothing to read."""
         sources = build_sources(device_config, identity)
         if not sources:
             return None
