@@ -48,7 +48,7 @@ def _engine(alert_section: dict) -> tuple[AlertEngine, object]:
         {"output_type": [], "alert_config": {"enable_alert": True, "stall_timeout": None, **alert_section}}
     )
     telemetry = build_telemetry(
-        config, IDENTITY, tracer_provider=TracerProvider(), meter_provider=MeterProvider(),
+        config.telemetry, IDENTITY, tracer_provider=TracerProvider(), meter_provider=MeterProvider(),
         logger_provider=LoggerProvider(),
     )  # fmt: skip
     progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())

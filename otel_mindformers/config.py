@@ -424,6 +424,16 @@ class LogsConfig(_Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class TelemetryConfig:
+    """`service_name`, `output_type`, `otlp` and `prometheus`, for the OTel providers."""
+
+    service_name: Union[str, None]
+    output_type: list[str]
+    otlp: OtlpConfig
+    prometheus: PrometheusConfig
+
+
+@dataclasses.dataclass(frozen=True)
 class OutputsConfig:
     """`output_type`, `json_log_path`, `tensorboard_path` and `log_rotation`, for the outputs."""
 
@@ -485,6 +495,12 @@ class MonitorConfig(_Section):
     def reports_training_metrics(self, rank: int) -> bool:
         """The article's policy: rank 0 reports training metrics unless configured otherwise."""
         return self.report_ranks == "all" or rank in self.report_ranks
+
+    @property
+    def telemetry(self) -> "TelemetryConfig":
+        """What the OTel providers are built from: the service name, the `otlp` and
+        `prometheus` outputs and their sections."""
+        return TelemetryConfig(self.service_name, self.output_type, self.otlp, self.prometheus)
 
     @property
     def outputs(self) -> "OutputsConfig":

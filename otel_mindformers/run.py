@@ -96,7 +96,7 @@ class MonitorRun:
         self.identity = identity = detect_identity()
         prepare_output_paths(config, identity)
         reports_training = config.reports_training_metrics(identity.rank)
-        self.telemetry = telemetry = build_telemetry(config, identity, **self._providers)
+        self.telemetry = telemetry = build_telemetry(config.telemetry, identity, **self._providers)
         self._reader = OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor)
         # MindFormers' training-state readings and the 7-tuple's local norms (model_state/).
         if reports_training:
@@ -180,7 +180,7 @@ class MonitorRun:
         config = self.config
         return AlertEngine.start(
             config.alert_config, self.identity, self.telemetry, self.clock,
-            job=service_name(config),
+            job=service_name(config.telemetry),
             reports_training=config.reports_training_metrics(self.identity.rank),
             json_log_path=config.json_log_path,
         )

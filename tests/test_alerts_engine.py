@@ -53,7 +53,7 @@ class Harness:
         logger_provider = LoggerProvider()
         logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.logs))
         self.telemetry = build_telemetry(
-            self.config,
+            self.config.telemetry,
             IDENTITY,
             tracer_provider=tracer_provider,
             meter_provider=MeterProvider(metric_readers=[self.metrics]),
@@ -257,7 +257,7 @@ config = load_monitor_config({"output_type": [], "json_log_path": "m.json",
                               "alert_config": {"enable_alert": True, "stall_timeout": 0.2}})
 identity = Identity(rank=0, world_size=1, host_name="h")
 progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter(), phase="step")
-engine = AlertEngine.start(config.alert_config, identity, build_telemetry(config, identity), progress,
+engine = AlertEngine.start(config.alert_config, identity, build_telemetry(config.telemetry, identity), progress,
                            job="job", reports_training=True, json_log_path=config.json_log_path)
 progress.step, progress.last_step_end = 1, time.perf_counter()  # step 1 finished, then nothing
 while not os.path.exists("diagnosis_rank_0.jsonl"):  # written when the stall is seen

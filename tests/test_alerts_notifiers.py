@@ -41,7 +41,7 @@ def start_engine(alert_section, reader=None):
         {"output_type": [], "alert_config": {"enable_alert": True, "stall_timeout": None, **alert_section}}
     )
     telemetry = build_telemetry(
-        config,
+        config.telemetry,
         IDENTITY,
         meter_provider=MeterProvider(metric_readers=[reader or InMemoryMetricReader()]),
         logger_provider=LoggerProvider(),

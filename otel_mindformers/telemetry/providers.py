@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_mindformers import semconv
-from otel_mindformers.config import MonitorConfig, OtlpConfig
+from otel_mindformers.config import OtlpConfig, TelemetryConfig
 from otel_mindformers.extras import output_off_warning
 from otel_mindformers.identity import Identity
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
@@ -99,11 +99,11 @@ def _call_quietly(provider: Any, method: str, *args: Any) -> None:
         _logger.warning("otel_mindformers: %s.%s failed: %s", type(provider).__name__, method, exc)
 
 
-def service_name(config: MonitorConfig) -> str:
+def service_name(config: TelemetryConfig) -> str:
     return config.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
 
 
-def build_resource(config: MonitorConfig, identity: Identity) -> Resource:
+def build_resource(config: TelemetryConfig, identity: Identity) -> Resource:
     # Resource.create also merges OTEL_RESOURCE_ATTRIBUTES; ours win on the training keys.
     return Resource.create({"service.name": service_name(config), **identity.attributes()})
 
@@ -225,7 +225,7 @@ def metric_temporality(choice: str) -> dict[type, AggregationTemporality]:
     return {Counter: temporality, Histogram: temporality, ObservableCounter: temporality}
 
 
-def _prometheus_reader(config: MonitorConfig, identity: Identity) -> tuple[MetricReader, Callable[[], None]] | None:
+def _prometheus_reader(config: TelemetryConfig, identity: Identity) -> tuple[MetricReader, Callable[[], None]] | None:
     """A reader served on `prometheus.host:port`; None (with one warning) if it cannot listen
     or its extra is not installed."""
     unavailable = output_off_warning("prometheus", ("opentelemetry.exporter.prometheus", "prometheus_client"))
@@ -262,7 +262,7 @@ def _prometheus_reader(config: MonitorConfig, identity: Identity) -> tuple[Metri
     return PrometheusMetricReader(registry=registry), stop
 
 
-def _ignored_settings(config: MonitorConfig, borrowed: set[str], builds_none: bool) -> list[str]:
+def _ignored_settings(config: TelemetryConfig, borrowed: set[str], builds_none: bool) -> list[str]:
     """The settings of `config` that global providers (`borrowed`) override; `builds_none`:
     no provider of ours is built, so no exporter of ours either."""
     ignored = []
@@ -276,7 +276,7 @@ def _ignored_settings(config: MonitorConfig, borrowed: set[str], builds_none: bo
 
 
 def build_telemetry(
-    config: MonitorConfig,
+    config: TelemetryConfig,
     identity: Identity,
     *,
     tracer_provider: Any = None,

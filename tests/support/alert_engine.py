@@ -13,7 +13,7 @@ from otel_mindformers.telemetry.providers import service_name
 def engine_for(config: MonitorConfig, identity: Identity, telemetry: Any, progress: Any) -> AlertEngine | None:
     return AlertEngine.start(
         config.alert_config, identity, telemetry, progress,
-        job=service_name(config),
+        job=service_name(config.telemetry),
         reports_training=config.reports_training_metrics(identity.rank),
         json_log_path=config.json_log_path,
     )
