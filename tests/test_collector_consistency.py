@@ -22,7 +22,7 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_mindformers import semconv
+from otel_mindformers import semconv, training_metrics
 from otel_mindformers.identity import Identity
 from otel_mindformers.semconv import Kind, MetricSpec
 
@@ -98,8 +98,10 @@ def emitted_series_names() -> set[str]:
 
 
 def package_labels() -> set[str]:
-    """Every attribute key the package defines, as a Prometheus label."""
-    return {sanitize(value) for key, value in vars(semconv).items() if key.startswith("ATTR_")}
+    """Every attribute key the package defines (semconv and the training-metric table), as a
+    Prometheus label."""
+    modules = (semconv, training_metrics)
+    return {sanitize(value) for module in modules for key, value in vars(module).items() if key.startswith("ATTR_")}
 
 
 # --- the real Python exporter --------------------------------------------------------------
