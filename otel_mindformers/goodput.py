@@ -34,6 +34,5 @@ class TimeLedger:
     def breakdown(self, now_wall: float) -> dict[str, float]:
         """Seconds by phase, with `wall` and `productive`, for the JSON line and the report."""
         wall = max(0.0, now_wall - self.origin_wall)
-        out = {"wall": round(wall, 6), "productive": round(max(0.0, wall - self.total_lost()), 6)}
-        out.update((phase, round(seconds, 6)) for phase, seconds in sorted(self.lost.items()))
-        return out
+        # Built on every sampled step on the training thread: a flat copy, nothing more.
+        return {"wall": wall, "productive": max(0.0, wall - self.total_lost()), **self.lost}

@@ -1,0 +1,75 @@
+"""MFU and achieved TFLOPS: the FLOPs formula, the peak table, and the real MindFormers tiny
+LLaMA on the CPU with a `peak_tflops` override, checked against a hand calculation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from otel_mindformers import training_metrics as tm
+from otel_mindformers.efficiency import Eta, TransformerShape, peak_tflops
+from tests.support.instrumented import REPO, child_env, run
+from tests.test_mindformers import CPU_RUNNER, REFERENCE_SCRIPT
+
+PEAK = 0.002  # TFLOPS: a CPU-sized "peak", so the MFU is a readable number
+
+
+def test_dense_formula_is_6n_plus_12lhs():
+    # A GPT-style shape: n = k heads, a plain 4h MLP. Without the output layer the formula is
+    # PaLM's 6 N + 12 L h s with N = 12 L h^2.
+    layers, hidden, seq, vocab = 4, 256, 512, 1000
+    shape = TransformerShape(layers=layers, hidden=hidden, heads=8, kv_heads=8, ffn=4 * hidden, vocab=vocab,
+                             seq_length=seq, swiglu=False)
+    output_layer = 6 * hidden * vocab
+    assert shape.training_flops_per_token() - output_layer == 6 * 12 * layers * hidden**2 + 12 * layers * hidden * seq
+
+
+def test_moe_counts_active_experts_only():
+    dense = TransformerShape(layers=2, hidden=64, heads=4, kv_heads=4, ffn=128, vocab=100, seq_length=32)
+    moe = TransformerShape(layers=2, hidden=64, heads=4, kv_heads=4, ffn=128, vocab=100, seq_length=32,
+                           experts=8, experts_per_token=2, shared_experts=1)
+    one_ffn = 3 * 2 * 3 * 64 * 128  # training x (2 FLOPs x 3 SwiGLU matrices x h x f)
+    router = 3 * 2 * 64 * 8
+    assert moe.training_flops_per_token() - dense.training_flops_per_token() == 2 * (2 * one_ffn + router)
+
+
+def test_peak_table_matches_driver_names():
+    assert peak_tflops("Ascend910B3", "bfloat16") == 313.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB", "float16") == 312.0
+    assert peak_tflops("NVIDIA H100 PCIe", None) == 756.0  # the longest name wins over "H100"
+    assert peak_tflops("NVIDIA A100-SXM4-80GB", "float32") == 19.5
+    assert peak_tflops("Ascend910B3", "float32") is None  # not in the table: MFU needs peak_tflops
+    assert peak_tflops("Some CPU", "float16") is None
+
+
+def test_eta_skips_the_compile_window_and_smooths():
+    eta = Eta(total_steps=100)
+    assert eta.update(1, 1, 30.0) is None  # the first window: compilation, not a step time
+    assert eta.update(11, 10, 10.0) == pytest.approx(89 * 1.0)
+    assert eta.update(21, 10, 20.0) == pytest.approx(79 * (1 + (1 - 0.7**10) * 1.0))
+
+
+@pytest.mark.slow
+def test_tiny_llama_mfu_and_tflops_match_a_hand_calculation(workdir):
+    config = yaml.safe_load((REPO / "tests" / "fixtures" / "mindformers-tiny-llama-cpu.yaml").read_text())
+    for callback in config["callbacks"]:
+        if callback["type"] == "OtelCallback":
+            callback["peak_tflops"] = PEAK
+    (workdir / "reference.yaml").write_text(yaml.safe_dump(config))
+    (workdir / "reference.py").write_text(REFERENCE_SCRIPT)
+    run([*CPU_RUNNER, "reference.py"], child_env(), workdir)
+
+    # By hand, for the YAML's LLaMA: L=2 layers, h=32, 2 heads (= KV heads), SwiGLU f=64,
+    # V=64, s=16. Per token, forward: per layer QKV 2*32*96 + output 2*32*32 + FFN 2*3*32*64
+    # + attention 4*16*32 = 22528, times 2 layers, plus the output layer 2*32*64 = 49152;
+    # training is 3x that.
+    flops_per_token = 3 * (2 * (2 * 32 * 96 + 2 * 32 * 32 + 2 * 3 * 32 * 64 + 4 * 16 * 32) + 2 * 32 * 64)
+    assert flops_per_token == 147456
+    lines = [json.loads(line) for line in (workdir / "output" / "train_metric.json").read_text().splitlines()]
+    assert lines
+    for line in lines:
+        tokens_per_second = line["samples_per_second"] * 16
+        assert line[tm.TFLOPS] == pytest.approx(flops_per_token * tokens_per_second / 1e12, rel=1e-9)
+        assert line[tm.MFU] == pytest.approx(line[tm.TFLOPS] / PEAK, rel=1e-9)
