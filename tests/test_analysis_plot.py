@@ -43,6 +43,7 @@ def count(region: np.ndarray, color: str, tolerance: int = 20) -> int:
     return int((np.abs(region - rgb).max(axis=2) <= tolerance).sum())
 
 
+@pytest.mark.slow
 def test_multirank_png_size_and_curves_in_every_panel(tmp_path):
     done = cli("plot", str(FIXTURES / "multirank"), "-o", "run.png", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -58,6 +59,7 @@ def test_multirank_png_size_and_curves_in_every_panel(tmp_path):
         assert count(step_time, color) > 200, color
 
 
+@pytest.mark.slow
 def test_panel_without_data_has_no_curve(tmp_path):
     # truncated.json logs loss and step time only: a check that can fail on empty panels.
     output = plot(read_logs([FIXTURES / "truncated.json"]), tmp_path / "partial.png", size=(800, 600))
@@ -68,12 +70,14 @@ def test_panel_without_data_has_no_curve(tmp_path):
     assert count(regions["grad_norm"], "C0") == 0
 
 
+@pytest.mark.slow
 def test_alert_lines_are_marked(tmp_path):
     output = plot(read_logs([FIXTURES / "mixed_writers.json"]), tmp_path / "alerts.png")
     for metric, region in panels(load(output)).items():
         assert count(region, ALERT_COLOR) > 100, metric
 
 
+@pytest.mark.slow
 def test_smoothing_draws_a_faded_raw_curve_under_the_average(tmp_path):
     log = tmp_path / "noisy.json"
     log.write_text("".join(
@@ -107,6 +111,7 @@ def test_ema_is_debiased_and_keeps_holes():
     assert smoothed[3] == pytest.approx((0.125 * 4 + 0.25 * 2 + 0.5 * 1) / 0.875)
 
 
+@pytest.mark.slow
 def test_svg_output_and_argument_errors(tmp_path):
     assert cli("plot", str(FIXTURES / "rotated"), "-o", "run.svg", cwd=tmp_path).returncode == 0
     assert "<svg" in (tmp_path / "run.svg").read_text()[:1000]

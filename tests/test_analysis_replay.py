@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import StatusCode
 
@@ -67,6 +68,7 @@ def test_step_duration_histogram_is_cumulative_in_seconds():
     assert last.bucket_counts[list(tm.STEP_DURATION_BUCKETS).index(0.05)] == 60  # 0.05 s sits in (0.025, 0.05]
 
 
+@pytest.mark.slow
 def test_ids_do_not_depend_on_the_order_files_are_given(otlp_receiver):
     config = OtlpConfig(endpoint=otlp_receiver.http_endpoint, protocol="http/protobuf")
     forward = read_logs([FIXTURES / "multirank"])

@@ -95,6 +95,7 @@ def test_json_and_markdown_formats_carry_the_same_findings():
     assert "alert, step 20: loss 9.3 above loss_threshold 8.0" in markdown
 
 
+@pytest.mark.slow
 def test_cli_report_formats_and_notes(tmp_path):
     done = cli("report", str(FIXTURES / "multirank"), str(FIXTURES / "truncated.json"), "--format", "json")
     assert done.returncode == 0, done.stderr
@@ -104,6 +105,7 @@ def test_cli_report_formats_and_notes(tmp_path):
     assert cli("report", str(FIXTURES / "multirank"), "--format", "markdown").stdout.startswith("## Run")
 
 
+@pytest.mark.slow
 def test_cli_malformed_line_is_one_error_line_not_a_traceback():
     done = cli("report", str(FIXTURES / "malformed_mid.json"))
     assert done.returncode == 1

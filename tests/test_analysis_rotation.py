@@ -38,6 +38,7 @@ def assert_whole_lines(paths) -> list[dict]:
     return lines
 
 
+@pytest.mark.slow
 def test_training_with_tiny_max_bytes_loses_and_splits_no_line(workdir):
     max_bytes = 400
     training.train([monitor(workdir, log_rotation={"max_bytes": max_bytes, "backup_count": 100})],
@@ -53,6 +54,7 @@ def test_training_with_tiny_max_bytes_loses_and_splits_no_line(workdir):
     assert [p.step for p in series.points] == list(range(1, 21))
 
 
+@pytest.mark.slow
 def test_backup_count_keeps_the_newest_files(workdir):
     training.train([monitor(workdir, log_rotation={"max_bytes": 400, "backup_count": 3})], steps=20, shape="tuple5")
     (log_set,) = discover([workdir / "output" / "train_metric.json"])
@@ -63,6 +65,7 @@ def test_backup_count_keeps_the_newest_files(workdir):
     assert steps[-1] == 20 and steps == list(range(steps[0], 21))  # the oldest dropped, the rest contiguous
 
 
+@pytest.mark.slow
 def test_article_script_reads_the_current_file_of_a_rotated_set(workdir, monkeypatch):
     training.train([monitor(workdir, log_rotation={"max_bytes": 600, "backup_count": 20})], steps=12, shape="tuple5")
     current = workdir / "output" / "train_metric.json"
@@ -73,6 +76,7 @@ def test_article_script_reads_the_current_file_of_a_rotated_set(workdir, monkeyp
     assert list(zip(steps, losses)) == expected
 
 
+@pytest.mark.slow
 def test_concurrent_writers_roll_over_without_losing_lines(tmp_path):
     # Two processes append to one file with rotation on: the lock and the reopen-after-
     # someone-else-rolled-it-over keep every line whole and present.
@@ -98,6 +102,7 @@ def test_concurrent_writers_roll_over_without_losing_lines(tmp_path):
     assert all(p.stat().st_size <= 2000 for p in log_set.files)
 
 
+@pytest.mark.slow
 def test_tensorboard_keeps_a_bounded_number_of_event_files(workdir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

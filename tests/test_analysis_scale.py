@@ -94,6 +94,7 @@ def test_streamed_report_equals_the_report_of_read_series(fixture):
     assert report_logs([FIXTURES / fixture]) == build_report(read_logs([FIXTURES / fixture]))
 
 
+@pytest.mark.slow
 def test_a_large_log_is_summarised_in_bounded_memory(tmp_path):
     log = tmp_path / "large.json"
     with log.open("w") as handle:

@@ -35,17 +35,20 @@ def alert_rules() -> list[dict]:
 
 
 # --- Prometheus rules --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_promtool_checks_every_rule_file():
     result = run_tool(PROMTOOL, "check", "rules", *map(str, RULE_FILES))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("test_file", RULE_TESTS, ids=lambda p: p.name)
 def test_promtool_unit_tests_pass(test_file):
     result = run_tool(PROMTOOL, "test", "rules", str(test_file))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_promtool_checks_prometheus_yml():
     result = run_tool(PROMTOOL, "check", "config", str(CONFIG_DIR / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr

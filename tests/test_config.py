@@ -230,6 +230,7 @@ def _cli(*args, cwd):
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_cli_validate_ok_and_error(tmp_path):
     ok = _cli("validate", str(ARTICLE_YAML), cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
@@ -286,6 +287,7 @@ def test_training_yaml_without_the_section_says_it_is_missing(tmp_path):
                                       "(its top-level keys: callbacks, runner_config, seed)")
 
 
+@pytest.mark.slow
 def test_cli_validate_reports_every_problem_at_once(tmp_path):
     path = tmp_path / "bad.yaml"
     (tmp_path / "a_dir.json").mkdir()

@@ -59,6 +59,7 @@ def test_popen_is_left_alone_unless_asked(span, monkeypatch):
     assert child_sees() == [LAUNCHER, "None"]
 
 
+@pytest.mark.slow
 def test_wrapped_popen_hands_the_current_span_to_children(wrapped_popen, span, monkeypatch):
     monkeypatch.setenv("TRACEPARENT", LAUNCHER)  # what this rank inherited from its launcher
     assert child_sees()[0][:-2] == span[:-2]

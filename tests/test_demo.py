@@ -6,6 +6,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -20,6 +22,7 @@ def test_readme_opens_with_the_demo_and_the_test_command():
     assert (REPO / ".ci" / "run").read_text().strip().endswith("bash scripts/test.sh")
 
 
+@pytest.mark.slow
 def test_demo_command_trains_and_writes_every_local_output():
     output = REPO / "output"
     metric_file = output / "train_metric.json"

@@ -52,6 +52,7 @@ def release(fifo: Path) -> None:
     os.close(fd)
 
 
+@pytest.mark.slow
 def test_hang_report_names_the_rank_that_stopped_and_its_stack(workdir):
     output, fifo = workdir / "output", workdir / "release"
     os.mkfifo(fifo)
@@ -164,6 +165,7 @@ def test_the_latest_dump_of_a_rank_is_the_one_grouped(tmp_path):
     assert [own.function for _, _, own in group.innermost()] == ["hold_in_collective"]
 
 
+@pytest.mark.slow
 def test_a_damaged_last_line_is_skipped_and_nothing_to_report_is_one_error(tmp_path):
     dump_rank(tmp_path, 0, 5, hold_in_collective)
     with (tmp_path / "diagnosis_rank_0.jsonl").open("a") as file:

@@ -48,6 +48,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("section, module, message", CASES, ids=[c[1] for c in CASES])
 def test_validate_names_the_extra_to_install(tmp_path, section, module, message):
     config = tmp_path / "monitor.yaml"
@@ -82,6 +83,7 @@ def test_training_without_an_outputs_extra_runs_with_one_warning(tmp_path, outpu
     assert len(lines) == 6
 
 
+@pytest.mark.slow
 def test_no_optional_module_is_needed_to_import_the_package_or_its_cli(tmp_path):
     """The class of problem behind a crash without an extra: a module imported at the top of
     a file that every run or CLI command imports. With every optional module hidden, the

@@ -12,6 +12,8 @@ import json
 import multiprocessing
 from pathlib import Path
 
+import pytest
+
 from otel_mindformers.config import LogRotationConfig
 from otel_mindformers.outputs.jsonl import JsonLinesSink
 from otel_mindformers.record import StepRecord
@@ -28,6 +30,7 @@ def _write(path: str, rank: int, start: multiprocessing.Event) -> None:
     sink.close()
 
 
+@pytest.mark.slow
 def test_concurrent_writers_with_rollover_lose_and_split_no_line(tmp_path):
     path = tmp_path / "shared.json"
     context = multiprocessing.get_context("spawn")

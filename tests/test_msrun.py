@@ -3,6 +3,8 @@ monitored with environment variables alone, correlated with the launcher's trace
 
 import json
 
+import pytest
+
 from otel_mindformers import semconv
 from otel_mindformers import training_metrics as tm
 from otel_mindformers.identity import detect_identity
@@ -15,6 +17,7 @@ MSRUN_WORKER_1 = {"RANK_ID": "1", "RANK_SIZE": "2", "DEVICE_ID": "1", "MS_WORKER
                   "MS_ROLE": "MS_WORKER", "MS_SCHED_HOST": "127.0.0.1", "MS_SCHED_PORT": "8118"}
 
 
+@pytest.mark.slow
 def test_msrun_worker_identity():
     identity = detect_identity(MSRUN_WORKER_1)
     assert (identity.rank, identity.world_size, identity.local_rank, identity.device_id, identity.launcher) == (
@@ -53,6 +56,7 @@ def test_ranks_of_one_job_have_distinct_stable_instance_ids():
     assert detect_identity(MSRUN_WORKER_1).instance_id == detect_identity(MSRUN_WORKER_1).instance_id
 
 
+@pytest.mark.slow
 def test_two_rank_msrun_job_monitored_with_environment_variables_alone(workdir, otlp_receiver):
     """examples/msrun_train.sh: opentelemetry-instrument around msrun, TRACEPARENT from the launcher."""
     env = child_env(otlp_receiver, TRACEPARENT=TRACEPARENT, OTEL_SERVICE_NAME="msrun-test",

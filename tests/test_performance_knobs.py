@@ -33,12 +33,14 @@ def _train_with_spans(step_spans, faults=None) -> tuple[list, list[dict]]:
     return sorted(steps), lines
 
 
+@pytest.mark.slow
 def test_every_sampled_step_gets_a_span_by_default(workdir):
     steps, lines = _train_with_spans(True)
     assert steps == list(range(1, STEPS + 1))
     assert len(lines) == STEPS
 
 
+@pytest.mark.slow
 def test_step_spans_every_n_keeps_the_last_and_nonfinite_steps(workdir):
     from tests.support.training import Faults
 
@@ -47,6 +49,7 @@ def test_step_spans_every_n_keeps_the_last_and_nonfinite_steps(workdir):
     assert len(lines) == STEPS, "sampling spans never thins the metrics or the local outputs"
 
 
+@pytest.mark.slow
 def test_step_spans_off_keeps_the_run_span(workdir):
     steps, lines = _train_with_spans(False)
     assert steps == []
@@ -59,6 +62,7 @@ def test_step_spans_rejects_bad_values(workdir, value):
         load_monitor_config({"step_spans": value})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("temporality", "env", "expected"),
     [

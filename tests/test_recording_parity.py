@@ -39,6 +39,7 @@ def _final_series(receiver: OtlpReceiver) -> dict[tuple, tuple]:
     }
 
 
+@pytest.mark.slow
 def test_replay_of_a_live_run_matches_its_live_export(workdir, monkeypatch):
     monkeypatch.setenv("RANK_ID", "0")
     monkeypatch.setenv("RANK_SIZE", "1")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.reliability_worker import run, spawn
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +38,7 @@ def _parse_all(path: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
+@pytest.mark.slow
 def test_eight_ranks_write_one_folder(tmp_path):
     logs = tmp_path / "logs"
     processes = []
@@ -67,6 +70,7 @@ def test_eight_ranks_write_one_folder(tmp_path):
     assert all(set(line) == {"time_stamp", "step", "loss", "lr"} for line in shared)
 
 
+@pytest.mark.slow
 def test_custom_monitor_and_builtin_writer_share_one_file(tmp_path):
     spec = {"config": _config(tmp_path / "logs"), "steps": STEPS, "graph": True,
             "report": str(tmp_path / "report.json")}

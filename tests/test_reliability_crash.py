@@ -32,6 +32,7 @@ def _complete_lines_but_the_last(path: Path) -> list[dict]:
     return parsed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("round_", range(2))
 def test_kill_9_mid_run_leaves_complete_lines(tmp_path, round_):
     marker = tmp_path / "running"
@@ -80,6 +81,7 @@ class Boom(Exception):
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("error", [Boom("data pipeline broke at step 5"), KeyboardInterrupt()])
 def test_exception_in_training_ends_spans_with_error(workdir, error):
     import mindspore as ms

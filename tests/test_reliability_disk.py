@@ -69,6 +69,7 @@ def _assert_survived(process, report, json_path: Path, at_least: int) -> list[st
     return [line for line in process.stderr.splitlines() if line.startswith("otel_mindformers:")]
 
 
+@pytest.mark.slow
 def test_file_size_limit_mid_run(tmp_path):
     json_path = tmp_path / "logs" / "train_metric.json"
     spec = _spec(tmp_path, at={"20": [["fsize", 500]]})
@@ -100,6 +101,7 @@ def tiny_tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
+@pytest.mark.slow
 def test_disk_full_mid_run(tmp_path, tiny_tmpfs):
     json_path = tiny_tmpfs / "logs" / "train_metric.json"
     spec = _spec(tiny_tmpfs, report=str(tmp_path / "report.json"))
@@ -113,6 +115,7 @@ def test_disk_full_mid_run(tmp_path, tiny_tmpfs):
     assert any("tensorboard" in w for w in warnings), warnings
 
 
+@pytest.mark.slow
 def test_log_folder_unwritable_mid_run(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()

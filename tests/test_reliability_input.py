@@ -99,6 +99,7 @@ def _load_or_config_error(source) -> None:
 _FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.slow
 @_FUZZ
 @given(section=_section(MonitorConfig))
 def test_fuzzed_mapping_gives_config_or_config_error(fuzz_dir, section):
@@ -106,6 +107,7 @@ def test_fuzzed_mapping_gives_config_or_config_error(fuzz_dir, section):
     _load_or_config_error({"monitor_config": section})
 
 
+@pytest.mark.slow
 @_FUZZ
 @given(section=st.one_of(_section(MonitorConfig), yaml_values))
 def test_fuzzed_yaml_file_gives_config_or_config_error(fuzz_dir, section):
@@ -156,6 +158,7 @@ def _odd_train_cell(kind: str):
     return OddOutputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pair", "quad", "nested", "matrix", "empty", "int_loss"])
 def test_malformed_net_outputs_warn_and_training_continues(workdir, caplog, kind):
     import mindspore as ms

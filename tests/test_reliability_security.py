@@ -66,6 +66,7 @@ def _secret_config(otlp_endpoint: str, dead_port: int) -> dict:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("collector", ["healthy", "down"])
 def test_secrets_never_leave_in_output_logs_or_telemetry(tmp_path, collector):
     dead_port = _free_port()
@@ -256,6 +257,7 @@ class TlsReceiver:
         self._https.server_close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 @pytest.mark.parametrize("trusted", [True, False])
 def test_otlp_over_tls_honours_the_certificate_variable(tmp_path, certificate, protocol, trusted):

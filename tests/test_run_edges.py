@@ -32,6 +32,7 @@ def monitor_threads() -> set[str]:
     return {t.name for t in threading.enumerate() if t.name.startswith("otel-mindformers")}
 
 
+@pytest.mark.slow
 def test_sink_mode_samples_by_the_real_step_not_the_sink_size(workdir):
     """MindSpore reports batch_num = sink_size (4) but runs the whole epoch (12 steps)."""
     log = workdir / "m.json"
@@ -53,6 +54,7 @@ def test_step_time_is_the_mean_over_the_window_not_the_last_step(workdir):
     assert by_step[5] < 200 / 5
 
 
+@pytest.mark.slow
 def test_shutdown_timeout_zero_still_writes_the_last_record(workdir):
     log = workdir / "m.json"
     cb = MonitorCallback({"interval": 4, "output_type": ["json_file", "tensorboard"], "json_log_path": str(log),
@@ -61,6 +63,7 @@ def test_shutdown_timeout_zero_still_writes_the_last_record(workdir):
     assert [line["step"] for line in lines(log)] == [1, 4, 8, 10]
 
 
+@pytest.mark.slow
 def test_a_failed_start_leaves_no_thread_behind(workdir):
     """The output folder cannot be created (a file is in the way): ConfigError naming the
     key, and every thread the run had started is gone."""
@@ -136,6 +139,7 @@ def test_inf_is_written_as_null_and_named(workdir):
     assert all(line["loss"] is None and line["nonfinite"] == ["loss"] for line in lines(log))
 
 
+@pytest.mark.slow
 def test_a_raising_custom_monitor_is_isolated_and_reported_once(workdir, caplog, monkeypatch):
     monkeypatch.setattr(monitors.Raising, "calls", 0)
     log = workdir / "m.json"
@@ -150,6 +154,7 @@ def test_a_raising_custom_monitor_is_isolated_and_reported_once(workdir, caplog,
     assert "RuntimeError: custom monitor bug" in raised[0] and "failed 6 times" in raised[1]
 
 
+@pytest.mark.slow
 def test_custom_monitors_get_a_learning_rate_that_costs_nothing_until_read(workdir, monkeypatch):
     """With a schedule, the lr is a device computation: it must run only when a monitor reads it."""
     schedule = nn.CosineDecayLR(0.0, 0.1, 10)
