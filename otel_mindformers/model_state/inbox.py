@@ -94,6 +94,10 @@ class StateInbox:
             self._drop_rates[match.group(1)] = (step, float(match.group(2)))
 
     # --- the run's side (training thread, sampled steps) ------------------------------------
+    def empty(self) -> bool:
+        """True when MindFormers wrote nothing since the last take (most runs, most steps)."""
+        return not (self._latest or self._micro or self._expert_loads or self._drop_rates)
+
     def take(self, after_step: int) -> tuple[dict[str, float], ModelState]:
         """Readings written for steps after `after_step`: the scalar training metrics, and the
         model state (parsed later, on the worker thread, by `ModelState.summary`)."""

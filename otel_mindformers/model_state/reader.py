@@ -45,24 +45,26 @@ class StateReader:
     def start(cls, native: Mapping[str, Any], grad_monitor: bool | None) -> "StateReader":
         return cls(parameter_filter(native), read_local_norms=grad_monitor is not False)
 
-    def read(self, cb_params: Any, after_step: int) -> tuple[dict[str, float], ModelState]:
-        """The routed scalar metrics and the model state of the steps after `after_step`."""
+    def read(self, cb_params: Any, after_step: int) -> tuple[dict[str, float], ModelState | None]:
+        """The routed scalar metrics and the model state of the steps after `after_step`
+        (None when nothing was read: the common case costs two checks)."""
+        squares = local_norm_squares(cb_params.get("net_outputs")) if self._read_local_norms else None
+        if squares is None and INBOX.empty():
+            return {}, None
         scalars, state = INBOX.take(after_step)
         state.selection = self._selection
-        if self._read_local_norms:
-            squares = local_norm_squares(cb_params.get("net_outputs"))
-            if squares is not None:
-                if self._names is None:
-                    self._names = weight_names(cb_params.get("train_network"))
-                if len(self._names) == squares.size:
-                    state.families[GRAD_NORM] = FamilyReadings(self._names, squares)
-                elif not self._warned:
-                    self._warned = True
-                    _logger.warning(
-                        "otel_mindformers: the step outputs hold %d local norms but the train "
-                        "network has %d weights; per-parameter gradient norms are not reported",
-                        squares.size, len(self._names),
-                    )
+        if squares is not None:
+            if self._names is None:
+                self._names = weight_names(cb_params.get("train_network"))
+            if len(self._names) == squares.size:
+                state.families[GRAD_NORM] = FamilyReadings(self._names, squares)
+            elif not self._warned:
+                self._warned = True
+                _logger.warning(
+                    "otel_mindformers: the step outputs hold %d local norms but the train "
+                    "network has %d weights; per-parameter gradient norms are not reported",
+                    squares.size, len(self._names),
+                )
         return scalars, state
 
     def close(self) -> None:
