@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers import training_metrics as tm
-from tests.support.reliability_worker import spawn
+from tests.support.reliability_worker import finish, spawn
 
 pytestmark = pytest.mark.slow
 
@@ -31,12 +31,7 @@ def _run_job(tmp_path: Path, report_ranks) -> dict[int, tuple[list[dict], str]]:
     ]
     results = {}
     for rank, process in enumerate(processes):
-        try:
-            stdout, stderr = process.communicate(timeout=300)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+        stdout, stderr = finish(process, timeout=300)
         assert process.returncode == 0, stderr[-3000:]
         path = logs / f"train_metric_rank_{rank}.json"
         results[rank] = ([json.loads(line) for line in path.read_text().splitlines()], stdout)

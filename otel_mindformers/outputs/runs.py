@@ -24,9 +24,10 @@ def stamp(last_write: float) -> str:
 
 
 def free_name(name_for: Callable[[str], Path], run_stamp: str) -> Path:
-    """`name_for(stamp)`, or `name_for(stamp-2)`, ... when two runs ended in the same second."""
+    """`name_for(stamp)`, or `name_for(stamp_2)`, ... when two runs ended in the same second
+    (`_` sorts after `.` and `/`: names sort in the order the runs ended)."""
     candidate, number = name_for(run_stamp), 1
     while candidate.exists():
         number += 1
-        candidate = name_for(f"{run_stamp}-{number}")
+        candidate = name_for(f"{run_stamp}_{number}")
     return candidate

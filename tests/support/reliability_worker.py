@@ -48,15 +48,20 @@ def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None, **popen: obj
     )
 
 
-def run(spec: dict, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
-    """Run a worker to its end; returns the finished process and its report."""
-    process = spawn(spec, cwd, env)
+def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[str, str]:
+    """The worker's (stdout, stderr) once it ends; killed if it outlives `timeout`."""
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        return process.communicate(timeout=timeout)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+def run(spec: dict, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run a worker to its end; returns the finished process and its report."""
+    process = spawn(spec, cwd, env)
+    stdout, stderr = finish(process, timeout)
     report_path = Path(spec["report"])
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), report
