@@ -2,11 +2,13 @@
 
 Two levels, each undone exactly by its counterpart:
 
-- `register()` / `unregister()`: the MindFormers integration (mindformers_glue.py). A
-  MindFormers YAML may carry the article's `monitor_config` keys and name our callback, and
-  the Trainer monitors runs whose `monitor_config` says `enable: true`. `import
-  otel_mindformers` registers it unless OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names
-  `mindformers` (or `*`): then nothing in MindSpore or MindFormers is touched.
+- `register()` / `unregister()`: the MindFormers integration (mindformers_glue.py), and
+  `checkpoint.load` phases around MindSpore's and MindFormers' checkpoint loads
+  (checkpoint_load.py). A MindFormers YAML may carry the article's `monitor_config` keys
+  and name our callback, and the Trainer monitors runs whose `monitor_config` says
+  `enable: true`. `import otel_mindformers` registers it unless
+  OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names `mindformers` (or `*`): then nothing in
+  MindSpore or MindFormers is touched.
 - `instrument()` / `uninstrument()` (`opentelemetry-instrument` loads it through the
   `opentelemetry_instrumentor` entry point; `otel_mindformers.instrument()` from code): every
   `mindspore.train.Model.train` / `Model.fit` call then gets exactly one `MonitorCallback`,
@@ -35,7 +37,7 @@ import wrapt
 from opentelemetry.instrumentation.environment_variables import OTEL_PYTHON_DISABLED_INSTRUMENTATIONS
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_mindformers import mindformers_glue, propagation
+from otel_mindformers import checkpoint_load, mindformers_glue, propagation
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.environment_variables import OTEL_PYTHON_MINDFORMERS_CONFIG
 from otel_mindformers.mindformers_glue import Patches, ZeroCode
@@ -64,6 +66,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
     _registered_by_instrument = False  # instrument() registered it, so uninstrument() unregisters
     _settings: ZeroCode | None = None  # set while instrumented
     _mindformers: Patches | None = None  # what patching MindFormers changed
+    _mindspore: Patches | None = None  # MindSpore's load_checkpoint (checkpoint_load.py)
     _model: Patches | None = None  # what patching mindspore.train.Model changed
     _exit_guard: Any = None  # telemetry.providers.SdkExitGuard while instrumented
     _hooked: frozenset[str] = frozenset()  # modules with an import hook (hooks cannot be removed)
@@ -79,6 +82,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
         if self._registered:
             return False
         self._registered = True
+        self._when_imported("mindspore", self._patch_mindspore)
         self._when_imported("mindformers", self._patch_mindformers)
         if propagation.subprocess_context_requested():
             self._subprocess = propagation.patch_subprocess()
@@ -93,6 +97,14 @@ class MindFormersInstrumentor(BaseInstrumentor):
         if self._mindformers is not None:
             self._mindformers.undo()
             self._mindformers = None
+        if self._mindspore is not None:
+            self._mindspore.undo()
+            self._mindspore = None
+
+    def _patch_mindspore(self, _module: Any) -> None:
+        # Like MindFormers' patch below: the import hook outlives unregister().
+        if self._registered and self._mindspore is None:
+            self._mindspore = checkpoint_load.patch_mindspore(lambda: self._registered)
 
     def _patch_mindformers(self, _module: Any) -> None:
         # The import hook outlives unregister(): it patches only while registered.

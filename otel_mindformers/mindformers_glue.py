@@ -16,6 +16,8 @@ These places in MindFormers are patched, each restored by `Patches.undo()`:
   `tokens_per_sample` defaults to the model's `seq_length`.
 - `TrainingStateMonitor._output` and the MoE callbacks' outputs: their readings are also
   handed to the run (model_state/mindformers_hooks.py).
+- `transform_and_load_checkpoint` and `load_checkpoint` in `mindformers.trainer.base_trainer`:
+  each load is a `checkpoint.load` phase (checkpoint_load.py).
 
 Our `enable` / `interval` accept MindFormers' `monitor_on` / `step_interval` as aliases; when
 both spellings are written, the article's configures us and the native one MindFormers.
@@ -123,6 +125,10 @@ def patch_mindformers(training_process: Callable) -> Patches:
     from otel_mindformers.model_state import mindformers_hooks
 
     mindformers_hooks.install(patches.wrap)
+    # Its resume loads are `checkpoint.load` phases.
+    from otel_mindformers import checkpoint_load
+
+    checkpoint_load.wrap_mindformers(patches.wrap)
     return patches
 
 

@@ -15,6 +15,7 @@ changes:
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import Any, Callable
 
@@ -25,12 +26,16 @@ ATTR_CHECKPOINT_PATH = "training.checkpoint.path"
 ATTR_CHECKPOINT_SIZE = "training.checkpoint.size"
 
 
-def _checkpoint_attributes(path: str) -> dict[str, Any]:
+def checkpoint_attributes(path: str) -> dict[str, Any]:
+    """The path, and the size in bytes when the path is a file (not for a folder-format
+    checkpoint, nor an async save still being written)."""
     attributes: dict[str, Any] = {ATTR_CHECKPOINT_PATH: path}
     try:
-        attributes[ATTR_CHECKPOINT_SIZE] = os.path.getsize(path)
-    except OSError:  # an async save still writing, or a folder-format checkpoint
-        pass
+        info = os.stat(path)
+    except OSError:
+        return attributes
+    if stat.S_ISREG(info.st_mode):
+        attributes[ATTR_CHECKPOINT_SIZE] = info.st_size
     return attributes
 
 
@@ -43,7 +48,7 @@ def _timed_save(callback: Any, original: Callable, recorder: PhaseRecorder) -> C
         if latest and latest != before:
             seconds = time.perf_counter() - start_perf
             interval = PhaseInterval(
-                names.PHASE_CHECKPOINT_SAVE, start_wall, start_wall + seconds, seconds, _checkpoint_attributes(latest)
+                names.PHASE_CHECKPOINT_SAVE, start_wall, start_wall + seconds, seconds, checkpoint_attributes(latest)
             )
             recorder.finished_interval(interval)
         return result

@@ -156,6 +156,12 @@ def active_recorder() -> PhaseRecorder | None:
     return _active
 
 
+def open_phase_name() -> str | None:
+    """The name of the phase open in this thread/task, if any."""
+    current = _open_phase.get()
+    return current.name if current is not None else None
+
+
 class phase:
     """Mark a phase of the run: `with otel_mindformers.phase("reshard", shards=8): ...` or
     `@otel_mindformers.phase("eval_hook")`. Keyword arguments become span attributes.
@@ -229,4 +235,4 @@ class phase:
                 _pending.append((done, self._exported))
 
 
-__all__ = ["PHASE_DURATION", "PhaseInterval", "PhaseRecorder", "active_recorder", "phase"]
+__all__ = ["PHASE_DURATION", "PhaseInterval", "PhaseRecorder", "active_recorder", "open_phase_name", "phase"]

@@ -9,7 +9,8 @@ What a killed, rotated, multi-rank run leaves behind is read without a traceback
 - lines written by custom monitors with other keys are counted and skipped, unless a
   file holds nothing else (the article's own monitor writes `step`, `loss`, `lr`);
 - `null` values and the `"nonfinite"` list come back as NaN and a set of names;
-- alert lines (an `"alert"` key, or an alert in the shape our notifiers send) are marks.
+- alert lines (an `"alert"` key, or an alert in the shape our notifiers send) are marks;
+- a line's `time` object (seconds by phase, docs/time.md) comes back as a dict of floats.
 An unparseable line anywhere else raises `LogReadError` naming the file and line number.
 """
 
@@ -72,6 +73,9 @@ class StepPoint:
     location: Location
     # The line's `model_state` summary (model_state/state.py), when it has one.
     model_state: dict | None = None
+    # The line's `time` object: cumulative seconds by phase since the run's origin, with
+    # `wall` and `productive` (goodput.py), when it has one.
+    time: dict[str, float] | None = None
 
     def value(self, name: str) -> float:
         return self.values.get(name, math.nan)
@@ -419,7 +423,19 @@ def _point(data: dict, location: Location) -> StepPoint:
         nonfinite=frozenset(_ALIASES.get(n, n) for n in nonfinite),
         location=location,
         model_state=data["model_state"] if isinstance(data.get("model_state"), dict) else None,
+        time=_seconds_by_phase(data.get("time")),
     )
+
+
+def _seconds_by_phase(raw: object) -> dict[str, float] | None:
+    """A `time` object's finite numbers; None when the line has none (or it holds no `wall`)."""
+    if not isinstance(raw, dict):
+        return None
+    kept = {
+        str(key): float(value) for key, value in raw.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    }
+    return kept if "wall" in kept else None
 
 
 def as_records(series: Series) -> list[StepRecord]:

@@ -12,12 +12,22 @@ from pathlib import Path
 
 from otel_mindformers import training_metrics as tm
 from otel_mindformers.analysis.logs import Location, Series, StepPoint, scan_logs
+from otel_mindformers.diagnosis import names
 from otel_mindformers.diagnosis.first_bad import report_findings as first_bad_rank_findings
 from otel_mindformers.model_state.top import Peak, TopNorms
+from otel_mindformers.phases import PHASE_CHECKPOINT_LOAD, PHASE_COMPILE, PHASE_STARTUP
 
 FORMATS = ("text", "json", "markdown")
 DEFAULT_STRAGGLER_THRESHOLD = 0.10
 _LISTED_STEPS = 10  # step lists in text/markdown are cut after this many
+# The phases a run records itself, in the order it meets them (docs/time.md); user-marked
+# phases add up under OTHER_PHASES.
+BUILT_IN_PHASES = (
+    PHASE_STARTUP, PHASE_CHECKPOINT_LOAD, PHASE_COMPILE,
+    names.PHASE_DATA_WAIT, names.PHASE_EVALUATION, names.PHASE_CHECKPOINT_SAVE,
+)  # fmt: skip
+OTHER_PHASES = "other"
+_LEDGER_TOTALS = frozenset({"wall", "productive"})  # the `time` object's keys that are not phases
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,21 @@ class Restart:
     from_step: int
     to_step: int
     location: str
+
+
+@dataclass
+class TimeBreakdown:
+    """Where one series' wall time went, from its JSON lines' `time` objects: the last
+    object of each run in the log (a restarted run starts a new ledger), summed."""
+
+    wall_s: float
+    productive_s: float
+    goodput: float | None
+    # Seconds lost by phase: the built-in ones by name, user-marked ones under "other".
+    lost_s: dict[str, float]
+
+    def share(self, phase: str) -> float | None:
+        return self.lost_s.get(phase, 0.0) / self.wall_s if self.wall_s > 0 else None
 
 
 @dataclass
@@ -69,6 +94,7 @@ class SeriesSummary:
     # The largest gradient norms over the run (model_state/top.py): name, value, step.
     top_layers: list[Peak] = field(default_factory=list)
     top_parameters: list[Peak] = field(default_factory=list)
+    time: TimeBreakdown | None = None
 
 
 @dataclass
@@ -180,6 +206,8 @@ class SeriesStats:
         self._paths: dict[Path, int] = {}
         self.restarts: list[Restart] = []
         self.top = TopNorms()
+        self._time_before: dict[str, float] = {}  # the finished runs' last `time` objects, summed
+        self._time: dict[str, float] | None = None  # the current run's latest one
 
     def add(self, point: StepPoint) -> None:
         stamp = point.time_stamp
@@ -210,6 +238,8 @@ class SeriesStats:
             self.overflow_steps.append(point.step)
         if point.model_state:
             self.top.add(point.step, point.model_state)
+        if point.time is not None:
+            self._follow_time(point)
         self._follow(point)
         self.records += 1
 
@@ -229,6 +259,31 @@ class SeriesStats:
                 self._progress[1] += point.time_stamp - previous.time_stamp
         else:
             self.restarts.append(Restart(previous.step, point.step, str(point.location)))
+
+    def _follow_time(self, point: StepPoint) -> None:
+        """`time` objects are cumulative: keep the latest, and bank it when a new run begins
+        (the step goes back, or the wall time since the origin does)."""
+        latest = self._time
+        if latest is not None and (
+            point.time["wall"] < latest["wall"] or (self._previous is not None and point.step <= self._previous.step)
+        ):
+            for key, seconds in latest.items():
+                self._time_before[key] = self._time_before.get(key, 0.0) + seconds
+        self._time = point.time
+
+    def time_breakdown(self) -> TimeBreakdown | None:
+        if self._time is None:
+            return None
+        totals = dict(self._time_before)
+        for key, seconds in self._time.items():
+            totals[key] = totals.get(key, 0.0) + seconds
+        wall = totals.get("wall", 0.0)
+        productive = totals.get("productive", 0.0)
+        lost = {phase: totals[phase] for phase in BUILT_IN_PHASES if totals.get(phase, 0.0) > 0}
+        other = sum(s for key, s in totals.items() if key not in _LEDGER_TOTALS and key not in BUILT_IN_PHASES)
+        if other > 0:
+            lost[OTHER_PHASES] = other
+        return TimeBreakdown(wall, productive, productive / wall if wall > 0 else None, lost)
 
     def _sequence(self) -> tuple[int | None, list[Gap]]:
         """The usual step stride (the sampling interval) and the jumps beyond it."""
@@ -279,6 +334,7 @@ class SeriesStats:
             damaged_tails=[str(location) for location in damaged_tails],
             top_layers=self.top.layers(),
             top_parameters=self.top.parameters(),
+            time=self.time_breakdown(),
         )
 
 
@@ -391,6 +447,42 @@ def _straggler_line(report: Report) -> str | None:
     )
 
 
+_TIME_TITLE = "Where the time went per series (seconds lost by phase, share of wall time)"
+
+
+def _time_table(report: Report) -> tuple[tuple[str, ...], list[tuple[str, ...]]] | None:
+    """Goodput by phase per series: which rank lost how much to what. Phase columns are the
+    ones some series lost time to; None when no log has `time` objects."""
+    timed = [s for s in report.series if s.time is not None]
+    if not timed:
+        return None
+    phases = [p for p in (*BUILT_IN_PHASES, OTHER_PHASES) if any(p in s.time.lost_s for s in timed)]
+    header = ("series", "wall s", "goodput", *phases)
+    rows = [
+        (
+            s.label, f"{s.time.wall_s:.1f}", "-" if s.time.goodput is None else f"{s.time.goodput:.3f}",
+            *(_seconds_and_share(s.time.lost_s.get(p, 0.0), s.time.share(p)) for p in phases),
+        )
+        for s in timed
+    ]
+    return header, rows
+
+
+def _seconds_and_share(seconds: float, share: float | None) -> str:
+    return f"{seconds:.2f} s" + ("" if share is None else f" ({share:.1%})")
+
+
+def _largest_loss(report: Report) -> str | None:
+    losses = [(seconds, s, phase) for s in report.series if s.time for phase, seconds in s.time.lost_s.items()]
+    if not losses:
+        return None
+    seconds, series, phase = max(losses, key=lambda loss: loss[0])
+    share = series.time.share(phase)
+    return f"largest loss: {series.label}, {seconds:.2f} s to {phase}" + (
+        "" if share is None else f" ({share:.1%} of its wall time)"
+    )
+
+
 def _findings(report: Report) -> list[str]:
     lines = []
     for s in report.series:
@@ -422,21 +514,30 @@ def _text(report: Report) -> str:
     out = ["Run"]
     out += [f"  {name:<11} {value}" for name, value in _overview(report)]
     out += ["", "Step time per series (train_per_step_time)"]
-    rows = [_TABLE_HEADER, *_table_rows(report)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_TABLE_HEADER))]
-    for row in rows:
-        out.append("  " + "  ".join(
-            cell.ljust(width) if i == 0 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths))
-        ).rstrip())
+    out += _aligned([_TABLE_HEADER, *_table_rows(report)])
     straggler = _straggler_line(report)
     if straggler:
         out.append("  " + straggler)
+    time_table = _time_table(report)
+    if time_table:
+        header, rows = time_table
+        out += ["", _TIME_TITLE, *_aligned([header, *rows]), "  " + _largest_loss(report)]
     for title, rows in _top_norms(report):
         out += ["", title] + [f"  {label:<12} {name:<48} {value}" for label, name, value in rows]
     findings = _findings(report)
     out += ["", "Findings"] + ([f"  {line}" for line in findings] or ["  none"])
     return "\n".join(out) + "\n"
+
+
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    """A text table: the first column left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  " + "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width) for i, (cell, width) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def _top_norms(report: Report) -> list[tuple[str, list[tuple[str, str, str]]]]:
@@ -461,6 +562,12 @@ def _markdown(report: Report) -> str:
     straggler = _straggler_line(report)
     if straggler:
         out += ["", straggler]
+    time_table = _time_table(report)
+    if time_table:
+        header, rows = time_table
+        out += ["", f"## {_TIME_TITLE}", "", "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+        out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
+        out += ["", _largest_loss(report)]
     for title, rows in _top_norms(report):
         out += ["", f"## {title}", "", "| series | name | peak |", "|---|---|---|"]
         out += [f"| {_md(label)} | {_md(name)} | {value} |" for label, name, value in rows]
