@@ -1,4 +1,4 @@
-"""Alert engine costs: training-thread time per sampled step, notification latency, and
+"""Alert engine costs: evaluate() time per sampled step, notification latency, and
 step times of real training while a notification receiver is healthy, down, slow or failing.
 
     .venv/bin/python benchmarks/bench_alerts.py            # all three parts
@@ -71,7 +71,7 @@ def _summary(samples_s: list[float], unit: float = 1e6, name: str = "us") -> str
 
 
 def bench_evaluate(calls: int = 20000) -> None:
-    """Training-thread time of evaluate() per sampled step, every rule on, inside a real span."""
+    """Time of evaluate() per sampled step, every rule on, inside a real span."""
     print(f"evaluate() per sampled step, all rules, {calls} calls:")
     with WebhookReceiver() as receiver:
         cases = {
@@ -124,12 +124,13 @@ def bench_latency(rounds: int = 50) -> None:
 
 
 def _timed_evaluate(monitor, samples: list[float]):
-    """A callback placed after `monitor` that times its engine's evaluate() on the training thread."""
+    """A callback placed after `monitor` that times its engine's evaluate() (on the pipeline's
+    worker thread)."""
     from mindspore.train import Callback
 
     class EvaluateTimer(Callback):
         def on_train_begin(self, run_context):
-            engine = monitor._alerts
+            engine = monitor._run.alerts if monitor._run is not None else None
             if engine is None:
                 return
             evaluate = engine.evaluate
@@ -147,7 +148,7 @@ def _timed_evaluate(monitor, samples: list[float]):
 
 def bench_training(steps: int = 150, rounds: int = 3) -> None:
     """Per-step time of real MindSpore training (interval 1, every step anomalous), and the
-    time evaluate() holds the training thread while the receiver is down, slow or failing.
+    time inside evaluate() (the pipeline's worker thread) while the receiver is down, slow or failing.
 
     The cases run round-robin, `rounds` times, in a rotating order, so a load change on a
     shared machine spreads over all of them instead of landing on one.
