@@ -1,0 +1,85 @@
+"""`checkpoint.load`: a real MindSpore checkpoint saved, then loaded before training, is a
+phase of the run that follows; unregister() puts MindSpore's `load_checkpoint` back."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import mindspore as ms
+import pytest
+from mindspore import nn
+from mindspore.train import Model
+
+import otel_mindformers  # noqa: F401  (registers: MindSpore's load_checkpoint is wrapped)
+from otel_mindformers.checkpoint_load import MINDSPORE_MODULES
+from otel_mindformers.diagnosis.names import ATTR_PHASE
+from otel_mindformers.instrumentor import MindFormersInstrumentor
+from otel_mindformers.phase_hooks import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE
+from otel_mindformers.phases import PHASE_DURATION
+from tests.support import training
+from tests.support.timed_fit import build_net
+from tests.test_callback import Capture, config
+
+pytestmark = pytest.mark.slow  # real training runs
+
+LOAD_SPAN = "mindformers.phase.checkpoint.load"
+
+
+def _train_after_loading(workdir, checkpoint) -> tuple[Capture, float]:
+    """Load `checkpoint` into a new network, then train it monitored; the load's seconds."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    net = build_net()
+    started = time.perf_counter()
+    ms.load_checkpoint(str(checkpoint), net)
+    seconds = time.perf_counter() - started
+    capture = Capture()
+    model = Model(net, loss_fn=nn.MSELoss(), optimizer=nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    model.train(1, training.build_dataset(4), callbacks=[capture.callback(config(workdir, interval=2))],
+                dataset_sink_mode=False)
+    return capture, seconds
+
+
+def test_a_checkpoint_loaded_before_training_is_a_phase_of_that_run(workdir):
+    checkpoint = workdir / "saved.ckpt"
+    ms.save_checkpoint(build_net(), str(checkpoint))
+    capture, seconds = _train_after_loading(workdir, checkpoint)
+
+    (load,) = capture.finished(LOAD_SPAN)
+    (run,) = capture.finished("mindformers.train")
+    assert load.parent.span_id == run.context.span_id
+    assert load.start_time < run.start_time  # it happened before the run began
+    assert load.attributes[ATTR_PHASE] == "checkpoint.load"
+    assert load.attributes[ATTR_CHECKPOINT_PATH] == str(checkpoint)
+    assert load.attributes[ATTR_CHECKPOINT_SIZE] == os.path.getsize(checkpoint)
+    assert (load.end_time - load.start_time) / 1e9 == pytest.approx(seconds, abs=0.005)
+    # Part of the run's start-up breakdown and of the phase histogram.
+    last = json.loads((workdir / "m.json").read_text().splitlines()[-1])
+    assert last["time"]["checkpoint.load"] == pytest.approx(seconds, abs=0.005)
+    (point,) = [p for p in capture.points()[PHASE_DURATION.name] if p.attributes[ATTR_PHASE] == "checkpoint.load"]
+    assert point.count == 1 and point.sum == pytest.approx(seconds, abs=0.005)
+
+
+def test_unregister_puts_mindspore_load_checkpoint_back_and_register_wraps_it_again(workdir):
+    checkpoint = workdir / "saved.ckpt"
+    ms.save_checkpoint(build_net(), str(checkpoint))
+    instrumentor = MindFormersInstrumentor()
+    wrapped = {name: vars(sys.modules[name])["load_checkpoint"] for name in MINDSPORE_MODULES}
+    original = wrapped["mindspore"].__wrapped__
+    instrumentor.unregister()
+    try:
+        assert all(vars(sys.modules[name])["load_checkpoint"] is original for name in MINDSPORE_MODULES)
+        capture, _ = _train_after_loading(workdir, checkpoint)
+        assert capture.finished(LOAD_SPAN) == []
+        # A reference taken while it was wrapped no longer times anything either.
+        wrapped["mindspore"](str(checkpoint), build_net())
+        capture, _ = _train_after_loading(workdir, checkpoint)
+        assert capture.finished(LOAD_SPAN) == []
+    finally:
+        instrumentor.register()
+    assert all(vars(sys.modules[name])["load_checkpoint"] is not original for name in MINDSPORE_MODULES)
+    capture, _ = _train_after_loading(workdir, checkpoint)
+    assert len(capture.finished(LOAD_SPAN)) == 1
