@@ -8,13 +8,19 @@ the README's name table and the collector rules' consistency test read.
 from __future__ import annotations
 
 from otel_mindformers import training_metrics
-from otel_mindformers.diagnosis.names import DIAGNOSIS_METRICS
+# The phase of a phase span and of `mindformers.phase.duration` points (phases.py).
+from otel_mindformers.diagnosis.names import ATTR_PHASE, DIAGNOSIS_METRICS  # noqa: F401
 from otel_mindformers.metric_spec import Kind, MetricSpec
 from otel_mindformers.phases import PHASE_DURATION
-# Model-state attributes (model_state/specs.py): the layer, kind and parameter of a reading.
-from otel_mindformers.model_state.specs import ATTR_KIND, ATTR_LAYER, ATTR_LOSS, ATTR_PARAMETER  # noqa: F401
+from otel_mindformers.model_state import specs as model_state_specs
 
 INSTRUMENTATION_NAME = "otel_mindformers"
+
+# Model-state attributes (model_state/specs.py): the layer, kind and parameter of a reading.
+ATTR_LAYER = model_state_specs.ATTR_LAYER
+ATTR_KIND = model_state_specs.ATTR_KIND
+ATTR_PARAMETER = model_state_specs.ATTR_PARAMETER
+ATTR_LOSS = model_state_specs.ATTR_LOSS
 
 
 # --- resource / point attribute keys -------------------------------------------------
