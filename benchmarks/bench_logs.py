@@ -76,7 +76,7 @@ def main() -> None:
                 results[variant].append(one_run(variant, args, receiver.grpc_endpoint, Path(folder)))
     print(f"{args.steps} steps x {args.lines} WARNING lines per step, {args.rounds} rounds, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"| variant | whole run (s) | vs logs off | per logging call (us) |\n|---|---:|---:|---:|")
+    print("| variant | whole run (s) | vs logs off | per logging call (us) |\n|---|---:|---:|---:|")
     base = statistics.median(r[0] for r in results["logs off"])
     for variant in variants:
         run = statistics.median(r[0] for r in results[variant])

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from typing import Generic, TypeVar
+
+from otel_mindformers.deadline import Deadline
 
 T = TypeVar("T")
 
@@ -21,7 +22,7 @@ _STOP = object()
 class BoundedWorker(Generic[T]):
     def __init__(self, name: str, max_queue: int) -> None:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
-        self._deadline: float | None = None
+        self._deadline: Deadline | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -49,17 +50,17 @@ class BoundedWorker(Generic[T]):
 
     def remaining(self) -> float:
         """Seconds left before the `close` deadline (infinite while not closing)."""
-        return float("inf") if self._deadline is None else self._deadline - time.monotonic()
+        return float("inf") if self._deadline is None else self._deadline.remaining()
 
     def close(self, timeout: float) -> list[T]:
         """Let the worker finish what is queued within `timeout` seconds; return the items
         it did not reach (empty when it finished in time)."""
-        self._deadline = time.monotonic() + timeout
+        self._deadline = Deadline(timeout)
         try:
             self._queue.put(_STOP, timeout=timeout)
         except queue.Full:
             pass
-        self._thread.join(max(0.0, self.remaining()))
+        self._thread.join(self.remaining())
         if not self._thread.is_alive():
             return []
         left: list[T] = []

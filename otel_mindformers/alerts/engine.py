@@ -28,6 +28,7 @@ from otel_mindformers.alerts.notifiers import build_notifiers
 from otel_mindformers.alerts.rules import NO_DATA, NONFINITE, STALL, Finding, build_rules
 from otel_mindformers.alerts.watchdog import StallWatchdog, StepProgress
 from otel_mindformers.config import AlertConfig
+from otel_mindformers.deadline import Deadline
 from otel_mindformers.diagnosis import names as diagnosis
 from otel_mindformers.diagnosis.dumps import StackDump, StackDumper
 from otel_mindformers.identity import Identity
@@ -288,12 +289,12 @@ class AlertEngine:
     def shutdown(self, timeout: float) -> None:
         """Stop the watchdog (after its last check), then deliver queued notifications
         within `timeout` seconds."""
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         if self._watchdog is not None:
             self._watchdog.stop(timeout)
         self.stacks.stop()
         if self._delivery is not None:
-            self._delivery.close(max(0.0, deadline - time.monotonic()))
+            self._delivery.close(deadline.remaining())
 
     # --- recording -----------------------------------------------------------------------
     def _fire(self, rule: str, severity: str, finding: Finding, step: int,

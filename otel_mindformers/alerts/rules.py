@@ -151,39 +151,51 @@ class ThresholdRule:
         )
 
 
-class SpikeRule:
-    """A value more than `zscore` robust standard deviations above its rolling median."""
+class BaselineRule:
+    """A finite value judged against the rolling baseline of the values before it, once the
+    baseline is warm; the value then joins the baseline. Subclasses say what is anomalous."""
 
     severity = WARNING
 
-    def __init__(self, name: str, metric: str, zscore: float, window: int, warmup: int) -> None:
+    def __init__(self, name: str, metric: str, window: int, warmup: int) -> None:
         self.name = name
         self._metric = metric
-        self._zscore = zscore
         self._baseline = RollingBaseline(window, warmup)
 
     def check(self, record: StepRecord) -> Verdict:
         value = _number(record, self._metric)
         if value is None or not math.isfinite(value):
             return NO_DATA
-        finding = None
-        if self._baseline.ready:
-            median = self._baseline.median()
-            limit = median + self._zscore * MIN_RELATIVE_SIGMA * abs(median)
-            # Only a value above the smallest possible limit needs the (costlier) MAD.
-            if value > limit:
-                sigma = max(MAD_TO_SIGMA * self._baseline.mad(median), MIN_RELATIVE_SIGMA * abs(median))
-                limit = median + self._zscore * sigma
-            if value > limit:
-                finding = Finding(
-                    self._metric,
-                    value,
-                    limit,
-                    f"{self._metric} {format_number(value)} spiked above {format_number(limit)} "
-                    f"(rolling median {format_number(median)} + {self._zscore:g} robust sigma)",
-                )
+        finding = self._judge(value, self._baseline.median()) if self._baseline.ready else None
         self._baseline.add(value)
         return finding
+
+    def _judge(self, value: float, median: float) -> Finding | None:
+        raise NotImplementedError
+
+
+class SpikeRule(BaselineRule):
+    """A value more than `zscore` robust standard deviations above its rolling median."""
+
+    def __init__(self, name: str, metric: str, zscore: float, window: int, warmup: int) -> None:
+        super().__init__(name, metric, window, warmup)
+        self._zscore = zscore
+
+    def _judge(self, value: float, median: float) -> Finding | None:
+        limit = median + self._zscore * MIN_RELATIVE_SIGMA * abs(median)
+        # Only a value above the smallest possible limit needs the (costlier) MAD.
+        if value > limit:
+            sigma = max(MAD_TO_SIGMA * self._baseline.mad(median), MIN_RELATIVE_SIGMA * abs(median))
+            limit = median + self._zscore * sigma
+        if value <= limit:
+            return None
+        return Finding(
+            self._metric,
+            value,
+            limit,
+            f"{self._metric} {format_number(value)} spiked above {format_number(limit)} "
+            f"(rolling median {format_number(median)} + {self._zscore:g} robust sigma)",
+        )
 
 
 class GradNormSpikeRule(SpikeRule):
@@ -205,34 +217,24 @@ class GradNormSpikeRule(SpikeRule):
         return finding
 
 
-class StepTimeRegressionRule:
+class StepTimeRegressionRule(BaselineRule):
     """Step time more than `factor` times the run's own rolling median."""
 
-    name = STEP_TIME_REGRESSION
-    severity = WARNING
-
     def __init__(self, factor: float, window: int, warmup: int) -> None:
+        super().__init__(STEP_TIME_REGRESSION, metrics.STEP_TIME, window, warmup)
         self._factor = factor
-        self._baseline = RollingBaseline(window, warmup)
 
-    def check(self, record: StepRecord) -> Verdict:
-        value = _number(record, metrics.STEP_TIME)
-        if value is None or not math.isfinite(value):
-            return NO_DATA
-        finding = None
-        if self._baseline.ready:
-            median = self._baseline.median()
-            limit = self._factor * median
-            if value > limit:
-                finding = Finding(
-                    metrics.STEP_TIME,
-                    value,
-                    limit,
-                    f"step time {format_number(value)} ms > {self._factor:g} x rolling median "
-                    f"{format_number(median)} ms",
-                )
-        self._baseline.add(value)
-        return finding
+    def _judge(self, value: float, median: float) -> Finding | None:
+        limit = self._factor * median
+        if value <= limit:
+            return None
+        return Finding(
+            metrics.STEP_TIME,
+            value,
+            limit,
+            f"step time {format_number(value)} ms > {self._factor:g} x rolling median "
+            f"{format_number(median)} ms",
+        )
 
 
 class OverflowStreakRule:
