@@ -1,6 +1,6 @@
 """What a sampled step records, as pure functions of its StepRecord.
 
-The live pipeline (telemetry/step_recorder.py) and `otel-mindformers replay` both call
+The live pipeline (pipeline.py) and `otel-mindformers replay` both call
 these, so a replayed run and a live run produce the same measurements and the same step
 span by construction; they differ only in how they deliver them (SDK instruments "now",
 or export data stamped with the record's own time).

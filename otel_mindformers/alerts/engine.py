@@ -1,8 +1,9 @@
 """AlertEngine: runs the rules on sampled steps, records what fires, notifies, and decides
 when training should stop.
 
-`evaluate` runs on the training thread and does no I/O: rule checks, a counter add, span
-events, and (rate-limited) a log record and an Alert put on the delivery queue. Network
+`evaluate` runs on the sampled-step pipeline's worker thread and does no I/O: rule checks, a
+counter add, span events, and (rate-limited) a log record and an Alert put on the delivery
+queue. Network
 I/O happens on the delivery thread; stall detection and its stack dumps on the watchdog
 thread.
 """
@@ -206,7 +207,7 @@ class AlertEngine:
             else None
         )
 
-    # --- training thread -----------------------------------------------------------------
+    # --- pipeline worker thread ----------------------------------------------------------
     @_serialized
     def evaluate(self, record: StepRecord, step_span: Span | None) -> str | None:
         """Run every rule on a sampled step; return a stop reason, or None to carry on."""

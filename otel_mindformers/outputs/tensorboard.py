@@ -1,6 +1,6 @@
 """`tensorboard`: scalars under `<tensorboard_path>/rank_<x>/`, one tag per metric.
 
-Events are written synchronously on the output writer thread (tensorboardX's
+Events are written synchronously on the pipeline's worker thread (tensorboardX's
 `EventsWriter`), not through `SummaryWriter`: its own writer thread dies on a disk error,
 after which every write and its exit handler block forever on a full queue. Here a disk
 error raises, so the sink is disabled with one warning naming the file.
