@@ -8,14 +8,16 @@ the README's name table and the collector rules' consistency test read.
 from __future__ import annotations
 
 from otel_mindformers import training_metrics
-# The phase of a phase span and of `mindformers.phase.duration` points (phases.py).
-from otel_mindformers.diagnosis.names import ATTR_PHASE, DIAGNOSIS_METRICS  # noqa: F401
+from otel_mindformers.diagnosis import names as diagnosis_names
+from otel_mindformers.diagnosis.names import DIAGNOSIS_METRICS
 from otel_mindformers.metric_spec import Kind, MetricSpec
 from otel_mindformers.phases import PHASE_DURATION
 from otel_mindformers.model_state import specs as model_state_specs
 
 INSTRUMENTATION_NAME = "otel_mindformers"
 
+# The phase of a phase span and of `mindformers.phase.duration` points (phases.py).
+ATTR_PHASE = diagnosis_names.ATTR_PHASE
 # Model-state attributes (model_state/specs.py): the layer, kind and parameter of a reading.
 ATTR_LAYER = model_state_specs.ATTR_LAYER
 ATTR_KIND = model_state_specs.ATTR_KIND
