@@ -93,8 +93,12 @@ def test_report_json_gives_each_rank_its_seconds_by_phase_as_its_own_clocks_meas
     assert by_label["rank 1"]["lost_s"]["data_wait"] > 2 * by_label["rank 0"]["lost_s"]["data_wait"]
 
 
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.3f} s" if seconds < 10 else f"{seconds:.1f} s"
+
+
 def _cell(seconds: float, wall: float) -> str:
-    return f"{seconds:.2f} s ({seconds / wall:.1%})"
+    return f"{_seconds(seconds)} ({seconds / wall:.1%})"
 
 
 def test_report_text_and_markdown_tables_say_which_rank_lost_how_much_to_what(job):
@@ -118,7 +122,7 @@ def test_report_text_and_markdown_tables_say_which_rank_lost_how_much_to_what(jo
             assert _cell(seconds, time["wall_s"]) in text_row and _cell(seconds, time["wall_s"]) in md_row, phase
         assert f"{time['goodput']:.3f}" in text_row
     seconds, label, phase = worst
-    assert f"largest loss: {label}, {seconds:.2f} s to {phase}" in text
+    assert f"largest loss: {label}, {_seconds(seconds)} to {phase}" in text
     assert f"## {title}" in markdown and f"largest loss: {label}" in markdown
 
 

@@ -469,7 +469,8 @@ def _time_table(report: Report) -> tuple[tuple[str, ...], list[tuple[str, ...]]]
 
 
 def _seconds_and_share(seconds: float, share: float | None) -> str:
-    return f"{seconds:.2f} s" + ("" if share is None else f" ({share:.1%})")
+    shown = f"{seconds:.3f}" if seconds < 10 else f"{seconds:.1f}"  # a short load reads as more than 0.00
+    return f"{shown} s" + ("" if share is None else f" ({share:.1%})")
 
 
 def _largest_loss(report: Report) -> str | None:
@@ -478,7 +479,7 @@ def _largest_loss(report: Report) -> str | None:
         return None
     seconds, series, phase = max(losses, key=lambda loss: loss[0])
     share = series.time.share(phase)
-    return f"largest loss: {series.label}, {seconds:.2f} s to {phase}" + (
+    return f"largest loss: {series.label}, {_seconds_and_share(seconds, None)} to {phase}" + (
         "" if share is None else f" ({share:.1%} of its wall time)"
     )
 

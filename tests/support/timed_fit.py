@@ -6,7 +6,8 @@ before each batch (`data_wait`), `Model.fit` evaluates after each epoch (`evalua
 `ModelCheckpoint` saves every few steps (`checkpoint.save`). It writes what it timed itself,
 with its own clocks, to `--measured` (JSON) for the test to compare with the report.
 
-    python -m tests.support.timed_fit --checkpoint CKPT --json-log LOG --measured OUT --sleep S
+    python -m tests.support.timed_fit --checkpoint CKPT --json-log LOG --measured OUT --sleep S \
+        --save-dir DIR [--steps 6 --epochs 2 --save-every 3]
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ from mindspore.train.callback import CheckpointConfig, ModelCheckpoint
 from otel_mindformers.callback import MonitorCallback
 from tests.support import training
 from tests.support.training import Faults
-
-STEPS, EPOCHS, SAVE_EVERY = 6, 2, 3
-
 
 def build_net() -> nn.Cell:
     return nn.SequentialCell(nn.Dense(training.FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
@@ -78,6 +76,9 @@ def main() -> None:
     parser.add_argument("--measured", required=True)
     parser.add_argument("--sleep", type=float, required=True)
     parser.add_argument("--save-dir", required=True)
+    parser.add_argument("--steps", type=int, default=6, help="steps per epoch")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--save-every", type=int, default=3, help="steps between checkpoints")
     args = parser.parse_args()
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -90,13 +91,13 @@ def main() -> None:
     model = Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer, metrics={"mae"})
     checkpoint = TimedCheckpoint(
         prefix="net", directory=args.save_dir,
-        config=CheckpointConfig(save_checkpoint_steps=SAVE_EVERY, keep_checkpoint_max=20),
+        config=CheckpointConfig(save_checkpoint_steps=args.save_every, keep_checkpoint_max=20),
     )  # fmt: skip
     times = PhaseTimes()
     monitor = MonitorCallback({"interval": 2, "output_type": ["json_file"], "json_log_path": args.json_log})
-    faults = Faults(sleep_at={step: args.sleep for step in range(2, STEPS + 1)})
+    faults = Faults(sleep_at={step: args.sleep for step in range(2, args.steps + 1)})
     # Ours after ModelCheckpoint, so the save at train end is inside the run.
-    model.fit(EPOCHS, training.build_dataset(STEPS, faults), valid_dataset=training.build_dataset(3),
+    model.fit(args.epochs, training.build_dataset(args.steps, faults), valid_dataset=training.build_dataset(3),
               callbacks=[checkpoint, monitor, times], dataset_sink_mode=False, valid_dataset_sink_mode=False)
     with open(args.measured, "w", encoding="utf-8") as out:
         json.dump({
