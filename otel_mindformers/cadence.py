@@ -27,6 +27,19 @@ class StepClock:
         self.phase = "outside"
 
 
+class WallClock:
+    """Unix time of a `time.perf_counter()` reading, from one (perf, wall) pair taken at
+    creation: the hot path reads only perf_counter; wall times are derived off it."""
+
+    __slots__ = ("perf0", "wall0")
+
+    def __init__(self) -> None:
+        self.perf0, self.wall0 = time.perf_counter(), time.time()
+
+    def wall(self, perf: float) -> float:
+        return self.wall0 + (perf - self.perf0)
+
+
 class Cadence:
     """The sampling state of one run. `next_sample` is the only field the hot path reads."""
 

@@ -27,6 +27,7 @@ from otel_mindformers.config import MonitorConfig, load_monitor_config
 from otel_mindformers.extract import LazyLearningRate, OutputReader, optimizer_of
 from otel_mindformers.identity import Identity
 from otel_mindformers.monitor import BaseMonitor, load_monitor_class
+from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.run import MonitorRun
 
 _logger = logging.getLogger(__name__)
@@ -63,6 +64,10 @@ class MonitorCallback(Callback):
             "logger_provider": logger_provider,
         }
         monitor_cls = load_monitor_class(self.config)
+        if monitor_cls is not None:
+            # A custom monitor may open its files when it is built (the article's opens
+            # json_log_path): the output folders must exist by then.
+            prepare_output_paths(self.config)
         self.custom_monitors: list[BaseMonitor] = [monitor_cls(self.config)] if monitor_cls else []
         self._run: MonitorRun | None = None
         self._clock: Any = None

@@ -21,8 +21,9 @@ from opentelemetry.trace import Status, StatusCode
 
 from otel_mindformers import semconv
 from otel_mindformers import training_metrics as tm
-from otel_mindformers.cadence import Cadence, StepClock
+from otel_mindformers.cadence import Cadence, StepClock, WallClock
 from otel_mindformers.config import MonitorConfig
+from otel_mindformers.deadline import Deadline
 from otel_mindformers.diagnosis.heartbeat import Heartbeat
 from otel_mindformers.efficiency import StepEfficiency
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
@@ -126,9 +127,9 @@ class MonitorRun:
 
         first_step = int(cb_params.get("cur_step_num") or 0)
         # One clock for the hot path; wall time derived from it only on sampled steps.
-        self._perf0, self._wall0 = time.perf_counter(), time.time()
-        self.cadence = Cadence(config.interval, config.step_spans, first_step, self._perf0)
-        self.clock.step, self.clock.last_step_end = first_step, self._perf0
+        self.wall_clock = wall_clock = WallClock()
+        self.cadence = Cadence(config.interval, config.step_spans, first_step, wall_clock.perf0)
+        self.clock.step, self.clock.last_step_end = first_step, wall_clock.perf0
 
         self.devices = self._start_devices()
         # After the clock is set: the stall watchdog arms at the first step finished after it.
@@ -145,7 +146,7 @@ class MonitorRun:
         self.timeline = RunTimeline(
             tracer=telemetry.tracer, meter=telemetry.meter, parent=self._phase_parent,
             span_attributes=identity.attributes(), point_attributes=identity.point_attributes(),
-            clock=self.clock, perf0=self._perf0, wall0=self._wall0, callbacks=cb_params.get("list_callback"),
+            clock=self.clock, perf0=wall_clock.perf0, wall0=wall_clock.wall0, callbacks=cb_params.get("list_callback"),
         )  # fmt: skip
         # Every rank's heartbeat, read by the metric reader's thread from the clock.
         Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
@@ -226,12 +227,12 @@ class MonitorRun:
             step=step,
             epoch=self._epoch_of(cb_params, step),
             rank=self.identity.rank,
-            time_stamp=self._wall(end),
+            time_stamp=self.wall_clock.wall(end),
             steps_in_window=steps,
             values=values,
             device=self.devices.snapshot() if self.devices is not None else {},
             is_last=is_last,
-            started_at=self._wall(previous_end),
+            started_at=self.wall_clock.wall(previous_end),
             phases=phases,
             time_breakdown=timeline.breakdown(end),
             model_state=model_state or None,
@@ -266,9 +267,6 @@ class MonitorRun:
             return int(epoch)
         return (step - 1) // self._epoch_steps + 1 if self._epoch_steps else 1
 
-    def _wall(self, perf: float) -> float:
-        return self._wall0 + (perf - self._perf0)
-
     # --- end ---------------------------------------------------------------------------------
     def finish(self, cb_params: Any, error: BaseException | None) -> None:
         """Sample the last step if the cadence has not, then close everything within
@@ -289,10 +287,7 @@ class MonitorRun:
 
     def _close(self, error: BaseException | None, timeout: float) -> None:
         """Close what started, in dependency order, within one deadline."""
-        deadline = time.monotonic() + timeout
-
-        def remaining() -> float:
-            return max(0.0, deadline - time.monotonic())
+        remaining = Deadline(timeout).remaining
 
         if self.timeline is not None:
             self.timeline.close()

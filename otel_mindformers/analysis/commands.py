@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
+from otel_mindformers.config import OTLP_PROTOCOLS
 from otel_mindformers.analysis.logs import AnalysisError, Location, Series, read_logs, replay_problems
 
 _LOGS_HELP = (
@@ -42,7 +43,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     replay.add_argument("logs", nargs="+", metavar="LOG", help=_LOGS_HELP)
     replay.add_argument("--endpoint",
                         help="OTLP endpoint, e.g. http://127.0.0.1:4317 (default: OTEL_EXPORTER_OTLP_ENDPOINT)")
-    replay.add_argument("--protocol", choices=("grpc", "http/protobuf"),
+    replay.add_argument("--protocol", choices=OTLP_PROTOCOLS,
                         help="default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc")
     replay.add_argument("--header", action="append", default=[], type=_header, metavar="KEY=VALUE",
                         help="request header, repeatable (e.g. authorization=Bearer ...)")

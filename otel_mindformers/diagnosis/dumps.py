@@ -23,7 +23,7 @@ from opentelemetry.trace import Span
 
 from otel_mindformers import semconv
 from otel_mindformers.diagnosis import names, records
-from otel_mindformers.diagnosis.clock import WallClock
+from otel_mindformers.cadence import WallClock
 from otel_mindformers.diagnosis.heartbeat import Progress
 from otel_mindformers.diagnosis.signals import SignalTrigger
 from otel_mindformers.diagnosis.stacks import Snapshot, capture, phase_of

@@ -11,7 +11,7 @@ from typing import Any, Iterator, Protocol
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from otel_mindformers.diagnosis.clock import WallClock
+from otel_mindformers.cadence import WallClock
 from otel_mindformers.diagnosis.names import PROGRESS_LAST_STEP_TIME, PROGRESS_STEP
 from otel_mindformers.telemetry.instruments import create_instrument
 

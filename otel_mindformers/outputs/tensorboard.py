@@ -122,4 +122,7 @@ class TensorBoardSink:
             raise OSError(f"cannot write {self._event_file}: {exc.strerror}") from exc
 
     def close(self) -> None:
-        self._writer.close()
+        try:
+            self._writer.close()  # flushes what is buffered: a full disk shows here too
+        except OSError as exc:
+            raise OSError(f"cannot write {self._event_file}: {exc.strerror}") from exc
