@@ -83,3 +83,42 @@ def test_unregister_puts_mindspore_load_checkpoint_back_and_register_wraps_it_ag
     assert all(vars(sys.modules[name])["load_checkpoint"] is not original for name in MINDSPORE_MODULES)
     capture, _ = _train_after_loading(workdir, checkpoint)
     assert len(capture.finished(LOAD_SPAN)) == 1
+
+
+def test_mindformers_resume_load_is_one_phase_with_the_resume_flag_and_unregister_restores_it(workdir):
+    """MindFormers' `transform_and_load_checkpoint`, called as `BaseTrainer.training_process`
+    calls it on `resume_training` (with the optimizer), on a real checkpoint file."""
+    from mindformers.tools.register import MindFormerConfig
+    from mindformers.trainer import base_trainer
+
+    from otel_mindformers.checkpoint_load import ATTR_CHECKPOINT_RESUME
+
+    checkpoint = workdir / "saved.ckpt"
+    ms.save_checkpoint(build_net(), str(checkpoint))
+    run_config = MindFormerConfig(
+        only_save_strategy=False, load_ckpt_format="ckpt", auto_trans_ckpt=False, load_ckpt_async=False,
+        checkpoint={"load_path": str(checkpoint)}, runner_config={"step_scale": None}, model={"model_config": {}},
+    )  # fmt: skip
+    net = build_net()
+    optimizer = nn.Momentum(net.trainable_params(), 0.01, 0.9)
+    started = time.perf_counter()
+    base_trainer.transform_and_load_checkpoint(run_config, None, net, None, optimizer=optimizer)
+    seconds = time.perf_counter() - started
+    capture = Capture()
+    Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer).train(
+        1, training.build_dataset(4), callbacks=[capture.callback(config(workdir, interval=2))], dataset_sink_mode=False
+    )
+    (load,) = capture.finished(LOAD_SPAN)  # MindSpore's load inside MindFormers' is not a second one
+    assert load.attributes[ATTR_CHECKPOINT_PATH] == str(checkpoint)
+    assert load.attributes[ATTR_CHECKPOINT_SIZE] == os.path.getsize(checkpoint)
+    assert load.attributes[ATTR_CHECKPOINT_RESUME] is True
+    assert (load.end_time - load.start_time) / 1e9 == pytest.approx(seconds, abs=0.005)
+
+    instrumentor = MindFormersInstrumentor()
+    instrumentor.unregister()
+    try:
+        assert not hasattr(base_trainer.transform_and_load_checkpoint, "__wrapped__")
+        assert not hasattr(base_trainer.load_checkpoint, "__wrapped__")
+    finally:
+        instrumentor.register()
+    assert hasattr(base_trainer.transform_and_load_checkpoint, "__wrapped__")

@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from mindspore import nn
 from mindspore.train import Callback, Model
-from mindspore.train.callback import CheckpointConfig, ModelCheckpoint
+from mindspore.train.callback import CheckpointConfig
 
 from otel_mindformers import training_metrics as tm
 from otel_mindformers.diagnosis.names import ATTR_PHASE
 from otel_mindformers.phase_hooks import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE
 from otel_mindformers.phases import PHASE_DURATION
 from tests.support import training
+from tests.support.timed_fit import TimedCheckpoint
 from tests.support.training import Faults
 from tests.test_callback import Capture, config
 
@@ -90,18 +91,6 @@ def _seconds(spans) -> float:
     return sum((span.end_time - span.start_time) / 1e9 for span in spans)
 
 
-class _TimedCheckpoint(ModelCheckpoint):
-    """ModelCheckpoint that notes when each save happened (the wall time of that phase)."""
-
-    saves: list[tuple[float, float, str]]
-
-    def _save_ckpt(self, cb_params, force_to_save=False):
-        before, started = self._latest_ckpt_file_name, time.time()
-        super()._save_ckpt(cb_params, force_to_save)
-        if self._latest_ckpt_file_name != before:
-            self.saves.append((started, time.time(), self._latest_ckpt_file_name))
-
-
 class _EvalTimes(Callback):
     def __init__(self) -> None:
         super().__init__()
@@ -125,10 +114,9 @@ def _fit_model():
 def test_fit_with_validation_and_checkpoints_records_both_phases(tmp_path):
     capture = Capture()
     monitor = capture.callback(config(tmp_path, interval=2))
-    checkpoint = _TimedCheckpoint(
+    checkpoint = TimedCheckpoint(
         prefix="net", directory=str(tmp_path / "ckpt"), config=CheckpointConfig(save_checkpoint_steps=3, keep_checkpoint_max=20)
     )
-    checkpoint.saves = []
     evals = _EvalTimes()
     model = _fit_model()
     # Ours last, so the checkpoint saved at train end (ModelCheckpoint.end) is inside the run.
