@@ -13,7 +13,7 @@ import pytest
 from mindspore import nn
 from mindspore.train import Model
 
-import otel_mindformers  # noqa: F401  (registers: MindSpore's load_checkpoint is wrapped)
+# Importing the package registers the instrumentor: MindSpore's load_checkpoint is wrapped.
 from otel_mindformers.checkpoint_load import MINDSPORE_MODULES
 from otel_mindformers.diagnosis.names import ATTR_PHASE
 from otel_mindformers.instrumentor import MindFormersInstrumentor

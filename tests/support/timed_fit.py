@@ -16,13 +16,13 @@ import argparse
 import json
 import time
 
-import otel_mindformers  # noqa: F401  (first, so MindSpore's load_checkpoint is a phase)
+# otel_mindformers first: importing it wraps MindSpore's load_checkpoint (a checkpoint.load phase).
+from otel_mindformers.callback import MonitorCallback  # isort: skip
 import mindspore as ms
 from mindspore import nn
 from mindspore.train import Callback, Model
 from mindspore.train.callback import CheckpointConfig, ModelCheckpoint
 
-from otel_mindformers.callback import MonitorCallback
 from tests.support import training
 from tests.support.training import Faults
 
