@@ -6,67 +6,16 @@ import math
 import mindspore as ms
 import pytest
 from mindspore import Tensor
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers import ConfigError, MonitorCallback, semconv
 from otel_mindformers import training_metrics as tm
 from tests.support import training
+from tests.support.in_memory import Capture
 from tests.support.training import Faults
 
 
 pytestmark = pytest.mark.slow  # real training runs
-
-
-class KeepingReader(InMemoryMetricReader):
-    """Keeps every collection: the callback's flush at train end is a collection too, and
-    exemplars belong to the collection they were made in."""
-
-    def __init__(self):
-        super().__init__()
-        self.batches = []
-
-    def _receive_metrics(self, metrics_data, timeout_millis=10_000, **kwargs):
-        if metrics_data is not None:
-            self.batches.append(metrics_data)
-        super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
-
-
-class Capture:
-    """In-memory SDK pipeline handed to the callback, for exact assertions."""
-
-    def __init__(self):
-        self.spans = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
-        self.reader = KeepingReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-
-    def callback(self, config):
-        return MonitorCallback(config, tracer_provider=self.tracer_provider,
-                               meter_provider=self.meter_provider)
-
-    def finished(self, name):
-        return [s for s in self.spans.get_finished_spans() if s.name == name]
-
-    def points(self):
-        """Latest points by metric name (cumulative temporality: the last collection is the total)."""
-        latest = {}
-        for data in self.reader.batches + [self.reader.get_metrics_data()]:
-            for rm in data.resource_metrics if data else []:
-                for sm in rm.scope_metrics:
-                    for m in sm.metrics:
-                        latest[m.name] = list(m.data.data_points)
-        return latest
-
-    def exemplars(self, name):
-        return [e for data in self.reader.batches for rm in data.resource_metrics
-                for sm in rm.scope_metrics for m in sm.metrics if m.name == name
-                for p in m.data.data_points for e in p.exemplars]
 
 
 def strict_lines(path):

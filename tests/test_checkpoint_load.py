@@ -21,7 +21,8 @@ from otel_mindformers.phase_hooks import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_S
 from otel_mindformers.phases import PHASE_DURATION
 from tests.support import training
 from tests.support.timed_fit import build_net
-from tests.test_callback import Capture, config
+from tests.support.in_memory import Capture
+from tests.test_callback import config
 
 pytestmark = pytest.mark.slow  # real training runs
 

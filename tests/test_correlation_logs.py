@@ -7,16 +7,12 @@ import pytest
 from mindspore.train import Callback
 from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_mindformers import semconv
 from otel_mindformers.callback import MonitorCallback
 from otel_mindformers.config import LogsConfig
 from otel_mindformers.logs import AUTO_INSTRUMENTATION_VARIABLE, RateLimit, logs_enabled, severity
+from tests.support.in_memory import Capture as InMemoryCapture
 from tests.support.training import train
 
 pytestmark = pytest.mark.slow  # real training runs
@@ -41,22 +37,12 @@ class StepLogger(Callback):
                 self.log.warning("chatty line %d", i)
 
 
-class Capture:
-    def __init__(self):
-        self.spans = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
-        self.logs = InMemoryLogRecordExporter()
-        self.logger_provider = LoggerProvider()
-        self.logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.logs))
-
+class Capture(InMemoryCapture):
     def callback(self, tmp_path, **config):
         return MonitorCallback(
             {"interval": 5, "grad_monitor": False, "output_type": ["json_file"],
              "json_log_path": str(tmp_path / "m.json"), **config},
-            tracer_provider=self.tracer_provider,
-            meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
-            logger_provider=self.logger_provider,
+            **self.providers(),
         )
 
     def records(self, logger=SCRIPT_LOGGER):

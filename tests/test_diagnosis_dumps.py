@@ -14,15 +14,12 @@ import types
 import numpy as np
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_mindformers.diagnosis import FirstNonFinite, Heartbeat, StackDumper, dump_stacks, records, stacks
 from otel_mindformers.identity import Identity
+from tests.support.in_memory import Capture
 from tests.support.metrics import counter_values
 
 IDENTITY = Identity(rank=5, world_size=8, host_name="node-b")
@@ -55,19 +52,13 @@ def test_heartbeat_reads_the_progress_at_each_collection():
     assert gauge_points(reader)["mindformers.progress.step"][0] == 42
 
 
-class Pipelines:
-    def __init__(self):
-        self.logs = InMemoryLogRecordExporter()
-        self.logger_provider = LoggerProvider()
-        self.logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.logs))
-        self.spans = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
-        self.metrics = InMemoryMetricReader()
-        self.meter = MeterProvider(metric_readers=[self.metrics]).get_meter("t")
+class Pipelines(Capture):
+    """The shared in-memory providers, plus a meter for instruments made outside a run."""
 
-    def log_records(self):
-        return [data.log_record for data in self.logs.get_finished_logs()]
+    def __init__(self):
+        super().__init__()
+        self.metrics = self.reader
+        self.meter = self.meter_provider.get_meter("t")
 
 
 @pytest.fixture

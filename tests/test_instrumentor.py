@@ -12,11 +12,6 @@ import logging
 import pytest
 from mindspore.train import Model
 from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from packaging.requirements import Requirement
 
 import otel_mindformers
@@ -27,6 +22,7 @@ from otel_mindformers.instrumentor import MindFormersInstrumentor
 from otel_mindformers.package import _instruments
 from otel_mindformers.resource_detector import MindFormersResourceDetector
 from tests.support import training
+from tests.support.in_memory import Capture as InMemoryCapture
 from tests.support.instrumented import REPO, TRACE_ID, TRACEPARENT, LAUNCHER_SPAN_ID, child_env, instrumented, run
 
 PLAIN_TRAIN = str(REPO / "examples" / "plain_train.py")
@@ -35,19 +31,9 @@ PLAIN_TRAIN = str(REPO / "examples" / "plain_train.py")
 pytestmark = pytest.mark.slow  # real training runs
 
 
-class Capture:
-    def __init__(self):
-        self.spans = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-
-    def providers(self):
-        return {"tracer_provider": self.tracer_provider, "meter_provider": self.meter_provider}
-
+class Capture(InMemoryCapture):
     def runs(self):
-        return [s for s in self.spans.get_finished_spans() if s.name == semconv.SPAN_RUN]
+        return self.finished(semconv.SPAN_RUN)
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from otel_mindformers import semconv
 from otel_mindformers.diagnosis.names import ATTR_PHASE
 from otel_mindformers.phases import PHASE_DURATION
 from tests.support import training
-from tests.test_callback import Capture, config
+from tests.support.in_memory import Capture
+from tests.test_callback import config
 
 pytestmark = pytest.mark.slow  # real training runs
 
