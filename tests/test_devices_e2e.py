@@ -72,7 +72,9 @@ def test_device_gauges_reach_the_receiver_with_fixture_numbers_and_rank(workdir,
     assert lines[first:] == with_device  # once polled, every sampled step carries the readings
     for line in with_device:
         assert line["npu_hbm_used_mb"] == 21504.0 and line["npu_utilization"] == 47.0
-        assert line["npu_process_memory_mb"] == 18432.0 and line["host_rss_mb"] > 0
+        assert line["npu_process_memory_mb"] == 18432.0
+    # The host reader is a source of its own: its first poll may land a sample after npu-smi's.
+    assert with_device[-1]["host_rss_mb"] > 0
 
 
 def test_hung_npu_smi_is_counted_while_training_runs_on(workdir, otlp_receiver, rank1_on_device1, monkeypatch):

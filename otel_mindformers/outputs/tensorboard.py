@@ -35,6 +35,9 @@ _logger = logging.getLogger(__name__)
 # suffix keeps two files started within one second apart.
 _event_file_numbers = itertools.count(1)
 
+# TFRecord framing around each event: length (8 bytes) and two CRCs (4 bytes each).
+_RECORD_FRAMING = 16
+
 # At most this long between flushes: a crash loses at most this much of the event file.
 _FLUSH_SECONDS = 1.0
 
@@ -91,6 +94,8 @@ class TensorBoardSink:
         self._writer = EventsWriter(str(self.logdir / "events"), filename_suffix=suffix)
         self._event_file = next(self.logdir.glob(f"events.out.tfevents.*{suffix}"))
         self._last_flush = time.monotonic()
+        # Bytes handed to the writer: the file on disk lags behind until the next flush.
+        self._written = self._event_file.stat().st_size
 
     def _prune(self, keep: int) -> None:
         files = sorted(self.logdir.glob(_EVENT_FILES), key=lambda p: p.stat().st_mtime)
@@ -99,7 +104,7 @@ class TensorBoardSink:
 
     def _roll_over_if_full(self) -> None:
         rotation = self._rotation
-        if rotation.tensorboard_max_files and 0 < rotation.max_bytes < self._event_file.stat().st_size:
+        if rotation.tensorboard_max_files and 0 < rotation.max_bytes < self._written:
             self._writer.close()
             self._open_event_file()
 
@@ -114,7 +119,9 @@ class TensorBoardSink:
         try:
             # Checked before writing, so a new file starts only when a record is there for it.
             self._roll_over_if_full()
-            self._writer.write_event(Event(wall_time=record.time_stamp, step=record.step, summary=Summary(value=scalars)))
+            event = Event(wall_time=record.time_stamp, step=record.step, summary=Summary(value=scalars))
+            self._writer.write_event(event)
+            self._written += event.ByteSize() + _RECORD_FRAMING
             if time.monotonic() - self._last_flush >= _FLUSH_SECONDS or record.is_last:
                 self._writer.flush()
                 self._last_flush = time.monotonic()

@@ -10,8 +10,8 @@ MonitorCallback's hook of that step:
 - ["touch", path]            create a marker file (the parent waits for it);
 - ["sleep", seconds]         hold the training thread;
 - ["raise", message]         raise RuntimeError(message) from the training loop;
-- ["fsize", extra_bytes]     cap this process's file size (RLIMIT_FSIZE) at the JSON file's
-                             current size plus extra_bytes: the disk is "full" from now on;
+- ["fsize", extra_bytes]     cap this process's file size (RLIMIT_FSIZE) at the smallest output
+                             file's current size plus extra_bytes: the disk is "full" from now on;
 - ["memory"]                 record Python's traced memory (tracemalloc runs from step 1).
 
 The report holds `hook_seconds` (hook name -> every call's duration), `memory`
@@ -107,7 +107,10 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
                 elif kind == "raise":
                     raise RuntimeError(args[0])
                 elif kind == "fsize":
-                    size = self._json_path.stat().st_size if self._json_path.exists() else 0
+                    # Just above the smallest output file: every output (the larger ones at
+                    # once, the smallest after extra_bytes) meets the limit.
+                    folder = self._json_path.parent
+                    size = min((p.stat().st_size for p in folder.rglob("*") if p.is_file()), default=0)
                     resource.setrlimit(resource.RLIMIT_FSIZE, (size + args[0], resource.RLIM_INFINITY))
                 elif kind == "memory":
                     self._report["memory"][str(step)] = tracemalloc.get_traced_memory()[0]
