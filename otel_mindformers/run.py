@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -305,16 +305,12 @@ class MonitorRun:
             self._notify_run_end(error)
         if self.logs is not None:
             self.logs.close()
-        for close in (
-            self.alerts and (lambda: self.alerts.shutdown(remaining())),
-            self.devices and self.devices.shutdown,
-            self.telemetry and (lambda: self.telemetry.close(remaining())),
-        ):
-            if close:
-                try:
-                    close()
-                except Exception as exc:  # shutting down telemetry must not mask the run's outcome
-                    _logger.warning("otel_mindformers: shutting down monitoring failed: %s", exc)
+        if self.alerts is not None:
+            _quietly(self.alerts.shutdown, remaining())
+        if self.devices is not None:
+            _quietly(self.devices.shutdown)
+        if self.telemetry is not None:
+            _quietly(self.telemetry.close, remaining())
 
     def _notify_run_end(self, error: BaseException | None) -> None:
         if error is not None:
@@ -338,6 +334,13 @@ class MonitorRun:
             span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         span.set_attribute(semconv.ATTR_STEP, self.clock.step)
         span.end()
+
+
+def _quietly(close: Callable[..., Any], *args: Any) -> None:
+    try:
+        close(*args)
+    except Exception as exc:  # shutting down telemetry must not mask the run's outcome
+        _logger.warning("otel_mindformers: shutting down monitoring failed: %s", exc)
 
 
 def _batch_size(cb_params: Any) -> int | None:
