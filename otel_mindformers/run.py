@@ -146,7 +146,7 @@ class MonitorRun:
         self.timeline = RunTimeline(
             tracer=telemetry.tracer, meter=telemetry.meter, parent=self._phase_parent,
             span_attributes=identity.attributes(), point_attributes=identity.point_attributes(),
-            clock=self.clock, perf0=wall_clock.perf0, wall0=wall_clock.wall0, callbacks=cb_params.get("list_callback"),
+            clock=self.clock, wall_clock=wall_clock, callbacks=cb_params.get("list_callback"),
         )  # fmt: skip
         # Every rank's heartbeat, read by the metric reader's thread from the clock.
         Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import psutil
 from opentelemetry import context as otel_context
 
+from otel_mindformers.cadence import WallClock
 from otel_mindformers.diagnosis import names
 from otel_mindformers.goodput import TimeLedger
 from otel_mindformers.phase_hooks import instrument_callbacks
@@ -62,14 +63,13 @@ class RunTimeline:
         span_attributes: dict[str, Any],
         point_attributes: dict[str, Any],
         clock: Any,
-        perf0: float,
-        wall0: float,
+        wall_clock: WallClock,
         callbacks: Any = (),
     ) -> None:
-        self._perf0, self._wall0 = perf0, wall0
+        self.wall = wall_clock.wall  # perf_counter reading → Unix time
         self._clock = clock
-        self.ledger = TimeLedger(_origin(wall0))
-        self.step_begin = perf0  # perf_counter at the latest step's begin (hot path)
+        self.ledger = TimeLedger(_origin(wall_clock.wall0))
+        self.step_begin = wall_clock.perf0  # perf_counter at the latest step's begin (hot path)
         self.data_wait = 0.0  # seconds between steps this window, less the phases in them (hot path)
         self._first_step: tuple[float, float] | None = None  # (begin perf, duration)
         self._steady: list[float] = []
@@ -90,9 +90,6 @@ class RunTimeline:
         # Between a step's end and the next one's begin: not data wait, though the gap holds it.
         if self.step_begin <= self._clock.last_step_end:
             self.data_wait -= seconds
-
-    def wall(self, perf: float) -> float:
-        return self._wall0 + (perf - self._perf0)
 
     def on_sample(self, previous_end: float, end: float) -> list[PhaseInterval]:
         """Training thread, at a sampled step ending at `end` (perf seconds) whose
