@@ -1,12 +1,16 @@
 """MonitorCallback's own cost on the training thread, per step, and its device readbacks.
 
-    .venv/bin/python benchmarks/bench_hot_path.py [--steps 20000] [--interval 10]
+    .venv/bin/python benchmarks/bench_hot_path.py [--steps 5000] [--interval 10]
 
 Drives a real MonitorCallback (every output on: stdout, json_file, tensorboard, and OTLP to
 a receiver in another process) through MindSpore's own RunContext / cb_params with real
 tensors as `net_outputs`, in both shapes that matter: a scalar loss and MindFormers'
 5-tuple. Reports, per shape:
 - unsampled steps: time inside `on_train_step_begin` + `on_train_step_end` (target <= 1 us);
+  by default the hooks run back to back (warm caches; the background threads compete for
+  the GIL); `--device-step-ms 2` sleeps between them instead (the GIL released, as while
+  MindSpore runs a compiled graph): the background threads work there, and the hooks run
+  with cold caches, as inside a real training loop;
 - sampled steps: time inside it, minus the time spent reading tensors back (extract.to_host)
   (target <= 30 us);
 - host readbacks (`Tensor.asnumpy` calls made inside the hook) per unsampled and per
@@ -196,9 +200,11 @@ def measure(shape: str, steps: int, interval: int, endpoint: str, folder: Path,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--interval", type=int, default=10)
     parser.add_argument("--protocol", default="grpc", choices=["grpc", "http/protobuf", "http/json"])
+    parser.add_argument("--device-step-ms", type=float, default=0.0,
+                        help="GIL-free time per step between the hooks (a compiled graph running)")
     parser.add_argument("--step-work-us", type=float, default=2000.0,
                         help="pure-Python work per step, to see the background threads' GIL cost")
     parser.add_argument("--outputs", default=",".join(ALL_OUTPUTS),
@@ -208,15 +214,22 @@ def main() -> None:
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")
     print(f"MonitorCallback.on_train_step_begin + on_train_step_end, {args.steps} steps, interval {args.interval}, "
+          f"device step {args.device_step_ms:g} ms, "
           f"outputs {', '.join(outputs)}, OTLP {args.protocol} (load average {os.getloadavg()[0]:.1f})")
     print(f"{'net_outputs':12s} {'unsampled us':>20s} {'sampled us (no readback)':>26s} "
           f"{'readbacks/unsampled':>20s} {'readbacks/sampled':>18s} {'background CPU us/sampled':>26s} "
           f"{'step work slowdown':>19s}")
     work = python_work(args.step_work_us)
     with ReceiverProcess() as receiver, tempfile.TemporaryDirectory() as folder:
+        endpoint = receiver.grpc_endpoint if args.protocol == "grpc" else receiver.http_endpoint
+        # A short run first, discarded: the exporters' and writers' first-use imports and
+        # connections would otherwise land in the first shape's numbers.
+        measure("scalar", 10 * args.interval, args.interval, endpoint, Path(folder), outputs, args.protocol)
+        device_seconds = args.device_step_ms / 1000.0
+        device_step = (lambda: time.sleep(device_seconds)) if device_seconds > 0 else (lambda: None)
         for shape in ("scalar", "tuple5"):
-            endpoint = receiver.grpc_endpoint if args.protocol == "grpc" else receiver.http_endpoint
-            r = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs, args.protocol)
+            r = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs, args.protocol,
+                        device_step)
             # A second pass for the slowdown: the work would inflate the hook times above
             # (the hook waits for the GIL too), so they are measured without it.
             with_work = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs,

@@ -51,6 +51,10 @@ class BoundedWorker(Generic[T]):
         else:
             self._queue.put(item)
 
+    def put(self, item: T) -> None:
+        """Queue `item` past the bound (one-off control items the worker must see)."""
+        self._queue.put(item)
+
     def remaining(self) -> float:
         """Seconds left before the `close` deadline (infinite while not closing)."""
         return float("inf") if self._deadline is None else self._deadline.remaining()

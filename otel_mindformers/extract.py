@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -49,23 +49,32 @@ def optimizer_of(cb_params: Any) -> Any:
     return optimizer
 
 
-def learning_rate_tensor(optimizer: Any, step_index: int) -> Any:
-    """The learning rate used by the step with 0-based index `step_index`.
+class LearningRateSource:
+    """Where an optimizer's learning rate comes from, resolved once per run (the optimizer
+    is a Cell: each attribute read goes through its __getattr__, tens of microseconds on a
+    sampled step): a schedule, a per-step list, or one Parameter.
 
+    `tensor(step_index)` is the rate used by the step with 0-based index `step_index`:
     `optimizer.get_lr()` at step end already returns the NEXT step's value (the global step
     was incremented by the update), so the schedule is evaluated at the step's own index.
     """
-    from mindspore import Tensor, int32
-    from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
-    lr = optimizer.learning_rate
-    if getattr(optimizer, "is_group_lr", False):
-        lr = lr[0]  # the first parameter group stands for the run
-    if isinstance(lr, LearningRateSchedule):
-        return lr(Tensor(step_index, int32))
-    if getattr(optimizer, "dynamic_lr", False):
-        return lr[min(step_index, lr.shape[0] - 1)]
-    return lr
+    __slots__ = ("tensor",)
+
+    def __init__(self, optimizer: Any) -> None:
+        from mindspore import Tensor, int32
+        from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+
+        lr = optimizer.learning_rate
+        if getattr(optimizer, "is_group_lr", False):
+            lr = lr[0]  # the first parameter group stands for the run
+        if isinstance(lr, LearningRateSchedule):
+            self.tensor: Callable[[int], Any] = lambda step_index: lr(Tensor(step_index, int32))
+        elif getattr(optimizer, "dynamic_lr", False):
+            last = lr.shape[0] - 1
+            self.tensor = lambda step_index: lr[min(step_index, last)]
+        else:
+            self.tensor = lambda step_index: lr
 
 
 # MindFormers' 7-tuple (`MFTrainOneStepCell(local_norm=True)`, or LocalNormTrainOneStepCell):
@@ -101,6 +110,7 @@ class OutputReader:
             self._wanted.discard(tm.GRAD_NORM)
         self._grad_norm_asked = grad_monitor is True
         self._warned: set[str] = set()
+        self._learning_rate: LearningRateSource | None = None  # resolved at the first read
 
     @property
     def reads_anything(self) -> bool:
@@ -141,12 +151,15 @@ class OutputReader:
         """Host values of the monitored metrics for the step that just ended."""
         handles = self.split(cb_params.get("net_outputs"))
         if tm.LEARNING_RATE in self._wanted and tm.LEARNING_RATE not in handles:
-            optimizer = optimizer_of(cb_params)
-            if optimizer is not None:
-                try:
-                    handles[tm.LEARNING_RATE] = learning_rate_tensor(optimizer, step - 1)
-                except Exception as exc:  # an exotic schedule: no lr, not a failed run
-                    self._warn_once(tm.LEARNING_RATE, "cannot evaluate the learning rate: %s", exc)
+            try:
+                if self._learning_rate is None:
+                    optimizer = optimizer_of(cb_params)
+                    if optimizer is not None:
+                        self._learning_rate = LearningRateSource(optimizer)
+                if self._learning_rate is not None:
+                    handles[tm.LEARNING_RATE] = self._learning_rate.tensor(step - 1)
+            except Exception as exc:  # an exotic schedule: no lr, not a failed run
+                self._warn_once(tm.LEARNING_RATE, "cannot evaluate the learning rate: %s", exc)
         if self._grad_norm_asked and tm.GRAD_NORM not in handles:
             self._warn_once(
                 "grad_norm",
@@ -171,10 +184,11 @@ class LazyLearningRate:
     on the device only when read: `.asnumpy()`, `float(...)`, `numpy.asarray(...)`, or any
     Tensor attribute. One object per run, re-pointed at each step (no allocation)."""
 
-    __slots__ = ("_optimizer", "_step_index", "_tensor")
+    __slots__ = ("_optimizer", "_source", "_step_index", "_tensor")
 
     def __init__(self, optimizer: Any) -> None:
         self._optimizer = optimizer
+        self._source: LearningRateSource | None = None  # resolved at the first read
         self._step_index = 0
         self._tensor: Any = None
 
@@ -184,7 +198,9 @@ class LazyLearningRate:
 
     def tensor(self) -> Any:
         if self._tensor is None:
-            self._tensor = learning_rate_tensor(self._optimizer, self._step_index)
+            if self._source is None:
+                self._source = LearningRateSource(self._optimizer)
+            self._tensor = self._source.tensor(self._step_index)
         return self._tensor
 
     def asnumpy(self) -> Any:

@@ -6,7 +6,7 @@ origin (the interpreter's start for the first run of a process, else the run's s
 excess over the steady step), data wait, evaluation, checkpoint save/load and user-marked
 phases. The phases are disjoint by construction: data wait is the time between steps that
 no other phase covers, start-up the time before the first step that no other phase covers.
-Written and read on the training thread only.
+Written and read on the sampled-step pipeline's worker thread only (accounting.py).
 """
 
 from __future__ import annotations

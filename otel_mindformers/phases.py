@@ -60,13 +60,15 @@ _open_phase: contextvars.ContextVar["phase | None"] = contextvars.ContextVar("ot
 @dataclass(frozen=True)
 class PhaseInterval:
     """A phase known from timestamps (wall seconds). `seconds` is what the histogram and the
-    ledger count: the data wait of a whole window, whose span covers only its last gap."""
+    ledger count: the data wait of a whole window, whose span covers only its last gap.
+    `traced=False`: observed by the histogram, no span (a gap too short to look at)."""
 
     name: str
     start_wall: float
     end_wall: float
     seconds: float
     attributes: Mapping[str, Any] = field(default_factory=dict)
+    traced: bool = True
 
 
 # (phase, whether the global tracer exported its span)
@@ -76,7 +78,7 @@ _active: "PhaseRecorder | None" = None
 
 class PhaseRecorder:
     """One run's phases: spans under the run, the duration histogram, the training thread's
-    clock, and the seconds lost per phase (`lost`, read and written on the training thread).
+    clock, and where the seconds lost per phase go (`on_lost`, called on the training thread).
 
     `parent()` returns the context new top-level phases start in (the epoch span's, else the
     run span's); `on_lost(name, seconds)` is told each outermost training-thread phase."""
@@ -123,13 +125,14 @@ class PhaseRecorder:
     def record(self, interval: PhaseInterval) -> None:
         """A phase known from timestamps: its span and one observation. Any thread (the
         pipeline's worker records the built-in ones); the time ledger is the caller's."""
-        span = self.tracer.start_span(
-            SPAN_PREFIX + interval.name,
-            context=self.parent(),
-            attributes=self.span_attributes(interval.name, interval.attributes),
-            start_time=int(interval.start_wall * 1e9),
-        )
-        span.end(end_time=int(interval.end_wall * 1e9))
+        if interval.traced:
+            span = self.tracer.start_span(
+                SPAN_PREFIX + interval.name,
+                context=self.parent(),
+                attributes=self.span_attributes(interval.name, interval.attributes),
+                start_time=int(interval.start_wall * 1e9),
+            )
+            span.end(end_time=int(interval.end_wall * 1e9))
         self.observe(interval.name, interval.seconds)
 
     def activate(self) -> list[PhaseInterval]:

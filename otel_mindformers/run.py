@@ -4,7 +4,8 @@ It exists only while a run does (MonitorCallback creates it at train begin and d
 train end), so no hook asks "is a run going on?" beyond one `None` check. It starts the
 subsystems (telemetry, outputs, the sampled-step pipeline, devices, alerts, the run span),
 tears down whatever it started if a later one fails, builds each sampled step's
-StepRecord on the training thread, and closes everything within one deadline.
+StepRecord on the training thread (the readback, the clock readings, one put: the rest is
+the pipeline worker's), and closes everything within one deadline.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from otel_mindformers import semconv
 from otel_mindformers import training_metrics as tm
+from otel_mindformers.accounting import StepAccounting, Window
 from otel_mindformers.cadence import Cadence, StepClock, WallClock
 from otel_mindformers.config import MonitorConfig
 from otel_mindformers.deadline import Deadline
@@ -79,6 +81,7 @@ class MonitorRun:
         self.timeline: RunTimeline | None = None
         self._first_nonfinite: FirstNonFinite | None = None
         self._state_reader: StateReader | None = None
+        self._ended_at: float | None = None  # perf seconds at train end (finish)
 
     @classmethod
     def start(cls, config: MonitorConfig, cb_params: Any, providers: dict[str, Any]) -> "MonitorRun":
@@ -111,13 +114,6 @@ class MonitorRun:
         )
         if config.nonfinite_check == "all_ranks":
             self._first_nonfinite = FirstNonFinite(telemetry.meter, telemetry.logger, identity, config.json_log_path)
-        self._wants_time = tm.STEP_TIME in config.monitored_metrics
-        self._wants_samples = tm.SAMPLES_PER_SECOND in config.monitored_metrics
-        self._wants_tokens = tm.TOKENS_PER_SECOND in config.monitored_metrics
-        self._batch_size = _batch_size(cb_params)
-        self._tokens_per_sample = config.tokens_per_sample
-        self._efficiency = StepEfficiency(config.monitored_metrics if reports_training else [], config, cb_params,
-                                          identity.device_target)
         self._epoch_steps = int(cb_params.get("batch_num") or 0)
         alerts_config = config.alert_config
         # A NaN/Inf loss stops the run before the next step starts: checked where it is read.
@@ -142,11 +138,21 @@ class MonitorRun:
         self._run_context = trace.set_span_in_context(self.run_span)
         if self.alerts is not None:
             self.alerts.attach_run_span(self.run_span)
-        # Phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`) and goodput.
+        # Phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`): the
+        # training thread's clock reads; their time goes to the pipeline worker's ledger.
         self.timeline = RunTimeline(
             tracer=telemetry.tracer, meter=telemetry.meter, parent=self._phase_parent,
             span_attributes=identity.attributes(), point_attributes=identity.point_attributes(),
-            clock=self.clock, wall_clock=wall_clock, callbacks=cb_params.get("list_callback"),
+            clock=self.clock, wall_clock=wall_clock, on_lost=self._lost,
+            callbacks=cb_params.get("list_callback"),
+        )  # fmt: skip
+        # Every rank times its steps; goodput, MFU and ETA are the reporting rank's.
+        accounting = StepAccounting(
+            wall_clock=wall_clock, monitored=config.monitored_metrics,
+            efficiency=StepEfficiency(config.monitored_metrics if reports_training else [], config, cb_params,
+                                      identity.device_target),
+            batch_size=_batch_size(cb_params), tokens_per_sample=config.tokens_per_sample,
+            before=self.timeline.before,
         )  # fmt: skip
         # Every rank's heartbeat, read by the metric reader's thread from the clock.
         Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
@@ -154,7 +160,9 @@ class MonitorRun:
         self.pipeline = SampledStepPipeline(
             tracer=telemetry.tracer,
             instruments=TrainingInstruments(telemetry.meter),
-            run_span=self.run_span.get_span_context(),
+            run_span=self.run_span,
+            accounting=accounting,
+            devices=self.devices.snapshot if self.devices is not None else None,
             point_attributes=identity.point_attributes(),
             wants_span=self.cadence.wants_span,
             alerts=self.alerts,
@@ -204,46 +212,40 @@ class MonitorRun:
 
     # --- sampled steps (training thread) -------------------------------------------------------
     def sample(self, cb_params: Any, step: int, previous_end: float, end: float, *, is_last: bool = False) -> None:
-        """Read the step's outputs, build its StepRecord, and hand it to the pipeline."""
+        """Read the step's outputs, build its StepRecord, and hand it to the pipeline with
+        the window's clock readings (the worker completes the record: accounting.py)."""
         steps, elapsed = self.cadence.close_window(step, end)
         values = self._reader.read(cb_params, step) if self._reader.reads_anything else {}
         model_state = None
         if self._state_reader is not None:
             routed, model_state = self._state_reader.read(cb_params, step - steps)
             values.update(routed)
-        if self._wants_time:
-            values[tm.STEP_TIME] = elapsed / steps * 1000.0
-        samples = None
-        if elapsed > 0 and self._batch_size:
-            samples = self._batch_size * steps / elapsed
-            if self._wants_samples:
-                values[tm.SAMPLES_PER_SECOND] = samples
-            if self._wants_tokens and self._tokens_per_sample:
-                values[tm.TOKENS_PER_SECOND] = samples * self._tokens_per_sample
-        timeline = self.timeline
-        phases = timeline.on_sample(previous_end, end)
-        self._efficiency.add(values, step, steps, elapsed, samples, lambda: timeline.goodput(end))
-        record = StepRecord(
-            step=step,
-            epoch=self._epoch_of(cb_params, step),
-            rank=self.identity.rank,
-            time_stamp=self.wall_clock.wall(end),
-            steps_in_window=steps,
-            values=values,
-            device=self.devices.snapshot() if self.devices is not None else {},
-            is_last=is_last,
-            started_at=self.wall_clock.wall(previous_end),
-            phases=phases,
-            time_breakdown=timeline.breakdown(end),
-            model_state=model_state or None,
-        )
-        self.pipeline.submit(record)
         if self._first_nonfinite is not None:
             local = self._local_reader.read(cb_params, step) if self._local_reader is not None else values
             self._first_nonfinite.check(step, local, self.run_span)
         loss = values.get(tm.LOSS)
         if self._stop_on_nonfinite_loss and loss is not None and not math.isfinite(loss):
             self.stop_pending = f"non-finite loss ({loss}) at step {step}"
+        wall = self.wall_clock.wall
+        record = StepRecord(
+            step=step,
+            epoch=self._epoch_of(cb_params, step),
+            rank=self.identity.rank,
+            time_stamp=wall(end),
+            steps_in_window=steps,
+            values=values,
+            is_last=is_last,
+            started_at=wall(previous_end),
+            model_state=model_state or None,
+        )
+        timeline = self.timeline
+        window = Window(steps, elapsed, previous_end, timeline.step_begin, end, timeline.take_data_wait())
+        self.pipeline.submit_step(record, window)
+
+    def _lost(self, phase: str, seconds: float) -> None:
+        """An outermost phase ended on the training thread: to the pipeline worker's ledger."""
+        if self.pipeline is not None:
+            self.pipeline.lost(phase, seconds)
 
     def _request_stop(self, reason: str) -> None:
         """A rule asked to stop (worker thread): honoured at the next step boundary."""
@@ -278,11 +280,7 @@ class MonitorRun:
                 self.sample(cb_params, step, self.cadence.window_start, self.clock.last_step_end, is_last=True)
             except Exception as exc:  # the last record is telemetry: never fail the run's end
                 _logger.warning("otel_mindformers: could not sample the last step %d: %s", step, exc)
-        if self.timeline is not None:
-            for interval in self.timeline.settle_compile():  # runs shorter than STEADY_SAMPLES samples
-                self.timeline.recorder.record(interval)
-            if self.run_span is not None:  # the whole run's breakdown, past the last sampled step
-                self.run_span.set_attributes(self.timeline.summary(time.perf_counter()))
+        self._ended_at = time.perf_counter()
         self._close(error, self.config.shutdown_timeout)
 
     def _close(self, error: BaseException | None, timeout: float) -> None:
@@ -295,6 +293,8 @@ class MonitorRun:
         # The pipeline drains first, so a rule's stop reason and the last lines land before
         # the run span ends and the providers flush.
         if self.pipeline is not None:
+            if self._ended_at is not None:  # compile settled, the run's time breakdown
+                self.pipeline.end_run(self._ended_at)
             self.pipeline.close(max(remaining(), LOCAL_DRAIN_SECONDS))
         if self._state_reader is not None:
             self._state_reader.close()

@@ -18,6 +18,7 @@ from mindspore.train.callback import CheckpointConfig
 from otel_mindformers import training_metrics as tm
 from otel_mindformers.diagnosis.names import ATTR_PHASE
 from otel_mindformers.phase_hooks import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE
+from otel_mindformers.accounting import DATA_WAIT_SPAN_SECONDS
 from otel_mindformers.phases import PHASE_DURATION
 from tests.support import training
 from tests.support.timed_fit import TimedCheckpoint
@@ -86,6 +87,19 @@ def test_data_wait_spans_match_the_sleep_and_goodput_matches_the_steps(tmp_path)
     # The histogram's data-wait sum is the ledger's.
     (point,) = [p for p in capture.points()[PHASE_DURATION.name] if p.attributes[ATTR_PHASE] == "data_wait"]
     assert point.sum == pytest.approx(last["time"]["data_wait"], rel=1e-4)
+
+
+def test_a_well_fed_loader_gets_no_data_wait_spans_but_every_gap_is_counted(tmp_path):
+    # No sleeps: the loader keeps ahead of a graph-mode step, so the gaps between steps are
+    # tens of microseconds. They are observed and counted, without a span each.
+    capture = Capture()
+    training.train([capture.callback(config(tmp_path, interval=1))], steps=32, mode=ms.GRAPH_MODE)
+
+    spans = capture.finished("mindformers.phase.data_wait")
+    assert all((span.end_time - span.start_time) / 1e9 >= DATA_WAIT_SPAN_SECONDS for span in spans)
+    (point,) = [p for p in capture.points()[PHASE_DURATION.name] if p.attributes[ATTR_PHASE] == "data_wait"]
+    assert point.count > len(spans)
+    assert point.sum == pytest.approx(_lines(tmp_path / "m.json")[-1]["time"]["data_wait"], rel=1e-4)
 
 
 def _seconds(spans) -> float:
