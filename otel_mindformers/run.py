@@ -261,7 +261,13 @@ class MonitorRun:
         self.pipeline.submit_step(record, window)
 
     def _lost(self, phase: str, seconds: float) -> None:
-        """An outermost phase ended on the training thread: to the pipeline worker's ledger."""
+        """An outermost phase ended on the training thread: to the pipeline worker's ledger,
+        after the sampled step it followed (whose breakdown must not count it)."""
+        if self.pending is not None:
+            try:
+                self.read_pending()
+            except Exception as exc:  # telemetry: never fail the phase (a checkpoint save) it ends
+                _logger.warning("otel_mindformers: could not read the sampled step back: %s", exc)
         if self.pipeline is not None:
             self.pipeline.lost(phase, seconds)
 
