@@ -11,9 +11,8 @@ tensors as `net_outputs`, in both shapes that matter: a scalar loss and MindForm
   the GIL); `--device-step-ms 2` sleeps between them instead (the GIL released, as while
   MindSpore runs a compiled graph): the background threads work there, and the hooks run
   with cold caches, as inside a real training loop;
-- sampled steps: time inside it, and inside the next step's begin hook (where the sampled
-  step's outputs are read back), minus the time spent reading tensors back
-  (extract.to_host) (target <= 30 us);
+- sampled steps: time inside it, minus the time spent reading tensors back (extract.to_host)
+  (target <= 30 us);
 - host readbacks (`Tensor.asnumpy` calls made inside the hook) per unsampled and per
   sampled step (target: 0 on unsampled steps);
 - the CPU the background threads (the sampled-step pipeline, the SDK's exporters) spend per
@@ -160,24 +159,13 @@ def measure(shape: str, steps: int, interval: int, endpoint: str, folder: Path,
         callback.on_train_begin(run_context)
         callback.on_train_epoch_begin(run_context)
         work_seconds = 0.0
-        previous_sampled: int | None = None  # index in `sampled` of the step just sampled
         for step in range(1, steps + 1):
             params.cur_step_num = step
             # Both hooks the callback runs per step: the step-begin one (the data wait's clock
-            # read and addition) and the step-end one. A sampled step's outputs are read back
-            # at the next step's begin: that hook's time and readbacks are the sampled step's.
-            spy.armed, spy.asnumpy_calls, spy.to_host_seconds = True, 0, 0.0
+            # read and addition) and the step-end one.
             started = time.perf_counter()
             callback.on_train_step_begin(run_context)
             begin_elapsed = time.perf_counter() - started
-            spy.armed = False
-            if previous_sampled is not None:
-                sampled[previous_sampled] += begin_elapsed - spy.to_host_seconds
-                readbacks["sampled"] += spy.asnumpy_calls
-                begin_elapsed, begin_readbacks = 0.0, 0
-            else:
-                begin_readbacks = spy.asnumpy_calls
-            previous_sampled = None
             work_started = time.perf_counter()
             work()
             work_seconds += time.perf_counter() - work_started
@@ -189,11 +177,10 @@ def measure(shape: str, steps: int, interval: int, endpoint: str, folder: Path,
             spy.armed = False
             if is_sampled:
                 sampled.append(elapsed - spy.to_host_seconds)
-                readbacks["sampled"] += spy.asnumpy_calls + begin_readbacks
-                previous_sampled = len(sampled) - 1
+                readbacks["sampled"] += spy.asnumpy_calls
             else:
                 unsampled.append(elapsed)
-                readbacks["unsampled"] += spy.asnumpy_calls + begin_readbacks
+                readbacks["unsampled"] += spy.asnumpy_calls
         callback.on_train_epoch_end(run_context)
         callback.on_train_end(run_context)
         background_cpu = (time.process_time() - process_cpu0) - (time.thread_time() - thread_cpu0)

@@ -6,11 +6,8 @@ Cost model:
   checks one pending-stop attribute, compares the step with the next sampled one, and
   returns — no device readback, no allocation, no I/O;
 - sampled steps (every `interval`-th step, the first, and the last — taken at train end):
-  the step's outputs are kept, and read back at the next step's begin (the first readback
-  waits for the device's work in flight; by then the loader's fetch has overlapped it), then
-  a StepRecord with the window's clock readings and one put on the pipeline's bounded
-  queue. With `stop_on_nonfinite` the readback happens at the step's end, so a NaN/Inf
-  loss stops the run before the next step starts. Completing the record (step time, phases,
+  one readback of the step's outputs, a StepRecord with the window's clock readings, and
+  one put on the pipeline's bounded queue. Completing the record (step time, phases,
   goodput, MFU), the step span, the instruments, the alert rules and the outputs run on
   the pipeline's worker thread (pipeline.py).
 
@@ -115,8 +112,6 @@ class MonitorCallback(Callback):
         timeline = run.timeline
         timeline.step_begin = now = time.perf_counter()
         timeline.data_wait += now - run.clock.last_step_end
-        if run.pending is not None:  # the previous step was sampled: read its outputs now
-            run.read_pending()
 
     def on_train_step_end(self, run_context: Any) -> None:
         run = self._run

@@ -147,10 +147,9 @@ class OutputReader:
             handles = {key: value for key, value in handles.items() if key not in unreadable}
         return handles
 
-    def read(self, net_outputs: Any, cb_params: Any, step: int) -> dict[str, float | bool]:
-        """Host values of the monitored metrics of step `step`, whose outputs are
-        `net_outputs` (`cb_params` gives the optimizer, looked up once)."""
-        handles = self.split(net_outputs)
+    def read(self, cb_params: Any, step: int) -> dict[str, float | bool]:
+        """Host values of the monitored metrics for the step that just ended."""
+        handles = self.split(cb_params.get("net_outputs"))
         if tm.LEARNING_RATE in self._wanted and tm.LEARNING_RATE not in handles:
             try:
                 if self._learning_rate is None:

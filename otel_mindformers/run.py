@@ -4,9 +4,8 @@ It exists only while a run does (MonitorCallback creates it at train begin and d
 train end), so no hook asks "is a run going on?" beyond one `None` check. It starts the
 subsystems (telemetry, outputs, the sampled-step pipeline, devices, alerts, the run span),
 tears down whatever it started if a later one fails, builds each sampled step's
-StepRecord on the training thread (the clock readings at the step's end, the readback at
-the next step's begin, one put: the rest is the pipeline worker's), and closes everything
-within one deadline.
+StepRecord on the training thread (the readback, the clock readings, one put: the rest is
+the pipeline worker's), and closes everything within one deadline.
 """
 
 from __future__ import annotations
@@ -83,8 +82,6 @@ class MonitorRun:
         self._first_nonfinite: FirstNonFinite | None = None
         self._state_reader: StateReader | None = None
         self._ended_at: float | None = None  # perf seconds at train end (finish)
-        # A sampled step whose outputs are read back at the next step's begin (`sample`).
-        self.pending: tuple | None = None
 
     @classmethod
     def start(cls, config: MonitorConfig, cb_params: Any, providers: dict[str, Any]) -> "MonitorRun":
@@ -123,7 +120,6 @@ class MonitorRun:
         self._stop_on_nonfinite_loss = (
             alerts_config.enable_alert and alerts_config.nonfinite and alerts_config.stop_on_nonfinite
         )
-        self._read_at_step_end = self._stop_on_nonfinite_loss
 
         first_step = int(cb_params.get("cur_step_num") or 0)
         # One clock for the hot path; wall time derived from it only on sampled steps.
@@ -216,32 +212,16 @@ class MonitorRun:
 
     # --- sampled steps (training thread) -------------------------------------------------------
     def sample(self, cb_params: Any, step: int, previous_end: float, end: float, *, is_last: bool = False) -> None:
-        """Close the sampled step's window and keep its outputs. They are read back at the
-        next step's begin (`read_pending`): the first readback waits for the device's work
-        in flight, and by then the loader's fetch has run behind it. A run that stops on a
-        NaN/Inf loss reads them now, so it stops before the next step starts; the last step
-        is read at once too."""
-        if self.pending is not None:  # a loop that calls no step-begin hook in between
-            self.read_pending()
+        """Read the step's outputs, build its StepRecord, and hand it to the pipeline with
+        the window's clock readings (the worker completes the record: accounting.py)."""
         steps, elapsed = self.cadence.close_window(step, end)
-        timeline = self.timeline
-        window = Window(steps, elapsed, previous_end, timeline.step_begin, end, timeline.take_data_wait())
-        self.pending = (cb_params, cb_params.get("net_outputs"), step, self._epoch_of(cb_params, step), window, is_last)
-        if self._read_at_step_end or is_last:
-            self.read_pending()
-
-    def read_pending(self) -> None:
-        """Read the kept step's outputs back, build its StepRecord and hand it to the pipeline
-        with the window's clock readings (the worker completes the record: accounting.py)."""
-        cb_params, outputs, step, epoch, window, is_last = self.pending
-        self.pending = None
-        values = self._reader.read(outputs, cb_params, step) if self._reader.reads_anything else {}
+        values = self._reader.read(cb_params, step) if self._reader.reads_anything else {}
         model_state = None
         if self._state_reader is not None:
-            routed, model_state = self._state_reader.read(outputs, cb_params, step - window.steps)
+            routed, model_state = self._state_reader.read(cb_params, step - steps)
             values.update(routed)
         if self._first_nonfinite is not None:
-            local = self._local_reader.read(outputs, cb_params, step) if self._local_reader is not None else values
+            local = self._local_reader.read(cb_params, step) if self._local_reader is not None else values
             self._first_nonfinite.check(step, local, self.run_span)
         loss = values.get(tm.LOSS)
         if self._stop_on_nonfinite_loss and loss is not None and not math.isfinite(loss):
@@ -249,25 +229,21 @@ class MonitorRun:
         wall = self.wall_clock.wall
         record = StepRecord(
             step=step,
-            epoch=epoch,
+            epoch=self._epoch_of(cb_params, step),
             rank=self.identity.rank,
-            time_stamp=wall(window.end),
-            steps_in_window=window.steps,
+            time_stamp=wall(end),
+            steps_in_window=steps,
             values=values,
             is_last=is_last,
-            started_at=wall(window.previous_end),
+            started_at=wall(previous_end),
             model_state=model_state or None,
         )
+        timeline = self.timeline
+        window = Window(steps, elapsed, previous_end, timeline.step_begin, end, timeline.take_data_wait())
         self.pipeline.submit_step(record, window)
 
     def _lost(self, phase: str, seconds: float) -> None:
-        """An outermost phase ended on the training thread: to the pipeline worker's ledger,
-        after the sampled step it followed (whose breakdown must not count it)."""
-        if self.pending is not None:
-            try:
-                self.read_pending()
-            except Exception as exc:  # telemetry: never fail the phase (a checkpoint save) it ends
-                _logger.warning("otel_mindformers: could not read the sampled step back: %s", exc)
+        """An outermost phase ended on the training thread: to the pipeline worker's ledger."""
         if self.pipeline is not None:
             self.pipeline.lost(phase, seconds)
 
@@ -299,11 +275,6 @@ class MonitorRun:
         `shutdown_timeout` (local outputs: see LOCAL_DRAIN_SECONDS)."""
         self.clock.phase = "outside"
         step = self.clock.step
-        if self.pending is not None:  # the last sampled step: no next step began
-            try:
-                self.read_pending()
-            except Exception as exc:  # the record is telemetry: never fail the run's end
-                _logger.warning("otel_mindformers: could not read the sampled step back: %s", exc)
         if error is None and self.cadence.unsampled_last(step):
             try:
                 self.sample(cb_params, step, self.cadence.window_start, self.clock.last_step_end, is_last=True)

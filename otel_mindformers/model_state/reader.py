@@ -45,11 +45,10 @@ class StateReader:
     def start(cls, native: Mapping[str, Any], grad_monitor: bool | None) -> "StateReader":
         return cls(parameter_filter(native), read_local_norms=grad_monitor is not False)
 
-    def read(self, net_outputs: Any, cb_params: Any, after_step: int) -> tuple[dict[str, float], ModelState | None]:
+    def read(self, cb_params: Any, after_step: int) -> tuple[dict[str, float], ModelState | None]:
         """The routed scalar metrics and the model state of the steps after `after_step`
-        (None when nothing was read: the common case costs two checks). `net_outputs` are
-        the sampled step's; `cb_params` gives the train network, looked up once."""
-        squares = local_norm_squares(net_outputs) if self._read_local_norms else None
+        (None when nothing was read: the common case costs two checks)."""
+        squares = local_norm_squares(cb_params.get("net_outputs")) if self._read_local_norms else None
         if squares is None and INBOX.empty():
             return {}, None
         scalars, state = INBOX.take(after_step)
