@@ -42,7 +42,7 @@ DATA_WAIT_SPAN_SECONDS = 0.001
 _process_started = False  # the first run of a process counts start-up from the interpreter's start
 
 
-def run_origin(run_start_wall: float) -> float:
+def _run_origin(run_start_wall: float) -> float:
     """Where a run's wall time starts: the interpreter's start for a process's first run."""
     global _process_started
     if _process_started:
@@ -81,9 +81,9 @@ class StepAccounting:
         before: list[PhaseInterval],
     ) -> None:
         self._wall = wall_clock.wall
-        self.ledger = TimeLedger(run_origin(wall_clock.wall0))
+        self._ledger = TimeLedger(_run_origin(wall_clock.wall0))
         for done in before:  # phases that ended before the run (a checkpoint load)
-            self.ledger.add(done.name, done.seconds)
+            self._ledger.add(done.name, done.seconds)
         self._efficiency = efficiency
         self._batch_size = batch_size
         self._tokens_per_sample = tokens_per_sample
@@ -96,7 +96,7 @@ class StepAccounting:
 
     def lost(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread."""
-        self.ledger.add(phase, seconds)
+        self._ledger.add(phase, seconds)
 
     def complete(self, record: StepRecord, window: Window) -> None:
         """Fill in the record's host-computed values, its phases and the time breakdown."""
@@ -113,20 +113,20 @@ class StepAccounting:
                 values[tm.TOKENS_PER_SECOND] = samples * self._tokens_per_sample
         record.phases = self._phases(window)
         end_wall = self._wall(window.end)
-        self._efficiency.add(values, record.step, steps, elapsed, samples, lambda: self.ledger.goodput(end_wall))
-        record.time_breakdown = self.ledger.breakdown(end_wall)
+        self._efficiency.add(values, record.step, steps, elapsed, samples, lambda: self._ledger.goodput(end_wall))
+        record.time_breakdown = self._ledger.breakdown(end_wall)
 
     def _phases(self, window: Window) -> list[PhaseInterval]:
         begin, end, waited = window.step_begin, window.end, window.data_wait
         if self._first_step is None:
             self._first_step = (begin, end - begin)
             # The first step's wait for data is part of start-up.
-            startup = self._wall(begin) - self.ledger.origin_wall - self.ledger.total_lost()
-            self.ledger.add(PHASE_STARTUP, startup)
-            return [PhaseInterval(PHASE_STARTUP, self.ledger.origin_wall, self._wall(begin), max(0.0, startup))]
+            startup = self._wall(begin) - self._ledger.origin_wall - self._ledger.total_lost()
+            self._ledger.add(PHASE_STARTUP, startup)
+            return [PhaseInterval(PHASE_STARTUP, self._ledger.origin_wall, self._wall(begin), max(0.0, startup))]
         phases: list[PhaseInterval] = []
         if waited > 0:
-            self.ledger.add(names.PHASE_DATA_WAIT, waited)
+            self._ledger.add(names.PHASE_DATA_WAIT, waited)
             start = min(window.previous_end, begin)
             phases.append(PhaseInterval(
                 names.PHASE_DATA_WAIT, self._wall(start), self._wall(begin), waited,
@@ -149,7 +149,7 @@ class StepAccounting:
         excess = first_duration - steady
         if excess <= 0:
             return []
-        self.ledger.add(PHASE_COMPILE, excess)
+        self._ledger.add(PHASE_COMPILE, excess)
         start = self._wall(first_begin)
         return [
             PhaseInterval(
@@ -162,11 +162,11 @@ class StepAccounting:
         """The run span's attributes at train end (`end` in perf seconds):
         `training.goodput` and `training.time.<phase>`."""
         end_wall = self._wall(end)
-        attributes = {f"training.time.{key}": value for key, value in self.ledger.breakdown(end_wall).items()}
-        goodput = self.ledger.goodput(end_wall)
+        attributes = {f"training.time.{key}": value for key, value in self._ledger.breakdown(end_wall).items()}
+        goodput = self._ledger.goodput(end_wall)
         if goodput is not None:
             attributes["training.goodput"] = goodput
         return attributes
 
 
-__all__ = ["DATA_WAIT_SPAN_SECONDS", "STEADY_SAMPLES", "StepAccounting", "Window", "run_origin"]
+__all__ = ["DATA_WAIT_SPAN_SECONDS", "STEADY_SAMPLES", "StepAccounting", "Window"]

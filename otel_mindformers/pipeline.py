@@ -40,6 +40,11 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
+class _Step(NamedTuple):
+    record: StepRecord
+    window: Window
+
+
 class _Lost(NamedTuple):
     phase: str
     seconds: float
@@ -90,12 +95,12 @@ class SampledStepPipeline(BoundedWorker[object]):
 
     # --- worker thread ---------------------------------------------------------------------
     def handle(self, item: object) -> None:
-        if type(item) is _Lost:
+        if type(item) is _Step:
+            self._handle_step(*item)
+        elif type(item) is _Lost:
             self._accounting.lost(*item)
         elif type(item) is _RunEnd:
             self._end_run(item.end)
-        else:
-            self._handle_step(*item)
 
     def _handle_step(self, record: StepRecord, window: Window) -> None:
         try:
@@ -143,8 +148,8 @@ class SampledStepPipeline(BoundedWorker[object]):
 
     def _end_run(self, end: float) -> None:
         try:
-            if self._phases is not None:
-                for interval in self._accounting.settle_compile():  # runs shorter than STEADY_SAMPLES samples
+            for interval in self._accounting.settle_compile():  # runs shorter than STEADY_SAMPLES samples
+                if self._phases is not None:
                     self._phases.record(interval)
             # The whole run's breakdown, past the last sampled step.
             self._run_span.set_attributes(self._accounting.summary(end))
@@ -156,7 +161,7 @@ class SampledStepPipeline(BoundedWorker[object]):
 
     # --- caller side (training thread) -------------------------------------------------------
     def submit_step(self, record: StepRecord, window: Window) -> None:
-        self.submit((record, window))
+        self.submit(_Step(record, window))
 
     def lost(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread: its time goes to the ledger."""
@@ -180,7 +185,7 @@ class SampledStepPipeline(BoundedWorker[object]):
     def close(self, timeout: float = 5.0) -> list[StepRecord]:
         """Drain what is queued and close every output, within `timeout` seconds; return
         the records not written."""
-        left = [item[0] for item in super().close(timeout) if type(item) is tuple]
+        left = [item.record for item in super().close(timeout) if type(item) is _Step]
         if left:
             _logger.warning(
                 "otel_mindformers: sampled steps did not drain within %.1f s; %d record(s) not written",

@@ -54,6 +54,34 @@ def test_step_time_is_the_mean_over_the_window_not_the_last_step(workdir):
     assert by_step[5] < 200 / 5
 
 
+class _StuckStdout:
+    """A terminal that stops taking output until released (a blocked pipe)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.release.wait()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_records_a_stuck_output_never_took_are_counted_at_train_end(workdir, monkeypatch, caplog):
+    """The worker is stuck writing step 1: steps 2 and 3 are left in the queue after the
+    local drain, and the warning counts those records (the run's end is not one)."""
+    stuck = _StuckStdout()
+    monkeypatch.setattr("sys.stdout", stuck)
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+            _drive(ms.Tensor(1.0), steps=3, output_type=["stdout"], shutdown_timeout=0)
+    finally:
+        stuck.release.set()
+    assert "sampled steps did not drain within 10.0 s; 2 record(s) not written" in caplog.text
+
+
 @pytest.mark.slow
 def test_shutdown_timeout_zero_still_writes_the_last_record(workdir):
     log = workdir / "m.json"
