@@ -13,7 +13,7 @@ tensors as `net_outputs`, in both shapes that matter: a scalar loss and MindForm
   with cold caches, as inside a real training loop;
 - sampled steps: time inside it, minus the time spent reading tensors back (extract.to_host)
   (target <= 30 us);
-- host readbacks (`Tensor.asnumpy` calls made inside the hook) per unsampled and per
+- host readbacks (`Tensor.asnumpy` and `Tensor.item` calls made inside the hook) per unsampled and per
   sampled step (target: 0 on unsampled steps);
 - the CPU the background threads (the sampled-step pipeline, the SDK's exporters) spend per
   sampled step: the process's CPU time minus the training thread's, over the whole run
@@ -52,23 +52,29 @@ from otel_mindformers.callback import MonitorCallback  # noqa: E402
 
 
 class ReadbackSpy:
-    """Counts `Tensor.asnumpy` calls and times `extract.to_host` while `armed`."""
+    """Counts the calls that read a tensor back (`Tensor.asnumpy`, `Tensor.item`) and times
+    `extract.to_host` while `armed`."""
+
+    _READS = ("asnumpy", "item")
 
     def __init__(self) -> None:
         self.armed = False
-        self.asnumpy_calls = 0
+        self.readbacks = 0
         self.to_host_seconds = 0.0
-        self._asnumpy = ms.Tensor.asnumpy
+        self._originals = {name: getattr(ms.Tensor, name) for name in self._READS}
         self._to_host = extract.to_host
 
     def __enter__(self) -> "ReadbackSpy":
         spy = self
-        original_asnumpy, original_to_host = self._asnumpy, self._to_host
+        original_to_host = self._to_host
 
-        def asnumpy(tensor):
-            if spy.armed:
-                spy.asnumpy_calls += 1
-            return original_asnumpy(tensor)
+        def counted(original):
+            def read(tensor):
+                if spy.armed:
+                    spy.readbacks += 1
+                return original(tensor)
+
+            return read
 
         def to_host(value):
             started = time.perf_counter()
@@ -77,12 +83,14 @@ class ReadbackSpy:
             finally:
                 spy.to_host_seconds += time.perf_counter() - started
 
-        ms.Tensor.asnumpy = asnumpy
+        for name, original in self._originals.items():
+            setattr(ms.Tensor, name, counted(original))
         extract.to_host = to_host
         return self
 
     def __exit__(self, *exc: object) -> None:
-        ms.Tensor.asnumpy = self._asnumpy
+        for name, original in self._originals.items():
+            setattr(ms.Tensor, name, original)
         extract.to_host = self._to_host
 
 
@@ -170,17 +178,17 @@ def measure(shape: str, steps: int, interval: int, endpoint: str, folder: Path,
             work()
             work_seconds += time.perf_counter() - work_started
             is_sampled = step == 1 or step % interval == 0 or step == steps
-            spy.armed, spy.asnumpy_calls, spy.to_host_seconds = True, 0, 0.0
+            spy.armed, spy.readbacks, spy.to_host_seconds = True, 0, 0.0
             started = time.perf_counter()
             callback.on_train_step_end(run_context)
             elapsed = time.perf_counter() - started + begin_elapsed
             spy.armed = False
             if is_sampled:
                 sampled.append(elapsed - spy.to_host_seconds)
-                readbacks["sampled"] += spy.asnumpy_calls
+                readbacks["sampled"] += spy.readbacks
             else:
                 unsampled.append(elapsed)
-                readbacks["unsampled"] += spy.asnumpy_calls
+                readbacks["unsampled"] += spy.readbacks
         callback.on_train_epoch_end(run_context)
         callback.on_train_end(run_context)
         background_cpu = (time.process_time() - process_cpu0) - (time.thread_time() - thread_cpu0)

@@ -1,0 +1,92 @@
+"""The in-place OTLP span encoding: the SDK's bytes, and the exporter really uses it."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import encode_spans as sdk_encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+
+from otel_mindformers.telemetry import otlp_spans
+from otel_mindformers.telemetry.otlp_spans import InPlaceOTLPSpanExporter
+
+
+def _varied_spans() -> list:
+    """Every field the encoder writes: two resources, scopes with and without version,
+    attributes and schema URLs, remote parents and links with trace state, events, every
+    kind, statuses, dropped counts, every attribute type and one no OTLP type holds."""
+    kept = InMemorySpanExporter()
+    providers = [
+        TracerProvider(resource=Resource({"service.name": "train", "training.rank": 3}, "https://schema/1"),
+                       span_limits=SpanLimits(max_span_attributes=12, max_events=2, max_links=1)),
+        TracerProvider(resource=Resource({"service.name": "launcher"})),
+    ]
+    for provider in providers:
+        provider.add_span_processor(SimpleSpanProcessor(kept))
+    tracers = [
+        providers[0].get_tracer("otel_mindformers", "1.2", "https://schema/2", attributes={"scope.flag": True}),
+        providers[0].get_tracer("user.code"),
+        providers[1].get_tracer("launcher", "0.1"),
+    ]
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1),
+                         trace_state=TraceState([("vendor", "x"), ("other", "y")]))
+    with tracers[0].start_as_current_span("mindformers.train", kind=SpanKind.SERVER,
+                                          context=trace.set_span_in_context(NonRecordingSpan(remote))) as run:
+        step = tracers[0].start_span("mindformers.train.step", links=[
+            Link(remote, {"link.kind": "launcher", "link.weights": [1.5, 2.5]}),
+            Link(run.get_span_context()),  # over max_links: dropped and counted
+        ], attributes={
+            "training.step": 7, "training.loss": 2.5, "training.overflow": False, "training.name": "llama",
+            "training.ranks": [0, 1, 2], "training.flags": [True, False], "training.kinds": ["a", "b"],
+            "training.empty": [], "training.blob": b"\x00\x01", "training.huge": 2**70,
+            "training.more.0": 0, "training.more.1": 1, "training.more.2": 2,  # over 12: dropped
+        })
+        for index in range(3):  # one over max_events
+            step.add_event(f"event.{index}", {"index": index, "why": "x" * index})
+        step.set_status(Status(StatusCode.ERROR, "non-finite loss"))
+        step.end()
+        for kind in (SpanKind.CLIENT, SpanKind.PRODUCER, SpanKind.CONSUMER):
+            tracers[1].start_span(f"user.{kind.name}", kind=kind).end()
+        ok = tracers[2].start_span("launcher.job")
+        ok.set_status(Status(StatusCode.OK))
+        ok.end()
+    return list(kept.get_finished_spans())
+
+
+def test_the_in_place_request_is_the_sdks_byte_for_byte(caplog):
+    spans = _varied_spans()
+    with caplog.at_level(logging.ERROR):
+        ours = otlp_spans.encode_spans(spans).SerializeToString()
+    assert ours == sdk_encode_spans(spans).SerializeToString()
+    assert len(ours) > 1000
+    # The 2**70 attribute fits no OTLP integer: left out with the SDK's error, the rest kept.
+    assert "Failed to encode key training.huge" in caplog.text
+
+
+def test_the_grpc_exporter_sends_the_in_place_request(otlp_receiver, monkeypatch):
+    """The exporter we build calls our encoder (a renamed SDK hook would skip it silently)
+    and a real gRPC receiver gets the spans whole."""
+    calls = []
+
+    def counted(spans):
+        calls.append(len(spans))
+        return otlp_spans.encode_spans.__wrapped__(spans)
+
+    counted.__wrapped__ = otlp_spans.encode_spans
+    monkeypatch.setattr(otlp_spans, "encode_spans", counted)
+    spans = _varied_spans()
+    exporter = InPlaceOTLPSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True)
+    try:
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert calls == [len(spans)]
+    assert otlp_receiver.trace_requests == [sdk_encode_spans(spans)]
+    step = next(span for span in otlp_receiver.spans() if span.name == "mindformers.train.step")
+    assert step.attributes["training.loss"] == pytest.approx(2.5)
