@@ -8,6 +8,7 @@ exporting to a real OTLP receiver.
 import importlib.metadata
 import json
 import logging
+import os
 
 import pytest
 from mindspore.train import Model
@@ -17,10 +18,11 @@ from packaging.requirements import Requirement
 import otel_mindformers
 from otel_mindformers import ConfigError, MonitorCallback, semconv
 from otel_mindformers import training_metrics as tm
-from otel_mindformers.distro import MindFormersConfigurator, MindFormersDistro
+from otel_mindformers.distro import IN_PLACE_SPAN_EXPORTER, MindFormersConfigurator, MindFormersDistro
 from otel_mindformers.instrumentor import MindFormersInstrumentor
 from otel_mindformers.package import _instruments
 from otel_mindformers.resource_detector import MindFormersResourceDetector
+from otel_mindformers.telemetry.otlp_spans import InPlaceOTLPSpanExporter
 from tests.support import training
 from tests.support.in_memory import Capture as InMemoryCapture
 from tests.support.instrumented import REPO, TRACE_ID, TRACEPARENT, LAUNCHER_SPAN_ID, child_env, instrumented, run
@@ -78,6 +80,25 @@ def test_entry_points_name_our_classes():
         "opentelemetry_resource_detector": [MindFormersResourceDetector],
         "opentelemetry_environment_variables": [otel_mindformers.environment_variables],
     }
+
+
+@pytest.mark.parametrize(("environment", "traces_exporter"), [
+    ({}, IN_PLACE_SPAN_EXPORTER),
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, "otlp"),
+    ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, "otlp"),
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, IN_PLACE_SPAN_EXPORTER),
+    ({"OTEL_TRACES_EXPORTER": "otlp"}, "otlp"),  # what the user sets stays
+])
+def test_the_distro_sends_grpc_spans_through_the_in_place_exporter(monkeypatch, environment, traces_exporter):
+    monkeypatch.setattr(os, "environ", dict(environment))
+    MindFormersDistro()._configure()
+    assert os.environ["OTEL_TRACES_EXPORTER"] == traces_exporter
+
+
+def test_the_sdk_configurator_loads_the_in_place_span_exporter_by_its_name():
+    from opentelemetry.sdk._configuration import _import_exporters
+
+    assert _import_exporters([IN_PLACE_SPAN_EXPORTER], [], [])[0] == {IN_PLACE_SPAN_EXPORTER: InPlaceOTLPSpanExporter}
 
 
 # --- in process ---------------------------------------------------------------------------------
