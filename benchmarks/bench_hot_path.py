@@ -13,7 +13,7 @@ tensors as `net_outputs`, in both shapes that matter: a scalar loss and MindForm
   with cold caches, as inside a real training loop;
 - sampled steps: time inside it, minus the time spent reading tensors back (extract.to_host)
   (target <= 30 us);
-- host readbacks (`Tensor.asnumpy` and `Tensor.item` calls made inside the hook) per unsampled and per
+- host readbacks (`Tensor.asnumpy` and `Tensor._item` calls made inside the hook) per unsampled and per
   sampled step (target: 0 on unsampled steps);
 - the CPU the background threads (the sampled-step pipeline, the SDK's exporters) spend per
   sampled step: the process's CPU time minus the training thread's, over the whole run
@@ -52,10 +52,10 @@ from otel_mindformers.callback import MonitorCallback  # noqa: E402
 
 
 class ReadbackSpy:
-    """Counts the calls that read a tensor back (`Tensor.asnumpy`, `Tensor.item`) and times
-    `extract.to_host` while `armed`."""
+    """Counts the calls that read a tensor back (`Tensor.asnumpy`; `Tensor._item`, which
+    `item()`, `float()` and `bool()` go through) and times `extract.to_host` while `armed`."""
 
-    _READS = ("asnumpy", "item")
+    _READS = ("asnumpy", "_item")
 
     def __init__(self) -> None:
         self.armed = False

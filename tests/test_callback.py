@@ -5,13 +5,13 @@ import math
 
 import mindspore as ms
 import pytest
-from mindspore import Tensor
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers import ConfigError, MonitorCallback, semconv
 from otel_mindformers import training_metrics as tm
 from tests.support import training
 from tests.support.in_memory import Capture
+from tests.support.readbacks import record_readbacks
 from tests.support.training import Faults
 
 
@@ -94,14 +94,7 @@ def test_learning_rate_is_the_one_the_step_used(workdir):
 
 def test_unsampled_steps_do_no_device_readback(workdir, monkeypatch):
     cb = MonitorCallback(config(workdir, interval=10))
-    readback_steps = []
-    real_asnumpy = Tensor.asnumpy
-
-    def counting_asnumpy(self):
-        readback_steps.append(cb.progress.step if cb.progress is not None else None)
-        return real_asnumpy(self)
-
-    monkeypatch.setattr(Tensor, "asnumpy", counting_asnumpy)
+    readback_steps = record_readbacks(monkeypatch, lambda: cb.progress.step if cb.progress is not None else None)
     training.train([], steps=25, shape="tuple5")
     baseline = len(readback_steps)  # MindSpore's own, without the callback
     readback_steps.clear()

@@ -12,7 +12,7 @@ from collections import defaultdict
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import Tensor, nn
+from mindspore import nn
 from mindspore.dataset import GeneratorDataset
 from mindspore.train import Model
 
@@ -20,6 +20,7 @@ from otel_mindformers import MonitorCallback, semconv
 from otel_mindformers.model_state import LocalNormTrainOneStepCell
 from otel_mindformers.model_state import specs
 from otel_mindformers.model_state.parameters import ParameterFilter, kind_of, layer_of
+from tests.support.readbacks import record_readbacks
 
 BATCH = 4
 pytestmark = pytest.mark.slow  # real training loops
@@ -157,14 +158,7 @@ def test_a_spike_in_one_layers_gradient_is_named_by_the_alert(workdir, otlp_rece
 
 def test_unsampled_steps_do_no_readback_of_the_seven_tuple(workdir, monkeypatch):
     cb = MonitorCallback({"interval": 5, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json")})
-    steps_read = []
-    real_asnumpy = Tensor.asnumpy
-
-    def counting_asnumpy(self):
-        steps_read.append(cb.progress.step if cb.progress is not None else None)
-        return real_asnumpy(self)
-
-    monkeypatch.setattr(Tensor, "asnumpy", counting_asnumpy)
+    steps_read = record_readbacks(monkeypatch, lambda: cb.progress.step if cb.progress is not None else None)
     train([], steps=12)
     baseline = len(steps_read)  # MindSpore's own
     steps_read.clear()
