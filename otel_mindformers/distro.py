@@ -9,8 +9,8 @@ before the configurator runs. `import mindspore` would be too late.
 
 Like opentelemetry-distro, it also defaults the exporters to OTLP, and it adds the
 `mindformers` resource detector, so every rank's resource says who it is in the job.
-Spans over OTLP/gRPC default to `otlp_in_place` (telemetry/otlp_spans.py): the SDK's
-exporter and bytes, at a third of its encoding CPU. Where several distros are installed,
+Spans and logs over OTLP/gRPC default to `otlp_in_place` (telemetry/otlp_in_place.py): the
+SDK's exporters and bytes, at a third of their encoding CPU. Where several distros are installed,
 `OTEL_PYTHON_DISTRO=mindformers` picks this one.
 """
 
@@ -28,18 +28,18 @@ from opentelemetry.instrumentation.distro import BaseDistro
 from opentelemetry.sdk._configuration import _OTelSDKConfigurator
 from opentelemetry.sdk.environment_variables import (
     OTEL_EXPERIMENTAL_RESOURCE_DETECTORS,
+    OTEL_EXPORTER_OTLP_LOGS_PROTOCOL,
     OTEL_EXPORTER_OTLP_PROTOCOL,
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
 )
 
 RESOURCE_DETECTOR = "mindformers"
-# Our `opentelemetry_traces_exporter` entry point: the SDK's OTLP/gRPC span exporter with
-# the request built in place.
-IN_PLACE_SPAN_EXPORTER = "otlp_in_place"
+# Our `opentelemetry_traces_exporter` and `opentelemetry_logs_exporter` entry points: the
+# SDK's OTLP/gRPC exporters with the request built in place.
+IN_PLACE_EXPORTER = "otlp_in_place"
 
 _DEFAULTS = (
     (OTEL_METRICS_EXPORTER, "otlp"),
-    (OTEL_LOGS_EXPORTER, "otlp"),
     (OTEL_EXPORTER_OTLP_PROTOCOL, "grpc"),
     (OTEL_EXPERIMENTAL_RESOURCE_DETECTORS, RESOURCE_DETECTOR),
 )
@@ -51,8 +51,10 @@ class MindFormersDistro(BaseDistro):
     def _configure(self, **kwargs: Any) -> None:
         for variable, default in _DEFAULTS:
             os.environ.setdefault(variable, default)
-        grpc = (os.environ.get(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) or os.environ[OTEL_EXPORTER_OTLP_PROTOCOL]) == "grpc"
-        os.environ.setdefault(OTEL_TRACES_EXPORTER, IN_PLACE_SPAN_EXPORTER if grpc else "otlp")
+        for exporter, protocol in ((OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL),
+                                   (OTEL_LOGS_EXPORTER, OTEL_EXPORTER_OTLP_LOGS_PROTOCOL)):
+            grpc = (os.environ.get(protocol) or os.environ[OTEL_EXPORTER_OTLP_PROTOCOL]) == "grpc"
+            os.environ.setdefault(exporter, IN_PLACE_EXPORTER if grpc else "otlp")
 
 
 class MindFormersConfigurator(_OTelSDKConfigurator):

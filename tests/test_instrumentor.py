@@ -18,11 +18,11 @@ from packaging.requirements import Requirement
 import otel_mindformers
 from otel_mindformers import ConfigError, MonitorCallback, semconv
 from otel_mindformers import training_metrics as tm
-from otel_mindformers.distro import IN_PLACE_SPAN_EXPORTER, MindFormersConfigurator, MindFormersDistro
+from otel_mindformers.distro import IN_PLACE_EXPORTER, MindFormersConfigurator, MindFormersDistro
 from otel_mindformers.instrumentor import MindFormersInstrumentor
 from otel_mindformers.package import _instruments
 from otel_mindformers.resource_detector import MindFormersResourceDetector
-from otel_mindformers.telemetry.otlp_spans import InPlaceOTLPSpanExporter
+from otel_mindformers.telemetry.otlp_in_place import InPlaceOTLPLogExporter, InPlaceOTLPSpanExporter
 from tests.support import training
 from tests.support.in_memory import Capture as InMemoryCapture
 from tests.support.instrumented import REPO, TRACE_ID, TRACEPARENT, LAUNCHER_SPAN_ID, child_env, instrumented, run
@@ -82,23 +82,25 @@ def test_entry_points_name_our_classes():
     }
 
 
-@pytest.mark.parametrize(("environment", "traces_exporter"), [
-    ({}, IN_PLACE_SPAN_EXPORTER),
-    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, "otlp"),
-    ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, "otlp"),
-    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, IN_PLACE_SPAN_EXPORTER),
-    ({"OTEL_TRACES_EXPORTER": "otlp"}, "otlp"),  # what the user sets stays
+@pytest.mark.parametrize(("environment", "traces_exporter", "logs_exporter"), [
+    ({}, IN_PLACE_EXPORTER, IN_PLACE_EXPORTER),
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, "otlp", "otlp"),
+    ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, "otlp", IN_PLACE_EXPORTER),
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "grpc"}, "otlp", IN_PLACE_EXPORTER),
+    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "none"}, "otlp", "none"),  # what the user sets stays
 ])
-def test_the_distro_sends_grpc_spans_through_the_in_place_exporter(monkeypatch, environment, traces_exporter):
+def test_the_distro_sends_grpc_spans_and_logs_through_the_in_place_exporters(
+        monkeypatch, environment, traces_exporter, logs_exporter):
     monkeypatch.setattr(os, "environ", dict(environment))
     MindFormersDistro()._configure()
-    assert os.environ["OTEL_TRACES_EXPORTER"] == traces_exporter
+    assert (os.environ["OTEL_TRACES_EXPORTER"], os.environ["OTEL_LOGS_EXPORTER"]) == (traces_exporter, logs_exporter)
 
 
-def test_the_sdk_configurator_loads_the_in_place_span_exporter_by_its_name():
+def test_the_sdk_configurator_loads_the_in_place_exporters_by_their_name():
     from opentelemetry.sdk._configuration import _import_exporters
 
-    assert _import_exporters([IN_PLACE_SPAN_EXPORTER], [], [])[0] == {IN_PLACE_SPAN_EXPORTER: InPlaceOTLPSpanExporter}
+    spans, _, logs = _import_exporters([IN_PLACE_EXPORTER], [], [IN_PLACE_EXPORTER])
+    assert (spans, logs) == ({IN_PLACE_EXPORTER: InPlaceOTLPSpanExporter}, {IN_PLACE_EXPORTER: InPlaceOTLPLogExporter})
 
 
 # --- in process ---------------------------------------------------------------------------------

@@ -173,12 +173,12 @@ def otlp_exporters(otlp: OtlpConfig):
     if otlp.timeout is not None:
         kwargs["timeout"] = otlp.timeout
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
-        # The SDK's exporter with the span request built in place: a third of the CPU
-        # under the pure-Python protobuf MindSpore forces (otlp_spans.py).
-        from otel_mindformers.telemetry.otlp_spans import InPlaceOTLPSpanExporter as OTLPSpanExporter
+        # The SDK's exporters with the span and log requests built in place: a third of the
+        # CPU under the pure-Python protobuf MindSpore forces (otlp_in_place.py).
+        from otel_mindformers.telemetry.otlp_in_place import InPlaceOTLPLogExporter as OTLPLogExporter
+        from otel_mindformers.telemetry.otlp_in_place import InPlaceOTLPSpanExporter as OTLPSpanExporter
 
         if otlp.insecure is not None:
             kwargs["insecure"] = otlp.insecure

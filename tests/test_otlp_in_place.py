@@ -1,4 +1,4 @@
-"""The in-place OTLP span encoding: the SDK's bytes, and the exporter really uses it."""
+"""The in-place OTLP span and log encoding: the SDK's bytes, and the exporters really use it."""
 
 from __future__ import annotations
 
@@ -6,15 +6,18 @@ import logging
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common._internal._log_encoder import encode_logs as sdk_encode_logs
 from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import encode_spans as sdk_encode_spans
+from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from otel_mindformers.telemetry import otlp_spans
-from otel_mindformers.telemetry.otlp_spans import InPlaceOTLPSpanExporter
+from otel_mindformers.telemetry import otlp_in_place
+from otel_mindformers.telemetry.otlp_in_place import InPlaceOTLPLogExporter, InPlaceOTLPSpanExporter
 
 
 def _varied_spans() -> list:
@@ -62,24 +65,29 @@ def _varied_spans() -> list:
 def test_the_in_place_request_is_the_sdks_byte_for_byte(caplog):
     spans = _varied_spans()
     with caplog.at_level(logging.ERROR):
-        ours = otlp_spans.encode_spans(spans).SerializeToString()
+        ours = otlp_in_place.encode_spans(spans).SerializeToString()
     assert ours == sdk_encode_spans(spans).SerializeToString()
     assert len(ours) > 1000
     # The 2**70 attribute fits no OTLP integer: left out with the SDK's error, the rest kept.
     assert "Failed to encode key training.huge" in caplog.text
 
 
+def _count_calls(monkeypatch, encoder: str) -> list[int]:
+    """Wrap `otlp_in_place.<encoder>`: the sizes of the batches it is called with."""
+    calls, real = [], getattr(otlp_in_place, encoder)
+
+    def counted(batch):
+        calls.append(len(batch))
+        return real(batch)
+
+    monkeypatch.setattr(otlp_in_place, encoder, counted)
+    return calls
+
+
 def test_the_grpc_exporter_sends_the_in_place_request(otlp_receiver, monkeypatch):
     """The exporter we build calls our encoder (a renamed SDK hook would skip it silently)
     and a real gRPC receiver gets the spans whole."""
-    calls = []
-
-    def counted(spans):
-        calls.append(len(spans))
-        return otlp_spans.encode_spans.__wrapped__(spans)
-
-    counted.__wrapped__ = otlp_spans.encode_spans
-    monkeypatch.setattr(otlp_spans, "encode_spans", counted)
+    calls = _count_calls(monkeypatch, "encode_spans")
     spans = _varied_spans()
     exporter = InPlaceOTLPSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True)
     try:
@@ -90,3 +98,50 @@ def test_the_grpc_exporter_sends_the_in_place_request(otlp_receiver, monkeypatch
     assert otlp_receiver.trace_requests == [sdk_encode_spans(spans)]
     step = next(span for span in otlp_receiver.spans() if span.name == "mindformers.train.step")
     assert step.attributes["training.loss"] == pytest.approx(2.5)
+
+
+def _varied_log_records() -> list:
+    """Python logging through the SDK's handler, as the `logs` output does: two resources,
+    two loggers (scopes), with and without a span, every level, extra attributes, a
+    structured body and an exception."""
+    kept = InMemoryLogRecordExporter()
+    for resource in (Resource({"service.name": "train", "training.rank": 0}, "https://schema/1"), Resource({})):
+        provider = LoggerProvider(resource=resource)
+        provider.add_log_record_processor(SimpleLogRecordProcessor(kept))
+        handler = LoggingHandler(logger_provider=provider)
+        for name in ("mindformers", "ME"):
+            logger = logging.getLogger(f"test_otlp_in_place.{name}")
+            logger.propagate, logger.level = False, logging.DEBUG
+            logger.addHandler(handler)
+            try:
+                logger.debug("step %d", 1, extra={"training.step": 1, "training.loss": 2.5})
+                with TracerProvider().get_tracer("t").start_as_current_span("mindformers.train.step"):
+                    logger.warning("loss spike", extra={"training.ranks": [0, 1], "flag": True})
+                logger.info({"event": "checkpoint", "path": "/ckpt/1", "bytes": 12})
+                try:
+                    raise ValueError("no space left")
+                except ValueError:
+                    logger.exception("save failed")
+                logger.critical("")
+            finally:
+                logger.removeHandler(handler)
+    return list(kept.get_finished_logs())
+
+
+def test_the_in_place_log_request_is_the_sdks_byte_for_byte():
+    records = _varied_log_records()
+    assert len(records) == 2 * 2 * 5
+    ours = otlp_in_place.encode_logs(records).SerializeToString()
+    assert ours == sdk_encode_logs(records).SerializeToString()
+
+
+def test_the_grpc_log_exporter_sends_the_in_place_request(otlp_receiver, monkeypatch):
+    calls = _count_calls(monkeypatch, "encode_logs")
+    records = _varied_log_records()
+    exporter = InPlaceOTLPLogExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True)
+    try:
+        exporter.export(records)
+    finally:
+        exporter.shutdown()
+    assert calls == [len(records)]
+    assert otlp_receiver.log_requests == [sdk_encode_logs(records)]
