@@ -49,19 +49,18 @@ from mindspore.train.callback import RunContext, _InternalCallbackParam  # noqa:
 from _receiver import ReceiverProcess  # noqa: E402
 from otel_mindformers import extract  # noqa: E402
 from otel_mindformers.callback import MonitorCallback  # noqa: E402
+from tests.support.readbacks import READS  # noqa: E402
 
 
 class ReadbackSpy:
-    """Counts the calls that read a tensor back (`Tensor.asnumpy`; `Tensor._item`, which
-    `item()`, `float()` and `bool()` go through) and times `extract.to_host` while `armed`."""
-
-    _READS = ("asnumpy", "_item")
+    """Counts the calls that read a tensor back (the tests' `READS`) and times
+    `extract.to_host` while `armed`."""
 
     def __init__(self) -> None:
         self.armed = False
         self.readbacks = 0
         self.to_host_seconds = 0.0
-        self._originals = {name: getattr(ms.Tensor, name) for name in self._READS}
+        self._originals = {name: getattr(ms.Tensor, name) for name in READS}
         self._to_host = extract.to_host
 
     def __enter__(self) -> "ReadbackSpy":

@@ -3,21 +3,22 @@ through which `item()`, `float()` and `bool()` of a tensor read it."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from mindspore import Tensor
 
 READS = ("asnumpy", "_item")
 
 
-def record_readbacks(monkeypatch: Any, step_now: Callable[[], Any]) -> list:
-    """Patch the reads for the test; each call appends `step_now()` to the list returned."""
+def record_readbacks(monkeypatch: Any, callback: Any) -> list:
+    """Patch the reads for the test; each call appends the step `callback`'s run is at (None
+    before its first run) to the list returned."""
     steps: list = []
     for name in READS:
         real = getattr(Tensor, name)
 
         def counting(self, real=real):
-            steps.append(step_now())
+            steps.append(callback.progress.step if callback.progress is not None else None)
             return real(self)
 
         monkeypatch.setattr(Tensor, name, counting)
