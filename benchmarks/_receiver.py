@@ -35,11 +35,20 @@ def _stats(receiver: Any) -> dict[str, Any]:
         traces = list(receiver.trace_requests)
         metrics = list(receiver.metric_requests)
         logs = list(receiver.log_requests)
-    per_rank: dict[int, dict[str, Any]] = defaultdict(lambda: {
-        "span_batches": 0, "spans": 0, "span_bytes": 0, "span_envelope_bytes": 0, "span_names": defaultdict(int),
-        "metric_exports": 0, "metric_envelope_bytes": 0,
-        "points": defaultdict(int), "point_bytes": defaultdict(int), "series": defaultdict(set),
-    })
+    per_rank: dict[int, dict[str, Any]] = defaultdict(
+        lambda: {
+            "span_batches": 0,
+            "spans": 0,
+            "span_bytes": 0,
+            "span_envelope_bytes": 0,
+            "span_names": defaultdict(int),
+            "metric_exports": 0,
+            "metric_envelope_bytes": 0,
+            "points": defaultdict(int),
+            "point_bytes": defaultdict(int),
+            "series": defaultdict(set),
+        }
+    )
     for request in traces:
         for resource_spans in request.resource_spans:
             entry = per_rank[attributes(resource_spans.resource.attributes).get(RANK_ATTRIBUTE, -1)]
@@ -73,9 +82,13 @@ def _stats(receiver: Any) -> dict[str, Any]:
         "request_bytes": sum(r.ByteSize() for r in traces + metrics + logs),
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "per_rank": {
-            rank: {**v, "span_names": dict(v["span_names"]), "points": dict(v["points"]),
-                   "point_bytes": dict(v["point_bytes"]),
-                   "series": {kind: len(keys) for kind, keys in v["series"].items()}}
+            rank: {
+                **v,
+                "span_names": dict(v["span_names"]),
+                "points": dict(v["points"]),
+                "point_bytes": dict(v["point_bytes"]),
+                "series": {kind: len(keys) for kind, keys in v["series"].items()},
+            }
             for rank, v in per_rank.items()
         },
     }
@@ -118,9 +131,12 @@ def _serve() -> None:
 
 
 class ReceiverProcess:
-    def __enter__(self) -> "ReceiverProcess":
-        env = {**os.environ, "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))}
+    def __enter__(self) -> ReceiverProcess:
+        env = {
+            **os.environ,
+            "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])),
+        }
         self._process = subprocess.Popen(
             [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )

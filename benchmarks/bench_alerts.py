@@ -28,8 +28,8 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 
 from otel_mindformers.alerts import AlertEngine  # noqa: E402
 from otel_mindformers.config import load_monitor_config  # noqa: E402
-from otel_mindformers.identity import Identity  # noqa: E402
-from otel_mindformers.record import StepRecord  # noqa: E402
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.telemetry.providers import build_telemetry  # noqa: E402
 from tests.support.webhook_receiver import WebhookReceiver, closed_port_url  # noqa: E402
 
@@ -52,8 +52,15 @@ def _engine(alert_section: dict) -> tuple[AlertEngine, object]:
         logger_provider=LoggerProvider(),
     )  # fmt: skip
     progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
-    return AlertEngine.start(config.alert_config, IDENTITY, telemetry, progress, job="bench",
-                             reports_training=True, json_log_path=config.json_log_path), telemetry
+    return AlertEngine.start(
+        config.alert_config,
+        IDENTITY,
+        telemetry,
+        progress,
+        job="bench",
+        reports_training=True,
+        json_log_path=config.json_log_path,
+    ), telemetry
 
 
 def _record(step: int, loss: float) -> StepRecord:
@@ -153,7 +160,7 @@ def bench_training(steps: int = 150, rounds: int = 3) -> None:
     The cases run round-robin, `rounds` times, in a rotating order, so a load change on a
     shared machine spreads over all of them instead of landing on one.
     """
-    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers.runtime.callback import MonitorCallback
     from tests.support.training import train
 
     logging.disable(logging.WARNING)

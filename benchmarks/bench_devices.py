@@ -34,7 +34,7 @@ from otel_mindformers.devices import DeviceTelemetry  # noqa: E402
 from otel_mindformers.devices.cache import ReadingCache  # noqa: E402
 from otel_mindformers.devices.poller import Poller  # noqa: E402
 from otel_mindformers.devices.selection import build_sources  # noqa: E402
-from otel_mindformers.identity import Identity  # noqa: E402
+from otel_mindformers.job.identity import Identity
 
 FAKE_BIN = REPO / "tests" / "fixtures" / "bin"
 IDENTITY = Identity(rank=0, world_size=1, local_rank=0, device_id=1, device_target="Ascend")
@@ -56,8 +56,7 @@ def _use_fake_tools(mode: str = "normal", delay: str = "") -> None:
 
 def bench_snapshot(calls: int = 100_000) -> None:
     _use_fake_tools()
-    config = load_monitor_config({"device_monitor": True, "output_type": [],
-                                  "device_config": {"poll_interval": 0.2}})
+    config = load_monitor_config({"device_monitor": True, "output_type": [], "device_config": {"poll_interval": 0.2}})
     telemetry = DeviceTelemetry.start(config.device_config, IDENTITY, None)
     while "npu_hbm_used_mb" not in telemetry.snapshot():
         time.sleep(0.01)
@@ -93,7 +92,7 @@ def bench_poll(polls: int = 50) -> None:
 
 
 def bench_training(steps: int = 200, rounds: int = 5) -> None:
-    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers.runtime.callback import MonitorCallback
     from tests.support.training import train
 
     logging.disable(logging.WARNING)
@@ -104,8 +103,10 @@ def bench_training(steps: int = 200, rounds: int = 5) -> None:
         "on, every tool hangs": ("hang", ""),
     }
     os.environ["DEVICE_ID"] = "1"
-    print(f"real training, {steps} steps, interval 1 (a snapshot every step), poll every 0.2 s, "
-          f"tool timeout 1 s; per-step time from the JSON lines; {rounds} rounds, case order rotated:")
+    print(
+        f"real training, {steps} steps, interval 1 (a snapshot every step), poll every 0.2 s, "
+        f"tool timeout 1 s; per-step time from the JSON lines; {rounds} rounds, case order rotated:"
+    )
     times: dict[str, list[float]] = {label: [] for label in cases}
     round_medians: dict[str, list[float]] = {label: [] for label in cases}
     with_npu: dict[str, int] = dict.fromkeys(cases, 0)
@@ -113,16 +114,21 @@ def bench_training(steps: int = 200, rounds: int = 5) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)
         for round_ in range(rounds):
-            for label in labels[round_ % len(labels):] + labels[: round_ % len(labels)]:
+            for label in labels[round_ % len(labels) :] + labels[: round_ % len(labels)]:
                 npu_smi = cases[label]
                 if npu_smi is not None:
                     _use_fake_tools(*npu_smi)
                 path = Path(tmp) / f"{round_}_{labels.index(label)}.json"
-                callback = MonitorCallback({
-                    "interval": 1, "grad_monitor": False, "output_type": ["json_file"],
-                    "json_log_path": str(path), "device_monitor": npu_smi is not None,
-                    "device_config": {"poll_interval": 0.2, "command_timeout": 1.0},
-                })
+                callback = MonitorCallback(
+                    {
+                        "interval": 1,
+                        "grad_monitor": False,
+                        "output_type": ["json_file"],
+                        "json_log_path": str(path),
+                        "device_monitor": npu_smi is not None,
+                        "device_config": {"poll_interval": 0.2, "command_timeout": 1.0},
+                    }
+                )
                 train([callback], steps=steps)
                 lines = [json.loads(line) for line in path.read_text().splitlines()][10:]
                 step_times = [line["train_per_step_time"] / 1e3 for line in lines]
@@ -131,8 +137,10 @@ def bench_training(steps: int = 200, rounds: int = 5) -> None:
                 with_npu[label] += sum("npu_utilization" in line for line in lines)
     for label in cases:
         rounds_ms = " ".join(f"{m * 1e3:6.1f}" for m in round_medians[label])
-        print(f"  {label:24s} {_summary(times[label], 1e3, 'ms')}   round medians {rounds_ms} ms"
-              f"   steps with NPU readings {with_npu[label]}/{len(times[label])}")
+        print(
+            f"  {label:24s} {_summary(times[label], 1e3, 'ms')}   round medians {rounds_ms} ms"
+            f"   steps with NPU readings {with_npu[label]}/{len(times[label])}"
+        )
 
 
 if __name__ == "__main__":

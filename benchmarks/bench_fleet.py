@@ -47,31 +47,42 @@ SPAN_SCHEDULE_SECONDS = 5.0  # BatchSpanProcessor's default delay: at most one s
 
 # --- one simulated rank ------------------------------------------------------------------
 
-def rank_worker(rank: int, world: int, steps: int, interval: int, step_seconds: float,
-                export_interval: float, endpoint: str) -> None:
-    os.environ.update({"RANK_ID": str(rank), "RANK_SIZE": str(world), "DEVICE_ID": str(rank % 8),
-                       "OTEL_MINDFORMERS_JOB_ID": JOB_ID})
+
+def rank_worker(
+    rank: int, world: int, steps: int, interval: int, step_seconds: float, export_interval: float, endpoint: str
+) -> None:
+    os.environ.update(
+        {"RANK_ID": str(rank), "RANK_SIZE": str(world), "DEVICE_ID": str(rank % 8), "OTEL_MINDFORMERS_JOB_ID": JOB_ID}
+    )
     import mindspore as ms  # noqa: F401  (before the exporters import protobuf)
     import numpy as np
     from mindspore import nn
     from mindspore.dataset import NumpySlicesDataset
     from mindspore.train.callback import RunContext, _InternalCallbackParam
 
-    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers.runtime.callback import MonitorCallback
 
-    callback = MonitorCallback({
-        "interval": interval,
-        "output_type": ["otlp"],
-        "device_monitor": True,
-        "tokens_per_sample": 4096,
-        "otlp": {"endpoint": endpoint, "export_interval": export_interval},
-    })
+    callback = MonitorCallback(
+        {
+            "interval": interval,
+            "output_type": ["otlp"],
+            "device_monitor": True,
+            "tokens_per_sample": 4096,
+            "otlp": {"endpoint": endpoint, "export_interval": export_interval},
+        }
+    )
     net = nn.Dense(8, 1)
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=1e-4, momentum=0.9)
     params = _InternalCallbackParam()
-    params.update(batch_num=steps, epoch_num=1, cur_epoch_num=1, cur_step_num=0, optimizer=optimizer,
-                  train_network=nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer),
-                  train_dataset=NumpySlicesDataset({"x": np.zeros((32, 8), np.float32)}).batch(4))
+    params.update(
+        batch_num=steps,
+        epoch_num=1,
+        cur_epoch_num=1,
+        cur_step_num=0,
+        optimizer=optimizer,
+        train_network=nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer),
+        train_dataset=NumpySlicesDataset({"x": np.zeros((32, 8), np.float32)}).batch(4),
+    )
     scale = ms.Parameter(ms.Tensor(65536.0, ms.float32), name="loss_scale")
     rng = np.random.default_rng(rank)
     run_context = RunContext(params)
@@ -82,8 +93,11 @@ def rank_worker(rank: int, world: int, steps: int, interval: int, step_seconds: 
         loss = 2.0 + 8.0 * math.exp(-step / 300) + 0.05 * rng.standard_normal()
         params.cur_step_num = step
         params.net_outputs = (
-            ms.Tensor(np.array([loss], np.float32)), ms.Tensor(False), scale,
-            ms.Tensor(np.float32(1e-4)), ms.Tensor(np.array([1.0 + 0.1 * rng.random()], np.float32)),
+            ms.Tensor(np.array([loss], np.float32)),
+            ms.Tensor(False),
+            scale,
+            ms.Tensor(np.float32(1e-4)),
+            ms.Tensor(np.array([1.0 + 0.1 * rng.random()], np.float32)),
         )
         callback.on_train_step_end(run_context)
     callback.on_train_epoch_end(run_context)
@@ -98,10 +112,21 @@ def run_fleet(args: argparse.Namespace, receiver: ReceiverProcess) -> dict:
     started = time.monotonic()
     workers = [
         subprocess.Popen(
-            [sys.executable, __file__, "--rank-worker", str(rank), str(args.world), str(args.sim_steps),
-             str(args.interval), str(args.sim_step_seconds), str(args.sim_export_interval),
-             receiver.grpc_endpoint],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                __file__,
+                "--rank-worker",
+                str(rank),
+                str(args.world),
+                str(args.sim_steps),
+                str(args.interval),
+                str(args.sim_step_seconds),
+                str(args.sim_export_interval),
+                receiver.grpc_endpoint,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
             env={**os.environ, "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python"},
         )
         for rank in range(args.ranks)
@@ -117,6 +142,7 @@ def run_fleet(args: argparse.Namespace, receiver: ReceiverProcess) -> dict:
 
 # --- ingest ------------------------------------------------------------------------------
 
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -128,8 +154,10 @@ def replay(records: list[tuple[str, bytes]], endpoint: str, pid: int, repeats: i
     import grpc
 
     channel = grpc.insecure_channel(endpoint.removeprefix("http://"))
-    calls = {method: channel.unary_unary(method, request_serializer=None, response_deserializer=None)
-             for method in {m for m, _ in records}}
+    calls = {
+        method: channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        for method in {m for m, _ in records}
+    }
     work = [record for _ in range(repeats) for record in records]
 
     def send(part: list[tuple[str, bytes]]) -> None:
@@ -160,10 +188,22 @@ def rotel_replay(records: list, repeats: int, threads: int, folder: Path) -> dic
         return None
     port = _free_port()
     process = subprocess.Popen(
-        [str(Agent.agent_path), "start", "--otlp-grpc-endpoint", f"127.0.0.1:{port}",
-         "--otlp-http-endpoint", f"127.0.0.1:{_free_port()}", "--exporter", "blackhole",
-         "--pid-file", str(folder / "rotel.pid"), "--log-file", str(folder / "rotel.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(Agent.agent_path),
+            "start",
+            "--otlp-grpc-endpoint",
+            f"127.0.0.1:{port}",
+            "--otlp-http-endpoint",
+            f"127.0.0.1:{_free_port()}",
+            "--exporter",
+            "blackhole",
+            "--pid-file",
+            str(folder / "rotel.pid"),
+            "--log-file",
+            str(folder / "rotel.log"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 30
@@ -181,6 +221,7 @@ def rotel_replay(records: list, repeats: int, threads: int, folder: Path) -> dic
 
 # --- projection ----------------------------------------------------------------------------
 
+
 def per_rank_rates(entry: dict, sim_sampled: int) -> dict:
     """Per-rank quantities that do not depend on the clock."""
     exports = max(1, entry["metric_exports"])
@@ -196,8 +237,9 @@ def per_rank_rates(entry: dict, sim_sampled: int) -> dict:
     }
 
 
-def project(rates: dict, step_seconds: float, interval: int, export_interval: float,
-            span_every: int, temporality: str) -> dict[str, float]:
+def project(
+    rates: dict, step_seconds: float, interval: int, export_interval: float, span_every: int, temporality: str
+) -> dict[str, float]:
     """One rank's spans, data points and bytes per minute."""
     sampled_per_min = 60.0 / (step_seconds * interval)
     spans_per_min = sampled_per_min * rates["step_spans_per_sampled_step"] / span_every
@@ -221,8 +263,9 @@ def main() -> None:
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--rank-worker":
         rank, world, steps, interval, step_seconds, export_interval, endpoint = sys.argv[2:]
-        rank_worker(int(rank), int(world), int(steps), int(interval), float(step_seconds),
-                    float(export_interval), endpoint)
+        rank_worker(
+            int(rank), int(world), int(steps), int(interval), float(step_seconds), float(export_interval), endpoint
+        )
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=16, help="simulated rank processes")
@@ -237,9 +280,11 @@ def main() -> None:
     parser.add_argument("--replay-threads", type=int, default=4)
     args = parser.parse_args()
 
-    print(f"fleet: {args.ranks} rank processes (RANK_SIZE={args.world}), {args.sim_steps} steps every "
-          f"{args.sim_step_seconds * 1e3:.0f} ms, interval {args.interval}, export every {args.sim_export_interval} s "
-          f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)")
+    print(
+        f"fleet: {args.ranks} rank processes (RANK_SIZE={args.world}), {args.sim_steps} steps every "
+        f"{args.sim_step_seconds * 1e3:.0f} ms, interval {args.interval}, export every {args.sim_export_interval} s "
+        f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)"
+    )
     with ReceiverProcess() as receiver, tempfile.TemporaryDirectory() as folder:
         stats = run_fleet(args, receiver)
         records_path = Path(folder) / "requests.pickle"
@@ -254,37 +299,57 @@ def main() -> None:
     reporting, other = per_rank["0"], per_rank[str(min(1, args.ranks - 1))]
     raw = sum(len(body) for _, body in records)
     packed = sum(len(gzip.compress(body)) for _, body in records)
-    print(f"\nreceived in {stats['wall']:.1f} s: {stats['requests']} requests, {stats['request_bytes'] / 1e6:.2f} MB, "
-          f"receiver CPU {fleet_cpu:.1f} s; gzip (OTEL_EXPORTER_OTLP_COMPRESSION=gzip) sends {packed / raw:.0%} of the bytes")
+    print(
+        f"\nreceived in {stats['wall']:.1f} s: {stats['requests']} requests, {stats['request_bytes'] / 1e6:.2f} MB, "
+        f"receiver CPU {fleet_cpu:.1f} s; gzip (OTEL_EXPORTER_OTLP_COMPRESSION=gzip) sends {packed / raw:.0%} of the bytes"
+    )
     print("\n| per rank | rank 0 (training metrics) | other ranks |")
     print("|---|---:|---:|")
     rows = {
-        "series (gauge / sum / histogram)": lambda e: " / ".join(str(e["series"].get(k, 0)) for k in ("gauge", "sum", "histogram")),
+        "series (gauge / sum / histogram)": lambda e: " / ".join(
+            str(e["series"].get(k, 0)) for k in ("gauge", "sum", "histogram")
+        ),
         "data points per export (cumulative)": lambda e: f"{sum(e['series'].values())}",
-        "metric bytes per export": lambda e: f"{(sum(e['point_bytes'].values()) + e['metric_envelope_bytes']) / max(1, e['metric_exports']):.0f}",
+        "metric bytes per export": lambda e: (
+            f"{(sum(e['point_bytes'].values()) + e['metric_envelope_bytes']) / max(1, e['metric_exports']):.0f}"
+        ),
         "spans per sampled step": lambda e: f"{e['span_names'].get('mindformers.train.step', 0) / sim_sampled:.2f}",
-        "bytes per step span (+ batch envelope)": lambda e: f"{e['span_bytes'] / max(1, e['spans']):.0f} (+{e['span_envelope_bytes'] / max(1, e['span_batches']):.0f})",
+        "bytes per step span (+ batch envelope)": lambda e: (
+            f"{e['span_bytes'] / max(1, e['spans']):.0f} (+{e['span_envelope_bytes'] / max(1, e['span_batches']):.0f})"
+        ),
     }
     for label, cell in rows.items():
         print(f"| {label} | {cell(reporting)} | {cell(other)} |")
     sampled_per_min = 60.0 / (args.step_seconds * args.interval)
-    per_step = [project(per_rank_rates(e, sim_sampled), args.step_seconds, args.interval, args.export_interval,
-                        1, "cumulative") for e in (reporting, other)]
-    print(f"| bytes per sampled step (step {args.step_seconds:g} s, export every {args.export_interval:g} s) | "
-          + " | ".join(f"{p['bytes'] / sampled_per_min:,.0f}" for p in per_step) + " |")
-    print("| data points per sampled step (same clock) | "
-          + " | ".join(f"{p['points'] / sampled_per_min:,.1f}" for p in per_step) + " |")
+    per_step = [
+        project(per_rank_rates(e, sim_sampled), args.step_seconds, args.interval, args.export_interval, 1, "cumulative")
+        for e in (reporting, other)
+    ]
+    print(
+        f"| bytes per sampled step (step {args.step_seconds:g} s, export every {args.export_interval:g} s) | "
+        + " | ".join(f"{p['bytes'] / sampled_per_min:,.0f}" for p in per_step)
+        + " |"
+    )
+    print(
+        "| data points per sampled step (same clock) | "
+        + " | ".join(f"{p['points'] / sampled_per_min:,.1f}" for p in per_step)
+        + " |"
+    )
 
     def ingest_line(name: str, result: dict | None) -> None:
         if result is None:
             print(f"| {name} | not installed | | |")
             return
         mb = result["bytes"] / 1e6
-        print(f"| {name} | {mb / result['wall']:.1f} MB/s | {result['cpu'] / mb:.3f} CPU-s per MB | "
-              f"{len(records) * args.replay_repeats / result['wall']:.0f} requests/s |")
+        print(
+            f"| {name} | {mb / result['wall']:.1f} MB/s | {result['cpu'] / mb:.3f} CPU-s per MB | "
+            f"{len(records) * args.replay_repeats / result['wall']:.0f} requests/s |"
+        )
 
-    print(f"\ningest (replay of the fleet's {len(records)} requests x {args.replay_repeats}, "
-          f"{args.replay_threads} client threads, uncompressed OTLP/gRPC)")
+    print(
+        f"\ningest (replay of the fleet's {len(records)} requests x {args.replay_repeats}, "
+        f"{args.replay_threads} client threads, uncompressed OTLP/gRPC)"
+    )
     print("| server | replay rate (client-bound here) | server cost | requests/s |")
     print("|---|---:|---:|---:|")
     ingest_line("Python receiver (tests/support)", python_ingest)
@@ -294,9 +359,11 @@ def main() -> None:
     other_rates = per_rank_rates(other, sim_sampled)
     collector_cost = rotel_ingest or python_ingest
     cost_per_mb = collector_cost["cpu"] / (collector_cost["bytes"] / 1e6)
-    print(f"\nprojection: {args.world} ranks, step {args.step_seconds:g} s, interval {args.interval}, "
-          f"export every {args.export_interval:g} s; collector cost at "
-          f"{'rotel' if rotel_ingest else 'the Python receiver'}'s {cost_per_mb:.3f} CPU-s per MB")
+    print(
+        f"\nprojection: {args.world} ranks, step {args.step_seconds:g} s, interval {args.interval}, "
+        f"export every {args.export_interval:g} s; collector cost at "
+        f"{'rotel' if rotel_ingest else 'the Python receiver'}'s {cost_per_mb:.3f} CPU-s per MB"
+    )
     print("| knobs | spans/min | data points/min | MB/min | collector cores |")
     print("|---|---:|---:|---:|---:|")
     cases = [
@@ -314,7 +381,9 @@ def main() -> None:
             for key in total:
                 total[key] += one[key] * count
         cores = total["bytes"] / 1e6 * cost_per_mb / 60.0
-        print(f"| {label} | {total['spans']:,.0f} | {total['points']:,.0f} | {total['bytes'] / 1e6:,.1f} | {cores:.2f} |")
+        print(
+            f"| {label} | {total['spans']:,.0f} | {total['points']:,.0f} | {total['bytes'] / 1e6:,.1f} | {cores:.2f} |"
+        )
     print_model_state_projection(args.world, args.export_interval, reporting_rates["bytes_per_point"].get("gauge"))
 
 
@@ -325,7 +394,7 @@ MODEL_PARAMETERS = 720
 
 def model_state_cases(world: int) -> list[tuple[str, int]]:
     """(case, active series in the whole job) with every model-state family lit."""
-    from otel_mindformers.model_state import specs
+    from otel_mindformers.names import model_state as specs
 
     naive = len(specs.FAMILIES) * MODEL_PARAMETERS  # one series per parameter and family
     bounded = specs.series_per_rank(MODEL_LAYERS, selected_parameters=0)
@@ -341,8 +410,10 @@ def model_state_cases(world: int) -> list[tuple[str, int]]:
 
 def print_model_state_projection(world: int, export_interval: float, gauge_point_bytes: float | None) -> None:
     """Series count (and, with a measured bytes-per-gauge-point, OTLP MB/min) of the model state."""
-    print(f"\nmodel state: {MODEL_LAYERS}-layer model, {MODEL_PARAMETERS} parameters per rank, {world} ranks, "
-          f"export every {export_interval:g} s")
+    print(
+        f"\nmodel state: {MODEL_LAYERS}-layer model, {MODEL_PARAMETERS} parameters per rank, {world} ranks, "
+        f"export every {export_interval:g} s"
+    )
     print("| case | active series | MB/min |")
     print("|---|---:|---:|")
     for label, series in model_state_cases(world):

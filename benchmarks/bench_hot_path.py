@@ -34,8 +34,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,12 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mindspore as ms  # noqa: E402  (before anything imports protobuf)
 import numpy as np  # noqa: E402
+from _receiver import ReceiverProcess  # noqa: E402
 from mindspore import nn  # noqa: E402
 from mindspore.train.callback import RunContext, _InternalCallbackParam  # noqa: E402
 
-from _receiver import ReceiverProcess  # noqa: E402
-from otel_mindformers import extract  # noqa: E402
-from otel_mindformers.callback import MonitorCallback  # noqa: E402
+from otel_mindformers.runtime import extract
+from otel_mindformers.runtime.callback import MonitorCallback
 from tests.support.readbacks import READS  # noqa: E402
 
 
@@ -63,7 +63,7 @@ class ReadbackSpy:
         self._originals = {name: getattr(ms.Tensor, name) for name in READS}
         self._to_host = extract.to_host
 
-    def __enter__(self) -> "ReadbackSpy":
+    def __enter__(self) -> ReadbackSpy:
         spy = self
         original_to_host = self._to_host
 
@@ -145,9 +145,16 @@ def bare_work_seconds(steps: int, work: Callable[[], None]) -> float:
     return time.perf_counter() - started
 
 
-def measure(shape: str, steps: int, interval: int, endpoint: str, folder: Path,
-            outputs: tuple[str, ...] = ALL_OUTPUTS, protocol: str = "grpc",
-            work: Callable[[], None] = lambda: None) -> dict[str, float]:
+def measure(
+    shape: str,
+    steps: int,
+    interval: int,
+    endpoint: str,
+    folder: Path,
+    outputs: tuple[str, ...] = ALL_OUTPUTS,
+    protocol: str = "grpc",
+    work: Callable[[], None] = lambda: None,
+) -> dict[str, float]:
     config = {
         "interval": interval,
         "output_type": list(outputs),
@@ -210,22 +217,35 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--interval", type=int, default=10)
     parser.add_argument("--protocol", default="grpc", choices=["grpc", "http/protobuf", "http/json"])
-    parser.add_argument("--device-step-ms", type=float, default=0.0,
-                        help="GIL-free time per step between the hooks (a compiled graph running)")
-    parser.add_argument("--step-work-us", type=float, default=2000.0,
-                        help="pure-Python work per step, to see the background threads' GIL cost")
-    parser.add_argument("--outputs", default=",".join(ALL_OUTPUTS),
-                        help="comma-separated output_type list (default: all, with OTLP)")
+    parser.add_argument(
+        "--device-step-ms",
+        type=float,
+        default=0.0,
+        help="GIL-free time per step between the hooks (a compiled graph running)",
+    )
+    parser.add_argument(
+        "--step-work-us",
+        type=float,
+        default=2000.0,
+        help="pure-Python work per step, to see the background threads' GIL cost",
+    )
+    parser.add_argument(
+        "--outputs", default=",".join(ALL_OUTPUTS), help="comma-separated output_type list (default: all, with OTLP)"
+    )
     args = parser.parse_args()
     outputs = tuple(filter(None, args.outputs.split(",")))
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")
-    print(f"MonitorCallback.on_train_step_begin + on_train_step_end, {args.steps} steps, interval {args.interval}, "
-          f"device step {args.device_step_ms:g} ms, "
-          f"outputs {', '.join(outputs)}, OTLP {args.protocol} (load average {os.getloadavg()[0]:.1f})")
-    print(f"{'net_outputs':12s} {'unsampled us':>20s} {'sampled us (no readback)':>26s} "
-          f"{'readbacks/unsampled':>20s} {'readbacks/sampled':>18s} {'background CPU us/sampled':>26s} "
-          f"{'step work slowdown':>19s}")
+    print(
+        f"MonitorCallback.on_train_step_begin + on_train_step_end, {args.steps} steps, interval {args.interval}, "
+        f"device step {args.device_step_ms:g} ms, "
+        f"outputs {', '.join(outputs)}, OTLP {args.protocol} (load average {os.getloadavg()[0]:.1f})"
+    )
+    print(
+        f"{'net_outputs':12s} {'unsampled us':>20s} {'sampled us (no readback)':>26s} "
+        f"{'readbacks/unsampled':>20s} {'readbacks/sampled':>18s} {'background CPU us/sampled':>26s} "
+        f"{'step work slowdown':>19s}"
+    )
     work = python_work(args.step_work_us)
     with ReceiverProcess() as receiver, tempfile.TemporaryDirectory() as folder:
         endpoint = receiver.grpc_endpoint if args.protocol == "grpc" else receiver.http_endpoint
@@ -235,17 +255,19 @@ def main() -> None:
         device_seconds = args.device_step_ms / 1000.0
         device_step = (lambda: time.sleep(device_seconds)) if device_seconds > 0 else (lambda: None)
         for shape in ("scalar", "tuple5"):
-            r = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs, args.protocol,
-                        device_step)
+            r = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs, args.protocol, device_step)
             # A second pass for the slowdown: the work would inflate the hook times above
             # (the hook waits for the GIL too), so they are measured without it.
-            with_work = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs,
-                                args.protocol, work)["work_seconds"]
+            with_work = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs, args.protocol, work)[
+                "work_seconds"
+            ]
             bare = bare_work_seconds(args.steps, work)
-            print(f"{shape:12s} {r['unsampled_median_us']:8.2f} (p99 {r['unsampled_p99_us']:6.2f}) "
-                  f"{r['sampled_median_us']:12.1f} (p99 {r['sampled_p99_us']:7.1f}) "
-                  f"{r['readbacks_per_unsampled_step']:20.2f} {r['readbacks_per_sampled_step']:18.2f} "
-                  f"{r['background_cpu_per_sampled_us']:26.0f} {(with_work / bare - 1) * 100:18.2f}%")
+            print(
+                f"{shape:12s} {r['unsampled_median_us']:8.2f} (p99 {r['unsampled_p99_us']:6.2f}) "
+                f"{r['sampled_median_us']:12.1f} (p99 {r['sampled_p99_us']:7.1f}) "
+                f"{r['readbacks_per_unsampled_step']:20.2f} {r['readbacks_per_sampled_step']:18.2f} "
+                f"{r['background_cpu_per_sampled_us']:26.0f} {(with_work / bare - 1) * 100:18.2f}%"
+            )
 
 
 if __name__ == "__main__":

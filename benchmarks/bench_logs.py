@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mindspore.train import Callback  # noqa: E402
 
 from benchmarks._receiver import ReceiverProcess  # noqa: E402
-from otel_mindformers.callback import MonitorCallback  # noqa: E402
+from otel_mindformers.runtime.callback import MonitorCallback
 from tests.support.training import train  # noqa: E402
 
 
@@ -48,12 +48,21 @@ class Chatty(Callback):
 
 
 def one_run(variant: str, args, endpoint: str, folder: Path) -> tuple[float, float]:
-    logs = {"logs off": {"enable": False},
-            "logs on, within the limit": {"enable": True, "rate_limit_per_logger": args.steps * args.lines + 1},
-            "logs on, rate-limited": {"enable": True}}[variant]
+    logs = {
+        "logs off": {"enable": False},
+        "logs on, within the limit": {"enable": True, "rate_limit_per_logger": args.steps * args.lines + 1},
+        "logs on, rate-limited": {"enable": True},
+    }[variant]
     chatty = Chatty(args.lines)
-    monitor = MonitorCallback({"interval": 10, "grad_monitor": False, "output_type": ["otlp"],
-                               "otlp": {"endpoint": endpoint, "insecure": True}, "logs": logs})
+    monitor = MonitorCallback(
+        {
+            "interval": 10,
+            "grad_monitor": False,
+            "output_type": ["otlp"],
+            "otlp": {"endpoint": endpoint, "insecure": True},
+            "logs": logs,
+        }
+    )
     start = time.perf_counter()
     train([chatty, monitor], steps=args.steps)
     return time.perf_counter() - start, chatty.seconds / chatty.calls * 1e6
@@ -74,8 +83,10 @@ def main() -> None:
         for _ in range(args.rounds):
             for variant in variants:
                 results[variant].append(one_run(variant, args, receiver.grpc_endpoint, Path(folder)))
-    print(f"{args.steps} steps x {args.lines} WARNING lines per step, {args.rounds} rounds, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{args.steps} steps x {args.lines} WARNING lines per step, {args.rounds} rounds, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     print("| variant | whole run (s) | vs logs off | per logging call (us) |\n|---|---:|---:|---:|")
     base = statistics.median(r[0] for r in results["logs off"])
     for variant in variants:

@@ -34,8 +34,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,16 +43,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mindspore as ms  # noqa: E402  (before anything imports protobuf)
 import numpy as np  # noqa: E402
+from _receiver import ReceiverProcess  # noqa: E402
 from mindspore import nn  # noqa: E402
 from mindspore.dataset import NumpySlicesDataset  # noqa: E402
 from mindspore.train import Callback, LossMonitor, Model, SummaryCollector, TimeMonitor  # noqa: E402
 
-from _receiver import ReceiverProcess  # noqa: E402
-
 FEATURES, CLASSES, BATCH = 256, 10, 64
 HIDDEN = {"default": 1024, "small": 128}
-HOOKS = ("on_train_begin", "on_train_epoch_begin", "on_train_step_begin", "on_train_step_end",
-         "on_train_epoch_end", "on_train_end")
+HOOKS = (
+    "on_train_begin",
+    "on_train_epoch_begin",
+    "on_train_step_begin",
+    "on_train_step_end",
+    "on_train_epoch_end",
+    "on_train_end",
+)
 EDGE_HOOKS = ("on_train_begin", "on_train_end")
 
 
@@ -79,17 +84,21 @@ def _variants(folder: Path, endpoints: dict[str, str], steps: int) -> dict[str, 
     """Variant name → factory of a fresh callback list for run number `n`."""
     from mindformers.core.callback import MFLossMonitor
 
-    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers.runtime.callback import MonitorCallback
 
     def ours(interval: int, protocol: str = "grpc") -> Callable[[int], list]:
         def make(n: int) -> list:
-            return [MonitorCallback({
-                "interval": interval,
-                "output_type": ["stdout", "json_file", "tensorboard", "otlp"],
-                "json_log_path": str(folder / f"ours_{n}" / "train_metric.json"),
-                "tensorboard_path": str(folder / f"ours_{n}" / "tensorboard"),
-                "otlp": {"endpoint": endpoints[protocol], "protocol": protocol},
-            })]
+            return [
+                MonitorCallback(
+                    {
+                        "interval": interval,
+                        "output_type": ["stdout", "json_file", "tensorboard", "otlp"],
+                        "json_log_path": str(folder / f"ours_{n}" / "train_metric.json"),
+                        "tensorboard_path": str(folder / f"ours_{n}" / "tensorboard"),
+                        "otlp": {"endpoint": endpoints[protocol], "protocol": protocol},
+                    }
+                )
+            ]
 
         return make
 
@@ -101,13 +110,19 @@ def _variants(folder: Path, endpoints: dict[str, str], steps: int) -> dict[str, 
         "ours interval=100": ours(100),
         "LossMonitor(10)": lambda n: [LossMonitor(10)],
         "TimeMonitor": lambda n: [TimeMonitor()],
-        "SummaryCollector(10)": lambda n: [SummaryCollector(
-            str(folder / f"summary_{n}"), collect_freq=10,
-            # Its dataset-graph collector fails with the protobuf this environment needs.
-            collect_specified_data={"collect_dataset_graph": False})],
-        "MFLossMonitor(10)": lambda n: [MFLossMonitor(
-            learning_rate=0.01, per_print_times=10, origin_epochs=1, dataset_size=steps,
-            global_batch_size=BATCH)],
+        "SummaryCollector(10)": lambda n: [
+            SummaryCollector(
+                str(folder / f"summary_{n}"),
+                collect_freq=10,
+                # Its dataset-graph collector fails with the protobuf this environment needs.
+                collect_specified_data={"collect_dataset_graph": False},
+            )
+        ],
+        "MFLossMonitor(10)": lambda n: [
+            MFLossMonitor(
+                learning_rate=0.01, per_print_times=10, origin_epochs=1, dataset_size=steps, global_batch_size=BATCH
+            )
+        ],
         "tensorboardX every 10": lambda n: [TensorBoardXEvery10(str(folder / f"tbx_{n}"))],
     }
 
@@ -153,8 +168,9 @@ class _Redirected:
 
 
 def _model(hidden: int) -> Model:
-    net = nn.SequentialCell(nn.Dense(FEATURES, hidden), nn.ReLU(), nn.Dense(hidden, hidden), nn.ReLU(),
-                            nn.Dense(hidden, CLASSES))
+    net = nn.SequentialCell(
+        nn.Dense(FEATURES, hidden), nn.ReLU(), nn.Dense(hidden, hidden), nn.ReLU(), nn.Dense(hidden, CLASSES)
+    )
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     return Model(nn.TrainOneStepCell(nn.WithLossCell(net, loss), optimizer))
@@ -165,8 +181,9 @@ def _model(hidden: int) -> Model:
 _LAST = ("SummaryCollector(10)", "MFLossMonitor(10)")
 
 
-def run_round(mode: str, round_: int, steps: int, folder: Path, endpoints: dict[str, str],
-              model_size: str) -> dict[str, dict[str, float]]:
+def run_round(
+    mode: str, round_: int, steps: int, folder: Path, endpoints: dict[str, str], model_size: str
+) -> dict[str, dict[str, float]]:
     """One round in this process: a warm-up, then every variant once."""
     ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
     ms.set_device("CPU")
@@ -202,15 +219,26 @@ def run_mode(mode: str, rounds: int, steps: int, folder: Path, endpoints: dict[s
     for round_ in range(rounds):
         round_folder = folder / f"{mode}_{round_}"
         round_folder.mkdir()
-        command = [sys.executable, __file__, "--round-worker", mode, str(round_), str(steps),
-                   str(round_folder), json.dumps(endpoints), model_size]
+        command = [
+            sys.executable,
+            __file__,
+            "--round-worker",
+            mode,
+            str(round_),
+            str(steps),
+            str(round_folder),
+            json.dumps(endpoints),
+            model_size,
+        ]
         output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=round_folder).stdout
         for name, result in json.loads(output.splitlines()[-1]).items():
             runs[name].append(result)
         print(f"  {mode}: round {round_ + 1}/{rounds} done (load average {os.getloadavg()[0]:.1f})", flush=True)
 
     bare = statistics.median(r["wall"] for r in runs["bare"])
-    print(f"\n{mode} mode, {model_size} model, {steps} steps x {rounds} rounds, bare median {bare / steps * 1e3:.2f} ms/step")
+    print(
+        f"\n{mode} mode, {model_size} model, {steps} steps x {rounds} rounds, bare median {bare / steps * 1e3:.2f} ms/step"
+    )
     print("| variant | whole run vs bare | time in step hooks | per round | begin+end |")
     print("|---|---:|---:|---:|---:|")
     for name, results in runs.items():
@@ -231,8 +259,12 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["graph", "pynative"], choices=["graph", "pynative"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--model", choices=sorted(HIDDEN), default="default",
-                        help="small: 2-5 ms graph-mode steps, where a callback's cost shows most")
+    parser.add_argument(
+        "--model",
+        choices=sorted(HIDDEN),
+        default="default",
+        help="small: 2-5 ms graph-mode steps, where a callback's cost shows most",
+    )
     args = parser.parse_args()
     print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())}, {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as folder, ReceiverProcess() as receiver:

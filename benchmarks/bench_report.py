@@ -21,9 +21,21 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _line(step: int, rank: int) -> str:
-    return json.dumps({"time_stamp": 1.7e9 + step, "step": step, "epoch": 1, "rank": rank,
-                       "loss": 2.0 / step, "learning_rate": 1e-4, "grad_norm": 1.5,
-                       "train_per_step_time": 100.0 + step % 7}) + "\n"
+    return (
+        json.dumps(
+            {
+                "time_stamp": 1.7e9 + step,
+                "step": step,
+                "epoch": 1,
+                "rank": rank,
+                "loss": 2.0 / step,
+                "learning_rate": 1e-4,
+                "grad_norm": 1.5,
+                "train_per_step_time": 100.0 + step % 7,
+            }
+        )
+        + "\n"
+    )
 
 
 def _many_files(folder: Path, count: int) -> Path:
@@ -47,8 +59,11 @@ def _large_file(folder: Path, megabytes: int) -> Path:
 def _measure(target: Path) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of a `report` of `target` in a fresh process."""
     start = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "otel_mindformers.cli", "report", str(target)],
-                             cwd=os.environ.get("BENCH_CWD", REPO), stdout=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "otel_mindformers.cli", "report", str(target)],
+        cwd=os.environ.get("BENCH_CWD", REPO),
+        stdout=subprocess.DEVNULL,
+    )
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - start
     if status != 0:

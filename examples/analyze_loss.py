@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 def load_metric_log(log_path):
     steps = []
     loss_list = []
-    with open(log_path, "r", encoding="utf-8") as f:
+    with open(log_path, encoding="utf-8") as f:
         for line in f:
             data = json.loads(line)
             if "rank" not in data:  # the custom monitor's own line

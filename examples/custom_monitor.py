@@ -1,7 +1,8 @@
 # The article's custom monitor (section 3), unchanged but for its import line.
-from otel_mindformers import BaseMonitor
 import json
 import time
+
+from otel_mindformers import BaseMonitor
 
 
 class CustomMetricMonitor(BaseMonitor):
@@ -16,12 +17,7 @@ class CustomMetricMonitor(BaseMonitor):
         cur_step = cb_params.cur_step_num
         loss = float(cb_params.train_loss.asnumpy())
         lr = float(cb_params.learning_rate.asnumpy())
-        metric_data = {
-            "time_stamp": time.time(),
-            "step": cur_step,
-            "loss": loss,
-            "lr": lr
-        }
+        metric_data = {"time_stamp": time.time(), "step": cur_step, "loss": loss, "lr": lr}
         # 写入日志
         self.log_file.write(json.dumps(metric_data, ensure_ascii=False) + "\n")
         self.log_file.flush()

@@ -39,8 +39,9 @@ def main(config_path: str) -> None:
     # 读取monitor配置, 可代码动态覆写参数 (the article's lines)
     monitor_cfg = config.monitor_config
     if monitor_cfg.enable:
-        print(f"训练监控已开启, 采集间隔 {monitor_cfg.interval} step "
-              f"(monitoring on, every {monitor_cfg.interval} steps)")
+        print(
+            f"训练监控已开启, 采集间隔 {monitor_cfg.interval} step (monitoring on, every {monitor_cfg.interval} steps)"
+        )
     # monitor_cfg.grad_monitor = False
 
     trainer = Trainer(args=config, train_dataset=token_dataset(config))

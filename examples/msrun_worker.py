@@ -22,9 +22,9 @@ def shard(steps: int, rank: int, world: int) -> GeneratorDataset:
     x = rng.standard_normal((steps * BATCH * world, FEATURES)).astype(np.float32)
     y = x.sum(axis=1, keepdims=True).astype(np.float32) * 0.5
     samples = list(zip(x, y))
-    return GeneratorDataset(
-        samples, column_names=["x", "y"], shuffle=False, num_shards=world, shard_id=rank
-    ).batch(BATCH)
+    return GeneratorDataset(samples, column_names=["x", "y"], shuffle=False, num_shards=world, shard_id=rank).batch(
+        BATCH
+    )
 
 
 def main() -> None:

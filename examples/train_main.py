@@ -48,8 +48,9 @@ class TrainOneStepWithNorm(nn.TrainOneStepCell):
     def construct(self, *inputs):
         loss = self.network(*inputs)
         grads = self.grad(self.network, self.weights)(*inputs, ops.ones_like(loss))
-        grads, global_norm = ops.clip_by_global_norm(grads, 1.0), ops.sqrt(
-            sum(ops.reduce_sum(ops.square(g)) for g in grads)
+        grads, global_norm = (
+            ops.clip_by_global_norm(grads, 1.0),
+            ops.sqrt(sum(ops.reduce_sum(ops.square(g)) for g in grads)),
         )
         overflow = ops.logical_not(ops.isfinite(global_norm))
         lr = self.optimizer.get_lr()
@@ -74,7 +75,9 @@ def main() -> None:
     # 读取monitor配置, 可代码动态覆写参数 (the article's lines)
     monitor_cfg = load_monitor_config(config_path)
     if monitor_cfg.enable:
-        print(f"训练监控已开启, 采集间隔 {monitor_cfg.interval} step (monitoring on, every {monitor_cfg.interval} steps)")
+        print(
+            f"训练监控已开启, 采集间隔 {monitor_cfg.interval} step (monitoring on, every {monitor_cfg.interval} steps)"
+        )
     # monitor_cfg.grad_monitor = False
 
     runner, model_cfg, trainer = config["runner_config"], config["model"]["model_config"], config["trainer"]
@@ -84,11 +87,16 @@ def main() -> None:
     monitor_cfg.tokens_per_sample = model_cfg["seq_length"]
 
     net = TinyCausalLM(model_cfg["vocab_size"], model_cfg["hidden_size"], model_cfg["num_layers"])
-    optimizer = nn.AdamWeightDecay(net.trainable_params(), learning_rate=nn.CosineDecayLR(
-        0.0, float(trainer["learning_rate"]), trainer["epochs"] * trainer["steps_per_epoch"]))
+    optimizer = nn.AdamWeightDecay(
+        net.trainable_params(),
+        learning_rate=nn.CosineDecayLR(
+            0.0, float(trainer["learning_rate"]), trainer["epochs"] * trainer["steps_per_epoch"]
+        ),
+    )
     model = Model(TrainOneStepWithNorm(net, optimizer))
-    dataset = token_dataset(model_cfg["vocab_size"], model_cfg["seq_length"], trainer["batch_size"],
-                            trainer["steps_per_epoch"])
+    dataset = token_dataset(
+        model_cfg["vocab_size"], model_cfg["seq_length"], trainer["batch_size"], trainer["steps_per_epoch"]
+    )
     model.train(trainer["epochs"], dataset, callbacks=[MonitorCallback(monitor_cfg)], dataset_sink_mode=False)
 
     print("\nMonitoring outputs:")

@@ -9,10 +9,10 @@ from typing import Any
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
-from otel_mindformers.instrumentor import MindFormersInstrumentor, instrumentation_disabled
-from otel_mindformers.monitor import BaseMonitor
-from otel_mindformers.phases import phase
-from otel_mindformers.propagation import trace_environment
+from otel_mindformers.integration.instrumentor import MindFormersInstrumentor, instrumentation_disabled
+from otel_mindformers.integration.propagation import trace_environment
+from otel_mindformers.runtime.custom_monitors import BaseMonitor
+from otel_mindformers.timing.phases import phase
 from otel_mindformers.version import __version__
 
 # The article's `monitor_config` keys in MindFormers YAMLs, `callbacks: - type: MonitorCallback`,
@@ -44,7 +44,7 @@ def __getattr__(name: str):
     # MonitorCallback imports mindspore (~2 s): load it only when asked for, so the CLI's
     # `validate` and config loading stay fast.
     if name == "MonitorCallback":
-        from otel_mindformers.callback import MonitorCallback
+        from otel_mindformers.runtime.callback import MonitorCallback
 
         return MonitorCallback
     raise AttributeError(f"module 'otel_mindformers' has no attribute {name!r}")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from otel_mindformers.analysis.commands import add_commands as add_analysis_commands
+from otel_mindformers.analysis.hang_report import add_command as add_hang_report_command
 from otel_mindformers.config import ConfigError, load_monitor_config
 from otel_mindformers.devices.report import add_command as add_devices_command
-from otel_mindformers.diagnosis.hang_report import add_command as add_hang_report_command
 from otel_mindformers.version import __version__
 
 
@@ -21,9 +21,9 @@ def _validate(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         problems = exc.problems
     else:
-        from otel_mindformers.extras import missing_extras
-        from otel_mindformers.monitor import load_monitor_class
+        from otel_mindformers.config.extras import missing_extras
         from otel_mindformers.outputs.paths import check_output_paths
+        from otel_mindformers.runtime.custom_monitors import load_monitor_class
 
         problems = check_output_paths(config) + missing_extras(config)
         try:
@@ -35,8 +35,10 @@ def _validate(args: argparse.Namespace) -> int:
             print(f"invalid: {problem}", file=sys.stderr)
         return 1
     state = "enabled" if config.enable else "disabled (enable: false)"
-    print(f"{args.config}: valid; monitoring {state}, every {config.interval} steps, "
-          f"outputs: {', '.join(config.output_type)}")
+    print(
+        f"{args.config}: valid; monitoring {state}, every {config.interval} steps, "
+        f"outputs: {', '.join(config.output_type)}"
+    )
     return 0
 
 

@@ -21,9 +21,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers.config import load_monitor_config
-from otel_mindformers.identity import Identity
-from otel_mindformers.monitor import BaseMonitor
-from otel_mindformers.record import StepRecord
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.runtime.custom_monitors import BaseMonitor
 from otel_mindformers.telemetry.providers import build_telemetry
 from tests.support.alert_engine import engine_for
 from tests.support.webhook_receiver import WebhookReceiver
@@ -219,14 +219,17 @@ def test_run_end_notices_are_off_by_default_and_sent_by_reporting_and_crashed_ra
             for call in calls:
                 h.engine.notify_run_end(*call)
             h.engine.shutdown(5.0)
-            return [(r.body["rule"], r.body["status"], r.body["severity"], r.body["step"], r.body["message"])
-                    for r in receiver.requests]
+            return [
+                (r.body["rule"], r.body["status"], r.body["severity"], r.body["step"], r.body["message"])
+                for r in receiver.requests
+            ]
 
     assert notices({}, ("completed", None, 20)) == []
     # IDENTITY is rank 1 and report_ranks defaults to [0]: only a crash is this rank's news.
     assert notices({"notify_run_end": True}, ("completed", None, 20), ("stopped", "loss spike", 20)) == []
     assert notices({"notify_run_end": True}, ("crashed", "RuntimeError: HCCL timeout", 17)) == [
-        ("run_end", "crashed", "critical", 17, "run crashed after step 17: RuntimeError: HCCL timeout")]
+        ("run_end", "crashed", "critical", 17, "run crashed after step 17: RuntimeError: HCCL timeout")
+    ]
 
 
 def test_run_end_notices_from_a_reporting_rank():
@@ -250,7 +253,7 @@ CONSOLE_SCRIPT = """
 import os, time, types
 from otel_mindformers.alerts import AlertEngine
 from otel_mindformers.config import load_monitor_config
-from otel_mindformers.identity import Identity
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.telemetry.providers import build_telemetry
 
 config = load_monitor_config({"output_type": [], "json_log_path": "m.json",
@@ -270,7 +273,13 @@ engine.shutdown(2.0)
 def test_stall_and_its_resolved_notice_reach_the_console_without_logging_setup(tmp_path):
     """No logging configuration, as in a plain training script: Python's last-resort
     handler prints WARNING and above, and the resolved notice must be among them."""
-    result = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    result = subprocess.run(
+        [sys.executable, "-c", CONSOLE_SCRIPT],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
     assert result.returncode == 0, result.stderr
     assert "[FIRING] stall" in result.stderr and "[RESOLVED] stall" in result.stderr

@@ -24,8 +24,8 @@ from otel_mindformers.alerts import Alert
 from otel_mindformers.alerts.delivery import NotificationDelivery
 from otel_mindformers.alerts.notifiers import build_notifiers
 from otel_mindformers.config import NotifierConfig, load_monitor_config
-from otel_mindformers.identity import Identity
-from otel_mindformers.record import StepRecord
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.telemetry.providers import build_telemetry
 from tests.support.alert_engine import engine_for
 from tests.support.metrics import counter_values
@@ -383,11 +383,18 @@ def test_tokens_are_redacted_from_the_http_librarys_own_errors(caplog):
 
 
 def test_redaction_covers_every_printed_form_of_a_token():
-    from otel_mindformers.alerts.redact import Redactor, secret_parts
+    from otel_mindformers.config.redaction import Redactor, secret_parts
 
     url = "https://user:pa55word@hooks.example/services/T0001ABCD/B0002EFGH/XyZsecretPathXYZ?key=k3y/value&x=1"
     redact = Redactor(secret_parts(url, "SECsigning"))
-    for leaked in ("pa55word", "T0001ABCD", "B0002EFGH", "XyZsecretPathXYZ", "k3y/value", "SECsigning",
-                   urllib.parse.quote("k3y/value", safe="")):
+    for leaked in (
+        "pa55word",
+        "T0001ABCD",
+        "B0002EFGH",
+        "XyZsecretPathXYZ",
+        "k3y/value",
+        "SECsigning",
+        urllib.parse.quote("k3y/value", safe=""),
+    ):
         assert redact(f"error near {leaked}!") == "error near ***!", leaked
     assert redact("/services/open-apis/v2/x") == "/services/open-apis/v2/x"  # route names stay readable

@@ -15,12 +15,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_mindformers.callback import MonitorCallback
+from otel_mindformers.runtime.callback import MonitorCallback
 from tests.support.blocking_data import train_blocking, use_cpu
 from tests.support.metrics import counter_values
 from tests.support.training import Faults, train
 from tests.support.webhook_receiver import WebhookReceiver, closed_port_url
-
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -165,7 +164,9 @@ def test_stalled_data_wait_is_dumped_named_stuck_and_resolved(workdir):
     # Two dumps in the rank's diagnosis file: the second says the stacks did not move.
     dumps = [json.loads(line) for line in (workdir / "diagnosis_rank_0.jsonl").read_text().splitlines()]
     assert [(d["reason"], d["step"], d["verdict"]) for d in dumps] == [
-        ("stall", 5, None), ("stall_second_threshold", 5, "stuck")]
+        ("stall", 5, None),
+        ("stall_second_threshold", 5, "stuck"),
+    ]
     for dump in dumps:
         assert dump["phase"] == "data_wait" and dump["idle_seconds"] >= 1.0
         functions = [f["function"] for t in dump["threads"] for f in t["frames"]]
@@ -178,8 +179,10 @@ def test_stalled_data_wait_is_dumped_named_stuck_and_resolved(workdir):
     assert [r.attributes["training.stacks.reason"] for r in logs] == ["stall", "stall_second_threshold"]
     assert logs[1].attributes["training.stacks.verdict"] == "stuck"
     assert "wait_for_the_test_to_release_batch" in logs[0].body
-    assert logs[0].attributes["training.phase"] == "data_wait" and "MainThread" in logs[0].attributes[
-        "training.stacks.threads"]
+    assert (
+        logs[0].attributes["training.phase"] == "data_wait"
+        and "MainThread" in logs[0].attributes["training.stacks.threads"]
+    )
 
 
 def test_a_stall_that_ends_with_the_last_step_is_resolved(workdir):
@@ -221,9 +224,12 @@ def test_custom_monitor_raises_through_the_engine(workdir):
         custom = [r.body for r in receiver.requests if r.body["rule"] == "custom_loss_check"]
     assert [(b["status"], b["step"], b["severity"]) for b in custom] == [("firing", 4, "warning")]
     assert custom[0]["message"].startswith("loss ") and custom[0]["value"] > 0
-    assert run.counter("mindformers.alerts")[
-        (("training.alert.rule", "custom_loss_check"), ("training.alert.severity", "warning"), ("training.rank", 0))
-    ] == 1
+    assert (
+        run.counter("mindformers.alerts")[
+            (("training.alert.rule", "custom_loss_check"), ("training.alert.severity", "warning"), ("training.rank", 0))
+        ]
+        == 1
+    )
 
 
 @pytest.mark.parametrize("failure", ["down", "slow", "500"])
@@ -243,9 +249,12 @@ def test_broken_receiver_does_not_disturb_training(workdir, failure):
         train([run.callback], steps=20)
     assert [line["step"] for line in run.lines()] == list(range(1, 21))
     assert run.callback.stop_reason is None
-    assert run.counter("mindformers.alerts")[
-        (("training.alert.rule", "loss_threshold"), ("training.alert.severity", "warning"), ("training.rank", 0))
-    ] == 20
+    assert (
+        run.counter("mindformers.alerts")[
+            (("training.alert.rule", "loss_threshold"), ("training.alert.severity", "warning"), ("training.rank", 0))
+        ]
+        == 20
+    )
     outcomes = {
         dict(attributes)["training.alert.outcome"]: value
         for attributes, value in run.counter("mindformers.alert.notifications").items()

@@ -36,8 +36,11 @@ def test_glob_and_explicit_files_are_read_once_each():
 
 def test_rotated_set_is_read_oldest_first_whichever_member_is_named():
     folder = FIXTURES / "rotated"
-    expected = [line["step"] for name in ("train_metric.json.2", "train_metric.json.1", "train_metric.json")
-                for line in _lines(folder / name)]
+    expected = [
+        line["step"]
+        for name in ("train_metric.json.2", "train_metric.json.1", "train_metric.json")
+        for line in _lines(folder / name)
+    ]
     assert expected == sorted(expected)  # the fixture itself is one run in order
     for named in ("train_metric.json", "train_metric.json.1", "train_metric.json.2"):
         (series,) = read_logs([folder / named])
@@ -48,8 +51,9 @@ def test_rotated_set_is_read_oldest_first_whichever_member_is_named():
 
 def test_backups_sort_numerically_past_nine(tmp_path):
     for index in range(1, 12):
-        (tmp_path / f"m.json.{index}").write_text(json.dumps({"time_stamp": 1.0, "step": 100 - index,
-                                                              "epoch": 1, "rank": 0}) + "\n")
+        (tmp_path / f"m.json.{index}").write_text(
+            json.dumps({"time_stamp": 1.0, "step": 100 - index, "epoch": 1, "rank": 0}) + "\n"
+        )
     (tmp_path / "m.json").write_text(json.dumps({"time_stamp": 1.0, "step": 100, "epoch": 1, "rank": 0}) + "\n")
     (series,) = read_logs([tmp_path / "m.json"])
     assert [p.step for p in series.points] == list(range(89, 101))
@@ -89,14 +93,28 @@ def test_article_custom_monitor_file_alone_is_a_series():
 
 def test_notifier_shaped_alert_lines_are_marks_and_resolved_ones_are_not(tmp_path):
     log = tmp_path / "train_metric.json"
-    alert = {"source": "otel_mindformers", "status": "firing", "rule": "loss_threshold", "severity": "critical",
-             "rank": 0, "step": 2, "message": "loss 9 > 8", "time_stamp": 2.5}
-    log.write_text("\n".join(json.dumps(line) for line in (
-        {"time_stamp": 1.0, "step": 1, "epoch": 1, "rank": 0, "loss": 1.0},
-        {"time_stamp": 2.0, "step": 2, "epoch": 1, "rank": 0, "loss": 9.0},
-        alert,
-        {**alert, "status": "resolved", "step": 3},
-    )) + "\n")
+    alert = {
+        "source": "otel_mindformers",
+        "status": "firing",
+        "rule": "loss_threshold",
+        "severity": "critical",
+        "rank": 0,
+        "step": 2,
+        "message": "loss 9 > 8",
+        "time_stamp": 2.5,
+    }
+    log.write_text(
+        "\n".join(
+            json.dumps(line)
+            for line in (
+                {"time_stamp": 1.0, "step": 1, "epoch": 1, "rank": 0, "loss": 1.0},
+                {"time_stamp": 2.0, "step": 2, "epoch": 1, "rank": 0, "loss": 9.0},
+                alert,
+                {**alert, "status": "resolved", "step": 3},
+            )
+        )
+        + "\n"
+    )
     (series,) = read_logs([log])
     assert [(a.step, a.rule, a.message) for a in series.alerts] == [(2, "loss_threshold", "loss 9 > 8")]
     assert series.foreign_lines == 0
@@ -104,10 +122,13 @@ def test_notifier_shaped_alert_lines_are_marks_and_resolved_ones_are_not(tmp_pat
 
 def test_one_file_with_several_ranks_splits_into_series(tmp_path):
     log = tmp_path / "all.json"
-    log.write_text("".join(
-        json.dumps({"time_stamp": float(step), "step": step, "epoch": 1, "rank": rank, "loss": 1.0}) + "\n"
-        for step in (1, 2) for rank in (0, 1)
-    ))
+    log.write_text(
+        "".join(
+            json.dumps({"time_stamp": float(step), "step": step, "epoch": 1, "rank": rank, "loss": 1.0}) + "\n"
+            for step in (1, 2)
+            for rank in (0, 1)
+        )
+    )
     series = read_logs([log])
     assert [(s.rank, [p.step for p in s.points]) for s in series] == [(0, [1, 2]), (1, [1, 2])]
 

@@ -20,8 +20,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "otel_mindformers.cli", *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def load(path: Path) -> np.ndarray:
@@ -33,8 +34,12 @@ def panels(pixels: np.ndarray) -> dict[str, np.ndarray]:
     """The 2x2 grid below the title and legend strip, keyed by metric in PANELS order."""
     height, width, _ = pixels.shape
     top, middle, centre = int(height * 0.1), int(height * 0.53), width // 2
-    regions = (pixels[top:middle, :centre], pixels[top:middle, centre:],
-               pixels[middle:, :centre], pixels[middle:, centre:])
+    regions = (
+        pixels[top:middle, :centre],
+        pixels[top:middle, centre:],
+        pixels[middle:, :centre],
+        pixels[middle:, centre:],
+    )
     return {metric: region for (metric, _, _), region in zip(PANELS, regions)}
 
 
@@ -80,10 +85,13 @@ def test_alert_lines_are_marked(tmp_path):
 @pytest.mark.slow
 def test_smoothing_draws_a_faded_raw_curve_under_the_average(tmp_path):
     log = tmp_path / "noisy.json"
-    log.write_text("".join(
-        json.dumps({"time_stamp": float(step), "step": step, "epoch": 1, "rank": 0, "loss": 1.0 + 2 * (step % 2)}) + "\n"
-        for step in range(1, 61)
-    ))
+    log.write_text(
+        "".join(
+            json.dumps({"time_stamp": float(step), "step": step, "epoch": 1, "rank": 0, "loss": 1.0 + 2 * (step % 2)})
+            + "\n"
+            for step in range(1, 61)
+        )
+    )
     series = read_logs([log])
     plain = panels(load(plot(series, tmp_path / "plain.png")))["loss"]
     smooth = panels(load(plot(series, tmp_path / "smooth.png", smoothing=0.9)))["loss"]

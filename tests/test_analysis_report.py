@@ -19,7 +19,10 @@ FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "otel_mindformers.cli", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
     )
 
 
@@ -31,11 +34,15 @@ def test_multirank_numbers_come_from_the_logs():
     report = build_report(read_logs([FIXTURES / "multirank"]))
     rank0 = _lines(FIXTURES / "multirank" / "train_metric_rank_0.json")
     losses = [line["loss"] for line in rank0 if line["loss"] is not None]
-    stamps = [line["time_stamp"] for r in range(4) for line in _lines(FIXTURES / "multirank" / f"train_metric_rank_{r}.json")]
+    stamps = [
+        line["time_stamp"] for r in range(4) for line in _lines(FIXTURES / "multirank" / f"train_metric_rank_{r}.json")
+    ]
     assert report.steps == 100
     assert report.wall_time_s == pytest.approx(max(stamps) - min(stamps))
     assert (report.first_loss, report.last_loss, report.min_loss) == (losses[0], losses[-1], min(losses))
-    assert report.mean_samples_per_second == pytest.approx(statistics.fmean(line["samples_per_second"] for line in rank0))
+    assert report.mean_samples_per_second == pytest.approx(
+        statistics.fmean(line["samples_per_second"] for line in rank0)
+    )
     assert report.nonfinite_records == sum(1 for line in rank0 if "nonfinite" in line)
     assert report.overflow_records == sum(1 for line in rank0 if line["overflow"])
     assert [s.nonfinite_steps for s in report.series][0] == [70]
@@ -50,7 +57,9 @@ def test_straggler_is_named_with_its_skew():
     report = build_report(read_logs([FIXTURES / "multirank"]))
     medians = {}
     for rank in range(4):
-        times = [line["train_per_step_time"] for line in _lines(FIXTURES / "multirank" / f"train_metric_rank_{rank}.json")]
+        times = [
+            line["train_per_step_time"] for line in _lines(FIXTURES / "multirank" / f"train_metric_rank_{rank}.json")
+        ]
         medians[f"rank {rank}"] = statistics.median(times[1:])  # the compile step is left out
     overall = statistics.median(medians.values())
     assert report.median_step_time_ms == pytest.approx(overall)

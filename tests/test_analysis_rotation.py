@@ -41,8 +41,9 @@ def assert_whole_lines(paths) -> list[dict]:
 @pytest.mark.slow
 def test_training_with_tiny_max_bytes_loses_and_splits_no_line(workdir):
     max_bytes = 400
-    training.train([monitor(workdir, log_rotation={"max_bytes": max_bytes, "backup_count": 100})],
-                   steps=20, shape="tuple5")
+    training.train(
+        [monitor(workdir, log_rotation={"max_bytes": max_bytes, "backup_count": 100})], steps=20, shape="tuple5"
+    )
     (log_set,) = discover([workdir / "output"])
     assert len(log_set.files) > 5, "max_bytes this small must have rolled over several times"
     lines = assert_whole_lines(log_set.files)
@@ -59,7 +60,10 @@ def test_backup_count_keeps_the_newest_files(workdir):
     training.train([monitor(workdir, log_rotation={"max_bytes": 400, "backup_count": 3})], steps=20, shape="tuple5")
     (log_set,) = discover([workdir / "output" / "train_metric.json"])
     assert [p.name for p in log_set.files] == [
-        "train_metric.json.3", "train_metric.json.2", "train_metric.json.1", "train_metric.json"
+        "train_metric.json.3",
+        "train_metric.json.2",
+        "train_metric.json.1",
+        "train_metric.json",
     ]
     steps = [line["step"] for line in assert_whole_lines(log_set.files)]
     assert steps[-1] == 20 and steps == list(range(steps[0], 21))  # the oldest dropped, the rest contiguous
@@ -109,8 +113,11 @@ def test_tensorboard_keeps_a_bounded_number_of_event_files(workdir):
     rotation = {"max_bytes": 800, "tensorboard_max_files": 2}
     tb_path = workdir / "tb"
     for _ in range(2):  # a restarted run starts a new event file too
-        training.train([monitor(workdir, output_type=["tensorboard"], tensorboard_path=str(tb_path),
-                                log_rotation=rotation)], steps=12, shape="tuple5")
+        training.train(
+            [monitor(workdir, output_type=["tensorboard"], tensorboard_path=str(tb_path), log_rotation=rotation)],
+            steps=12,
+            shape="tuple5",
+        )
     rank_dir = tb_path / "rank_0"
     files = sorted(rank_dir.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime)
     assert len(files) == 2
@@ -119,11 +126,14 @@ def test_tensorboard_keeps_a_bounded_number_of_event_files(workdir):
     assert newest.Scalars("loss")[-1].step == 12
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"max_bytes": -1}, "monitor_config.log_rotation.max_bytes: must be >= 0, got -1"),
-    ({"backup_count": 0}, "monitor_config.log_rotation.backup_count: must be >= 1, got 0"),
-    ({"max_byte": 10}, "monitor_config.log_rotation.max_byte: unknown key (did you mean 'max_bytes'?)"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"max_bytes": -1}, "monitor_config.log_rotation.max_bytes: must be >= 0, got -1"),
+        ({"backup_count": 0}, "monitor_config.log_rotation.backup_count: must be >= 1, got 0"),
+        ({"max_byte": 10}, "monitor_config.log_rotation.max_byte: unknown key (did you mean 'max_bytes'?)"),
+    ],
+)
 def test_log_rotation_config_errors_name_the_key(bad, message):
     from otel_mindformers.config import ConfigError, load_monitor_config
 
@@ -149,14 +159,22 @@ def test_tensorboard_rolls_over_past_max_bytes_and_prunes(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from otel_mindformers.config import LogRotationConfig
+    from otel_mindformers.core.record import StepRecord
     from otel_mindformers.outputs.tensorboard import TensorBoardSink
-    from otel_mindformers.record import StepRecord
 
     sink = TensorBoardSink(tmp_path, LogRotationConfig(max_bytes=300, tensorboard_max_files=3))
     for step in range(1, 41):
         # is_last makes the sink flush every record, so sizes are on disk when checked.
-        sink.write(StepRecord(step=step, epoch=1, rank=0, time_stamp=1000.0 + step,
-                              values={"loss": 1.0 / step, "learning_rate": 0.1}, is_last=True))
+        sink.write(
+            StepRecord(
+                step=step,
+                epoch=1,
+                rank=0,
+                time_stamp=1000.0 + step,
+                values={"loss": 1.0 / step, "learning_rate": 0.1},
+                is_last=True,
+            )
+        )
     sink.close()
     files = sorted(tmp_path.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime)
     assert len(files) == 3

@@ -21,14 +21,31 @@ FIXTURES = REPO / "tests" / "fixtures" / "logs"
 
 
 def _line(step: int, rank: int = 0, **extra) -> str:
-    return json.dumps({"time_stamp": 1.7e9 + step, "step": step, "epoch": 1, "rank": rank,
-                       "loss": 2.0 / step, "train_per_step_time": 100.0 + step % 7, **extra}) + "\n"
+    return (
+        json.dumps(
+            {
+                "time_stamp": 1.7e9 + step,
+                "step": step,
+                "epoch": 1,
+                "rank": rank,
+                "loss": 2.0 / step,
+                "train_per_step_time": 100.0 + step % 7,
+                **extra,
+            }
+        )
+        + "\n"
+    )
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "otel_mindformers.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def test_each_folder_is_listed_once(tmp_path, monkeypatch):
@@ -88,8 +105,17 @@ def test_glob_semantics_of_double_star(tmp_path):
     assert [s.rank for s in read_logs([f"{tmp_path}/x/*/m_rank_?.json"])] == [2]
 
 
-@pytest.mark.parametrize("fixture", ["multirank", "gap_and_restart.json", "rotated", "mixed_writers.json",
-                                     "truncated.json", "article_custom_monitor.json"])
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "multirank",
+        "gap_and_restart.json",
+        "rotated",
+        "mixed_writers.json",
+        "truncated.json",
+        "article_custom_monitor.json",
+    ],
+)
 def test_streamed_report_equals_the_report_of_read_series(fixture):
     assert report_logs([FIXTURES / fixture]) == build_report(read_logs([FIXTURES / fixture]))
 
@@ -120,9 +146,12 @@ def test_replay_of_absurd_numbers_names_each_line_and_fails(tmp_path):
     log = tmp_path / "absurd.json"
     log.write_text(
         _line(1)
-        + json.dumps({"time_stamp": 1e300, "step": 2, "epoch": 1, "rank": 0, "loss": 1.0}) + "\n"
-        + json.dumps({"time_stamp": 1.7e9, "step": 2**70, "epoch": 1, "rank": 0, "loss": 1.0}) + "\n"
-        + json.dumps({"time_stamp": 1.7e9, "step": 4, "epoch": 1, "rank": 1e20, "loss": 1.0}) + "\n"
+        + json.dumps({"time_stamp": 1e300, "step": 2, "epoch": 1, "rank": 0, "loss": 1.0})
+        + "\n"
+        + json.dumps({"time_stamp": 1.7e9, "step": 2**70, "epoch": 1, "rank": 0, "loss": 1.0})
+        + "\n"
+        + json.dumps({"time_stamp": 1.7e9, "step": 4, "epoch": 1, "rank": 1e20, "loss": 1.0})
+        + "\n"
     )
     result = _cli("replay", str(log), "--tensorboard", str(tmp_path / "tb"), cwd=tmp_path)
     assert result.returncode == 1

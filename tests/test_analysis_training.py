@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from otel_mindformers import MonitorCallback, semconv
-from otel_mindformers import training_metrics as tm
+from otel_mindformers import MonitorCallback
+from otel_mindformers.names import semconv
+from otel_mindformers.names import training as tm
 from tests.support import training
 from tests.support.training import Faults
 from tests.test_analysis_plot import count, load, panels
@@ -34,14 +35,17 @@ def run(tmp_path_factory) -> Path:
         patch.setenv("RANK_SIZE", "2")
         for rank in (0, 1):
             patch.setenv("RANK_ID", str(rank))
-            callback = MonitorCallback({
-                "interval": 2,
-                "output_type": ["json_file"],
-                "json_log_path": str(root / "output" / "train_metric.json"),
-                "log_rotation": {"max_bytes": 1200, "backup_count": 50},
-            })
-            training.train([callback], steps=STEPS, shape="tuple5",
-                           faults=Faults(nan_at={NAN_STEP}) if rank == 0 else None)
+            callback = MonitorCallback(
+                {
+                    "interval": 2,
+                    "output_type": ["json_file"],
+                    "json_log_path": str(root / "output" / "train_metric.json"),
+                    "log_rotation": {"max_bytes": 1200, "backup_count": 50},
+                }
+            )
+            training.train(
+                [callback], steps=STEPS, shape="tuple5", faults=Faults(nan_at={NAN_STEP}) if rank == 0 else None
+            )
     return root / "output"
 
 
@@ -53,8 +57,9 @@ def logged(run: Path, rank: int) -> list[dict]:
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "otel_mindformers.cli", *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=180
+    )
 
 
 def test_the_run_rotated_and_logged_what_the_tests_rely_on(run):
@@ -105,18 +110,19 @@ def test_replay_into_a_real_otlp_receiver(run, otlp_receiver, protocol):
     steps = otlp_receiver.spans(semconv.SPAN_STEP)
     for rank in (0, 1):
         lines = logged(run, rank)
-        spans = sorted((s for s in steps if s.resource[semconv.ATTR_RANK] == rank),
-                       key=lambda s: s.attributes[semconv.ATTR_STEP])
+        spans = sorted(
+            (s for s in steps if s.resource[semconv.ATTR_RANK] == rank), key=lambda s: s.attributes[semconv.ATTR_STEP]
+        )
         assert [s.attributes[semconv.ATTR_STEP] for s in spans] == [line["step"] for line in lines]
         for span, line in zip(spans, lines):
             assert span.end_time_unix_nano / 1e9 == pytest.approx(line["time_stamp"], abs=1e-6)
             assert (span.end_time_unix_nano - span.start_time_unix_nano) / 1e6 == pytest.approx(
-                line["train_per_step_time"], abs=1e-3)
+                line["train_per_step_time"], abs=1e-3
+            )
             assert span.resource[semconv.ATTR_JOB_ID] == "job-42"
             assert span.status_code == (2 if "nonfinite" in line else 0)
     (run_span,) = [s for s in otlp_receiver.spans(semconv.SPAN_RUN) if s.resource[semconv.ATTR_RANK] == 0]
-    assert all(s.links == [(run_span.trace_id, run_span.span_id)]
-               for s in steps if s.resource[semconv.ATTR_RANK] == 0)
+    assert all(s.links == [(run_span.trace_id, run_span.span_id)] for s in steps if s.resource[semconv.ATTR_RANK] == 0)
     loss = sorted(otlp_receiver.points(tm.instrument_name(tm.LOSS)), key=lambda p: p.time_unix_nano)
     finite = [line for line in logged(run, 0) if line["loss"] is not None]
     assert [p.value for p in loss] == pytest.approx([line["loss"] for line in finite])

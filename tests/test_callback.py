@@ -7,13 +7,13 @@ import mindspore as ms
 import pytest
 from opentelemetry.trace import StatusCode
 
-from otel_mindformers import ConfigError, MonitorCallback, semconv
-from otel_mindformers import training_metrics as tm
+from otel_mindformers import ConfigError, MonitorCallback
+from otel_mindformers.names import semconv
+from otel_mindformers.names import training as tm
 from tests.support import training
 from tests.support.in_memory import Capture
 from tests.support.readbacks import record_readbacks
 from tests.support.training import Faults
-
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow  # real training runs
 def strict_lines(path):
     def reject(constant):
         raise ValueError(f"non-strict JSON constant {constant}")
+
     return [json.loads(line, parse_constant=reject) for line in path.read_text().splitlines()]
 
 
@@ -33,8 +34,15 @@ def config(tmp_path, **overrides):
 EXPECTED_KEYS = {
     "scalar": {"loss", "learning_rate", "train_per_step_time", "samples_per_second"},
     "tuple3": {"loss", "learning_rate", "overflow", "loss_scale", "train_per_step_time", "samples_per_second"},
-    "tuple5": {"loss", "learning_rate", "grad_norm", "overflow", "loss_scale", "train_per_step_time",
-               "samples_per_second"},
+    "tuple5": {
+        "loss",
+        "learning_rate",
+        "grad_norm",
+        "overflow",
+        "loss_scale",
+        "train_per_step_time",
+        "samples_per_second",
+    },
 }
 
 
@@ -49,7 +57,9 @@ def test_every_output_shape_is_read_on_sampled_steps(shape, mode, workdir):
     assert [line["step"] for line in lines] == [1, 5, 10, 12]  # first, every 5th, last
     for line in lines:
         # goodput and the time breakdown on every line; an ETA from the second sample on.
-        assert set(line) - {tm.ETA} == {"time_stamp", "step", "epoch", "rank", "time", tm.GOODPUT} | EXPECTED_KEYS[shape]
+        assert (
+            set(line) - {tm.ETA} == {"time_stamp", "step", "epoch", "rank", "time", tm.GOODPUT} | EXPECTED_KEYS[shape]
+        )
         assert line["rank"] == 0 and line["epoch"] == 1
         assert line["loss"] > 0 and line["train_per_step_time"] > 0
         assert line["learning_rate"] == pytest.approx(0.01)
@@ -58,7 +68,7 @@ def test_every_output_shape_is_read_on_sampled_steps(shape, mode, workdir):
         assert {line["overflow"] for line in lines} == {False}
 
     step_spans = capture.finished(semconv.SPAN_STEP)
-    run_span, = capture.finished(semconv.SPAN_RUN)
+    (run_span,) = capture.finished(semconv.SPAN_RUN)
     assert sorted(s.attributes[semconv.ATTR_STEP] for s in step_spans) == [1, 5, 10, 12]
     for span in step_spans:
         assert span.links[0].context.span_id == run_span.context.span_id
@@ -67,14 +77,14 @@ def test_every_output_shape_is_read_on_sampled_steps(shape, mode, workdir):
     assert run_span.attributes[semconv.ATTR_RANK] == 0
 
     points = capture.points()
-    steps_total, = points[tm.STEPS.name]
+    (steps_total,) = points[tm.STEPS.name]
     assert steps_total.value == 12
-    duration, = points[tm.instrument_name(tm.STEP_TIME)]
+    (duration,) = points[tm.instrument_name(tm.STEP_TIME)]
     assert duration.count == 4 and duration.explicit_bounds == tm.STEP_DURATION_BUCKETS
     exemplars = capture.exemplars(tm.instrument_name(tm.STEP_TIME))
     assert exemplars, "step-duration points carry exemplars of their step spans"
     assert {e.span_id for e in exemplars} <= {s.context.span_id for s in step_spans}
-    loss, = points[tm.instrument_name(tm.LOSS)]
+    (loss,) = points[tm.instrument_name(tm.LOSS)]
     assert loss.attributes == {semconv.ATTR_RANK: 0}
     assert loss.value == pytest.approx(lines[-1]["loss"])
     if shape == "tuple5":
@@ -89,7 +99,12 @@ def test_learning_rate_is_the_one_the_step_used(workdir):
         training.train([cb], steps=10, shape=shape, lr=schedule)
         lines = strict_lines(workdir / f"{shape}.json")
         assert [(l["step"], round(l["learning_rate"], 6)) for l in lines] == [
-            (1, 0.001), (3, 0.003), (6, 0.006), (9, 0.009), (10, 0.01)]
+            (1, 0.001),
+            (3, 0.003),
+            (6, 0.006),
+            (9, 0.009),
+            (10, 0.01),
+        ]
 
 
 def test_unsampled_steps_do_no_device_readback(workdir, monkeypatch):
@@ -147,8 +162,7 @@ def test_report_ranks_all_makes_every_rank_report(workdir, monkeypatch):
 
 
 def test_stdout_line_per_sampled_step(workdir, capsys):
-    training.train([MonitorCallback(config(workdir, output_type=["stdout"], interval=4))], steps=8,
-                   shape="tuple5")
+    training.train([MonitorCallback(config(workdir, output_type=["stdout"], interval=4))], steps=8, shape="tuple5")
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("[otel_mindformers]")]
     assert len(lines) == 3
     assert lines[1].startswith("[otel_mindformers] rank 0 epoch 1 step 4 | loss ")
@@ -179,8 +193,12 @@ def test_article_custom_monitor_appends_to_the_same_file(workdir, capsys):
     from pathlib import Path
 
     examples = Path(__file__).resolve().parent.parent / "examples"
-    cb = MonitorCallback(config(workdir, custom_monitor_callback="custom_monitor.CustomMetricMonitor",
-                                alert_config={"loss_threshold": 0.0}), source_dir=str(examples))
+    cb = MonitorCallback(
+        config(
+            workdir, custom_monitor_callback="custom_monitor.CustomMetricMonitor", alert_config={"loss_threshold": 0.0}
+        ),
+        source_dir=str(examples),
+    )
     training.train([cb], steps=6, shape="tuple5")
     lines = strict_lines(workdir / "m.json")
     custom = [l for l in lines if "lr" in l]
@@ -206,7 +224,7 @@ def test_exception_in_training_ends_run_span_with_error_and_propagates(workdir):
     capture = Capture()
     with pytest.raises(RuntimeError, match="boom at step 3"):
         training.train([capture.callback(config(workdir, interval=1)), Boom()], steps=6)
-    run_span, = capture.finished(semconv.SPAN_RUN)
+    (run_span,) = capture.finished(semconv.SPAN_RUN)
     assert run_span.status.status_code == StatusCode.ERROR
     assert "boom at step 3" in run_span.status.description
     assert [l["step"] for l in strict_lines(workdir / "m.json")] == [1, 2, 3]
@@ -217,12 +235,18 @@ def test_real_otlp_receiver_gets_spans_and_metrics_with_rank(protocol, workdir, 
     monkeypatch.setenv("RANK_ID", "0")
     monkeypatch.setenv("RANK_SIZE", "1")
     endpoint = otlp_receiver.grpc_endpoint if protocol == "grpc" else otlp_receiver.http_endpoint
-    cb = MonitorCallback({"interval": 5, "output_type": ["otlp"], "service_name": "otlp-test",
-                          "otlp": {"endpoint": endpoint, "protocol": protocol, "export_interval": 0.2}})
+    cb = MonitorCallback(
+        {
+            "interval": 5,
+            "output_type": ["otlp"],
+            "service_name": "otlp-test",
+            "otlp": {"endpoint": endpoint, "protocol": protocol, "export_interval": 0.2},
+        }
+    )
     training.train([cb], steps=10, shape="tuple5")
     steps = otlp_receiver.spans(semconv.SPAN_STEP)
     assert sorted(s.attributes[semconv.ATTR_STEP] for s in steps) == [1, 5, 10]
-    run, = otlp_receiver.spans(semconv.SPAN_RUN)
+    (run,) = otlp_receiver.spans(semconv.SPAN_RUN)
     assert run.resource["service.name"] == "otlp-test"
     assert run.resource[semconv.ATTR_RANK] == 0 and run.resource[semconv.ATTR_WORLD_SIZE] == 1
     assert {link[1] for s in steps for link in s.links} == {run.span_id}
@@ -243,8 +267,9 @@ def test_keyword_overrides_are_validated_monitor_config_keys(workdir):
 
 def test_a_step_skipped_by_step_spans_keeps_its_span_when_an_alert_fires(workdir):
     capture = Capture()
-    cb = capture.callback(config(workdir, interval=1, step_spans=False,
-                                 alert_config={"enable_alert": True, "loss_threshold": 1e9}))
+    cb = capture.callback(
+        config(workdir, interval=1, step_spans=False, alert_config={"enable_alert": True, "loss_threshold": 1e9})
+    )
     training.train([cb], steps=8, shape="tuple5", faults=Faults(spike_at={5: 1e6}))
     spans = {s.attributes[semconv.ATTR_STEP]: s for s in capture.finished(semconv.SPAN_STEP)}
     assert min(spans) == 5, "healthy steps 1-4 get no span"

@@ -14,14 +14,12 @@ from mindspore import nn
 from mindspore.train import Model
 
 # Importing the package registers the instrumentor: MindSpore's load_checkpoint is wrapped.
-from otel_mindformers.checkpoint_load import MINDSPORE_MODULES
-from otel_mindformers.diagnosis.names import ATTR_PHASE
-from otel_mindformers.instrumentor import MindFormersInstrumentor
-from otel_mindformers.phase_hooks import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE
-from otel_mindformers.phases import PHASE_DURATION
+from otel_mindformers.integration.checkpoint_load import MINDSPORE_MODULES
+from otel_mindformers.integration.instrumentor import MindFormersInstrumentor
+from otel_mindformers.names.phases import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
 from tests.support import training
-from tests.support.timed_fit import build_net
 from tests.support.in_memory import Capture
+from tests.support.timed_fit import build_net
 from tests.test_callback import config
 
 pytestmark = pytest.mark.slow  # real training runs
@@ -39,8 +37,9 @@ def _train_after_loading(workdir, checkpoint) -> tuple[Capture, float]:
     seconds = time.perf_counter() - started
     capture = Capture()
     model = Model(net, loss_fn=nn.MSELoss(), optimizer=nn.Momentum(net.trainable_params(), 0.01, 0.9))
-    model.train(1, training.build_dataset(4), callbacks=[capture.callback(config(workdir, interval=2))],
-                dataset_sink_mode=False)
+    model.train(
+        1, training.build_dataset(4), callbacks=[capture.callback(config(workdir, interval=2))], dataset_sink_mode=False
+    )
     return capture, seconds
 
 
@@ -92,7 +91,7 @@ def test_mindformers_resume_load_is_one_phase_with_the_resume_flag_and_unregiste
     from mindformers.tools.register import MindFormerConfig
     from mindformers.trainer import base_trainer
 
-    from otel_mindformers.checkpoint_load import ATTR_CHECKPOINT_RESUME
+    from otel_mindformers.names.phases import ATTR_CHECKPOINT_RESUME
 
     checkpoint = workdir / "saved.ckpt"
     ms.save_checkpoint(build_net(), str(checkpoint))

@@ -43,8 +43,14 @@ def test_a_missing_backend_skips_locally_and_fails_under_ci(tmp_path, ci, outcom
         "    unavailable('the backend is not installed')\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO), "CI": ci}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert outcome in done.stdout, done.stdout[-2000:]
     if ci:
         assert "CI requires it: the backend is not installed" in done.stdout

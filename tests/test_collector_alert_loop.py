@@ -127,17 +127,22 @@ def run_alert_loop(
     stop_file = workdir / "stop"
     with ExitStack() as stack:
         webhook = stack.enter_context(WebhookReceiver())
-        alertmanager = stack.enter_context(
-            prom.alertmanager(alertmanager_for_test(webhook), workdir / "alertmanager")
-        )
+        alertmanager = stack.enter_context(prom.alertmanager(alertmanager_for_test(webhook), workdir / "alertmanager"))
         trainer = trainer_process.spawn(
-            monitor_config(workdir, port), workdir, steps=MAX_STEPS, stop_file=stop_file, nan_at=nan_at,
+            monitor_config(workdir, port),
+            workdir,
+            steps=MAX_STEPS,
+            stop_file=stop_file,
+            nan_at=nan_at,
             env={"RANK_ID": str(RANK), "RANK_SIZE": str(WORLD)},
         )
         stack.callback(_stop, trainer, stop_file)
         prometheus_config = {
-            "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": SCRAPE_INTERVAL,
-                       "evaluation_interval": SCRAPE_INTERVAL},
+            "global": {
+                "scrape_interval": SCRAPE_INTERVAL,
+                "scrape_timeout": SCRAPE_INTERVAL,
+                "evaluation_interval": SCRAPE_INTERVAL,
+            },
             "rule_files": rules_for_test(workdir / "prometheus", alert, loss_threshold),
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager.address]}]}]},
             "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
@@ -175,8 +180,10 @@ def test_loss_above_a_low_threshold_reaches_the_webhook(loop_dir):
         payload = notification.body
         (alert,) = [a for a in payload["alerts"] if a["labels"]["alertname"] == "MindformersLossAboveThreshold"]
         assert alert["labels"] == {
-            "alertname": "MindformersLossAboveThreshold", "severity": "warning",
-            "job": JOB, "training_rank": str(RANK),
+            "alertname": "MindformersLossAboveThreshold",
+            "severity": "warning",
+            "job": JOB,
+            "training_rank": str(RANK),
         }
         # Warnings are grouped per alert and job (ranks listed inside), by the shipped route.
         assert payload["groupLabels"] == {"alertname": "MindformersLossAboveThreshold", "job": JOB}
@@ -195,12 +202,16 @@ def test_non_finite_loss_pages_wecom_and_the_webhook(loop_dir):
         for notification in (webhook, oncall):
             (alert,) = notification.body["alerts"]
             assert alert["labels"] == {
-                "alertname": "MindformersNonFiniteLoss", "severity": "critical",
-                "job": JOB, "training_rank": str(RANK),
+                "alertname": "MindformersNonFiniteLoss",
+                "severity": "critical",
+                "job": JOB,
+                "training_rank": str(RANK),
             }
         # Critical alerts are grouped per rank, so each rank gets its own page.
         assert oncall.body["groupLabels"] == {
-            "alertname": "MindformersNonFiniteLoss", "job": JOB, "training_rank": str(RANK),
+            "alertname": "MindformersNonFiniteLoss",
+            "job": JOB,
+            "training_rank": str(RANK),
         }
         counted = loop.prometheus.query(f'mindformers_train_nonfinite_total{{training_metric="loss",job="{JOB}"}}')
         assert counted and float(counted[0]["value"][1]) >= 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from otel_mindformers import semconv
+from otel_mindformers.names import semconv
 from tests.support.prometheus import AMTOOL, PROMTOOL, run_tool
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
@@ -25,13 +25,7 @@ def load(path: Path):
 
 
 def alert_rules() -> list[dict]:
-    return [
-        rule
-        for path in RULE_FILES
-        for group in load(path)["groups"]
-        for rule in group["rules"]
-        if "alert" in rule
-    ]
+    return [rule for path in RULE_FILES for group in load(path)["groups"] for rule in group["rules"] if "alert" in rule]
 
 
 # --- Prometheus rules --------------------------------------------------------------------------
@@ -103,8 +97,13 @@ def test_amtool_checks_alertmanager_yaml():
 def test_amtool_routes_alerts_to_the_receivers(labels, receivers):
     labels = {**labels, "job": "llama", "training_rank": "0"}
     result = run_tool(
-        AMTOOL, "config", "routes", "test", f"--config.file={ALERTMANAGER_YAML}",
-        f"--verify.receivers={receivers}", *(f"{k}={v}" for k, v in labels.items()),
+        AMTOOL,
+        "config",
+        "routes",
+        "test",
+        f"--config.file={ALERTMANAGER_YAML}",
+        f"--verify.receivers={receivers}",
+        *(f"{k}={v}" for k, v in labels.items()),
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -139,8 +138,17 @@ def test_dashboard_is_valid_json_with_datasource_variables():
 
 def test_dashboard_has_the_panels_users_look_for():
     panels = {panel["title"]: panel for panel in dashboard()["panels"]}
-    for title in ("Loss", "Learning rate", "Gradient norm", "Step time per rank", "Samples per second",
-                  "Overflow", "Accelerator utilisation", "Accelerator memory used", "Firing alerts"):
+    for title in (
+        "Loss",
+        "Learning rate",
+        "Gradient norm",
+        "Step time per rank",
+        "Samples per second",
+        "Overflow",
+        "Accelerator utilisation",
+        "Accelerator memory used",
+        "Firing alerts",
+    ):
         assert title in panels
     assert any("Straggler" in title for title in panels)
     assert any(t.get("exemplar") for p in panels.values() for t in p.get("targets", []))

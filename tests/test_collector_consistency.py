@@ -22,9 +22,10 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_mindformers import semconv, training_metrics
-from otel_mindformers.identity import Identity
-from otel_mindformers.semconv import Kind, MetricSpec
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import semconv
+from otel_mindformers.names import training as training_metrics
+from otel_mindformers.names.semconv import Kind, MetricSpec
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
 RULE_FILES = sorted((CONFIG_DIR / "rules").glob("*.yaml"))
@@ -140,8 +141,7 @@ def scraped() -> dict[str, dict]:
     text = generate_latest(registry).decode()
     provider.shutdown()
     return {
-        family.name: [(s.name, s.labels) for s in family.samples]
-        for family in text_string_to_metric_families(text)
+        family.name: [(s.name, s.labels) for s in family.samples] for family in text_string_to_metric_families(text)
     }
 
 
@@ -194,7 +194,7 @@ def test_translation_handles_each_unit_form():
 
 
 # --- what collector-config/ uses -------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rule_groups() -> tuple[dict, ...]:
     return tuple(group for path in RULE_FILES for group in yaml.safe_load(path.read_text())["groups"])
 
@@ -204,18 +204,14 @@ def recorded_names() -> set[str]:
 
 
 def rule_expressions() -> dict[str, str]:
-    return {
-        rule.get("alert") or rule["record"]: rule["expr"]
-        for group in rule_groups()
-        for rule in group["rules"]
-    }
+    return {rule.get("alert") or rule["record"]: rule["expr"] for group in rule_groups() for rule in group["rules"]}
 
 
 # Grafana's built-in interval variables, replaced by a duration so the query parses.
 _GRAFANA_DURATIONS = re.compile(r"\$__(rate_interval|interval|range)\b")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dashboard_expressions() -> dict[str, str]:
     out = {}
     for path in DASHBOARDS:
@@ -259,7 +255,7 @@ def labels_used(expr: str) -> set[str]:
     return used - {"__name__"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def all_expressions() -> dict[str, str]:
     return {**rule_expressions(), **dashboard_expressions()}
 
@@ -295,9 +291,7 @@ def test_dimensionless_gauges_are_queried_in_both_spellings():
     for where, expr in all_expressions().items():
         names = {s.name for s in selectors(expr)}
         for python, collector in differing.items():
-            assert (python in names) == (collector in names), (
-                f"{where}: uses only one of {python!r} / {collector!r}"
-            )
+            assert (python in names) == (collector in names), f"{where}: uses only one of {python!r} / {collector!r}"
 
 
 def dashboard_reach() -> set[str]:
@@ -335,8 +329,14 @@ DEVICE_FAULT_ALERTS = {
     "MindformersOpticalPowerOutOfRange": {semconv.HW_NETWORK_OPTICAL_POWER, semconv.HW_NETWORK_OPTICAL_POWER_LIMIT},
     "MindformersDeviceThrottled": {semconv.HW_GPU_THROTTLED, semconv.HW_NPU_SPEED, semconv.HW_NPU_SPEED_LIMIT},
 }
-DEVICE_FAULT_LABELS = {semconv.ATTR_ERROR_TYPE, semconv.ATTR_HW_NPU_ERROR_CODE, semconv.ATTR_NETWORK_IO_DIRECTION,
-                       semconv.ATTR_HW_LIMIT_TYPE, semconv.ATTR_HW_TYPE, semconv.ATTR_HW_STATE}
+DEVICE_FAULT_LABELS = {
+    semconv.ATTR_ERROR_TYPE,
+    semconv.ATTR_HW_NPU_ERROR_CODE,
+    semconv.ATTR_NETWORK_IO_DIRECTION,
+    semconv.ATTR_HW_LIMIT_TYPE,
+    semconv.ATTR_HW_TYPE,
+    semconv.ATTR_HW_STATE,
+}
 
 
 @pytest.mark.parametrize("alert", sorted(DEVICE_FAULT_ALERTS))
@@ -352,12 +352,24 @@ def test_device_fault_alerts_select_the_names_the_package_emits(alert):
 
 
 def test_every_device_name_added_for_faults_is_in_the_table_and_on_a_panel():
-    new = {semconv.HW_ENERGY, semconv.HW_NETWORK_UP, semconv.HW_NETWORK_PACKETS, semconv.HW_NETWORK_IO,
-           semconv.HW_NETWORK_OPTICAL_POWER, semconv.HW_NETWORK_OPTICAL_POWER_LIMIT, semconv.HW_NPU_SPEED,
-           semconv.HW_NPU_SPEED_LIMIT, semconv.HW_NPU_ERROR_CODE, semconv.HW_NPU_MEMORY_ISOLATED_PAGES,
-           semconv.HW_GPU_MEMORY_REMAPPED_ROWS, semconv.HW_GPU_THROTTLED}
+    new = {
+        semconv.HW_ENERGY,
+        semconv.HW_NETWORK_UP,
+        semconv.HW_NETWORK_PACKETS,
+        semconv.HW_NETWORK_IO,
+        semconv.HW_NETWORK_OPTICAL_POWER,
+        semconv.HW_NETWORK_OPTICAL_POWER_LIMIT,
+        semconv.HW_NPU_SPEED,
+        semconv.HW_NPU_SPEED_LIMIT,
+        semconv.HW_NPU_ERROR_CODE,
+        semconv.HW_NPU_MEMORY_ISOLATED_PAGES,
+        semconv.HW_GPU_MEMORY_REMAPPED_ROWS,
+        semconv.HW_GPU_THROTTLED,
+    }
     specs = {spec.name: spec for spec in semconv.all_metrics()}
     assert new <= set(specs)
     shown = dashboard_reach()
     for name in sorted(new):
-        assert (prometheus_series_names(specs[name]) | prometheus_series_names(specs[name], collector=True)) & shown, name
+        assert (prometheus_series_names(specs[name]) | prometheus_series_names(specs[name], collector=True)) & shown, (
+            name
+        )

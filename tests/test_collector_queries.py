@@ -18,18 +18,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from otel_mindformers import semconv
-from otel_mindformers import training_metrics as tm
-from otel_mindformers.diagnosis import names
-from otel_mindformers.phase_hooks import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE
-from otel_mindformers.phases import PHASE_CHECKPOINT_LOAD, PHASE_COMPILE, PHASE_STARTUP, SPAN_PREFIX
+from otel_mindformers.names import phases as phase_names
+from otel_mindformers.names import semconv
+from otel_mindformers.names import training as tm
+from otel_mindformers.names.phases import (
+    ATTR_CHECKPOINT_PATH,
+    ATTR_CHECKPOINT_SIZE,
+    PHASE_CHECKPOINT_LOAD,
+    PHASE_COMPILE,
+    PHASE_STARTUP,
+    SPAN_PREFIX,
+)
 from tests.support import prometheus as prom
 from tests.support import trainer_process
 from tests.test_collector_consistency import emitted_series_names, labels_used, package_labels, sanitize, selectors
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = (REPO / "docs" / "collector.md").read_text()
-SECTION = DOC[DOC.index("## Queries that work"):DOC.index("\n## ", DOC.index("## Queries that work") + 1)]
+SECTION = DOC[DOC.index("## Queries that work") : DOC.index("\n## ", DOC.index("## Queries that work") + 1)]
 
 
 def blocks(language: str) -> list[str]:
@@ -37,19 +43,36 @@ def blocks(language: str) -> list[str]:
 
 
 # --- what the package emits ------------------------------------------------------------------
-PHASES = (PHASE_STARTUP, PHASE_COMPILE, names.PHASE_DATA_WAIT, names.PHASE_EVALUATION,
-          names.PHASE_CHECKPOINT_SAVE, PHASE_CHECKPOINT_LOAD)
+PHASES = (
+    PHASE_STARTUP,
+    PHASE_COMPILE,
+    phase_names.PHASE_DATA_WAIT,
+    phase_names.PHASE_EVALUATION,
+    phase_names.PHASE_CHECKPOINT_SAVE,
+    PHASE_CHECKPOINT_LOAD,
+)
 SPAN_NAMES = {semconv.SPAN_RUN, semconv.SPAN_EPOCH, semconv.SPAN_STEP} | {SPAN_PREFIX + p for p in PHASES}
 IDENTITY = {value for key, value in vars(semconv).items() if key.startswith("ATTR_")}
 RESOURCE_ATTRIBUTES = IDENTITY | {"service.name", "service.instance.id", "host.name"}
 SPAN_ATTRIBUTES = (
     IDENTITY
     | {row.span_attribute for row in tm.TABLE if row.span_attribute}
-    | {names.ATTR_PHASE, ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE}
+    | {phase_names.ATTR_PHASE, ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE}
 )
 # What the logs bridge puts on a record (logs.py), as Loki names structured metadata.
-LOG_FIELDS = {sanitize(a) for a in (semconv.ATTR_RANK, semconv.ATTR_STEP, names.ATTR_PHASE, semconv.ATTR_LOGS_DROPPED,
-                                    "code.file.path", "code.function.name", "code.line.number", "thread.name")}
+LOG_FIELDS = {
+    sanitize(a)
+    for a in (
+        semconv.ATTR_RANK,
+        semconv.ATTR_STEP,
+        phase_names.ATTR_PHASE,
+        semconv.ATTR_LOGS_DROPPED,
+        "code.file.path",
+        "code.function.name",
+        "code.line.number",
+        "thread.name",
+    )
+}
 LOKI_OWN = {"service_name", "trace_id", "span_id", "severity_text"}
 
 
@@ -150,15 +173,27 @@ def test_promql_examples_answer_from_a_real_prometheus_scraping_a_real_training(
     prom.require_binary(prom.PROMETHEUS)
     port = prom.free_port()
     config = tmp_path / "monitor.yaml"
-    config.write_text(yaml.safe_dump({"monitor_config": {
-        "interval": 1, "output_type": ["prometheus"], "prometheus": {"host": "127.0.0.1", "port": port},
-        "report_ranks": "all"}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "monitor_config": {
+                    "interval": 1,
+                    "output_type": ["prometheus"],
+                    "prometheus": {"host": "127.0.0.1", "port": port},
+                    "report_ranks": "all",
+                }
+            }
+        )
+    )
     stop_file = tmp_path / "stop"
-    trainer = trainer_process.spawn(config, tmp_path, steps=100_000, stop_file=stop_file,
-                                    env={"RANK_ID": "2", "RANK_SIZE": "4"})
+    trainer = trainer_process.spawn(
+        config, tmp_path, steps=100_000, stop_file=stop_file, env={"RANK_ID": "2", "RANK_SIZE": "4"}
+    )
     try:
-        scrape = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-                  "scrape_configs": [{"job_name": "train", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]}
+        scrape = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [{"job_name": "train", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
+        }
         with prom.prometheus(scrape, tmp_path / "prometheus") as server:
             for query in blocks("promql"):
                 answer = _wait_for_answer(server, query)
@@ -166,7 +201,9 @@ def test_promql_examples_answer_from_a_real_prometheus_scraping_a_real_training(
                 assert {series["metric"].get("training_rank") for series in answer} == {"2"}, answer
             exemplars = prom._get_json(
                 f"{server.url}/api/v1/query_exemplars?"
-                + urllib.parse.urlencode({"query": blocks("promql")[-1], "start": time.time() - 600, "end": time.time()})
+                + urllib.parse.urlencode(
+                    {"query": blocks("promql")[-1], "start": time.time() - 600, "end": time.time()}
+                )
             )
             assert exemplars["status"] == "success"  # the scrape path carries none (see the doc)
     finally:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from otel_mindformers import semconv
-from otel_mindformers import training_metrics as tm
+from otel_mindformers.names import semconv
+from otel_mindformers.names import training as tm
 from tests.support import trainer_process
 from tests.support.backends import unavailable
 from tests.support.prometheus import free_port, stop_process
@@ -54,15 +54,24 @@ def rotel(workdir: Path, exporter_protocol: str, exporter_endpoint: str) -> Iter
     grpc_port, http_port = free_port(), free_port()
     log = workdir / "rotel.log"
     argv = [
-        rotel_binary(), "start",
-        "--otlp-grpc-endpoint", f"127.0.0.1:{grpc_port}",
-        "--otlp-http-endpoint", f"127.0.0.1:{http_port}",
-        "--exporter", "otlp",
-        "--otlp-exporter-endpoint", exporter_endpoint,
-        "--otlp-exporter-protocol", exporter_protocol,
-        "--otlp-exporter-compression", "gzip",
-        "--pid-file", str(workdir / "rotel.pid"),
-        "--log-file", str(log),
+        rotel_binary(),
+        "start",
+        "--otlp-grpc-endpoint",
+        f"127.0.0.1:{grpc_port}",
+        "--otlp-http-endpoint",
+        f"127.0.0.1:{http_port}",
+        "--exporter",
+        "otlp",
+        "--otlp-exporter-endpoint",
+        exporter_endpoint,
+        "--otlp-exporter-protocol",
+        exporter_protocol,
+        "--otlp-exporter-compression",
+        "gzip",
+        "--pid-file",
+        str(workdir / "rotel.pid"),
+        "--log-file",
+        str(log),
     ]
     with log.open("ab") as sink:
         process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)
@@ -75,13 +84,19 @@ def rotel(workdir: Path, exporter_protocol: str, exporter_endpoint: str) -> Iter
 
 def train_into(workdir: Path, grpc_port: int) -> None:
     config = workdir / "monitor.yaml"
-    config.write_text(yaml.safe_dump({"monitor_config": {
-        "interval": INTERVAL,
-        "output_type": ["otlp"],
-        "report_ranks": "all",
-        "service_name": "rotel-e2e",
-        "otlp": {"endpoint": f"http://127.0.0.1:{grpc_port}", "protocol": "grpc", "export_interval": 0.5},
-    }}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "monitor_config": {
+                    "interval": INTERVAL,
+                    "output_type": ["otlp"],
+                    "report_ranks": "all",
+                    "service_name": "rotel-e2e",
+                    "otlp": {"endpoint": f"http://127.0.0.1:{grpc_port}", "protocol": "grpc", "export_interval": 0.5},
+                }
+            }
+        )
+    )
     trainer = trainer_process.spawn(config, workdir, steps=STEPS, env={"RANK_ID": str(RANK), "RANK_SIZE": str(WORLD)})
     assert trainer.wait(timeout=180) == 0, trainer_process.log_tail(workdir)
 
@@ -94,9 +109,11 @@ def test_spans_and_metrics_keep_their_rank_through_rotel(tmp_path, otlp_receiver
         # Sampled steps: the first, every INTERVAL-th and the last.
         expected_steps = {1, *range(INTERVAL, STEPS + 1, INTERVAL), STEPS}
         arrived = otlp_receiver.wait_for(
-            lambda rx: {s.attributes.get(semconv.ATTR_STEP) for s in rx.spans(semconv.SPAN_STEP)} >= expected_steps
-            and rx.spans(semconv.SPAN_RUN)
-            and rx.points(tm.instrument_name(tm.LOSS)),
+            lambda rx: (
+                {s.attributes.get(semconv.ATTR_STEP) for s in rx.spans(semconv.SPAN_STEP)} >= expected_steps
+                and rx.spans(semconv.SPAN_RUN)
+                and rx.points(tm.instrument_name(tm.LOSS))
+            ),
             timeout=30,
         )
     assert arrived, f"received spans: {[s.name for s in otlp_receiver.spans()]}\n{trainer_process.log_tail(tmp_path)}"

@@ -16,9 +16,9 @@ import yaml
 
 from otel_mindformers import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.config import OTLP_PROTOCOLS
-from otel_mindformers.instrumentor import _config_from_environment
-from otel_mindformers.monitor import load_monitor_class
+from otel_mindformers.integration.instrumentor import _config_from_environment
 from otel_mindformers.outputs.paths import check_output_paths, prepare_output_paths
+from otel_mindformers.runtime.custom_monitors import load_monitor_class
 
 REPO = Path(__file__).resolve().parent.parent
 ARTICLE_YAML = REPO / "examples" / "train_config.yaml"
@@ -59,8 +59,15 @@ def test_file_that_is_the_section_itself(tmp_path):
 
 def test_mindformers_native_keys_are_aliases_and_kept(tmp_path):
     cfg = load_monitor_config(
-        {"monitor_config": {"monitor_on": True, "step_interval": 4, "dump_path": "./dump",
-                            "local_loss_format": None, "output_type": ["stdout"]}}
+        {
+            "monitor_config": {
+                "monitor_on": True,
+                "step_interval": 4,
+                "dump_path": "./dump",
+                "local_loss_format": None,
+                "output_type": ["stdout"],
+            }
+        }
     )
     assert cfg.enable is True and cfg.interval == 4
     assert cfg.mindformers_native == {"dump_path": "./dump", "local_loss_format": None}
@@ -72,8 +79,7 @@ def test_otlp_settings_default_to_standard_env(monkeypatch):
     cfg = load_monitor_config({"output_type": ["otlp"]})
     assert cfg.otlp.resolved_protocol() == "http/protobuf"
     assert cfg.otlp.resolved_export_interval() == 2.5
-    cfg = load_monitor_config({"otlp": {"protocol": "grpc", "export_interval": 1,
-                                        "headers": "api-key=abc,tenant=t1"}})
+    cfg = load_monitor_config({"otlp": {"protocol": "grpc", "export_interval": 1, "headers": "api-key=abc,tenant=t1"}})
     assert cfg.otlp.resolved_protocol() == "grpc"
     assert cfg.otlp.headers == {"api-key": "abc", "tenant": "t1"}
 
@@ -85,25 +91,43 @@ BAD_CONFIGS = [
     ({"enable": "yes"}, "monitor_config.enable: expected true or false, got 'yes'"),
     ({"output_type": ["stdout", "jsonfile"]}, "unknown value 'jsonfile' (did you mean 'json_file'?)"),
     ({"monitored_metrics": ["los"]}, "monitor_config.monitored_metrics: unknown value 'los' (did you mean 'loss'?)"),
-    ({"alert_config": {"loss_treshold": 1}}, "monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)"),
+    (
+        {"alert_config": {"loss_treshold": 1}},
+        "monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)",
+    ),
     ({"alert_config": []}, "monitor_config.alert_config: expected a mapping"),
     ({"otlp": {"protocol": "udp"}}, "monitor_config.otlp.protocol: unknown value 'udp'"),
     ({"report_ranks": [-1]}, "monitor_config.report_ranks: expected 'all' or a list of ranks"),
-    ({"custom_monitor_callback": "nomodule"}, "monitor_config.custom_monitor_callback: expected 'module.ClassName', got 'nomodule'"),
+    (
+        {"custom_monitor_callback": "nomodule"},
+        "monitor_config.custom_monitor_callback: expected 'module.ClassName', got 'nomodule'",
+    ),
     ({"shutdown_timeout": 1e12}, "monitor_config.shutdown_timeout: must be <= 86400.0, got 1000000000000.0"),
     ({"json_log_path": ""}, "monitor_config.json_log_path: must name a path, got ''"),
     ({"json_log_path": "./output/"}, "monitor_config.json_log_path: must name a file, got the directory './output/'"),
     ({"tensorboard_path": " "}, "monitor_config.tensorboard_path: must name a path"),
-    ({"prometheus": {"host": "not a host!"}}, "monitor_config.prometheus.host: expected an IP address or a host name, got 'not a host!'"),
-    ({"alert_config": {"loss_spike": {"window": 2**62}}}, "monitor_config.alert_config.loss_spike.window: must be <= 1000000"),
+    (
+        {"prometheus": {"host": "not a host!"}},
+        "monitor_config.prometheus.host: expected an IP address or a host name, got 'not a host!'",
+    ),
+    (
+        {"alert_config": {"loss_spike": {"window": 2**62}}},
+        "monitor_config.alert_config.loss_spike.window: must be <= 1000000",
+    ),
     ({"log_rotation": {"backup_count": 10**9}}, "monitor_config.log_rotation.backup_count: must be <= 1000"),
     ({"tokens_per_sample": 2**70}, f"monitor_config.tokens_per_sample: must be <= {2**63 - 1}"),
-    ({"alert_config": {"notifiers": [{"type": "slack", "url": "https://[::1/hook"}]}},
-     "monitor_config.alert_config.notifiers[0].url: does not parse as a URL"),
-    ({"alert_config": {"notifiers": [{"type": "slack", "url": "https://h:99999/x"}]}},
-     "monitor_config.alert_config.notifiers[0].url: does not parse as a URL (Port out of range 0-65535)"),
-    ({"alert_config": {"notifiers": [{"type": "slack", "url": "https:///x"}]}},
-     "monitor_config.alert_config.notifiers[0].url: the URL names no host"),
+    (
+        {"alert_config": {"notifiers": [{"type": "slack", "url": "https://[::1/hook"}]}},
+        "monitor_config.alert_config.notifiers[0].url: does not parse as a URL",
+    ),
+    (
+        {"alert_config": {"notifiers": [{"type": "slack", "url": "https://h:99999/x"}]}},
+        "monitor_config.alert_config.notifiers[0].url: does not parse as a URL (Port out of range 0-65535)",
+    ),
+    (
+        {"alert_config": {"notifiers": [{"type": "slack", "url": "https:///x"}]}},
+        "monitor_config.alert_config.notifiers[0].url: the URL names no host",
+    ),
     ({"source_dir": "/tmp"}, "monitor_config.source_dir: unknown key"),
     ({"mindformers_native": {}}, "monitor_config.mindformers_native: unknown key"),
 ]
@@ -119,16 +143,23 @@ def test_bad_config_gives_one_clear_error(section, message, workdir):
 
 def test_every_problem_of_a_section_is_reported_at_once(workdir):
     with pytest.raises(ConfigError) as info:
-        load_monitor_config({"intervall": 3, "enable": "yes",
-                             "alert_config": {"loss_treshold": 1, "notify_retries": -1},
-                             "otlp": {"protocol": "udp"}})
-    assert sorted(info.value.problems) == sorted([
-        "monitor_config.intervall: unknown key (did you mean 'interval'?)",
-        "monitor_config.enable: expected true or false, got 'yes'",
-        "monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)",
-        "monitor_config.alert_config.notify_retries: must be >= 0, got -1",
-        f"monitor_config.otlp.protocol: unknown value 'udp'; allowed: {', '.join(OTLP_PROTOCOLS)}",
-    ])
+        load_monitor_config(
+            {
+                "intervall": 3,
+                "enable": "yes",
+                "alert_config": {"loss_treshold": 1, "notify_retries": -1},
+                "otlp": {"protocol": "udp"},
+            }
+        )
+    assert sorted(info.value.problems) == sorted(
+        [
+            "monitor_config.intervall: unknown key (did you mean 'interval'?)",
+            "monitor_config.enable: expected true or false, got 'yes'",
+            "monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)",
+            "monitor_config.alert_config.notify_retries: must be >= 0, got -1",
+            f"monitor_config.otlp.protocol: unknown value 'udp'; allowed: {', '.join(OTLP_PROTOCOLS)}",
+        ]
+    )
     assert str(info.value).startswith("5 problems:\n")
 
 
@@ -144,8 +175,15 @@ def _sections(cls=MonitorConfig, path="monitor_config"):
             continue
         for sub_path, sub_cls, place in _sections(inner, f"{path}.{field.name}{'[0]' if listed else ''}"):
             name = field.name
-            yield sub_path, sub_cls, (lambda entry, place=place, name=name, listed=listed:
-                                      {name: [place(entry)] if listed else place(entry)})
+            yield (
+                sub_path,
+                sub_cls,
+                (
+                    lambda entry, place=place, name=name, listed=listed: {
+                        name: [place(entry)] if listed else place(entry)
+                    }
+                ),
+            )
 
 
 SECTIONS = list(_sections())
@@ -153,10 +191,16 @@ SECTIONS = list(_sections())
 
 def test_every_section_is_walked():
     assert {path for path, _, _ in SECTIONS} >= {
-        "monitor_config", "monitor_config.alert_config", "monitor_config.alert_config.loss_spike",
-        "monitor_config.alert_config.grad_norm_spike", "monitor_config.alert_config.step_time_regression",
-        "monitor_config.alert_config.notifiers[0]", "monitor_config.otlp", "monitor_config.prometheus",
-        "monitor_config.device_config", "monitor_config.log_rotation",
+        "monitor_config",
+        "monitor_config.alert_config",
+        "monitor_config.alert_config.loss_spike",
+        "monitor_config.alert_config.grad_norm_spike",
+        "monitor_config.alert_config.step_time_regression",
+        "monitor_config.alert_config.notifiers[0]",
+        "monitor_config.otlp",
+        "monitor_config.prometheus",
+        "monitor_config.device_config",
+        "monitor_config.log_rotation",
     }
 
 
@@ -173,9 +217,14 @@ def test_loading_creates_and_imports_nothing(workdir):
     """Parsing is pure: folders are made at run start, the custom monitor imported then."""
     sys.modules.pop("custom_monitor", None)
     cfg = load_monitor_config(ARTICLE_YAML)
-    cfg = load_monitor_config({"output_type": ["json_file", "tensorboard"],
-                               "json_log_path": "a/b/m.json", "tensorboard_path": "tb/x",
-                               "custom_monitor_callback": "no_such_module_xyz.Monitor"})
+    cfg = load_monitor_config(
+        {
+            "output_type": ["json_file", "tensorboard"],
+            "json_log_path": "a/b/m.json",
+            "tensorboard_path": "tb/x",
+            "custom_monitor_callback": "no_such_module_xyz.Monitor",
+        }
+    )
     assert list(workdir.iterdir()) == []
     assert "custom_monitor" not in sys.modules and "no_such_module_xyz" not in sys.modules
     prepare_output_paths(cfg)
@@ -226,8 +275,9 @@ def test_defaults_are_usable_without_a_file(workdir):
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "otel_mindformers.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.slow
@@ -236,17 +286,20 @@ def test_cli_validate_ok_and_error(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert "valid; monitoring enabled, every 10 steps" in ok.stdout
     bad = tmp_path / "bad.yaml"
-    bad.write_text(textwrap.dedent("""
+    bad.write_text(
+        textwrap.dedent("""
         monitor_config:
           enable: True
           interval: -2
-    """))
+    """)
+    )
     result = _cli("validate", str(bad), cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == "invalid: monitor_config.interval: must be >= 1, got -2"
 
 
 # --- configuration users already have: MindFormers YAMLs ------------------------------------
+
 
 def _mindformers_yaml(tmp_path, enable, monitor_on):
     document = yaml.safe_load(MINDFORMERS_YAML.read_text())
@@ -263,8 +316,11 @@ def test_enable_beside_monitor_on_works_everywhere_and_enable_wins(workdir, monk
     left to MindFormers, and `enable` configures us."""
     path = _mindformers_yaml(workdir, enable, monitor_on)
     monkeypatch.setenv("OTEL_PYTHON_MINDFORMERS_CONFIG", str(path))
-    for cfg in (load_monitor_config(path), _config_from_environment(),
-                load_monitor_config(yaml.safe_load(path.read_text()))):
+    for cfg in (
+        load_monitor_config(path),
+        _config_from_environment(),
+        load_monitor_config(yaml.safe_load(path.read_text())),
+    ):
         assert cfg.enable is enable
         assert cfg.mindformers_native["monitor_on"] is monitor_on
     result = _cli("validate", str(path), cwd=workdir)
@@ -283,20 +339,23 @@ def test_training_yaml_without_the_section_says_it_is_missing(tmp_path):
     path.write_text("seed: 0\nrunner_config: {epochs: 1}\ncallbacks:\n  - type: MFLossMonitor\n")
     result = _cli("validate", str(path), cwd=tmp_path)
     assert result.returncode == 1
-    assert result.stderr.strip() == (f"invalid: {path}: no monitor_config section "
-                                      "(its top-level keys: callbacks, runner_config, seed)")
+    assert result.stderr.strip() == (
+        f"invalid: {path}: no monitor_config section (its top-level keys: callbacks, runner_config, seed)"
+    )
 
 
 @pytest.mark.slow
 def test_cli_validate_reports_every_problem_at_once(tmp_path):
     path = tmp_path / "bad.yaml"
     (tmp_path / "a_dir.json").mkdir()
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         monitor_config:
           intervall: 3
           alert_config: {loss_treshold: 1}
           prometheus: {hots: 127.0.0.1}
-    """))
+    """)
+    )
     result = _cli("validate", str(path), cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
@@ -304,12 +363,14 @@ def test_cli_validate_reports_every_problem_at_once(tmp_path):
         "invalid: monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)",
         "invalid: monitor_config.prometheus.hots: unknown key (did you mean 'host'?)",
     ]
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         monitor_config:
           output_type: [json_file]
           json_log_path: a_dir.json
           custom_monitor_callback: json.JSONDecoder
-    """))
+    """)
+    )
     result = _cli("validate", str(path), cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
@@ -320,6 +381,7 @@ def test_cli_validate_reports_every_problem_at_once(tmp_path):
 
 
 # --- output paths: checked without creating anything, created at run start -----------------
+
 
 def _unusable_json_path(kind: str, root: Path) -> Path:
     if kind == "directory":
@@ -392,5 +454,7 @@ def test_tensorboard_path_that_is_a_file_is_named(workdir):
     (workdir / "tb").mkdir()
     (workdir / "tb" / "rank_0").write_text("")
     cfg = load_monitor_config({"output_type": ["tensorboard"], "tensorboard_path": "tb"})
-    with pytest.raises(ConfigError, match=r"monitor_config.tensorboard_path: 'tb/rank_0' exists and is not a directory"):
+    with pytest.raises(
+        ConfigError, match=r"monitor_config.tensorboard_path: 'tb/rank_0' exists and is not a directory"
+    ):
         prepare_output_paths(cfg)

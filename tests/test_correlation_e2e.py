@@ -14,9 +14,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from otel_mindformers import semconv
-from otel_mindformers.environment_variables import OTEL_PYTHON_MINDFORMERS_CONFIG, OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT
-from otel_mindformers.logs import AUTO_INSTRUMENTATION_VARIABLE
+from otel_mindformers.integration.environment_variables import (
+    OTEL_PYTHON_MINDFORMERS_CONFIG,
+    OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT,
+)
+from otel_mindformers.names import semconv
+from otel_mindformers.telemetry.log_bridge import AUTO_INSTRUMENTATION_VARIABLE
 from tests.support.instrumented import REPO, child_env, instrumented, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -54,14 +57,22 @@ def correlated_run(tmp_path_factory):
         env = child_env(
             receiver,
             OTEL_SERVICE_NAME="correlated",
-            **{OTEL_PYTHON_MINDFORMERS_CONFIG: str(config), AUTO_INSTRUMENTATION_VARIABLE: "true",
-               OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT: "true"},
+            **{
+                OTEL_PYTHON_MINDFORMERS_CONFIG: str(config),
+                AUTO_INSTRUMENTATION_VARIABLE: "true",
+                OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT: "true",
+            },
         )
         command = instrumented("python", SCRIPT, "--steps", str(STEPS), "--upload-at", str(UPLOAD_AT), "--url", url)
         result = run(command, env, workdir)
         assert "training finished" in result.stdout
-        assert receiver.wait_for(lambda rx: len(rx.spans(semconv.SPAN_STEP)) == 4 and rx.spans("GET")
-                                 and len([r for r in rx.logs("train_script") if r.attributes.get("test_step")]) >= STEPS)
+        assert receiver.wait_for(
+            lambda rx: (
+                len(rx.spans(semconv.SPAN_STEP)) == 4
+                and rx.spans("GET")
+                and len([r for r in rx.logs("train_script") if r.attributes.get("test_step")]) >= STEPS
+            )
+        )
         yield receiver, result.stdout
     server.shutdown()
     server.server_close()

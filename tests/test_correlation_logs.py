@@ -8,10 +8,10 @@ from mindspore.train import Callback
 from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 
-from otel_mindformers import semconv
-from otel_mindformers.callback import MonitorCallback
 from otel_mindformers.config import LogsConfig
-from otel_mindformers.logs import AUTO_INSTRUMENTATION_VARIABLE, RateLimit, logs_enabled, severity
+from otel_mindformers.names import semconv
+from otel_mindformers.runtime.callback import MonitorCallback
+from otel_mindformers.telemetry.log_bridge import AUTO_INSTRUMENTATION_VARIABLE, RateLimit, logs_enabled, severity
 from tests.support.in_memory import Capture as InMemoryCapture
 from tests.support.training import train
 
@@ -40,8 +40,13 @@ class StepLogger(Callback):
 class Capture(InMemoryCapture):
     def callback(self, tmp_path, **config):
         return MonitorCallback(
-            {"interval": 5, "grad_monitor": False, "output_type": ["json_file"],
-             "json_log_path": str(tmp_path / "m.json"), **config},
+            {
+                "interval": 5,
+                "grad_monitor": False,
+                "output_type": ["json_file"],
+                "json_log_path": str(tmp_path / "m.json"),
+                **config,
+            },
             **self.providers(),
         )
 
@@ -49,7 +54,9 @@ class Capture(InMemoryCapture):
         return [d.log_record for d in self.logs.get_finished_logs() if d.instrumentation_scope.name == logger]
 
     def step_spans(self):
-        return {s.attributes[semconv.ATTR_STEP]: s for s in self.spans.get_finished_spans() if s.name == semconv.SPAN_STEP}
+        return {
+            s.attributes[semconv.ATTR_STEP]: s for s in self.spans.get_finished_spans() if s.name == semconv.SPAN_STEP
+        }
 
 
 @pytest.fixture
@@ -82,7 +89,8 @@ def test_records_carry_rank_step_and_the_span_of_the_sampled_step_they_were_made
 def test_the_level_threshold_and_the_loggers_own_level_decide_what_is_sent(capture, tmp_path):
     train([StepLogger(), capture.callback(tmp_path, logs={"enable": True, "level": "DEBUG"})], steps=3)
     assert sorted(r.body for r in capture.records() if r.severity_text == "DEBUG") == [
-        f"debug detail of step {s}" for s in (1, 2, 3)]
+        f"debug detail of step {s}" for s in (1, 2, 3)
+    ]
 
     capture.logs.clear()
     train([StepLogger(), capture.callback(tmp_path, logs={"enable": True, "level": "ERROR"})], steps=3)
@@ -91,8 +99,13 @@ def test_the_level_threshold_and_the_loggers_own_level_decide_what_is_sent(captu
 
 def test_the_rate_limit_holds_for_a_logger_emitting_ten_thousand_lines(capture, tmp_path):
     limit = 50
-    train([StepLogger(burst_at=2, burst=10_000),
-           capture.callback(tmp_path, logs={"enable": True, "rate_limit_per_logger": limit})], steps=4)
+    train(
+        [
+            StepLogger(burst_at=2, burst=10_000),
+            capture.callback(tmp_path, logs={"enable": True, "rate_limit_per_logger": limit}),
+        ],
+        steps=4,
+    )
     records = capture.records()
     dropped = [r for r in records if semconv.ATTR_LOGS_DROPPED in r.attributes]
     sent = [r for r in records if semconv.ATTR_LOGS_DROPPED not in r.attributes]
@@ -148,5 +161,12 @@ def test_rate_limit_windows():
 
 
 def test_severity_follows_the_log_data_model():
-    assert [severity(level)[1] for level in (5, 10, 20, 30, 40, 50)] == ["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"]
+    assert [severity(level)[1] for level in (5, 10, 20, 30, 40, 50)] == [
+        "TRACE",
+        "DEBUG",
+        "INFO",
+        "WARN",
+        "ERROR",
+        "FATAL",
+    ]
     assert severity(25)[0].value == severity(20)[0].value + 3  # a custom level between two

@@ -8,9 +8,9 @@ import sys
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_mindformers.environment_variables import OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT
-from otel_mindformers.instrumentor import MindFormersInstrumentor
-from otel_mindformers.propagation import trace_environment
+from otel_mindformers.integration.environment_variables import OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT
+from otel_mindformers.integration.instrumentor import MindFormersInstrumentor
+from otel_mindformers.integration.propagation import trace_environment
 
 PRINT = [sys.executable, "-c", "import os; print(os.environ.get('TRACEPARENT'), os.environ.get('OTHER'))"]
 LAUNCHER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -69,8 +69,9 @@ def test_wrapped_popen_hands_the_current_span_to_children(wrapped_popen, span, m
     mine = "00-11111111111111111111111111111111-2222222222222222-01"
     assert child_sees(env={**os.environ, "TRACEPARENT": mine})[0] == mine
     # Positional env (the eleventh parameter of Popen) too.
-    process = subprocess.Popen(PRINT, -1, None, None, subprocess.PIPE, None, None, True, False, None,
-                               {**os.environ, "OTHER": "y"}, text=True)
+    process = subprocess.Popen(
+        PRINT, -1, None, None, subprocess.PIPE, None, None, True, False, None, {**os.environ, "OTHER": "y"}, text=True
+    )
     out, _ = process.communicate()
     assert out.split()[0][:-2] == span[:-2] and out.split()[1] == "y"
 

@@ -2,7 +2,7 @@
 
 import threading
 
-from otel_mindformers.deadline import Deadline
+from otel_mindformers.core.deadline import Deadline
 
 
 def test_an_elapsed_budget_leaves_nothing():

@@ -28,8 +28,14 @@ def test_demo_command_trains_and_writes_every_local_output():
     metric_file = output / "train_metric.json"
     if metric_file.exists():
         metric_file.unlink()  # the article's custom monitor appends: start from a clean file
-    result = subprocess.run(readme_commands()[0].split(), cwd=REPO, capture_output=True, text=True,
-                            timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    result = subprocess.run(
+        readme_commands()[0].split(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     ours = [l for l in result.stdout.splitlines() if l.startswith("[otel_mindformers]")]
     assert [int(re.search(r"step (\d+)", l).group(1)) for l in ours] == [1, 10, 20, 30, 40, 50, 60]
@@ -46,7 +52,7 @@ def test_demo_command_trains_and_writes_every_local_output():
 
 
 def test_readme_names_every_metric_and_span_the_package_emits():
-    from otel_mindformers import semconv
+    from otel_mindformers.names import semconv
 
     text = (REPO / "README.md").read_text(encoding="utf-8")
     names = [m.name for m in semconv.all_metrics()] + [semconv.SPAN_RUN, semconv.SPAN_EPOCH, semconv.SPAN_STEP]
@@ -57,7 +63,8 @@ def test_readme_names_every_metric_and_span_the_package_emits():
 def test_readme_metric_tables_are_the_generated_ones():
     """The README's two tables are `training_metrics.markdown_table()` and
     `semconv.markdown_table()`: a metric added without regenerating the README fails here."""
-    from otel_mindformers import semconv, training_metrics
+    from otel_mindformers.names import semconv
+    from otel_mindformers.names import training as training_metrics
 
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert training_metrics.markdown_table() in text

@@ -46,14 +46,33 @@ def test_fixture_faults_fire_the_shipped_device_rules_in_a_real_prometheus(tmp_p
     served = prom.free_port()
     port = served - 1  # local rank 1 (DEVICE_ID) of a two-rank job serves on `prometheus.port + 1`
     config = tmp_path / "monitor.yaml"
-    config.write_text(yaml.safe_dump({"monitor_config": {
-        "interval": 5, "output_type": ["prometheus"], "prometheus": {"host": "127.0.0.1", "port": port},
-        "report_ranks": "all", "device_monitor": True, "device_config": {"poll_interval": 1.0},
-    }}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "monitor_config": {
+                    "interval": 5,
+                    "output_type": ["prometheus"],
+                    "prometheus": {"host": "127.0.0.1", "port": port},
+                    "report_ranks": "all",
+                    "device_monitor": True,
+                    "device_config": {"poll_interval": 1.0},
+                }
+            }
+        )
+    )
     stop_file = tmp_path / "stop"
-    trainer = trainer_process.spawn(config, tmp_path, steps=20000, stop_file=stop_file, env={
-        "PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", "RANK_ID": "1", "RANK_SIZE": "2", "DEVICE_ID": "1",
-    })
+    trainer = trainer_process.spawn(
+        config,
+        tmp_path,
+        steps=20000,
+        stop_file=stop_file,
+        env={
+            "PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}",
+            "RANK_ID": "1",
+            "RANK_SIZE": "2",
+            "DEVICE_ID": "1",
+        },
+    )
     try:
         prometheus_config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -64,14 +83,17 @@ def test_fixture_faults_fire_the_shipped_device_rules_in_a_real_prometheus(tmp_p
             firing: dict[str, str] = {}
             deadline = time.monotonic() + TIMEOUT_S
             while time.monotonic() < deadline and set(firing) != set(EXPECTED):
-                firing = {a["labels"]["alertname"]: a["labels"].get("hw_id") for a in server.alerts()
-                          if a["state"] == "firing" and a["labels"]["alertname"] in EXPECTED}
+                firing = {
+                    a["labels"]["alertname"]: a["labels"].get("hw_id")
+                    for a in server.alerts()
+                    if a["state"] == "firing" and a["labels"]["alertname"] in EXPECTED
+                }
                 time.sleep(0.2)
             assert firing == EXPECTED, (
                 f"firing: {firing}\nup: {server.query('up')}\n"
                 f"--- trainer ---\n{trainer_process.log_tail(tmp_path)}\n--- prometheus ---\n{server.log_tail()}"
             )
-            alert, = [a for a in server.alerts() if a["labels"]["alertname"] == "MindformersNpuErrorCode"]
+            (alert,) = [a for a in server.alerts() if a["labels"]["alertname"] == "MindformersNpuErrorCode"]
             assert alert["labels"]["hw_npu_error_code"] == "0x80E18005" and alert["labels"]["training_rank"] == "1"
             assert alert["annotations"]["runbook"]
     finally:
@@ -82,4 +104,3 @@ def test_fixture_faults_fire_the_shipped_device_rules_in_a_real_prometheus(tmp_p
             trainer.kill()
             trainer.wait()
             raise
-

@@ -7,16 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from otel_mindformers import semconv
 from otel_mindformers.config import DeviceConfig
-from otel_mindformers.devices.ascend import AscendSource
 from otel_mindformers.devices import npu_smi as smi
+from otel_mindformers.devices.ascend import AscendSource
 from otel_mindformers.devices.base import MIB, SourceError
 from otel_mindformers.devices.energy import EnergyIntegrator
 from otel_mindformers.devices.selection import build_sources
-from otel_mindformers.identity import Identity
-
-
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import semconv
 
 
 def calls(log: Path) -> list[str]:
@@ -24,37 +22,56 @@ def calls(log: Path) -> list[str]:
 
 
 def source(device, timeout=5.0, attrs=None):
-    return AscendSource("npu-smi", timeout, None if device is None else [device], device,
-                        attrs or {semconv.ATTR_RANK: 3, semconv.ATTR_DEVICE_ID: device})
+    return AscendSource(
+        "npu-smi",
+        timeout,
+        None if device is None else [device],
+        device,
+        attrs or {semconv.ATTR_RANK: 3, semconv.ATTR_DEVICE_ID: device},
+    )
 
 
 def by_metric(readings, **match):
     """{metric: value} of the points whose attributes include `match` (ECC series, which
     carry a memory type too, only when `match` names an error.type)."""
-    return {p.metric: p.value for p in readings.points
-            if all(p.attributes.get(k) == v for k, v in match.items())
-            and (semconv.ATTR_ERROR_TYPE in match or semconv.ATTR_ERROR_TYPE not in p.attributes)}
+    return {
+        p.metric: p.value
+        for p in readings.points
+        if all(p.attributes.get(k) == v for k, v in match.items())
+        and (semconv.ATTR_ERROR_TYPE in match or semconv.ATTR_ERROR_TYPE not in p.attributes)
+    }
 
 
-FIRST_POLL_910B_NPU1 = ["info", "info -t usages -i 1", "info -t common -i 1", "info -t ecc -i 1",
-                        "info -t health -i 1 -c 0", "info -t board -i 1 -c 0"]
+FIRST_POLL_910B_NPU1 = [
+    "info",
+    "info -t usages -i 1",
+    "info -t common -i 1",
+    "info -t ecc -i 1",
+    "info -t health -i 1 -c 0",
+    "info -t board -i 1 -c 0",
+]
 
 
 def test_910b_own_device_numbers_attributes_and_snapshot(fake_npu_smi):
     readings = source(1).read()
     hbm = by_metric(readings, **{semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm"})
-    assert hbm == {semconv.HW_NPU_MEMORY_USAGE: 21504 * MIB, semconv.HW_NPU_MEMORY_LIMIT: 32768 * MIB,
-                   semconv.HW_NPU_MEMORY_UTILIZATION: 21504 / 32768}
+    assert hbm == {
+        semconv.HW_NPU_MEMORY_USAGE: 21504 * MIB,
+        semconv.HW_NPU_MEMORY_LIMIT: 32768 * MIB,
+        semconv.HW_NPU_MEMORY_UTILIZATION: 21504 / 32768,
+    }
     ddr = by_metric(readings, **{semconv.ATTR_HW_NPU_MEMORY_TYPE: "ddr"})
     assert ddr == {semconv.HW_NPU_MEMORY_LIMIT: 15171 * MIB, semconv.HW_NPU_MEMORY_UTILIZATION: 0.06}
-    tasks = {p.attributes[semconv.ATTR_HW_NPU_TASK]: p.value for p in readings.points
-             if p.metric == semconv.HW_NPU_UTILIZATION}
+    tasks = {
+        p.attributes[semconv.ATTR_HW_NPU_TASK]: p.value
+        for p in readings.points
+        if p.metric == semconv.HW_NPU_UTILIZATION
+    }
     assert tasks == {"aicore": 0.47, "aivector": 0.38, "aicpu": 0.01, "ctrlcpu": 0.05, "overall": 0.52}
     plain = by_metric(readings)
     assert plain[semconv.HW_TEMPERATURE] == 35.0 and plain[semconv.HW_POWER] == 88.7
     assert plain[semconv.DEVICE_PROCESS_MEMORY] == 18432 * MIB  # the fake lists its caller: us
-    states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in readings.points
-              if p.metric == semconv.HW_STATUS}
+    states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in readings.points if p.metric == semconv.HW_STATUS}
     assert states == {"ok": 0.0, "degraded": 1.0, "predicted_failure": 0.0, "failed": 0.0}  # Health: Warning
     for point in readings.points:
         assert point.attributes[semconv.ATTR_HW_ID] == "npu-1"
@@ -62,9 +79,14 @@ def test_910b_own_device_numbers_attributes_and_snapshot(fake_npu_smi):
         assert point.attributes[semconv.ATTR_HW_VENDOR] == "Huawei"
         assert point.attributes[semconv.ATTR_HW_MODEL] == "910B4"
         assert point.attributes[semconv.ATTR_RANK] == 3 and point.attributes[semconv.ATTR_DEVICE_ID] == 1
-    assert readings.snapshot == {"npu_utilization": 47.0, "npu_hbm_used_mb": 21504.0,
-                                 "npu_hbm_total_mb": 32768.0, "npu_temperature_c": 35.0, "npu_power_w": 88.7,
-                                 "npu_process_memory_mb": 18432.0}
+    assert readings.snapshot == {
+        "npu_utilization": 47.0,
+        "npu_hbm_used_mb": 21504.0,
+        "npu_hbm_total_mb": 32768.0,
+        "npu_temperature_c": 35.0,
+        "npu_power_w": 88.7,
+        "npu_process_memory_mb": 18432.0,
+    }
     assert calls(fake_npu_smi) == FIRST_POLL_910B_NPU1
 
 
@@ -82,19 +104,30 @@ def test_a3_second_chip_takes_power_from_common(fake_npu_smi, monkeypatch):
     assert plain[semconv.DEVICE_PROCESS_MEMORY] == 37376 * MIB
     assert {p.attributes[semconv.ATTR_HW_ID] for p in readings.points} == {"npu-1"}
     assert readings.snapshot["npu_utilization"] == 29.0
-    assert calls(fake_npu_smi) == ["info", "info -t usages -i 0", "info -t common -i 0", "info -t ecc -i 0",
-                                   "info -t health -i 0 -c 1", "info -t board -i 0 -c 1"]
+    assert calls(fake_npu_smi) == [
+        "info",
+        "info -t usages -i 0",
+        "info -t common -i 0",
+        "info -t ecc -i 0",
+        "info -t health -i 0 -c 1",
+        "info -t board -i 0 -c 1",
+    ]
 
 
 def test_a3_critical_chip_without_any_power_reading(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
     readings = source(3).read()
     assert semconv.HW_POWER not in by_metric(readings) and semconv.HW_ENERGY not in by_metric(readings)
-    states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in readings.points
-              if p.metric == semconv.HW_STATUS}
+    states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in readings.points if p.metric == semconv.HW_STATUS}
     assert states == {"ok": 0.0, "degraded": 0.0, "predicted_failure": 0.0, "failed": 1.0}
-    assert calls(fake_npu_smi) == ["info", "info -t usages -i 1", "info -t common -i 1", "info -t ecc -i 1",
-                                   "info -t health -i 1 -c 1", "info -t board -i 1 -c 1"]
+    assert calls(fake_npu_smi) == [
+        "info",
+        "info -t usages -i 1",
+        "info -t common -i 1",
+        "info -t ecc -i 1",
+        "info -t health -i 1 -c 1",
+        "info -t board -i 1 -c 1",
+    ]
 
 
 def test_old_driver_ddr_from_the_table(fake_npu_smi, monkeypatch):
@@ -179,6 +212,7 @@ def test_auto_without_npu_smi_on_cpu(monkeypatch, tmp_path):
 
 # --- health, errors, clocks, identity (issue 16) --------------------------------------------------------
 
+
 def points_of(readings, metric):
     return [p for p in readings.points if p.metric == metric]
 
@@ -186,17 +220,21 @@ def points_of(readings, metric):
 def test_fixture_910b_faulty_npu_error_code_ecc_clock_and_identity(fake_npu_smi):
     readings = source(1).read()
     assert readings.problems == ()
-    code, = points_of(readings, semconv.HW_NPU_ERROR_CODE)
+    (code,) = points_of(readings, semconv.HW_NPU_ERROR_CODE)
     assert code.value == 1.0 and code.attributes[semconv.ATTR_HW_NPU_ERROR_CODE] == "0x80E18005"
     assert code.tool == "npu-smi info -t health"
-    errors = {(p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE], p.attributes[semconv.ATTR_ERROR_TYPE]): p.value
-              for p in points_of(readings, semconv.HW_ERRORS)}
+    errors = {
+        (p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE], p.attributes[semconv.ATTR_ERROR_TYPE]): p.value
+        for p in points_of(readings, semconv.HW_ERRORS)
+    }
     assert errors == {("hbm", "corrected"): 17.0, ("hbm", "uncorrected"): 0.0}  # lifetime counts; DDR is NA
-    pages = {p.attributes[semconv.ATTR_ERROR_TYPE]: p.value
-             for p in points_of(readings, semconv.HW_NPU_MEMORY_ISOLATED_PAGES)}
+    pages = {
+        p.attributes[semconv.ATTR_ERROR_TYPE]: p.value
+        for p in points_of(readings, semconv.HW_NPU_MEMORY_ISOLATED_PAGES)
+    }
     assert pages == {"corrected": 1.0, "uncorrected": 0.0}
-    speed, = points_of(readings, semconv.HW_NPU_SPEED)
-    limit, = points_of(readings, semconv.HW_NPU_SPEED_LIMIT)
+    (speed,) = points_of(readings, semconv.HW_NPU_SPEED)
+    (limit,) = points_of(readings, semconv.HW_NPU_SPEED_LIMIT)
     assert (speed.value, limit.value) == (1300e6, 1800e6) and limit.attributes[semconv.ATTR_HW_LIMIT_TYPE] == "max"
     assert speed.tool == "npu-smi info -t common"
     for point in readings.points:
@@ -217,8 +255,10 @@ def test_fixture_a3_uncorrected_errors_and_two_codes_on_the_critical_chip(fake_n
     readings = source(3).read()
     codes = {p.attributes[semconv.ATTR_HW_NPU_ERROR_CODE] for p in points_of(readings, semconv.HW_NPU_ERROR_CODE)}
     assert codes == {"0x80E01801", "0x80E01809"}
-    errors = {(p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE], p.attributes[semconv.ATTR_ERROR_TYPE]): p.value
-              for p in points_of(readings, semconv.HW_ERRORS)}
+    errors = {
+        (p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE], p.attributes[semconv.ATTR_ERROR_TYPE]): p.value
+        for p in points_of(readings, semconv.HW_ERRORS)
+    }
     assert errors[("hbm", "uncorrected")] == 2.0 and errors[("ddr", "uncorrected")] == 0.0
 
 
@@ -226,11 +266,12 @@ def test_fixture_disagree_table_wins_then_usages_then_common(fake_npu_smi, monke
     # Issue 11 item 25: which npu-smi source wins when two print different values.
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "disagree")
     readings = source(1).read()
-    aicore, = [p for p in points_of(readings, semconv.HW_NPU_UTILIZATION)
-               if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"]
+    (aicore,) = [
+        p for p in points_of(readings, semconv.HW_NPU_UTILIZATION) if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"
+    ]
     assert (aicore.value, aicore.tool) == (0.47, "npu-smi info")  # not usages' 50 nor common's 49
-    temperature, = points_of(readings, semconv.HW_TEMPERATURE)
-    power, = points_of(readings, semconv.HW_POWER)
+    (temperature,) = points_of(readings, semconv.HW_TEMPERATURE)
+    (power,) = points_of(readings, semconv.HW_POWER)
     assert (temperature.value, power.value) == (35.0, 88.7)  # not common's 36 and 90.0
     states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in points_of(readings, semconv.HW_STATUS)}
     assert states["degraded"] == 1.0  # the table's Warning, not `-t health`'s OK
@@ -240,8 +281,11 @@ def test_fixture_disagree_table_wins_then_usages_then_common(fake_npu_smi, monke
 def test_fixture_disagree_usages_wins_over_common_where_the_table_is_silent(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "disagree")
     monkeypatch.setattr(smi, "parse_table", lambda text: _without_aicore(real_parse_table(text)))
-    aicore, = [p for p in points_of(source(1).read(), semconv.HW_NPU_UTILIZATION)
-               if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"]
+    (aicore,) = [
+        p
+        for p in points_of(source(1).read(), semconv.HW_NPU_UTILIZATION)
+        if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"
+    ]
     assert (aicore.value, aicore.tool) == (0.50, "npu-smi info -t usages")
 
 
@@ -251,8 +295,10 @@ def test_old_driver_without_ecc_health_board_keeps_its_readings_and_names_each_q
     readings = ascend.read()
     assert readings.snapshot["npu_hbm_total_mb"] == 32768.0
     assert [(p.query, p.error_type) for p in readings.problems] == [
-        ("npu-smi info -t ecc", "exit_status"), ("npu-smi info -t health", "exit_status"),
-        ("npu-smi info -t board", "exit_status")]
+        ("npu-smi info -t ecc", "exit_status"),
+        ("npu-smi info -t health", "exit_status"),
+        ("npu-smi info -t board", "exit_status"),
+    ]
     assert semconv.ATTR_HW_FIRMWARE_VERSION not in readings.points[0].attributes
     assert [p.query for p in ascend.read().problems] == ["npu-smi info -t ecc", "npu-smi info -t health"]
     assert calls(fake_npu_smi).count("info -t board -i 0 -c 0") == 1  # a board that cannot tell is not asked again
@@ -281,6 +327,7 @@ real_parse_table = smi.parse_table
 
 
 def _without_aicore(table):
-    chips = tuple(dataclasses.replace(c, values={k: v for k, v in c.values.items() if k != smi.AICORE})
-                  for c in table.chips)
+    chips = tuple(
+        dataclasses.replace(c, values={k: v for k, v in c.values.items() if k != smi.AICORE}) for c in table.chips
+    )
     return dataclasses.replace(table, chips=chips)

@@ -5,17 +5,20 @@ import json
 import os
 from pathlib import Path
 
+import mindspore
 import pytest
 
-import mindspore
-
-from otel_mindformers import MonitorCallback, identity, semconv
+from otel_mindformers import MonitorCallback
 from otel_mindformers.devices.base import MIB
+from otel_mindformers.names import semconv
 from tests.support import training
 
 # The chip's identity as the 910b fixture's table title and `-t board` print it.
-NPU1_IDENTITY = {semconv.ATTR_HW_NAME: "NPU 1 chip 0", semconv.ATTR_HW_DRIVER_VERSION: "23.0.rc3",
-                 semconv.ATTR_HW_FIRMWARE_VERSION: "7.1.0.7.220"}
+NPU1_IDENTITY = {
+    semconv.ATTR_HW_NAME: "NPU 1 chip 0",
+    semconv.ATTR_HW_DRIVER_VERSION: "23.0.rc3",
+    semconv.ATTR_HW_FIRMWARE_VERSION: "7.1.0.7.220",
+}
 FAKE_BIN = Path(__file__).resolve().parent / "fixtures" / "bin"
 
 
@@ -31,32 +34,45 @@ def rank1_on_device1(monkeypatch):
 
 
 def monitor(workdir, endpoint, **device_config):
-    return MonitorCallback({
-        "interval": 2,
-        "output_type": ["otlp", "json_file"],
-        "json_log_path": str(workdir / "m.json"),
-        "device_monitor": True,
-        "device_config": {"poll_interval": 0.1, **device_config},
-        "otlp": {"endpoint": endpoint, "protocol": "grpc", "export_interval": 0.2},
-    })
+    return MonitorCallback(
+        {
+            "interval": 2,
+            "output_type": ["otlp", "json_file"],
+            "json_log_path": str(workdir / "m.json"),
+            "device_monitor": True,
+            "device_config": {"poll_interval": 0.1, **device_config},
+            "otlp": {"endpoint": endpoint, "protocol": "grpc", "export_interval": 0.2},
+        }
+    )
 
 
-def test_device_gauges_reach_the_receiver_with_fixture_numbers_and_rank(workdir, otlp_receiver,
-                                                                        rank1_on_device1):
+def test_device_gauges_reach_the_receiver_with_fixture_numbers_and_rank(workdir, otlp_receiver, rank1_on_device1):
     training.train([monitor(workdir, otlp_receiver.grpc_endpoint)], steps=30)
 
     assert otlp_receiver.wait_for(lambda rx: rx.points(semconv.HW_NPU_MEMORY_USAGE))
-    hbm = [p for p in otlp_receiver.points(semconv.HW_NPU_MEMORY_USAGE)
-           if p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE] == "hbm"]
+    hbm = [
+        p
+        for p in otlp_receiver.points(semconv.HW_NPU_MEMORY_USAGE)
+        if p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE] == "hbm"
+    ]
     assert hbm and {p.value for p in hbm} == {21504 * MIB} and hbm[-1].unit == "By"
     point = hbm[-1]
     assert point.resource[semconv.ATTR_RANK] == 1 and point.resource[semconv.ATTR_DEVICE_ID] == 1
-    assert point.attributes == {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1, semconv.ATTR_HW_ID: "npu-1",
-                                semconv.ATTR_HW_TYPE: "npu", semconv.ATTR_HW_VENDOR: "Huawei",
-                                semconv.ATTR_HW_MODEL: "910B4", semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm",
-                                    **NPU1_IDENTITY}
-    aicore = {p.value for p in otlp_receiver.points(semconv.HW_NPU_UTILIZATION)
-              if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"}
+    assert point.attributes == {
+        semconv.ATTR_RANK: 1,
+        semconv.ATTR_DEVICE_ID: 1,
+        semconv.ATTR_HW_ID: "npu-1",
+        semconv.ATTR_HW_TYPE: "npu",
+        semconv.ATTR_HW_VENDOR: "Huawei",
+        semconv.ATTR_HW_MODEL: "910B4",
+        semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm",
+        **NPU1_IDENTITY,
+    }
+    aicore = {
+        p.value
+        for p in otlp_receiver.points(semconv.HW_NPU_UTILIZATION)
+        if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"
+    }
     assert aicore == {0.47}
     assert {p.value for p in otlp_receiver.points(semconv.HW_POWER)} == {88.7}
     # The fake lists its caller (this training process) on NPU 1.
@@ -94,10 +110,15 @@ def test_stdout_and_tensorboard_carry_the_readings(workdir, rank1_on_device1, mo
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     monkeypatch.setenv("RANK_ID", "0")  # stdout is rank 0's
-    callback = MonitorCallback({
-        "interval": 2, "output_type": ["stdout", "tensorboard"], "tensorboard_path": str(workdir / "tb"),
-        "device_monitor": True, "device_config": {"poll_interval": 0.1},
-    })
+    callback = MonitorCallback(
+        {
+            "interval": 2,
+            "output_type": ["stdout", "tensorboard"],
+            "tensorboard_path": str(workdir / "tb"),
+            "device_monitor": True,
+            "device_config": {"poll_interval": 0.1},
+        }
+    )
     training.train([callback], steps=30)
 
     accumulator = EventAccumulator(str(workdir / "tb" / "rank_0"))
@@ -109,20 +130,35 @@ def test_stdout_and_tensorboard_carry_the_readings(workdir, rank1_on_device1, mo
     assert "npu_hbm_used_mb 21504" in lines[-1] and "npu_utilization 47" in lines[-1]
 
 
-def test_faults_links_clocks_energy_and_job_reach_the_receiver_from_fixtures(workdir, otlp_receiver,
-                                                                            rank1_on_device1):
+def test_faults_links_clocks_energy_and_job_reach_the_receiver_from_fixtures(workdir, otlp_receiver, rank1_on_device1):
     # The 910b fixtures: NPU 1 has an error code, corrected HBM errors, a throttled clock, and
     # its RoCE port (hccn_tool) is down, unreachable, with CRC errors and low receive power.
     training.train([monitor(workdir, otlp_receiver.grpc_endpoint)], steps=30)
 
     def arrived(rx):
-        return all(rx.points(name) for name in (
-            semconv.HW_NPU_ERROR_CODE, semconv.HW_ERRORS, semconv.HW_NETWORK_UP, semconv.HW_NETWORK_OPTICAL_POWER,
-            semconv.HW_ENERGY, semconv.HW_NPU_SPEED, semconv.HW_NETWORK_IO))
+        return all(
+            rx.points(name)
+            for name in (
+                semconv.HW_NPU_ERROR_CODE,
+                semconv.HW_ERRORS,
+                semconv.HW_NETWORK_UP,
+                semconv.HW_NETWORK_OPTICAL_POWER,
+                semconv.HW_ENERGY,
+                semconv.HW_NPU_SPEED,
+                semconv.HW_NETWORK_IO,
+            )
+        )
 
     assert otlp_receiver.wait_for(arrived)
-    chip = {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1, semconv.ATTR_HW_ID: "npu-1", semconv.ATTR_HW_TYPE: "npu",
-            semconv.ATTR_HW_VENDOR: "Huawei", semconv.ATTR_HW_MODEL: "910B4", **NPU1_IDENTITY}
+    chip = {
+        semconv.ATTR_RANK: 1,
+        semconv.ATTR_DEVICE_ID: 1,
+        semconv.ATTR_HW_ID: "npu-1",
+        semconv.ATTR_HW_TYPE: "npu",
+        semconv.ATTR_HW_VENDOR: "Huawei",
+        semconv.ATTR_HW_MODEL: "910B4",
+        **NPU1_IDENTITY,
+    }
     code = otlp_receiver.points(semconv.HW_NPU_ERROR_CODE)[-1]
     assert code.value == 1 and code.attributes == {**chip, semconv.ATTR_HW_NPU_ERROR_CODE: "0x80E18005"}
     ecc = [p for p in otlp_receiver.points(semconv.HW_ERRORS) if p.attributes[semconv.ATTR_HW_ID] == "npu-1"]
@@ -133,24 +169,35 @@ def test_faults_links_clocks_energy_and_job_reach_the_receiver_from_fixtures(wor
     energy = otlp_receiver.points(semconv.HW_ENERGY)
     assert energy[-1].unit == "J" and energy[-1].value > 0 and energy[-1].attributes == chip
 
-    port = {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1, semconv.ATTR_HW_ID: "npu-1-roce",
-            semconv.ATTR_HW_TYPE: "network", semconv.ATTR_HW_VENDOR: "Huawei",
-            semconv.ATTR_HW_NAME: "RoCE port of NPU device 1", semconv.ATTR_HW_PARENT: "npu-1"}
+    port = {
+        semconv.ATTR_RANK: 1,
+        semconv.ATTR_DEVICE_ID: 1,
+        semconv.ATTR_HW_ID: "npu-1-roce",
+        semconv.ATTR_HW_TYPE: "network",
+        semconv.ATTR_HW_VENDOR: "Huawei",
+        semconv.ATTR_HW_NAME: "RoCE port of NPU device 1",
+        semconv.ATTR_HW_PARENT: "npu-1",
+    }
     up = otlp_receiver.points(semconv.HW_NETWORK_UP)[-1]
     assert (up.value, up.attributes) == (0, port)
-    failed = [p for p in otlp_receiver.points(semconv.HW_STATUS)
-              if p.attributes == {**port, semconv.ATTR_HW_STATE: "failed"}]
+    failed = [
+        p for p in otlp_receiver.points(semconv.HW_STATUS) if p.attributes == {**port, semconv.ATTR_HW_STATE: "failed"}
+    ]
     assert failed[-1].value == 1
     crc = [p for p in otlp_receiver.points(semconv.HW_ERRORS) if p.attributes.get(semconv.ATTR_ERROR_TYPE) == "crc"]
     assert crc[-1].value == 12 and crc[-1].attributes[semconv.ATTR_NETWORK_IO_DIRECTION] == "receive"
-    received = {p.attributes[semconv.ATTR_NETWORK_IO_DIRECTION]: p.value
-                for p in otlp_receiver.points(semconv.HW_NETWORK_IO)}
+    received = {
+        p.attributes[semconv.ATTR_NETWORK_IO_DIRECTION]: p.value for p in otlp_receiver.points(semconv.HW_NETWORK_IO)
+    }
     assert received == {"receive": 401882113, "transmit": 13002211}
-    rx_power = [p for p in otlp_receiver.points(semconv.HW_NETWORK_OPTICAL_POWER)
-                if p.attributes[semconv.ATTR_NETWORK_IO_DIRECTION] == "receive"]
+    rx_power = [
+        p
+        for p in otlp_receiver.points(semconv.HW_NETWORK_OPTICAL_POWER)
+        if p.attributes[semconv.ATTR_NETWORK_IO_DIRECTION] == "receive"
+    ]
     assert rx_power[-1].value == pytest.approx(5.12e-5) and rx_power[-1].unit == "W"
 
     resource = code.resource
-    assert resource[identity.ATTR_MINDSPORE_VERSION] == mindspore.__version__
-    assert resource[identity.ATTR_PARALLEL_MODE] == "stand_alone"
+    assert resource[semconv.ATTR_MINDSPORE_VERSION] == mindspore.__version__
+    assert resource[semconv.ATTR_PARALLEL_MODE] == "stand_alone"
     assert not otlp_receiver.points(semconv.DEVICE_POLL_FAILURES)

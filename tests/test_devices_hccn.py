@@ -9,12 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_mindformers import semconv
 from otel_mindformers.devices.base import SourceError
 from otel_mindformers.devices.hccn import (
-    DRIVER_HCCN_TOOL, HccnParseError, HccnSource, locate_hccn_tool, parse_link, parse_net_health, parse_optical,
+    DRIVER_HCCN_TOOL,
+    HccnParseError,
+    HccnSource,
+    locate_hccn_tool,
+    parse_link,
+    parse_net_health,
+    parse_optical,
     parse_stat,
 )
+from otel_mindformers.names import semconv
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hccn_tool"
 ATTRS = {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1}
@@ -37,12 +43,15 @@ def source(devices=(1,), own=1, timeout=5.0):
 
 
 def series(readings, metric, **match):
-    return {p.attributes.get(semconv.ATTR_ERROR_TYPE, p.attributes.get(semconv.ATTR_NETWORK_IO_DIRECTION)): p.value
-            for p in readings.points
-            if p.metric == metric and all(p.attributes.get(k) == v for k, v in match.items())}
+    return {
+        p.attributes.get(semconv.ATTR_ERROR_TYPE, p.attributes.get(semconv.ATTR_NETWORK_IO_DIRECTION)): p.value
+        for p in readings.points
+        if p.metric == metric and all(p.attributes.get(k) == v for k, v in match.items())
+    }
 
 
 # --- parsers ------------------------------------------------------------------------------------------
+
 
 def test_fixture_link_up_and_down():
     assert parse_link(text("910b/link_0.txt")) is True
@@ -74,8 +83,9 @@ def test_fixture_optical_not_present_has_no_readings():
 
 
 def test_optical_lanes_and_dbm_forms():
-    optical = parse_optical("Tx Power0 : 0.8000 mW\nTx Power1 : NA\nRxPower Lane3(dBm) : -3.0103\n"
-                            "Rx Power2 : 12 furlongs\n")
+    optical = parse_optical(
+        "Tx Power0 : 0.8000 mW\nTx Power1 : NA\nRxPower Lane3(dBm) : -3.0103\nRx Power2 : 12 furlongs\n"
+    )
     assert optical.power_w == [("transmit", "0", pytest.approx(0.0008)), ("receive", "3", pytest.approx(0.0005))]
 
 
@@ -86,8 +96,11 @@ def test_garbage_is_a_parse_error(parse):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list(": _\n\t0123456789.-linkstatusUPDOWNnethealthmWdBmTxRxPowerLane()")),
-               max_size=300))
+@given(
+    st.text(
+        alphabet=st.sampled_from(list(": _\n\t0123456789.-linkstatusUPDOWNnethealthmWdBmTxRxPowerLane()")), max_size=300
+    )
+)
 def test_parsers_fail_only_with_parse_errors(garbage):
     for parse in (parse_link, parse_net_health, parse_stat, parse_optical):
         try:
@@ -98,38 +111,63 @@ def test_parsers_fail_only_with_parse_errors(garbage):
 
 # --- HccnSource against the fake hccn_tool -----------------------------------------------------------
 
+
 def test_fixture_910b_faulty_port_readings_with_attributes(fake_hccn_tool):
     readings = source().read()
     assert readings.problems == ()
-    up, = [p for p in readings.points if p.metric == semconv.HW_NETWORK_UP]
+    (up,) = [p for p in readings.points if p.metric == semconv.HW_NETWORK_UP]
     assert up.value == 0.0 and up.tool == "hccn_tool -link"
-    assert up.attributes == {**ATTRS, semconv.ATTR_HW_ID: "npu-1-roce", semconv.ATTR_HW_TYPE: "network",
-                             semconv.ATTR_HW_VENDOR: "Huawei", semconv.ATTR_HW_NAME: "RoCE port of NPU device 1",
-                             semconv.ATTR_HW_PARENT: "npu-1"}
+    assert up.attributes == {
+        **ATTRS,
+        semconv.ATTR_HW_ID: "npu-1-roce",
+        semconv.ATTR_HW_TYPE: "network",
+        semconv.ATTR_HW_VENDOR: "Huawei",
+        semconv.ATTR_HW_NAME: "RoCE port of NPU device 1",
+        semconv.ATTR_HW_PARENT: "npu-1",
+    }
     states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in readings.points if p.metric == semconv.HW_STATUS}
     assert states == {"ok": 0.0, "degraded": 0.0, "predicted_failure": 0.0, "failed": 1.0}  # Receive timeout
-    errors = {(p.attributes[semconv.ATTR_ERROR_TYPE], p.attributes[semconv.ATTR_NETWORK_IO_DIRECTION]): p.value
-              for p in readings.points if p.metric == semconv.HW_ERRORS}
-    assert errors == {("crc", "receive"): 12, ("bad_packet", "receive"): 12, ("bad_packet", "transmit"): 0,
-                      ("roce", "receive"): 4, ("roce", "transmit"): 1}
+    errors = {
+        (p.attributes[semconv.ATTR_ERROR_TYPE], p.attributes[semconv.ATTR_NETWORK_IO_DIRECTION]): p.value
+        for p in readings.points
+        if p.metric == semconv.HW_ERRORS
+    }
+    assert errors == {
+        ("crc", "receive"): 12,
+        ("bad_packet", "receive"): 12,
+        ("bad_packet", "transmit"): 0,
+        ("roce", "receive"): 4,
+        ("roce", "transmit"): 1,
+    }
     assert series(readings, semconv.HW_NETWORK_PACKETS) == {"receive": 5120331, "transmit": 98211}
     assert series(readings, semconv.HW_NETWORK_IO) == {"receive": 401882113, "transmit": 13002211}
-    assert series(readings, semconv.HW_NETWORK_OPTICAL_POWER) == {"transmit": pytest.approx(0.001198),
-                                                                   "receive": pytest.approx(5.12e-5)}
-    assert series(readings, semconv.HW_NETWORK_OPTICAL_POWER_LIMIT, **{semconv.ATTR_HW_LIMIT_TYPE: "low.critical"}) \
-        == {"transmit": pytest.approx(2.818e-4), "receive": pytest.approx(1.445e-4)}
+    assert series(readings, semconv.HW_NETWORK_OPTICAL_POWER) == {
+        "transmit": pytest.approx(0.001198),
+        "receive": pytest.approx(5.12e-5),
+    }
+    assert series(readings, semconv.HW_NETWORK_OPTICAL_POWER_LIMIT, **{semconv.ATTR_HW_LIMIT_TYPE: "low.critical"}) == {
+        "transmit": pytest.approx(2.818e-4),
+        "receive": pytest.approx(1.445e-4),
+    }
     assert series(readings, semconv.HW_TEMPERATURE) == {None: 45.0}
     assert readings.snapshot == {"roce_link_up": 0.0, "roce_net_healthy": 0.0}
-    assert fake_hccn_tool.read_text().splitlines() == ["-i 1 -link -g", "-i 1 -net_health -g", "-i 1 -stat -g",
-                                                       "-i 1 -optical -g"]
+    assert fake_hccn_tool.read_text().splitlines() == [
+        "-i 1 -link -g",
+        "-i 1 -net_health -g",
+        "-i 1 -stat -g",
+        "-i 1 -optical -g",
+    ]
 
 
 def test_a_port_the_tool_does_not_know_is_a_problem_per_query_not_a_failed_poll(fake_hccn_tool):
     readings = source(devices=(0, 7)).read()  # the 910b fixture has ports 0 and 1
     assert {p.attributes[semconv.ATTR_HW_ID] for p in readings.points} == {"npu-0-roce"}
     assert [(p.query, p.error_type) for p in readings.problems] == [
-        ("hccn_tool -link", "exit_status"), ("hccn_tool -net_health", "exit_status"),
-        ("hccn_tool -stat", "exit_status"), ("hccn_tool -optical", "exit_status")]
+        ("hccn_tool -link", "exit_status"),
+        ("hccn_tool -net_health", "exit_status"),
+        ("hccn_tool -stat", "exit_status"),
+        ("hccn_tool -optical", "exit_status"),
+    ]
 
 
 @pytest.mark.parametrize("mode, error_type", [("exit1", "exit_status"), ("garbage", "parse")])
@@ -142,8 +180,9 @@ def test_failing_tool_leaves_problems_and_no_points(fake_hccn_tool, monkeypatch,
 def test_hung_tool_fails_the_poll_at_the_first_timeout(fake_hccn_tool, monkeypatch):
     monkeypatch.setenv("FAKE_HCCN_MODE", "hang")
     outcome = []
-    thread = threading.Thread(target=lambda: outcome.append(pytest.raises(SourceError, source(timeout=0.3).read)),
-                              daemon=True)
+    thread = threading.Thread(
+        target=lambda: outcome.append(pytest.raises(SourceError, source(timeout=0.3).read)), daemon=True
+    )
     thread.start()
     thread.join(60)
     assert not thread.is_alive(), "a hung hccn_tool outlived its timeout"

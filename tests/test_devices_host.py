@@ -4,10 +4,10 @@ import time
 
 import psutil
 
-from otel_mindformers import semconv
 from otel_mindformers.devices.base import MIB
 from otel_mindformers.devices.host import CPU_WINDOW_S, HostSource
 from otel_mindformers.devices.runtime import MindSporeMemorySource
+from otel_mindformers.names import semconv
 
 RANK = {semconv.ATTR_RANK: 2}
 NODE = {semconv.ATTR_NODE_RANK: 0}
@@ -56,7 +56,7 @@ def test_host_readings_are_plausible():
     assert 0.0 < snapshot["host_memory_percent"] < 100.0
     process_points = [p for p in readings.points if p.metric.startswith("process.")]
     assert all(p.attributes == RANK for p in process_points)
-    memory_used, = [p for p in readings.points if p.metric == semconv.SYSTEM_MEMORY_USAGE]
+    (memory_used,) = [p for p in readings.points if p.metric == semconv.SYSTEM_MEMORY_USAGE]
     assert memory_used.attributes == {**NODE, semconv.ATTR_SYSTEM_MEMORY_STATE: "used"}
 
 
@@ -99,14 +99,26 @@ def test_mindspore_on_cpu_reports_zero_so_nothing_is_emitted():
 def test_mindspore_pool_numbers_stub_stats_because_cpu_reports_zero():
     # The shape mindspore.runtime.memory_stats() returns on Ascend (its documented example).
     gib = 1 << 30
-    stats = {"total_reserved_memory": gib, "total_allocated_memory": 1024, "total_idle_memory": gib - 1024,
-             "total_eager_free_memory": 0, "max_reserved_memory": gib, "max_allocated_memory": 1536,
-             "common_mem_pool_stats": {"block_unit_size": gib, "block_counts": 1, "blocks_info": {}}}
+    stats = {
+        "total_reserved_memory": gib,
+        "total_allocated_memory": 1024,
+        "total_idle_memory": gib - 1024,
+        "total_eager_free_memory": 0,
+        "max_reserved_memory": gib,
+        "max_allocated_memory": 1536,
+        "common_mem_pool_stats": {"block_unit_size": gib, "block_counts": 1, "blocks_info": {}},
+    }
     readings = MindSporeMemorySource(lambda: stats, RANK).read()
-    assert values(readings) == {semconv.DEVICE_MEMORY_ALLOCATED: 1024.0, semconv.DEVICE_MEMORY_RESERVED: gib,
-                                semconv.DEVICE_MEMORY_MAX_ALLOCATED: 1536.0,
-                                semconv.DEVICE_MEMORY_MAX_RESERVED: gib}
+    assert values(readings) == {
+        semconv.DEVICE_MEMORY_ALLOCATED: 1024.0,
+        semconv.DEVICE_MEMORY_RESERVED: gib,
+        semconv.DEVICE_MEMORY_MAX_ALLOCATED: 1536.0,
+        semconv.DEVICE_MEMORY_MAX_RESERVED: gib,
+    }
     assert all(p.attributes == RANK for p in readings.points)
-    assert readings.snapshot == {"device_memory_allocated_mb": 1024 / MIB, "device_memory_reserved_mb": 1024.0,
-                                 "device_memory_max_allocated_mb": 1536 / MIB,
-                                 "device_memory_max_reserved_mb": 1024.0}
+    assert readings.snapshot == {
+        "device_memory_allocated_mb": 1024 / MIB,
+        "device_memory_reserved_mb": 1024.0,
+        "device_memory_max_allocated_mb": 1536 / MIB,
+        "device_memory_max_reserved_mb": 1024.0,
+    }

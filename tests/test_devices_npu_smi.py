@@ -8,7 +8,12 @@ from hypothesis import strategies as st
 
 from otel_mindformers.devices import npu_smi as f
 from otel_mindformers.devices.npu_smi import (
-    NpuSmiParseError, parse_board, parse_chip_blocks, parse_ecc, parse_health, parse_table,
+    NpuSmiParseError,
+    parse_board,
+    parse_chip_blocks,
+    parse_ecc,
+    parse_health,
+    parse_table,
 )
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "npu_smi"
@@ -24,8 +29,7 @@ def test_910b_table_chips_by_column_name():
     npu0, npu1 = table.chips
     assert (npu0.npu_id, npu0.chip_id, npu0.device_id) == (0, 0, None)
     assert (npu0.model, npu0.health, npu0.bus_id) == ("910B4", "OK", "0000:C1:00.0")
-    assert npu0.values == {f.POWER: 91.3, f.TEMPERATURE: 33.0, f.AICORE: 12.0,
-                           f.HBM_USED: 3197.0, f.HBM_TOTAL: 32768.0}
+    assert npu0.values == {f.POWER: 91.3, f.TEMPERATURE: 33.0, f.AICORE: 12.0, f.HBM_USED: 3197.0, f.HBM_TOTAL: 32768.0}
     assert npu1.health == "Warning" and npu1.values[f.HBM_USED] == 21504.0
     # `0 / 0` DDR means the board does not expose it, not "zero of zero".
     assert f.DDR_TOTAL not in npu0.values and f.DDR_USED not in npu1.values
@@ -52,7 +56,7 @@ def test_a3_two_chips_per_npu_with_dash_values():
 
 def test_old_driver_table_has_ddr_and_no_processes():
     table = parse_table(text("old_driver/info.txt"))
-    chip, = table.chips
+    (chip,) = table.chips
     assert chip.model == "910A"
     assert chip.values[f.DDR_USED] == 2703.0 and chip.values[f.DDR_TOTAL] == 15039.0
     assert chip.values[f.HBM_USED] == 0.0 and chip.values[f.HBM_TOTAL] == 32768.0
@@ -72,16 +76,23 @@ def test_garbage_is_a_parse_error(parse):
 
 
 def test_usages_newer_driver_ddr_naming_and_npu_utilization():
-    block, = parse_chip_blocks(text("910b/usages_1.txt"))
+    (block,) = parse_chip_blocks(text("910b/usages_1.txt"))
     assert block.chip_id == 0
     assert block.values == {
-        f.DDR_TOTAL: 15171.0, f.DDR_USAGE: 6.0, f.HBM_TOTAL: 32768.0, f.HBM_USAGE: 65.0,
-        f.AICORE: 47.0, f.AIVECTOR: 38.0, f.AICPU: 1.0, f.CTRLCPU: 5.0, f.OVERALL: 52.0,
+        f.DDR_TOTAL: 15171.0,
+        f.DDR_USAGE: 6.0,
+        f.HBM_TOTAL: 32768.0,
+        f.HBM_USAGE: 65.0,
+        f.AICORE: 47.0,
+        f.AIVECTOR: 38.0,
+        f.AICPU: 1.0,
+        f.CTRLCPU: 5.0,
+        f.OVERALL: 52.0,
     }
 
 
 def test_usages_older_driver_memory_naming_without_chip_id():
-    block, = parse_chip_blocks(text("old_driver/usages_0.txt"))
+    (block,) = parse_chip_blocks(text("old_driver/usages_0.txt"))
     assert block.chip_id is None
     assert block.values[f.DDR_TOTAL] == 15039.0 and block.values[f.DDR_USAGE] == 18.0
     assert f.AIVECTOR not in block.values and f.OVERALL not in block.values
@@ -112,7 +123,7 @@ def test_common_na_power_is_missing():
 
 
 def test_bad_values_are_left_out():
-    block, = parse_chip_blocks(text("malformed/usages_bad_values.txt"))
+    (block,) = parse_chip_blocks(text("malformed/usages_bad_values.txt"))
     # NA, N/A, -, 1e999 (inf), nan, words and a line without a value: only real numbers stay.
     assert block.values == {f.HBM_TOTAL: 32768.0, f.OVERALL: 7.0}
 
@@ -129,18 +140,22 @@ def test_parsers_fail_only_with_parse_errors(garbage):
 
 # --- `-t ecc`, `-t health`, `-t board`, the title's driver version ---------------------------------
 
+
 def test_fixture_910b_title_row_carries_the_driver_version():
     assert parse_table(text("910b/info.txt")).driver_version == "23.0.rc3"
     assert parse_table(text("old_driver/info.txt")).driver_version == "21.0.4"
 
 
 def test_fixture_910b_ecc_counts_aggregates_and_isolated_pages_without_ddr():
-    block, = parse_ecc(text("910b/ecc_1.txt"))
+    (block,) = parse_ecc(text("910b/ecc_1.txt"))
     assert block.chip_id == 0
     assert block.values == {
-        ("hbm", "corrected", f.ECC_COUNT): 3.0, ("hbm", "uncorrected", f.ECC_COUNT): 0.0,
-        ("hbm", "corrected", f.ECC_AGGREGATE): 17.0, ("hbm", "uncorrected", f.ECC_AGGREGATE): 0.0,
-        ("hbm", "corrected", f.ECC_ISOLATED_PAGES): 1.0, ("hbm", "uncorrected", f.ECC_ISOLATED_PAGES): 0.0,
+        ("hbm", "corrected", f.ECC_COUNT): 3.0,
+        ("hbm", "uncorrected", f.ECC_COUNT): 0.0,
+        ("hbm", "corrected", f.ECC_AGGREGATE): 17.0,
+        ("hbm", "uncorrected", f.ECC_AGGREGATE): 0.0,
+        ("hbm", "corrected", f.ECC_ISOLATED_PAGES): 1.0,
+        ("hbm", "uncorrected", f.ECC_ISOLATED_PAGES): 0.0,
     }  # every DDR line says NA on this board
 
 
@@ -151,11 +166,14 @@ def test_fixture_a3_ecc_one_block_per_chip():
     assert second.values[("ddr", "uncorrected", f.ECC_COUNT)] == 0.0
 
 
-@pytest.mark.parametrize("name, status, codes", [
-    ("910b/health_0_0.txt", "OK", ()),
-    ("910b/health_1_0.txt", "Warning", ("0x80E18005",)),
-    ("a3/health_1_1.txt", "Critical", ("0x80E01801", "0x80E01809")),
-])
+@pytest.mark.parametrize(
+    "name, status, codes",
+    [
+        ("910b/health_0_0.txt", "OK", ()),
+        ("910b/health_1_0.txt", "Warning", ("0x80E18005",)),
+        ("a3/health_1_1.txt", "Critical", ("0x80E01801", "0x80E01809")),
+    ],
+)
 def test_fixture_health_status_and_error_codes(name, status, codes):
     health = parse_health(text(name))
     assert (health.status, health.error_codes) == (status, codes)
@@ -180,8 +198,14 @@ def test_new_forms_on_garbage_are_parse_errors(parse):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list(": \n\t0123456789.xXaAbBcCdDeEfFNHMSBitErrorCountHealthStatusCodeChipIDFirmware")),
-               max_size=400))
+@given(
+    st.text(
+        alphabet=st.sampled_from(
+            list(": \n\t0123456789.xXaAbBcCdDeEfFNHMSBitErrorCountHealthStatusCodeChipIDFirmware")
+        ),
+        max_size=400,
+    )
+)
 def test_ecc_health_board_parsers_fail_only_with_parse_errors(garbage):
     for parse in (parse_ecc, parse_health, parse_board):
         try:

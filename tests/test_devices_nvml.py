@@ -5,12 +5,12 @@ real nvidia-ml-py is exercised where it runs here: without a driver library."""
 import pynvml
 import pytest
 
-from otel_mindformers import semconv
 from otel_mindformers.config import DeviceConfig
 from otel_mindformers.devices.base import SourceError, physical_device
 from otel_mindformers.devices.nvidia import NvmlSource
 from otel_mindformers.devices.selection import build_sources
-from otel_mindformers.identity import Identity
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import semconv
 from tests.fixtures.fake_pynvml import GIB, FakeGpu, FakeNvml, own_process
 
 ATTRS = {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1}
@@ -21,8 +21,7 @@ def two_gpus(**second):
 
 
 def by_metric(readings, **match):
-    return {p.metric: p.value for p in readings.points
-            if all(p.attributes.get(k) == v for k, v in match.items())}
+    return {p.metric: p.value for p in readings.points if all(p.attributes.get(k) == v for k, v in match.items())}
 
 
 def test_fake_nvml_no_gpu_here_own_gpu_readings_and_snapshot():
@@ -35,8 +34,7 @@ def test_fake_nvml_no_gpu_here_own_gpu_readings_and_snapshot():
     assert values[semconv.HW_GPU_UTILIZATION] == 0.55
     assert values[semconv.HW_TEMPERATURE] == 61.0 and values[semconv.HW_POWER] == 287.5
     assert values[semconv.DEVICE_PROCESS_MEMORY] == 18 * GIB  # our pid only, not the other process
-    errors = {p.attributes[semconv.ATTR_ERROR_TYPE]: p.value for p in readings.points
-              if p.metric == semconv.HW_ERRORS}
+    errors = {p.attributes[semconv.ATTR_ERROR_TYPE]: p.value for p in readings.points if p.metric == semconv.HW_ERRORS}
     assert errors == {"corrected": 4.0, "uncorrected": 0.0}
     for point in readings.points:
         assert point.attributes[semconv.ATTR_HW_ID] == "gpu-1"
@@ -44,9 +42,14 @@ def test_fake_nvml_no_gpu_here_own_gpu_readings_and_snapshot():
         assert point.attributes[semconv.ATTR_HW_VENDOR] == "NVIDIA"
         assert point.attributes[semconv.ATTR_HW_MODEL] == "NVIDIA A100-SXM4-80GB"
         assert point.attributes[semconv.ATTR_RANK] == 1
-    assert readings.snapshot == {"gpu_memory_used_mb": 20 * 1024, "gpu_memory_total_mb": 80 * 1024,
-                                 "gpu_utilization": 55.0, "gpu_temperature_c": 61.0, "gpu_power_w": 287.5,
-                                 "gpu_process_memory_mb": 18 * 1024}
+    assert readings.snapshot == {
+        "gpu_memory_used_mb": 20 * 1024,
+        "gpu_memory_total_mb": 80 * 1024,
+        "gpu_utilization": 55.0,
+        "gpu_temperature_c": 61.0,
+        "gpu_power_w": 287.5,
+        "gpu_process_memory_mb": 18 * 1024,
+    }
     assert nvml.init_calls == 1
 
 
@@ -82,8 +85,9 @@ def test_fake_nvml_no_gpu_here_init_once_and_shutdown_on_close():
     assert (nvml.init_calls, nvml.shutdown_calls) == (1, 1)
 
 
-@pytest.mark.parametrize("visible, expected", [("", "gpu-1"), ("3,1", "gpu-1"), ("1,0", "gpu-0"),
-                                               ("GPU-bbbb,GPU-aaaa", "gpu-0")])
+@pytest.mark.parametrize(
+    "visible, expected", [("", "gpu-1"), ("3,1", "gpu-1"), ("1,0", "gpu-0"), ("GPU-bbbb,GPU-aaaa", "gpu-0")]
+)
 def test_fake_nvml_no_gpu_here_rank_device_follows_cuda_visible_devices(monkeypatch, visible, expected):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     selector = physical_device(1, "CUDA_VISIBLE_DEVICES")  # what the rank's device 1 is to NVML
@@ -107,6 +111,7 @@ def test_real_nvml_without_a_driver_library_is_a_source_error():
 
 
 # --- errors, links, throttling, energy, identity (issue 16) ------------------------------------------
+
 
 def by_type(readings, metric, key):
     return {p.attributes.get(key): p.value for p in readings.points if p.metric == metric}
@@ -137,7 +142,9 @@ def test_fake_nvml_no_gpu_here_remapped_rows_and_their_state():
     for rows, state in (((0, 0, 0, 0), "ok"), ((3, 1, 1, 0), "degraded"), ((3, 1, 0, 1), "failed")):
         readings = NvmlSource(two_gpus(remapped_rows=rows), ["1"], "1", ATTRS).read()
         assert by_type(readings, semconv.HW_GPU_MEMORY_REMAPPED_ROWS, semconv.ATTR_ERROR_TYPE) == {
-            "corrected": float(rows[0]), "uncorrected": float(rows[1])}
+            "corrected": float(rows[0]),
+            "uncorrected": float(rows[1]),
+        }
         states = by_type(readings, semconv.HW_STATUS, semconv.ATTR_HW_STATE)
         assert [s for s, v in states.items() if v == 1.0] == [state] and len(states) == 4
     unsupported = NvmlSource(two_gpus(remapped_rows=None), ["1"], "1", ATTRS).read()
@@ -148,16 +155,25 @@ def test_fake_nvml_no_gpu_here_throttle_reasons():
     readings = NvmlSource(two_gpus(throttle_mask=0x1 | 0x40), ["1"], "1", ATTRS).read()  # idle + HW thermal
     throttled = by_type(readings, semconv.HW_GPU_THROTTLED, semconv.ATTR_HW_GPU_THROTTLE_REASON)
     assert [reason for reason, value in throttled.items() if value] == ["hw_thermal_slowdown"]
-    assert set(throttled) == {"sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal_slowdown",
-                              "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+    assert set(throttled) == {
+        "sw_power_cap",
+        "hw_slowdown",
+        "sync_boost",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+    }
 
 
 def test_fake_nvml_no_gpu_here_nvlinks_are_network_ports_of_the_gpu():
     readings = NvmlSource(two_gpus(nvlinks=[(True, {2: 5}), (False, {})]), ["1"], "1", ATTRS).read()
     up = {p.attributes[semconv.ATTR_HW_ID]: p.value for p in readings.points if p.metric == semconv.HW_NETWORK_UP}
     assert up == {"gpu-1-nvlink-0": 1.0, "gpu-1-nvlink-1": 0.0}
-    crc, = [p for p in readings.points if p.metric == semconv.HW_ERRORS
-            and p.attributes[semconv.ATTR_ERROR_TYPE] == "crc_flit" and p.value]
+    (crc,) = [
+        p
+        for p in readings.points
+        if p.metric == semconv.HW_ERRORS and p.attributes[semconv.ATTR_ERROR_TYPE] == "crc_flit" and p.value
+    ]
     assert crc.value == 5.0 and crc.attributes[semconv.ATTR_HW_TYPE] == "network"
     assert crc.attributes[semconv.ATTR_HW_PARENT] == "gpu-1"
 

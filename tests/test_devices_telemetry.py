@@ -12,21 +12,23 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_mindformers import semconv
 from otel_mindformers.config import load_monitor_config
 from otel_mindformers.devices import DeviceTelemetry
 from otel_mindformers.devices.base import MIB, Point, Readings, SourceError
 from otel_mindformers.devices.cache import ReadingCache
 from otel_mindformers.devices.poller import Poller
-from otel_mindformers.identity import Identity
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import semconv
 
 REPO = Path(__file__).resolve().parent.parent
 # The chip's identity as the 910b fixture's table title and `-t board` print it.
-NPU1_IDENTITY = {semconv.ATTR_HW_NAME: "NPU 1 chip 0", semconv.ATTR_HW_DRIVER_VERSION: "23.0.rc3",
-                 semconv.ATTR_HW_FIRMWARE_VERSION: "7.1.0.7.220"}
+NPU1_IDENTITY = {
+    semconv.ATTR_HW_NAME: "NPU 1 chip 0",
+    semconv.ATTR_HW_DRIVER_VERSION: "23.0.rc3",
+    semconv.ATTR_HW_FIRMWARE_VERSION: "7.1.0.7.220",
+}
 FAKE_BIN = REPO / "tests" / "fixtures" / "bin"
 IDENTITY = Identity(rank=1, world_size=2, local_rank=1, node_rank=0, device_id=1, device_target="Ascend")
-
 
 
 @pytest.fixture
@@ -58,8 +60,9 @@ def wait_until(predicate, timeout=30.0):
 
 
 def config(**device_config):
-    return load_monitor_config({"device_monitor": True, "output_type": ["stdout"],
-                                "device_config": {"poll_interval": 0.1, **device_config}})
+    return load_monitor_config(
+        {"device_monitor": True, "output_type": ["stdout"], "device_config": {"poll_interval": 0.1, **device_config}}
+    )
 
 
 @pytest.fixture
@@ -78,6 +81,7 @@ def started():
 
 
 # --- cache and poller ------------------------------------------------------------------------
+
 
 class Clock:
     def __init__(self):
@@ -140,8 +144,10 @@ def test_poller_counts_every_failure_warns_once_and_never_keeps_stale_readings(c
         poller.poll_once()
     assert cache.snapshot() == {"x": 1.0}
     source_attr = {semconv.ATTR_DEVICE_SOURCE: "flaky"}
-    assert counter.adds == [(1, {**source_attr, semconv.ATTR_ERROR_TYPE: "timeout"}),
-                            (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "RuntimeError"})]
+    assert counter.adds == [
+        (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "timeout"}),
+        (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "RuntimeError"}),
+    ]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "flaky" in warnings[0].getMessage()
 
@@ -158,9 +164,11 @@ def test_poller_counts_each_failing_query_and_warns_once_per_query(caplog):
         poller.poll_once()
     assert cache.snapshot() == {"x": 1.0}  # the poll's other readings stay
     source_attr = {semconv.ATTR_DEVICE_SOURCE: "flaky"}
-    assert counter.adds == [(1, {**source_attr, semconv.ATTR_ERROR_TYPE: "exit_status"}),
-                            (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "parse"}),
-                            (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "exit_status"})]
+    assert counter.adds == [
+        (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "exit_status"}),
+        (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "parse"}),
+        (1, {**source_attr, semconv.ATTR_ERROR_TYPE: "exit_status"}),
+    ]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2 and "`npu-smi info -t ecc`" in warnings[0] and "-t board" in warnings[1]
 
@@ -185,6 +193,7 @@ def test_poller_thread_closes_sources_when_stopped():
 
 # --- DeviceTelemetry ----------------------------------------------------------------------------
 
+
 def test_nothing_to_read_is_none(started):
     assert started(config(sources=[])) is None
 
@@ -193,18 +202,22 @@ def test_gauges_carry_the_fixture_numbers_with_rank_and_device(fake_npu_smi, rea
     telemetry = started(config(sources=["ascend", "host"]), meter=reader.meter)
     assert wait_until(lambda: {"npu_hbm_used_mb", "host_rss_mb"} <= set(telemetry.snapshot()))
     points = collect(reader)
-    hbm, = [p for p in points[semconv.HW_NPU_MEMORY_USAGE]
-            if p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE] == "hbm"]
+    (hbm,) = [p for p in points[semconv.HW_NPU_MEMORY_USAGE] if p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE] == "hbm"]
     assert hbm.value == 21504 * MIB
-    assert dict(hbm.attributes) == {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1, semconv.ATTR_HW_ID: "npu-1",
-                                    semconv.ATTR_HW_TYPE: "npu", semconv.ATTR_HW_VENDOR: "Huawei",
-                                    semconv.ATTR_HW_MODEL: "910B4", semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm",
-                                    **NPU1_IDENTITY}
-    aicore, = [p for p in points[semconv.HW_NPU_UTILIZATION]
-               if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"]
+    assert dict(hbm.attributes) == {
+        semconv.ATTR_RANK: 1,
+        semconv.ATTR_DEVICE_ID: 1,
+        semconv.ATTR_HW_ID: "npu-1",
+        semconv.ATTR_HW_TYPE: "npu",
+        semconv.ATTR_HW_VENDOR: "Huawei",
+        semconv.ATTR_HW_MODEL: "910B4",
+        semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm",
+        **NPU1_IDENTITY,
+    }
+    (aicore,) = [p for p in points[semconv.HW_NPU_UTILIZATION] if p.attributes[semconv.ATTR_HW_NPU_TASK] == "aicore"]
     assert aicore.value == 0.47
     assert points[semconv.HW_TEMPERATURE][0].value == 35.0
-    rss, = points[semconv.PROCESS_MEMORY_USAGE]
+    (rss,) = points[semconv.PROCESS_MEMORY_USAGE]
     assert rss.value > 0 and dict(rss.attributes) == {semconv.ATTR_RANK: 1}
     assert semconv.SYSTEM_CPU_UTILIZATION not in points  # local rank 1: the node is rank 0's
     snapshot = telemetry.snapshot()
@@ -219,37 +232,42 @@ def test_collections_and_snapshots_never_run_npu_smi(fake_npu_smi, reader, start
         collect(reader)
         telemetry.snapshot()
     # One poll: the table and the usages of the rank's NPU, whatever was collected since.
-    assert fake_npu_smi.read_text().splitlines() == ["info", "info -t usages -i 1", "info -t common -i 1",
-                                                     "info -t ecc -i 1", "info -t health -i 1 -c 0",
-                                                     "info -t board -i 1 -c 0"]
+    assert fake_npu_smi.read_text().splitlines() == [
+        "info",
+        "info -t usages -i 1",
+        "info -t common -i 1",
+        "info -t ecc -i 1",
+        "info -t health -i 1 -c 0",
+        "info -t board -i 1 -c 0",
+    ]
 
 
 def test_local_rank_zero_also_reports_the_node(fake_npu_smi, reader, started):
     identity = Identity(rank=0, world_size=2, local_rank=0, node_rank=3, device_id=0, device_target="Ascend")
     telemetry = started(config(sources=["host"]), identity=identity, meter=reader.meter)
     assert wait_until(lambda: "host_cpu_percent" in telemetry.snapshot())  # after a whole CPU window
-    cpu, = collect(reader)[semconv.SYSTEM_CPU_UTILIZATION]
+    (cpu,) = collect(reader)[semconv.SYSTEM_CPU_UTILIZATION]
     # Issue 11 item 28: node series carry the reporting rank too, as every device point does.
     assert dict(cpu.attributes) == {semconv.ATTR_RANK: 0, semconv.ATTR_NODE_RANK: 3} and 0.0 <= cpu.value <= 1.0
 
 
-@pytest.mark.parametrize("mode, error_type",
-                         [("exit1", "exit_status"), ("garbage", "parse"), ("hang", "timeout")])
-def test_failing_npu_smi_is_counted_and_warned_once(fake_npu_smi, reader, started, monkeypatch, caplog,
-                                                    mode, error_type):
+@pytest.mark.parametrize("mode, error_type", [("exit1", "exit_status"), ("garbage", "parse"), ("hang", "timeout")])
+def test_failing_npu_smi_is_counted_and_warned_once(
+    fake_npu_smi, reader, started, monkeypatch, caplog, mode, error_type
+):
     monkeypatch.setenv("FAKE_NPU_SMI_MODE", mode)
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
-        telemetry = started(config(sources=["ascend", "host"], command_timeout=0.2, poll_interval=0.1),
-                            meter=reader.meter)
+        telemetry = started(
+            config(sources=["ascend", "host"], command_timeout=0.2, poll_interval=0.1), meter=reader.meter
+        )
 
         def failures():
             points = collect(reader).get(semconv.DEVICE_POLL_FAILURES, [])
             return sum(p.value for p in points)
 
         assert wait_until(lambda: failures() >= 3)
-    failure, = collect(reader)[semconv.DEVICE_POLL_FAILURES]
-    assert dict(failure.attributes) == {semconv.ATTR_DEVICE_SOURCE: "npu-smi",
-                                        semconv.ATTR_ERROR_TYPE: error_type}
+    (failure,) = collect(reader)[semconv.DEVICE_POLL_FAILURES]
+    assert dict(failure.attributes) == {semconv.ATTR_DEVICE_SOURCE: "npu-smi", semconv.ATTR_ERROR_TYPE: error_type}
     points = collect(reader)
     assert semconv.HW_NPU_UTILIZATION not in points and points[semconv.PROCESS_MEMORY_USAGE]
     assert "npu_utilization" not in telemetry.snapshot() and "host_rss_mb" in telemetry.snapshot()
@@ -265,7 +283,7 @@ def test_a_second_run_on_the_same_meter_is_observed(fake_npu_smi, reader, starte
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
     second = started(config(sources=["ascend"]), meter=reader.meter)
     assert wait_until(lambda: second.snapshot().get("npu_power_w") == 85.6)
-    power, = collect(reader)[semconv.HW_POWER]
+    (power,) = collect(reader)[semconv.HW_POWER]
     assert power.value == 85.6
 
 
@@ -278,10 +296,17 @@ def test_readings_outlive_shutdown_for_the_final_export(fake_npu_smi, reader, st
 
 # --- the `devices` command ---------------------------------------------------------------------
 
+
 def run_cli(*args, **env):
     environ = {**os.environ, "PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", **env}
-    return subprocess.run([sys.executable, "-m", "otel_mindformers.cli", "devices", *args],
-                          capture_output=True, text=True, env=environ, cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", "devices", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 def line_with(out: str, *parts: str) -> str:
@@ -296,21 +321,26 @@ def test_devices_command_prints_one_block_per_device_with_the_tool_of_each_readi
     assert result.returncode == 0, result.stderr
     out = result.stdout
     blocks = out.split("\n\n")
-    for device, name in (("npu-0", "NPU 0 chip 0"), ("npu-1", "NPU 0 chip 1"), ("npu-2", "NPU 1 chip 0"),
-                         ("npu-3", "NPU 1 chip 1")):
-        block, = [b for b in blocks if b.startswith(f"{device} npu Huawei Ascend910  (name={name}, ")]
+    for device, name in (
+        ("npu-0", "NPU 0 chip 0"),
+        ("npu-1", "NPU 0 chip 1"),
+        ("npu-2", "NPU 1 chip 0"),
+        ("npu-3", "NPU 1 chip 1"),
+    ):
+        (block,) = [b for b in blocks if b.startswith(f"{device} npu Huawei Ascend910  (name={name}, ")]
         assert "driver_version=24.1.rc3, firmware_version=24.1.rc3.b030)" in block.splitlines()[0]
         assert f"[{device}-roce] hw.network.up" in block  # the chip's RoCE port sits in its block
     assert "40448 MiB  npu-smi info" in line_with(out, "hw.npu.memory.usage{hw.npu.memory.type=hbm}", "40448")
     assert line_with(out, "hw.power", "85.6 W").endswith("npu-smi info -t common")  # the A3 second chip
     assert line_with(out, "hw.npu.error_code{hw.npu.error_code=0x80E01809}").endswith("npu-smi info -t health")
     assert line_with(out, "hw.errors{error.type=uncorrected,hw.npu.memory.type=hbm}", " 2 {error}").endswith(
-        "npu-smi info -t ecc")
-    assert line_with(out, "[npu-3-roce] hw.network.packets{network.io.direction=receive}").endswith(
-        "hccn_tool -stat")
+        "npu-smi info -t ecc"
+    )
+    assert line_with(out, "[npu-3-roce] hw.network.packets{network.io.direction=receive}").endswith("hccn_tool -stat")
     assert "[npu-2-roce] hw.network.optical.power{" not in out  # no optical module: only its thresholds
-    assert line_with(out, "[npu-1-roce] hw.network.optical.power{network.io.direction=receive}",
-                     "1.11 mW").endswith("hccn_tool -optical")
+    assert line_with(out, "[npu-1-roce] hw.network.optical.power{network.io.direction=receive}", "1.11 mW").endswith(
+        "hccn_tool -optical"
+    )
     assert line_with(out, "system.memory.limit").endswith("psutil")
     assert "nvml: no readings (NVMLError" in out  # nvidia-ml-py is installed, no driver here
 

@@ -18,7 +18,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_mindformers.diagnosis import FirstNonFinite, Heartbeat, StackDumper, dump_stacks, records, stacks
-from otel_mindformers.identity import Identity
+from otel_mindformers.job.identity import Identity
 from tests.support.in_memory import Capture
 from tests.support.metrics import counter_values
 
@@ -65,11 +65,14 @@ class Pipelines(Capture):
 def dumper(tmp_path):
     pipelines = Pipelines()
     progress = types.SimpleNamespace(step=7, last_step_end=time.perf_counter(), phase="checkpoint.save")
-    started = StackDumper.start(str(tmp_path / "train_metric.json"), IDENTITY, pipelines.logger_provider.get_logger("t"),
-                                progress)
+    started = StackDumper.start(
+        str(tmp_path / "train_metric.json"), IDENTITY, pipelines.logger_provider.get_logger("t"), progress
+    )
     run_span = pipelines.tracer_provider.get_tracer("t").start_span("mindformers.train")
     started.attach_run_span(run_span)
-    yield types.SimpleNamespace(dumper=started, pipelines=pipelines, run_span=run_span, path=tmp_path / "diagnosis_rank_5.jsonl")
+    yield types.SimpleNamespace(
+        dumper=started, pipelines=pipelines, run_span=run_span, path=tmp_path / "diagnosis_rank_5.jsonl"
+    )
     started.stop()
 
 
@@ -168,8 +171,9 @@ def test_a_dump_is_bounded_in_threads_frames_and_text():
 
 def test_first_nonfinite_is_recorded_once_with_rank_step_and_value(tmp_path):
     pipelines = Pipelines()
-    first = FirstNonFinite(pipelines.meter, pipelines.logger_provider.get_logger("t"), IDENTITY,
-                           str(tmp_path / "train_metric.json"))
+    first = FirstNonFinite(
+        pipelines.meter, pipelines.logger_provider.get_logger("t"), IDENTITY, str(tmp_path / "train_metric.json")
+    )
     span = pipelines.tracer_provider.get_tracer("t").start_span("mindformers.train")
     assert first.check(11, {"loss": 2.0, "grad_norm": np.float32(1.5), "overflow": False}, span) == []
     assert first.check(12, {"loss": np.float32("nan"), "grad_norm": math.inf}, span) == ["loss", "grad_norm"]
@@ -183,28 +187,38 @@ def test_first_nonfinite_is_recorded_once_with_rank_step_and_value(tmp_path):
     assert log.body == "rank 5: first non-finite value of the run at step 12: loss = nan, grad_norm = inf"
     (line,) = (tmp_path / "diagnosis_rank_5.jsonl").read_text().splitlines()
     assert {k: v for k, v in json.loads(line).items() if k != "time_stamp"} == {
-        "kind": "nonfinite", "rank": 5, "step": 12, "metrics": ["loss", "grad_norm"],
-        "values": {"loss": "nan", "grad_norm": "inf"}}
+        "kind": "nonfinite",
+        "rank": 5,
+        "step": 12,
+        "metrics": ["loss", "grad_norm"],
+        "values": {"loss": "nan", "grad_norm": "inf"},
+    }
 
 
 def test_the_first_bad_rank_across_a_job_is_named_by_both_reports(tmp_path, capsys):
+    from otel_mindformers.analysis.first_bad import report_findings
+    from otel_mindformers.analysis.hang_report import build_hang_report
     from otel_mindformers.cli import main
-    from otel_mindformers.diagnosis.first_bad import report_findings
-    from otel_mindformers.diagnosis.hang_report import build_hang_report
 
     pipelines = Pipelines()
-    for rank, step, values in ((0, 13, {"grad_norm": math.nan}), (517, 12, {"loss": math.nan}),
-                               (3, 12, {"grad_norm": math.inf})):
+    for rank, step, values in (
+        (0, 13, {"grad_norm": math.nan}),
+        (517, 12, {"loss": math.nan}),
+        (3, 12, {"grad_norm": math.inf}),
+    ):
         identity = Identity(rank=rank, world_size=1024, host_name="n")
-        FirstNonFinite(pipelines.meter, pipelines.logger_provider.get_logger("t"), identity,
-                       str(tmp_path / "m.json")).check(step, values)
-    (tmp_path / "train_metric_rank_0.json").write_text(json.dumps(
-        {"time_stamp": 1.0, "step": 14, "epoch": 1, "rank": 0, "loss": None, "nonfinite": ["loss"]}) + "\n")
+        FirstNonFinite(
+            pipelines.meter, pipelines.logger_provider.get_logger("t"), identity, str(tmp_path / "m.json")
+        ).check(step, values)
+    (tmp_path / "train_metric_rank_0.json").write_text(
+        json.dumps({"time_stamp": 1.0, "step": 14, "epoch": 1, "rank": 0, "loss": None, "nonfinite": ["loss"]}) + "\n"
+    )
     report = build_hang_report([tmp_path])
     assert report.first_nonfinite.to_json() == {
-        "step": 12, "ranks": [{"rank": 3, "metrics": ["grad_norm"]}, {"rank": 517, "metrics": ["loss"]}]}
+        "step": 12,
+        "ranks": [{"rank": 3, "metrics": ["grad_norm"]}, {"rank": 517, "metrics": ["loss"]}],
+    }
     summary = types.SimpleNamespace(rank=0, files=[str(tmp_path / "train_metric_rank_0.json")], nonfinite_steps=[14])
-    assert report_findings([summary]) == [
-        "first non-finite value at step 12: rank 3 (grad_norm); rank 517 (loss)"]
+    assert report_findings([summary]) == ["first non-finite value at step 12: rank 3 (grad_norm); rank 517 (loss)"]
     assert main(["report", str(tmp_path)]) == 0
     assert "first non-finite value at step 12: rank 3 (grad_norm); rank 517 (loss)" in capsys.readouterr().out

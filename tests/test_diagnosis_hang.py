@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from otel_mindformers.analysis.hang_report import build_hang_report, ranks_text, render_text
 from otel_mindformers.diagnosis import records
-from otel_mindformers.diagnosis.hang_report import build_hang_report, ranks_text, render_text
 from tests.support.instrumented import BIN, REPO, child_env, free_port
 
 STEPS, BLOCK_AT = 8, 4
@@ -56,11 +56,30 @@ def test_hang_report_names_the_rank_that_stopped_and_its_stack(workdir):
     output, fifo = workdir / "output", workdir / "release"
     os.mkfifo(fifo)
     job = subprocess.Popen(
-        [str(BIN / "msrun"), "--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}",
-         "--join=True", f"--log_dir={workdir / 'msrun_log'}",
-         str(REPO / "tests" / "support" / "hang_worker.py"), "--steps", str(STEPS), "--block-rank", "1",
-         "--block-at", str(BLOCK_AT), "--release", str(fifo), "--output", str(output)],
-        env=child_env(), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            str(BIN / "msrun"),
+            "--worker_num=2",
+            "--local_worker_num=2",
+            f"--master_port={free_port()}",
+            "--join=True",
+            f"--log_dir={workdir / 'msrun_log'}",
+            str(REPO / "tests" / "support" / "hang_worker.py"),
+            "--steps",
+            str(STEPS),
+            "--block-rank",
+            "1",
+            "--block-at",
+            str(BLOCK_AT),
+            "--release",
+            str(fifo),
+            "--output",
+            str(output),
+        ],
+        env=child_env(),
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         wait_until(lambda: last_logged_step(output / "train_metric_rank_0.json") == STEPS, "rank 0 finished", job)
@@ -105,25 +124,40 @@ def test_hang_report_names_the_rank_that_stopped_and_its_stack(workdir):
 
 # --- grouping, on dump files written by the real StackDumper --------------------------------
 
+
 def dump_rank(folder: Path, rank: int, step: int, target: str) -> None:
     """Rank `rank`'s dump, made in a fresh process while a thread waits in `target`
     (threads other tests left in this process would join the dump)."""
-    subprocess.run([sys.executable, "-m", "tests.support.stack_dump_worker", str(folder), str(rank), str(step),
-                    target], cwd=REPO, check=True, timeout=120, env=child_env())
+    subprocess.run(
+        [sys.executable, "-m", "tests.support.stack_dump_worker", str(folder), str(rank), str(step), target],
+        cwd=REPO,
+        check=True,
+        timeout=120,
+        env=child_env(),
+    )
 
 
 def test_ranks_with_identical_stacks_form_one_group_shown_once(tmp_path):
     # The dumping (main) thread is left out of its own dump; the worker thread's frames
     # tell the groups apart.
-    for rank, step, target in ((0, 11, "collective"), (1, 11, "collective"),
-                               (2, 10, "data_loader"), (3, 11, "collective")):
+    for rank, step, target in (
+        (0, 11, "collective"),
+        (1, 11, "collective"),
+        (2, 10, "data_loader"),
+        (3, 11, "collective"),
+    ):
         dump_rank(tmp_path, rank, step, target)
     report = build_hang_report([tmp_path])
     assert [(g.ranks, [(f.function, own.function) for _, f, own in g.innermost()]) for g in report.groups] == [
         ([2], [("wait", "hold_in_data_loader")]),
         ([0, 1, 3], [("wait", "hold_in_collective")]),
     ]
-    assert [(b.rank, b.step, b.behind_steps) for b in report.heartbeats] == [(0, 11, 0), (1, 11, 0), (2, 10, 1), (3, 11, 0)]
+    assert [(b.rank, b.step, b.behind_steps) for b in report.heartbeats] == [
+        (0, 11, 0),
+        (1, 11, 0),
+        (2, 10, 1),
+        (3, 11, 0),
+    ]
     text = render_text(report)
     assert "rank(s) 2 stopped first; the job split after step 10" in text
     assert "== group 2: rank(s) 0-1, 3" in text
@@ -147,7 +181,11 @@ def test_a_damaged_last_line_is_skipped_and_nothing_to_report_is_one_error(tmp_p
     empty = tmp_path / "empty"
     empty.mkdir()
     result = subprocess.run([str(BIN / "otel-mindformers"), "hang-report", str(empty)], capture_output=True, text=True)
-    assert result.returncode == 1 and result.stderr.startswith("error: no stack dumps") and "Traceback" not in result.stderr
+    assert (
+        result.returncode == 1
+        and result.stderr.startswith("error: no stack dumps")
+        and "Traceback" not in result.stderr
+    )
 
 
 @pytest.mark.parametrize("ranks, text", [([0, 1, 2, 5, 7, 8], "0-2, 5, 7-8"), ([3], "3"), ([], "")])

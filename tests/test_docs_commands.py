@@ -49,8 +49,12 @@ def trained(tmp_path_factory) -> Path:
     """A working directory whose `output/` holds what a real run leaves there."""
     workdir = tmp_path_factory.mktemp("docs")
     output = workdir / "output"
-    config = {"interval": 1, "output_type": ["json_file", "tensorboard"],
-              "json_log_path": str(output / "train_metric.json"), "tensorboard_path": str(output / "tensorboard_log")}
+    config = {
+        "interval": 1,
+        "output_type": ["json_file", "tensorboard"],
+        "json_log_path": str(output / "train_metric.json"),
+        "tensorboard_path": str(output / "tensorboard_log"),
+    }
     training.train([MonitorCallback(config)], steps=6, shape="tuple5")
     return workdir
 
@@ -71,8 +75,9 @@ def test_a_documented_command_runs(trained, doc, command):
     else:
         command, cwd = command.replace("otel-mindformers", shlex.quote(str(BIN / "otel-mindformers")), 1), trained
     # bash: the docs rely on its globbing (`rules/*.yaml`).
-    result = subprocess.run(["bash", "-c", command], cwd=cwd, env=child_env(), capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, f"{doc.name}: {command}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
 
 
@@ -87,9 +92,23 @@ def test_replay_to_a_dead_endpoint_says_so_in_one_line(trained):
     endpoint = f"http://127.0.0.1:{free_port()}"
     for protocol in ("grpc", "http/protobuf"):
         result = subprocess.run(
-            [str(BIN / "otel-mindformers"), "replay", "output/", "--endpoint", endpoint, "--protocol", protocol,
-             "--timeout", "2"],
-            cwd=trained, env=child_env(), capture_output=True, text=True, timeout=120)
+            [
+                str(BIN / "otel-mindformers"),
+                "replay",
+                "output/",
+                "--endpoint",
+                endpoint,
+                "--protocol",
+                protocol,
+                "--timeout",
+                "2",
+            ],
+            cwd=trained,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 1
         (line,) = [line for line in result.stderr.splitlines() if line.strip()]
         assert endpoint in line and "refused" in line.lower(), line

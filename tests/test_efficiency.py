@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
-from otel_mindformers import training_metrics as tm
-from otel_mindformers.efficiency import Eta, TransformerShape, peak_tflops
+from otel_mindformers.names import training as tm
+from otel_mindformers.timing.efficiency import Eta, TransformerShape, peak_tflops
 from tests.support.instrumented import REPO, child_env, run
 from tests.test_mindformers import CPU_RUNNER, REFERENCE_SCRIPT
 
@@ -20,16 +20,27 @@ def test_dense_formula_is_6n_plus_12lhs():
     # A GPT-style shape: n = k heads, a plain 4h MLP. Without the output layer the formula is
     # PaLM's 6 N + 12 L h s with N = 12 L h^2.
     layers, hidden, seq, vocab = 4, 256, 512, 1000
-    shape = TransformerShape(layers=layers, hidden=hidden, heads=8, kv_heads=8, ffn=4 * hidden, vocab=vocab,
-                             seq_length=seq, swiglu=False)
+    shape = TransformerShape(
+        layers=layers, hidden=hidden, heads=8, kv_heads=8, ffn=4 * hidden, vocab=vocab, seq_length=seq, swiglu=False
+    )
     output_layer = 6 * hidden * vocab
     assert shape.training_flops_per_token() - output_layer == 6 * 12 * layers * hidden**2 + 12 * layers * hidden * seq
 
 
 def test_moe_counts_active_experts_only():
     dense = TransformerShape(layers=2, hidden=64, heads=4, kv_heads=4, ffn=128, vocab=100, seq_length=32)
-    moe = TransformerShape(layers=2, hidden=64, heads=4, kv_heads=4, ffn=128, vocab=100, seq_length=32,
-                           experts=8, experts_per_token=2, shared_experts=1)
+    moe = TransformerShape(
+        layers=2,
+        hidden=64,
+        heads=4,
+        kv_heads=4,
+        ffn=128,
+        vocab=100,
+        seq_length=32,
+        experts=8,
+        experts_per_token=2,
+        shared_experts=1,
+    )
     one_ffn = 3 * 2 * 3 * 64 * 128  # training x (2 FLOPs x 3 SwiGLU matrices x h x f)
     router = 3 * 2 * 64 * 8
     assert moe.training_flops_per_token() - dense.training_flops_per_token() == 2 * (2 * one_ffn + router)

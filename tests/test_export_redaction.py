@@ -21,12 +21,15 @@ TOKEN = "tok3n-in-the-url"
 HEADER_SECRET = "Bearer header-s3cret"
 
 
-@pytest.mark.parametrize("endpoint, shown", [
-    (f"http://svc:{TOKEN}@127.0.0.1:4318/v1?key=query-s3cret", "http://***@127.0.0.1:4318/v1?***"),
-    (f"svc:{TOKEN}@127.0.0.1:4317", "***@127.0.0.1:4317"),  # gRPC, no scheme
-    ("http://127.0.0.1:4317", "http://127.0.0.1:4317"),
-    ("the default OTLP endpoint", "the default OTLP endpoint"),
-])
+@pytest.mark.parametrize(
+    "endpoint, shown",
+    [
+        (f"http://svc:{TOKEN}@127.0.0.1:4318/v1?key=query-s3cret", "http://***@127.0.0.1:4318/v1?***"),
+        (f"svc:{TOKEN}@127.0.0.1:4317", "***@127.0.0.1:4317"),  # gRPC, no scheme
+        ("http://127.0.0.1:4317", "http://127.0.0.1:4317"),
+        ("the default OTLP endpoint", "the default OTLP endpoint"),
+    ],
+)
 def test_the_printed_endpoint_has_no_credentials(endpoint, shown):
     assert printable_endpoint(endpoint) == shown
 
@@ -34,10 +37,13 @@ def test_the_printed_endpoint_has_no_credentials(endpoint, shown):
 def test_the_exporters_own_text_is_masked_too():
     """The gRPC exporter names its target as `user:token@host:port` in its messages."""
     reporter = ExportErrorReporter(f"http://svc:{TOKEN}@127.0.0.1:4317", secrets=[HEADER_SECRET], announce=False)
-    reporter.report(f"Failed to export traces to svc:{TOKEN}@127.0.0.1:4317 with header {HEADER_SECRET}, "
-                    "error code: StatusCode.UNAVAILABLE")
-    assert reporter.first_failure == ("Failed to export traces to ***@127.0.0.1:4317 with header ***, "
-                                      "error code: StatusCode.UNAVAILABLE")
+    reporter.report(
+        f"Failed to export traces to svc:{TOKEN}@127.0.0.1:4317 with header {HEADER_SECRET}, "
+        "error code: StatusCode.UNAVAILABLE"
+    )
+    assert reporter.first_failure == (
+        "Failed to export traces to ***@127.0.0.1:4317 with header ***, error code: StatusCode.UNAVAILABLE"
+    )
 
 
 @pytest.mark.slow
@@ -50,8 +56,13 @@ def test_the_export_warning_of_a_training_run_shows_no_credentials(tmp_path, pro
             "interval": 1,
             "output_type": ["json_file", "otlp"],
             "shutdown_timeout": 1.0,
-            "otlp": {"endpoint": f"http://svc:{TOKEN}@127.0.0.1:{port}", "protocol": protocol, "timeout": 1.0,
-                     "export_interval": 0.2, "headers": {"authorization": HEADER_SECRET}},
+            "otlp": {
+                "endpoint": f"http://svc:{TOKEN}@127.0.0.1:{port}",
+                "protocol": protocol,
+                "timeout": 1.0,
+                "export_interval": 0.2,
+                "headers": {"authorization": HEADER_SECRET},
+            },
         },
         "steps": 20,
         "report": str(tmp_path / "report.json"),
@@ -68,14 +79,34 @@ def test_the_export_warning_of_a_training_run_shows_no_credentials(tmp_path, pro
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_replay_names_the_endpoint_without_credentials(tmp_path, protocol):
     log = tmp_path / "train_metric.json"
-    log.write_text("".join(json.dumps({"time_stamp": 1.7e9 + step, "step": step, "epoch": 1, "rank": 0,
-                                       "loss": 1.0 / step}) + "\n" for step in range(1, 4)))
+    log.write_text(
+        "".join(
+            json.dumps({"time_stamp": 1.7e9 + step, "step": step, "epoch": 1, "rank": 0, "loss": 1.0 / step}) + "\n"
+            for step in range(1, 4)
+        )
+    )
     port = free_port()
     done = subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", "replay", str(log), "--endpoint",
-         f"http://svc:{TOKEN}@127.0.0.1:{port}", "--protocol", protocol, "--timeout", "1",
-         "--header", f"authorization={HEADER_SECRET}"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+        [
+            sys.executable,
+            "-m",
+            "otel_mindformers.cli",
+            "replay",
+            str(log),
+            "--endpoint",
+            f"http://svc:{TOKEN}@127.0.0.1:{port}",
+            "--protocol",
+            protocol,
+            "--timeout",
+            "1",
+            "--header",
+            f"authorization={HEADER_SECRET}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == 1
     (line,) = [line for line in done.stderr.splitlines() if line.strip()]
     assert f"http://***@127.0.0.1:{port}" in line, line

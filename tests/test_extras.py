@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
-from otel_mindformers.extras import EXTRA_OF_MODULE
+from otel_mindformers.config.extras import EXTRA_OF_MODULE
 from tests.support.reliability_worker import run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,9 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _hide(tmp_path: Path, *modules: str) -> dict[str, str]:
     shim = tmp_path / "shim"
     shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text(
-        "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
-    )
+    (shim / "sitecustomize.py").write_text("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules))
     return {"PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
 
 
@@ -34,17 +32,29 @@ def test_the_table_names_extras_of_pyproject():
 
 
 CASES = [
-    ("output_type: [tensorboard]", "tensorboardX",
-     "monitor_config.output_type: tensorboard needs tensorboardX, which is not installed: "
-     "pip install 'otel-mindformers[tensorboard]'"),
-    ("output_type: [prometheus]", "prometheus_client",
-     "monitor_config.output_type: prometheus needs prometheus_client, which is not installed: "
-     "pip install 'otel-mindformers[prometheus]'"),
-    ("device_monitor: true", "psutil",
-     "monitor_config.device_monitor needs psutil, which is not installed: pip install 'otel-mindformers[devices]'"),
-    ("{device_monitor: true, device_config: {sources: [nvidia]}}", "pynvml",
-     "monitor_config.device_config.sources: nvidia needs pynvml, which is not installed: "
-     "pip install 'otel-mindformers[devices]'"),
+    (
+        "output_type: [tensorboard]",
+        "tensorboardX",
+        "monitor_config.output_type: tensorboard needs tensorboardX, which is not installed: "
+        "pip install 'otel-mindformers[tensorboard]'",
+    ),
+    (
+        "output_type: [prometheus]",
+        "prometheus_client",
+        "monitor_config.output_type: prometheus needs prometheus_client, which is not installed: "
+        "pip install 'otel-mindformers[prometheus]'",
+    ),
+    (
+        "device_monitor: true",
+        "psutil",
+        "monitor_config.device_monitor needs psutil, which is not installed: pip install 'otel-mindformers[devices]'",
+    ),
+    (
+        "{device_monitor: true, device_config: {sources: [nvidia]}}",
+        "pynvml",
+        "monitor_config.device_config.sources: nvidia needs pynvml, which is not installed: "
+        "pip install 'otel-mindformers[devices]'",
+    ),
 ]
 
 
@@ -54,11 +64,18 @@ def test_validate_names_the_extra_to_install(tmp_path, section, module, message)
     config = tmp_path / "monitor.yaml"
     config.write_text(f"monitor_config: {section if section.startswith('{') else '{' + section + '}'}\n")
     command = [sys.executable, "-m", "otel_mindformers.cli", "validate", str(config)]
-    present = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    present = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     assert present.returncode == 0, present.stderr
-    absent = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, **_hide(tmp_path, module)})
+    absent = subprocess.run(
+        command,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **_hide(tmp_path, module)},
+    )
     assert absent.returncode == 1
     assert absent.stderr.splitlines() == [f"invalid: {message}"]
 
@@ -73,8 +90,12 @@ RUN_CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("output, settings, module", RUN_CASES, ids=[c[2] for c in RUN_CASES])
 def test_training_without_an_outputs_extra_runs_with_one_warning(tmp_path, output, settings, module):
-    spec = {"config": {"interval": 1, "output_type": [output, "json_file"], **settings}, "steps": 6,
-            "report": str(tmp_path / "report.json"), "log_level": "WARNING"}
+    spec = {
+        "config": {"interval": 1, "output_type": [output, "json_file"], **settings},
+        "steps": 6,
+        "report": str(tmp_path / "report.json"),
+        "log_level": "WARNING",
+    }
     process, _ = run(spec, tmp_path, env=_hide(tmp_path, module))
     assert process.returncode == 0, process.stderr[-3000:]
     warnings = [line for line in process.stderr.splitlines() if output in line.lower()]
@@ -89,17 +110,35 @@ def test_no_optional_module_is_needed_to_import_the_package_or_its_cli(tmp_path)
     a file that every run or CLI command imports. With every optional module hidden, the
     package, the callback and the CLI still import, and `--help` runs."""
     env = {**os.environ, **_hide(tmp_path, *EXTRA_OF_MODULE)}
-    imported = subprocess.run([sys.executable, "-c", "import otel_mindformers, otel_mindformers.cli"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120, env=env)
+    imported = subprocess.run(
+        [sys.executable, "-c", "import otel_mindformers, otel_mindformers.cli"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert imported.returncode == 0, imported.stderr[-2000:]
     # The callback imports MindSpore, which needs psutil itself: psutil is optional only
     # where MindSpore is not imported.
     without_psutil = [module for module in EXTRA_OF_MODULE if module != "psutil"]
     (tmp_path / "run").mkdir()
     run_env = {**os.environ, **_hide(tmp_path / "run", *without_psutil)}
-    imported = subprocess.run([sys.executable, "-c", "import otel_mindformers.callback, otel_mindformers.run"],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=120, env=run_env)
+    imported = subprocess.run(
+        [sys.executable, "-c", "import otel_mindformers.runtime.callback, otel_mindformers.runtime.run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=run_env,
+    )
     assert imported.returncode == 0, imported.stderr[-2000:]
-    helped = subprocess.run([sys.executable, "-m", "otel_mindformers.cli", "--help"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120, env=env)
+    helped = subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert helped.returncode == 0, helped.stderr[-2000:]

@@ -25,10 +25,19 @@ NAN_STEP = 6
 def _train_two_ranks(tmp_path, nonfinite_check: str):
     logs = tmp_path / "logs"
     config = tmp_path / "monitor.yaml"
-    config.write_text(yaml.safe_dump({"monitor_config": {
-        "interval": 2, "output_type": ["json_file"], "json_log_path": str(logs / "train_metric.json"),
-        "report_ranks": [0], "nonfinite_check": nonfinite_check,
-    }}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "monitor_config": {
+                    "interval": 2,
+                    "output_type": ["json_file"],
+                    "json_log_path": str(logs / "train_metric.json"),
+                    "report_ranks": [0],
+                    "nonfinite_check": nonfinite_check,
+                }
+            }
+        )
+    )
     ranks = []
     for rank in (0, 1):
         workdir = tmp_path / f"rank{rank}"
@@ -41,8 +50,9 @@ def _train_two_ranks(tmp_path, nonfinite_check: str):
 
 
 def _cli(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "otel_mindformers.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", *args], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -1,9 +1,11 @@
-"""The package's module-level import graph: config.py sits at the bottom.
+"""The package's shape, read statically from its imports (docs/architecture.md draws it).
 
-Parsing a `monitor_config` must not pull in the runtime (MindSpore, exporters, threads), and
-no module that config.py imports may import config.py back: such a cycle once ran
-config → monitor → alerts → config. Read statically from the sources (imports inside
-functions and under TYPE_CHECKING are deliberate late imports and are left out).
+Layers from the bottom up; a module may import its own layer and the layers below, never one
+above. Within the package there is no import cycle. `names` imports only `names`, and no
+runtime module imports `analysis` (the offline readers). Module-level imports make the graph
+(a cycle is only a problem where modules import each other as they load); the upward rule
+also reads the imports inside functions, so a late import cannot hide a dependency that
+runs the wrong way. Imports under `TYPE_CHECKING` are annotations only and are left out.
 """
 
 from __future__ import annotations
@@ -11,7 +13,24 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "otel_mindformers"
+ROOT = "otel_mindformers"
+
+# Bottom first. `version` imports nothing and is read by every layer.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("names", "version"),
+    ("config",),
+    ("core", "job"),
+    ("telemetry",),
+    ("outputs", "devices", "model_state", "diagnosis", "timing"),
+    ("alerts",),
+    ("runtime",),
+    ("integration",),
+    ("analysis",),
+    ("cli", ""),  # the command line and the package's public API module
+)
 
 
 def _module_name(path: Path) -> str:
@@ -19,28 +38,49 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _top_level_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(node: ast.AST, module_level_only: bool) -> set[str]:
     found: set[str] = set()
-    for node in tree.body:  # module level only
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("otel_mindformers"):
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("otel_mindformers"))
+    body = node.body if isinstance(node, ast.Module) else []
+    nodes = body if module_level_only else list(ast.walk(node))
+    skipped: set[int] = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.If) and _is_type_checking(child):
+            skipped.update(id(inner) for inner in ast.walk(child))
+    for child in nodes:
+        if id(child) in skipped:
+            continue
+        if isinstance(child, ast.ImportFrom) and child.module and child.module.startswith(ROOT) and not child.level:
+            found.add(child.module)
+            found.update(f"{child.module}.{alias.name}" for alias in child.names)
+        elif isinstance(child, ast.Import):
+            found.update(a.name for a in child.names if a.name.startswith(ROOT))
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def import_graph(module_level_only: bool = True) -> dict[str, set[str]]:
+    modules = _modules()
     graph = {}
     for name, path in modules.items():
-        targets = {t for t in _top_level_imports(path) if t in modules}
-        # Importing a submodule runs its packages' __init__ first.
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        targets = {t for t in _imports(tree, module_level_only) if t in modules}
+        # Importing a submodule runs its packages' __init__ first, except the importer's own
+        # packages, which are already running.
+        own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
         for target in list(targets):
             parts = target.split(".")
             targets.update(".".join(parts[:i]) for i in range(2, len(parts)) if ".".join(parts[:i]) in modules)
-        graph[name] = targets - {name}
+        graph[name] = targets - {name} - own
     return graph
 
 
@@ -54,15 +94,57 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-def test_nothing_config_imports_imports_config_back():
-    graph = import_graph()
-    below = reachable(graph, "otel_mindformers.config")
-    assert "otel_mindformers.config" not in below, sorted(below)
-    assert not {m for m in below if m.startswith(("otel_mindformers.alerts", "otel_mindformers.telemetry"))}
+def layer_of(module: str) -> int:
+    top = module.split(".")[1] if module.count(".") else ""
+    for index, layer in enumerate(LAYERS):
+        if top in layer:
+            return index
+    raise AssertionError(f"{module}: in no layer of LAYERS; place its folder in the architecture")
 
 
-def test_the_training_metric_table_depends_on_nothing_but_metric_specs():
+def test_every_module_has_a_layer_and_the_root_holds_only_the_public_modules():
+    for module in _modules():
+        layer_of(module)
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert loose == ["__init__.py", "cli.py", "version.py"], loose
+
+
+def test_no_import_cycle():
     graph = import_graph()
-    assert reachable(graph, "otel_mindformers.training_metrics") <= {
-        "otel_mindformers.metric_spec", "otel_mindformers.model_state", "otel_mindformers.model_state.specs",
+    for module in graph:
+        assert module not in reachable(graph, module), f"{module} imports itself back"
+
+
+@pytest.mark.parametrize("module_level_only", [True, False], ids=["module level", "with function-level imports"])
+def test_nothing_imports_upward(module_level_only):
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in import_graph(module_level_only).items()
+        for target in targets
+        if layer_of(target) > layer_of(module)
+    )
+    assert not upward, "\n".join(upward)
+
+
+def test_names_import_only_names():
+    graph = import_graph(module_level_only=False)
+    outside = {
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith(f"{ROOT}.names")
+        for target in targets
+        if not target.startswith(f"{ROOT}.names")
     }
+    assert not outside, sorted(outside)
+
+
+def test_no_runtime_module_imports_the_offline_analysis():
+    graph = import_graph(module_level_only=False)
+    runtime = [m for m in graph if layer_of(m) < layer_of(f"{ROOT}.analysis")]
+    offenders = {f"{m} -> {t}" for m in runtime for t in graph[m] if t.startswith(f"{ROOT}.analysis")}
+    assert not offenders, sorted(offenders)
+
+
+def test_parsing_a_config_pulls_in_no_runtime():
+    below = reachable(import_graph(), f"{ROOT}.config")
+    assert {m.split(".")[1] for m in below} <= {"config", "names"}, sorted(below)

@@ -16,16 +16,17 @@ from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from packaging.requirements import Requirement
 
 import otel_mindformers
-from otel_mindformers import ConfigError, MonitorCallback, semconv
-from otel_mindformers import training_metrics as tm
-from otel_mindformers.distro import IN_PLACE_EXPORTER, MindFormersConfigurator, MindFormersDistro
-from otel_mindformers.instrumentor import MindFormersInstrumentor
-from otel_mindformers.package import _instruments
-from otel_mindformers.resource_detector import MindFormersResourceDetector
+from otel_mindformers import ConfigError, MonitorCallback
+from otel_mindformers.integration.distro import IN_PLACE_EXPORTER, MindFormersConfigurator, MindFormersDistro
+from otel_mindformers.integration.instrumentor import MindFormersInstrumentor
+from otel_mindformers.integration.package import _instruments
+from otel_mindformers.integration.resource_detector import MindFormersResourceDetector
+from otel_mindformers.names import semconv
+from otel_mindformers.names import training as tm
 from otel_mindformers.telemetry.otlp_in_place import InPlaceOTLPLogExporter, InPlaceOTLPSpanExporter
 from tests.support import training
 from tests.support.in_memory import Capture as InMemoryCapture
-from tests.support.instrumented import REPO, TRACE_ID, TRACEPARENT, LAUNCHER_SPAN_ID, child_env, instrumented, run
+from tests.support.instrumented import LAUNCHER_SPAN_ID, REPO, TRACE_ID, TRACEPARENT, child_env, instrumented, run
 
 PLAIN_TRAIN = str(REPO / "examples" / "plain_train.py")
 
@@ -51,15 +52,22 @@ def instrumentation(workdir):
 
 
 def quiet(tmp_path, **overrides):
-    return {"interval": 5, "output_type": ["json_file"], "json_log_path": str(tmp_path / "m.json"),
-            "grad_monitor": False, **overrides}
+    return {
+        "interval": 5,
+        "output_type": ["json_file"],
+        "json_log_path": str(tmp_path / "m.json"),
+        "grad_monitor": False,
+        **overrides,
+    }
 
 
 # --- packaging -----------------------------------------------------------------------------
 
+
 def test_instrumentation_dependencies_are_the_instruments_extra():
     declared = [
-        Requirement(text) for text in importlib.metadata.requires("otel-mindformers")
+        Requirement(text)
+        for text in importlib.metadata.requires("otel-mindformers")
         if Requirement(text).marker is not None and Requirement(text).marker.evaluate({"extra": "instruments"})
     ]
     ours = [Requirement(text) for text in MindFormersInstrumentor().instrumentation_dependencies()]
@@ -70,27 +78,40 @@ def test_instrumentation_dependencies_are_the_instruments_extra():
 def test_entry_points_name_our_classes():
     loaded = {
         group: importlib.metadata.entry_points(group=group, name="mindformers")
-        for group in ("opentelemetry_instrumentor", "opentelemetry_distro", "opentelemetry_configurator",
-                      "opentelemetry_resource_detector", "opentelemetry_environment_variables")
+        for group in (
+            "opentelemetry_instrumentor",
+            "opentelemetry_distro",
+            "opentelemetry_configurator",
+            "opentelemetry_resource_detector",
+            "opentelemetry_environment_variables",
+        )
     }
     assert {group: [ep.load() for ep in eps] for group, eps in loaded.items()} == {
         "opentelemetry_instrumentor": [MindFormersInstrumentor],
         "opentelemetry_distro": [MindFormersDistro],
         "opentelemetry_configurator": [MindFormersConfigurator],
         "opentelemetry_resource_detector": [MindFormersResourceDetector],
-        "opentelemetry_environment_variables": [otel_mindformers.environment_variables],
+        "opentelemetry_environment_variables": [otel_mindformers.integration.environment_variables],
     }
 
 
-@pytest.mark.parametrize(("environment", "traces_exporter", "logs_exporter"), [
-    ({}, IN_PLACE_EXPORTER, IN_PLACE_EXPORTER),
-    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, "otlp", "otlp"),
-    ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, "otlp", IN_PLACE_EXPORTER),
-    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "grpc"}, "otlp", IN_PLACE_EXPORTER),
-    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "none"}, "otlp", "none"),  # what the user sets stays
-])
+@pytest.mark.parametrize(
+    ("environment", "traces_exporter", "logs_exporter"),
+    [
+        ({}, IN_PLACE_EXPORTER, IN_PLACE_EXPORTER),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, "otlp", "otlp"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, "otlp", IN_PLACE_EXPORTER),
+        (
+            {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "grpc"},
+            "otlp",
+            IN_PLACE_EXPORTER,
+        ),
+        ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "none"}, "otlp", "none"),  # what the user sets stays
+    ],
+)
 def test_the_distro_sends_grpc_spans_and_logs_through_the_in_place_exporters(
-        monkeypatch, environment, traces_exporter, logs_exporter):
+    monkeypatch, environment, traces_exporter, logs_exporter
+):
     monkeypatch.setattr(os, "environ", dict(environment))
     MindFormersDistro()._configure()
     assert (os.environ["OTEL_TRACES_EXPORTER"], os.environ["OTEL_LOGS_EXPORTER"]) == (traces_exporter, logs_exporter)
@@ -104,6 +125,7 @@ def test_the_sdk_configurator_loads_the_in_place_exporters_by_their_name():
 
 
 # --- in process ---------------------------------------------------------------------------------
+
 
 def test_instrument_adds_one_callback_to_a_plain_training_run(instrumentation, capture, tmp_path):
     instrumentation(quiet(tmp_path), **capture.providers())
@@ -173,13 +195,23 @@ def test_invalid_config_in_code_raises(workdir):
 
 
 def test_resource_detector_names_the_rank(monkeypatch):
-    for name, value in {"RANK_ID": "1", "RANK_SIZE": "2", "DEVICE_ID": "1", "MS_WORKER_NUM": "2",
-                        "MS_ROLE": "MS_WORKER", "MS_NODE_ID": "1"}.items():
+    for name, value in {
+        "RANK_ID": "1",
+        "RANK_SIZE": "2",
+        "DEVICE_ID": "1",
+        "MS_WORKER_NUM": "2",
+        "MS_ROLE": "MS_WORKER",
+        "MS_NODE_ID": "1",
+    }.items():
         monkeypatch.setenv(name, value)
     attributes = dict(MindFormersResourceDetector().detect().attributes)
     assert attributes["service.name"] == "mindformers-train"
-    assert (attributes[semconv.ATTR_RANK], attributes[semconv.ATTR_WORLD_SIZE], attributes[semconv.ATTR_DEVICE_ID],
-            attributes[semconv.ATTR_LAUNCHER]) == (1, 2, 1, "msrun")
+    assert (
+        attributes[semconv.ATTR_RANK],
+        attributes[semconv.ATTR_WORLD_SIZE],
+        attributes[semconv.ATTR_DEVICE_ID],
+        attributes[semconv.ATTR_LAUNCHER],
+    ) == (1, 2, 1, "msrun")
     assert semconv.ATTR_NODE_RANK not in attributes  # MS_NODE_ID is the worker's id, not the machine's
 
 
@@ -196,9 +228,14 @@ def test_resource_detector_omits_a_rank_msrun_has_not_assigned_yet(monkeypatch):
 
 # --- opentelemetry-instrument, end to end ------------------------------------------------------------
 
+
 def test_opentelemetry_instrument_monitors_an_unmodified_script(workdir, otlp_receiver):
-    env = child_env(otlp_receiver, OTEL_SERVICE_NAME="plain-train", TRACEPARENT=TRACEPARENT,
-                    OTEL_RESOURCE_ATTRIBUTES="deployment.environment=ci")
+    env = child_env(
+        otlp_receiver,
+        OTEL_SERVICE_NAME="plain-train",
+        TRACEPARENT=TRACEPARENT,
+        OTEL_RESOURCE_ATTRIBUTES="deployment.environment=ci",
+    )
     result = run(instrumented("python", PLAIN_TRAIN, "--steps", "12"), env, workdir)
     assert "training finished" in result.stdout
 
@@ -215,7 +252,11 @@ def test_opentelemetry_instrument_monitors_an_unmodified_script(workdir, otlp_re
     assert (resource["service.name"], resource["deployment.environment"]) == ("plain-train", "ci")
     assert (resource[semconv.ATTR_RANK], resource[semconv.ATTR_WORLD_SIZE]) == (0, 1)
     assert {p.metric for p in otlp_receiver.points()} >= {
-        tm.instrument_name(tm.LOSS), tm.instrument_name(tm.LEARNING_RATE), tm.instrument_name(tm.STEP_TIME), tm.STEPS.name}
+        tm.instrument_name(tm.LOSS),
+        tm.instrument_name(tm.LEARNING_RATE),
+        tm.instrument_name(tm.STEP_TIME),
+        tm.STEPS.name,
+    }
     # The monitor's default local outputs, beside the export.
     local = (workdir / "output" / "train_metric.json").read_text().splitlines()
     assert [json.loads(line)["step"] for line in local] == [1, 10, 12]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers.config import LogRotationConfig
+from otel_mindformers.core.record import StepRecord
 from otel_mindformers.outputs.jsonl import JsonLinesSink
-from otel_mindformers.record import StepRecord
 
 WRITERS = 6
 LINES = 60

@@ -14,10 +14,12 @@ import pytest
 import yaml
 
 import otel_mindformers
-from otel_mindformers import ConfigError, MonitorCallback, mindformers_glue, semconv
-from otel_mindformers import training_metrics as tm
+from otel_mindformers import ConfigError, MonitorCallback
 from otel_mindformers.config import parse_monitor_config
-from otel_mindformers.instrumentor import MindFormersInstrumentor
+from otel_mindformers.integration import mindformers_glue
+from otel_mindformers.integration.instrumentor import MindFormersInstrumentor
+from otel_mindformers.names import semconv
+from otel_mindformers.names import training as tm
 from tests.support.instrumented import REPO, child_env, instrumented, run
 
 EXAMPLES = REPO / "examples"
@@ -53,14 +55,25 @@ def ours(section):
 
 # --- monitor_config in MindFormers' config loader ---------------------------------------------
 
+
 def test_the_article_section_loads_beside_mindformers_own_keys(mf):
     section = mf.MindFormerConfig(str(ARTICLE_YAML)).monitor_config
     # The article's keys, as the article's code reads them.
-    assert (section.enable, section.interval, section.alert_config.loss_threshold,
-            section.custom_monitor_callback) == (True, 2, 8.0, "custom_monitor.CustomMetricMonitor")
+    assert (section.enable, section.interval, section.alert_config.loss_threshold, section.custom_monitor_callback) == (
+        True,
+        2,
+        8.0,
+        "custom_monitor.CustomMetricMonitor",
+    )
     # MindFormers' keys, with its defaults, as its TrainingStateMonitor reads them.
-    assert (section.monitor_on, section.step_interval, section.dump_path, section.weight_state_format,
-            section.invert, section.target) == (True, 1, "./output/dump", ["log"], False, None)
+    assert (
+        section.monitor_on,
+        section.step_interval,
+        section.dump_path,
+        section.weight_state_format,
+        section.invert,
+        section.target,
+    ) == (True, 1, "./output/dump", ["log"], False, None)
     config = ours(section)
     assert (config.enable, config.interval, config.output_type) == (True, 2, ["stdout", "tensorboard", "json_file"])
     assert config.mindformers_native["weight_state_format"] == ["log"]
@@ -92,8 +105,10 @@ def test_a_native_only_section_still_configures_us_through_the_aliases(mf, workd
     [
         ({"interval": 0}, r"monitor_config\.interval: must be >= 1, got 0"),
         ({"intervl": 5}, r"monitor_config\.intervl: unknown key \(did you mean 'interval'\?\)"),
-        ({"output_type": ["stdout", "jsonfile"]},
-         r"monitor_config\.output_type: unknown value 'jsonfile' \(did you mean 'json_file'\?\)"),
+        (
+            {"output_type": ["stdout", "jsonfile"]},
+            r"monitor_config\.output_type: unknown value 'jsonfile' \(did you mean 'json_file'\?\)",
+        ),
     ],
 )
 def test_a_bad_section_is_one_config_error_naming_the_key(mf, workdir, section, message):
@@ -176,7 +191,7 @@ def test_the_article_main_code_trains_a_tiny_llama_with_monitoring(workdir):
     assert "weight_norm" in output
 
 
-ZERO_CODE_SCRIPT = '''
+ZERO_CODE_SCRIPT = """
 import numpy as np
 from mindformers import MindFormerConfig, Trainer
 from mindspore.dataset import GeneratorDataset
@@ -184,7 +199,7 @@ from mindspore.dataset import GeneratorDataset
 config = MindFormerConfig("config.yaml")
 rows = np.random.default_rng(0).integers(0, 64, size=(4, 17), dtype=np.int32)
 Trainer(args=config, train_dataset=GeneratorDataset([(r,) for r in rows], column_names=["input_ids"]).batch(2)).train()
-'''
+"""
 
 
 def test_zero_code_trainer_with_the_callback_listed_in_yaml(workdir, otlp_receiver):
@@ -206,10 +221,15 @@ def test_zero_code_trainer_with_the_callback_listed_in_yaml(workdir, otlp_receiv
     lines = [json.loads(line) for line in (workdir / "output" / "train_metric.json").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
     exported = {p.metric for p in otlp_receiver.points()}
-    assert {tm.instrument_name(tm.LOSS), tm.instrument_name(tm.GRAD_NORM), tm.instrument_name(tm.LOSS_SCALE), tm.instrument_name(tm.TOKENS_PER_SECOND)} <= exported
+    assert {
+        tm.instrument_name(tm.LOSS),
+        tm.instrument_name(tm.GRAD_NORM),
+        tm.instrument_name(tm.LOSS_SCALE),
+        tm.instrument_name(tm.TOKENS_PER_SECOND),
+    } <= exported
 
 
-REFERENCE_SCRIPT = '''
+REFERENCE_SCRIPT = """
 import numpy as np
 import otel_mindformers  # noqa: F401  (registers OtelCallback / MonitorCallback with MindFormers)
 from mindformers import MindFormerConfig, Trainer
@@ -218,7 +238,7 @@ from mindspore.dataset import GeneratorDataset
 config = MindFormerConfig("reference.yaml")
 rows = np.random.default_rng(0).integers(0, 64, size=(6, 17), dtype=np.int32)
 Trainer(args=config, train_dataset=GeneratorDataset([(r,) for r in rows], column_names=["input_ids"]).batch(2)).train()
-'''
+"""
 
 
 def test_the_shared_reference_yaml_with_its_otelcallback_entry_trains(workdir):

@@ -16,10 +16,11 @@ from mindspore import nn
 from mindspore.dataset import GeneratorDataset
 from mindspore.train import Model
 
-from otel_mindformers import MonitorCallback, semconv
+from otel_mindformers import MonitorCallback
 from otel_mindformers.model_state import LocalNormTrainOneStepCell
-from otel_mindformers.model_state import specs
 from otel_mindformers.model_state.parameters import ParameterFilter, kind_of, layer_of
+from otel_mindformers.names import model_state as specs
+from otel_mindformers.names import semconv
 from tests.support.readbacks import record_readbacks
 
 BATCH = 4
@@ -40,7 +41,7 @@ class Stack(nn.Cell):
     def construct(self, x):
         out = 0
         for index, layer in enumerate(self.layers):
-            out = out + layer(x[:, index * self.width:(index + 1) * self.width]).sum(axis=1, keepdims=True)
+            out = out + layer(x[:, index * self.width : (index + 1) * self.width]).sum(axis=1, keepdims=True)
         return out
 
 
@@ -57,7 +58,7 @@ def train(callbacks, *, layers=4, depth=1, width=2, steps=12, spike=None):
     y = (x.sum(axis=1, keepdims=True) * 0.1).astype(np.float32)
     if spike is not None:
         step, layer, factor = spike
-        x[(step - 1) * BATCH:step * BATCH, layer * width:(layer + 1) * width] *= factor
+        x[(step - 1) * BATCH : step * BATCH, layer * width : (layer + 1) * width] *= factor
     data = GeneratorDataset(list(zip(x, y)), column_names=["x", "y"], shuffle=False).batch(BATCH)
     model.train(1, data, callbacks=callbacks, dataset_sink_mode=False)
     return net
@@ -65,8 +66,11 @@ def train(callbacks, *, layers=4, depth=1, width=2, steps=12, spike=None):
 
 def otlp_config(receiver, workdir, **extra):
     return {
-        "interval": 1, "output_type": ["otlp", "json_file"], "json_log_path": str(workdir / "m.json"),
-        "otlp": {"endpoint": receiver.grpc_endpoint, "export_interval": 0.2}, **extra,
+        "interval": 1,
+        "output_type": ["otlp", "json_file"],
+        "json_log_path": str(workdir / "m.json"),
+        "otlp": {"endpoint": receiver.grpc_endpoint, "export_interval": 0.2},
+        **extra,
     }
 
 
@@ -75,6 +79,7 @@ def lines(path):
 
 
 # --- names ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "name, layer, kind",
@@ -103,6 +108,7 @@ def test_target_filter_follows_mindformers_semantics_and_caps():
 
 # --- plain MindSpore ------------------------------------------------------------------------------
 
+
 def test_per_layer_norms_from_the_wrapper_equal_the_gradients(workdir, otlp_receiver):
     """LocalNormTrainOneStepCell's norms, aggregated per layer, are the real gradients' norms;
     `target` limits the per-parameter series to the parameters it selects."""
@@ -115,9 +121,13 @@ def test_per_layer_norms_from_the_wrapper_equal_the_gradients(workdir, otlp_rece
     layer1 = math.sqrt(sum(v * v for v in last["parameter"].values()))
     assert last["layer"]["1"] == pytest.approx(layer1, rel=1e-9)
     otlp_receiver.wait_for(lambda r: r.points(specs.BY_FAMILY["grad_norm"].parameter.name))
-    exported = {p.attributes[specs.ATTR_PARAMETER] for p in otlp_receiver.points(specs.BY_FAMILY["grad_norm"].parameter.name)}
+    exported = {
+        p.attributes[specs.ATTR_PARAMETER] for p in otlp_receiver.points(specs.BY_FAMILY["grad_norm"].parameter.name)
+    }
     assert exported == {"layers.1.0.bias", "layers.1.0.weight"}
-    layer_points = {p.attributes[specs.ATTR_LAYER]: p.value for p in otlp_receiver.points(specs.BY_FAMILY["grad_norm"].layer.name)}
+    layer_points = {
+        p.attributes[specs.ATTR_LAYER]: p.value for p in otlp_receiver.points(specs.BY_FAMILY["grad_norm"].layer.name)
+    }
     assert layer_points["1"] == pytest.approx(last["layer"]["1"], rel=1e-6)
 
 
@@ -127,9 +137,7 @@ def test_two_hundred_parameters_without_a_filter_export_a_bounded_number_of_seri
     assert len(net.trainable_params()) == 200
     names = {spec.name for spec in specs.INSTRUMENTS}
     otlp_receiver.wait_for(lambda r: r.points(specs.BY_FAMILY["grad_norm"].max.name))
-    series = {
-        (p.metric, tuple(sorted(p.attributes.items()))) for p in otlp_receiver.points() if p.metric in names
-    }
+    series = {(p.metric, tuple(sorted(p.attributes.items()))) for p in otlp_receiver.points() if p.metric in names}
     by_metric = defaultdict(int)
     for metric, _ in series:
         by_metric[metric] += 1
@@ -142,8 +150,12 @@ def test_two_hundred_parameters_without_a_filter_export_a_bounded_number_of_seri
 
 
 def test_a_spike_in_one_layers_gradient_is_named_by_the_alert(workdir, otlp_receiver):
-    alerts = {"enable_alert": True, "nonfinite": False,
-              "loss_spike": {"enable": False}, "grad_norm_spike": {"warmup": 5, "zscore": 6.0}}
+    alerts = {
+        "enable_alert": True,
+        "nonfinite": False,
+        "loss_spike": {"enable": False},
+        "grad_norm_spike": {"warmup": 5, "zscore": 6.0},
+    }
     cb = MonitorCallback(otlp_config(otlp_receiver, workdir, alert_config=alerts))
     train([cb], layers=4, steps=12, spike=(9, 2, 300.0))
     fired = [line for line in lines(workdir / "m.json") if "grad_norm_spike" in line.get("alerts", [])]
@@ -172,10 +184,11 @@ def test_unsampled_steps_do_no_readback_of_the_seven_tuple(workdir, monkeypatch)
 
 def test_replay_reproduces_the_live_model_state_series(workdir, otlp_receiver):
     from otel_mindformers.analysis.logs import as_records, read_logs
-    from otel_mindformers import recording
+    from otel_mindformers.core import recording
 
-    cb = MonitorCallback({"interval": 2, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"),
-                          "target": ["layers.0."]})
+    cb = MonitorCallback(
+        {"interval": 2, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"), "target": ["layers.0."]}
+    )
     train([cb], steps=6)
     (series,) = read_logs([str(workdir / "m.json")])
     names = {spec.name for spec in specs.INSTRUMENTS}
@@ -188,10 +201,14 @@ def test_replay_reproduces_the_live_model_state_series(workdir, otlp_receiver):
     expected = []
     for line in lines(workdir / "m.json"):
         part = line["model_state"]["grad_norm"]
-        expected += [(specs.BY_FAMILY["grad_norm"].layer.name, {specs.ATTR_LAYER: k}, v) for k, v in part["layer"].items()]
+        expected += [
+            (specs.BY_FAMILY["grad_norm"].layer.name, {specs.ATTR_LAYER: k}, v) for k, v in part["layer"].items()
+        ]
     assert [r for r in replayed if r[0] == specs.BY_FAMILY["grad_norm"].layer.name] == expected
     assert {r[1][specs.ATTR_PARAMETER] for r in replayed if r[0] == specs.BY_FAMILY["grad_norm"].parameter.name} == {
-        "layers.0.0.weight", "layers.0.0.bias"}
+        "layers.0.0.weight",
+        "layers.0.0.bias",
+    }
 
 
 def test_report_and_plot_show_the_layers_and_parameters_with_the_largest_norms(workdir):
@@ -201,8 +218,9 @@ def test_report_and_plot_show_the_layers_and_parameters_with_the_largest_norms(w
     from otel_mindformers.analysis.plot import plot
     from otel_mindformers.analysis.report import render, report_logs
 
-    cb = MonitorCallback({"interval": 1, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"),
-                          "target": ["layers.3."]})
+    cb = MonitorCallback(
+        {"interval": 1, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"), "target": ["layers.3."]}
+    )
     train([cb], layers=4, steps=6, spike=(4, 2, 50.0))
     report = report_logs([str(workdir / "m.json")])
     (summary,) = report.series
@@ -213,8 +231,12 @@ def test_report_and_plot_show_the_layers_and_parameters_with_the_largest_norms(w
     assert "## Largest gradient norms: parameters" in render(report, "markdown")
 
     plain = plot(read_logs([str(workdir / "m.json")]), workdir / "plain.png")
-    (workdir / "old.json").write_text("".join(
-        json.dumps({k: v for k, v in line.items() if k != "model_state"}) + "\n" for line in lines(workdir / "m.json")))
+    (workdir / "old.json").write_text(
+        "".join(
+            json.dumps({k: v for k, v in line.items() if k != "model_state"}) + "\n"
+            for line in lines(workdir / "m.json")
+        )
+    )
     without = plot(read_logs([str(workdir / "old.json")]), workdir / "without.png")
     # The per-layer panels add a third row of panels.
     assert Image.open(plain).size[1] == pytest.approx(Image.open(without).size[1] * 1.5, rel=0.02)

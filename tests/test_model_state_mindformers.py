@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 import yaml
 
-from otel_mindformers import training_metrics as tm
-from otel_mindformers.model_state import specs
 from otel_mindformers.model_state.parameters import kind_of, layer_of
+from otel_mindformers.names import model_state as specs
+from otel_mindformers.names import training as tm
 from tests.support.instrumented import REPO, child_env, instrumented, run
 
 REFERENCE = REPO / "tests" / "fixtures" / "mindformers-tiny-llama-cpu.yaml"
 CPU_RUNNER = [sys.executable, "-m", "tests.support.mindformers_cpu"]
 pytestmark = pytest.mark.slow
 
-SCRIPT = '''
+SCRIPT = """
 import numpy as np
 from mindformers import MindFormerConfig, Trainer
 from mindspore.dataset import GeneratorDataset
@@ -31,7 +31,7 @@ from mindspore.dataset import GeneratorDataset
 config = MindFormerConfig("config.yaml")
 rows = np.random.default_rng(0).integers(0, 64, size=(6, 17), dtype=np.int32)
 Trainer(args=config, train_dataset=GeneratorDataset([(r,) for r in rows], column_names=["input_ids"]).batch(2)).train()
-'''
+"""
 # MindFormers' TrainingStateMonitor log lines: `step:[    2/    3] adam_m_norm/<param>: 0.0123`
 _STATE_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\] ([\w./]+): ([-+0-9.eE]+)$", re.M)
 # MFLossMonitor prints the 7-tuple's local norms (squared, per parameter) once per step.
@@ -46,7 +46,9 @@ def test_mindformers_state_readings_reach_otel_equal_to_its_own_log(workdir, otl
     document = yaml.safe_load(REFERENCE.read_text())
     document["runner_wrapper"]["local_norm"] = True  # the 7-tuple
     document["monitor_config"].update(
-        optimizer_state_format=["log"], weight_state_format=["log"], target=["layers.1.attention"],
+        optimizer_state_format=["log"],
+        weight_state_format=["log"],
+        target=["layers.1.attention"],
         output_type=["stdout", "json_file"],
     )
     (workdir / "config.yaml").write_text(yaml.safe_dump(document))
@@ -81,7 +83,8 @@ def test_mindformers_state_readings_reach_otel_equal_to_its_own_log(workdir, otl
     logged_squares = squares[2]  # step 3
     assert grad["max"]["value"] == pytest.approx(math.sqrt(logged_squares.max()), rel=1e-6)
     assert math.sqrt(sum(v * v for v in grad["kind"].values())) == pytest.approx(
-        math.sqrt(logged_squares.sum()), rel=1e-6)
+        math.sqrt(logged_squares.sum()), rel=1e-6
+    )
     assert sorted(grad["parameter"]) == sorted(n for n in grad["parameter"] if "layers.1.attention" in n)
 
     # OTel: the same numbers at the receiver; per-parameter series only for the target's parameters.
@@ -90,7 +93,10 @@ def test_mindformers_state_readings_reach_otel_equal_to_its_own_log(workdir, otl
     exported_layer = [p for p in otlp_receiver.points(family.layer.name) if p.attributes[specs.ATTR_LAYER] == "1"]
     latest = max(exported_layer, key=lambda p: p.time_unix_nano)
     assert latest.value == pytest.approx(lines[-1]["model_state"][specs.ADAM_V_NORM]["layer"]["1"], rel=1e-9)
-    exported = {p.attributes[specs.ATTR_PARAMETER] for p in otlp_receiver.points(specs.BY_FAMILY[specs.GRAD_NORM].parameter.name)}
+    exported = {
+        p.attributes[specs.ATTR_PARAMETER]
+        for p in otlp_receiver.points(specs.BY_FAMILY[specs.GRAD_NORM].parameter.name)
+    }
     assert exported and all("layers.1.attention" in name for name in exported)
     weight = otlp_receiver.points(tm.instrument_name(tm.WEIGHT_NORM))
     assert weight[-1].value == pytest.approx(lines[-1][tm.WEIGHT_NORM], rel=1e-9)
@@ -98,12 +104,11 @@ def test_mindformers_state_readings_reach_otel_equal_to_its_own_log(workdir, otl
     assert "grad_norm_max" in log
 
 
-
 def test_moe_readings_in_mindformers_format_become_layer_series():
     """MoEDropRateCallback logs `layer: i, drop_rate: x` (its only output) and
     TopkBiasBalanceCallback writes `expert_load/<layer>` as `{ep_i: load}`. (MindFormers 1.9's
     drop-rate callback itself raises on MindSpore 2.9 CPU: it formats a Tensor with `:.5f`.)"""
-    from otel_mindformers import recording
+    from otel_mindformers.core import recording
     from otel_mindformers.model_state.inbox import INBOX
 
     INBOX.open_run()
@@ -114,6 +119,8 @@ def test_moe_readings_in_mindformers_format_become_layer_series():
         _, state = INBOX.take(after_step=6)
     finally:
         INBOX.close_run()
-    measured = {(m.spec.name, m.attributes[specs.ATTR_LAYER]): m.value
-                for m in recording.model_state_measurements(state.summary(), {})}
+    measured = {
+        (m.spec.name, m.attributes[specs.ATTR_LAYER]): m.value
+        for m in recording.model_state_measurements(state.summary(), {})
+    }
     assert measured == {(specs.DROP_RATE.name, "3"): 0.3, (specs.EXPERT_LOAD_IMBALANCE.name, "3"): 2.0}

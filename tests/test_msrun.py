@@ -5,23 +5,42 @@ import json
 
 import pytest
 
-from otel_mindformers import semconv
-from otel_mindformers import training_metrics as tm
-from otel_mindformers.identity import detect_identity
+from otel_mindformers.job.identity import detect_identity
+from otel_mindformers.names import semconv
+from otel_mindformers.names import training as tm
 from tests.support.instrumented import (
-    LAUNCHER_SPAN_ID, REPO, TRACE_ID, TRACEPARENT, child_env, free_port, run,
+    LAUNCHER_SPAN_ID,
+    REPO,
+    TRACE_ID,
+    TRACEPARENT,
+    child_env,
+    free_port,
+    run,
 )
 
 # What msrun exported to its second worker in a real 2-worker run on one machine.
-MSRUN_WORKER_1 = {"RANK_ID": "1", "RANK_SIZE": "2", "DEVICE_ID": "1", "MS_WORKER_NUM": "2", "MS_NODE_ID": "1",
-                  "MS_ROLE": "MS_WORKER", "MS_SCHED_HOST": "127.0.0.1", "MS_SCHED_PORT": "8118"}
+MSRUN_WORKER_1 = {
+    "RANK_ID": "1",
+    "RANK_SIZE": "2",
+    "DEVICE_ID": "1",
+    "MS_WORKER_NUM": "2",
+    "MS_NODE_ID": "1",
+    "MS_ROLE": "MS_WORKER",
+    "MS_SCHED_HOST": "127.0.0.1",
+    "MS_SCHED_PORT": "8118",
+}
 
 
 @pytest.mark.slow
 def test_msrun_worker_identity():
     identity = detect_identity(MSRUN_WORKER_1)
     assert (identity.rank, identity.world_size, identity.local_rank, identity.device_id, identity.launcher) == (
-        1, 2, 1, 1, "msrun")
+        1,
+        2,
+        1,
+        1,
+        "msrun",
+    )
     # MS_NODE_ID is the worker's id in the cluster, not the machine's index.
     assert identity.node_rank is None and semconv.ATTR_NODE_RANK not in identity.attributes()
     # Node-level series then name the machine by its host.
@@ -29,21 +48,48 @@ def test_msrun_worker_identity():
 
 
 def test_mindcluster_identity():
-    env = {**MSRUN_WORKER_1, "MS_NODE_RANK": "3", "MINDX_TASK_ID": "job-42", "KUBERNETES_SERVICE_HOST": "10.0.0.1",
-           "HOSTNAME": "llama-pretrain-worker-3", "POD_NAMESPACE": "training", "NODE_NAME": "ascend-node-7"}
+    env = {
+        **MSRUN_WORKER_1,
+        "MS_NODE_RANK": "3",
+        "MINDX_TASK_ID": "job-42",
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "HOSTNAME": "llama-pretrain-worker-3",
+        "POD_NAMESPACE": "training",
+        "NODE_NAME": "ascend-node-7",
+    }
     attributes = detect_identity(env).attributes()
-    assert {k: attributes[k] for k in (semconv.ATTR_NODE_RANK, semconv.ATTR_JOB_ID, semconv.ATTR_LAUNCHER,
-                                       "k8s.pod.name", "k8s.namespace.name", "k8s.node.name")} == {
-        semconv.ATTR_NODE_RANK: 3, semconv.ATTR_JOB_ID: "job-42", semconv.ATTR_LAUNCHER: "mindcluster",
-        "k8s.pod.name": "llama-pretrain-worker-3", "k8s.namespace.name": "training", "k8s.node.name": "ascend-node-7"}
+    assert {
+        k: attributes[k]
+        for k in (
+            semconv.ATTR_NODE_RANK,
+            semconv.ATTR_JOB_ID,
+            semconv.ATTR_LAUNCHER,
+            "k8s.pod.name",
+            "k8s.namespace.name",
+            "k8s.node.name",
+        )
+    } == {
+        semconv.ATTR_NODE_RANK: 3,
+        semconv.ATTR_JOB_ID: "job-42",
+        semconv.ATTR_LAUNCHER: "mindcluster",
+        "k8s.pod.name": "llama-pretrain-worker-3",
+        "k8s.namespace.name": "training",
+        "k8s.node.name": "ascend-node-7",
+    }
     assert detect_identity(env).node_attributes() == {semconv.ATTR_NODE_RANK: 3}
 
 
 def test_slurm_identity():
     env = {"SLURM_JOB_ID": "7781", "SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "2"}
     identity = detect_identity(env)
-    assert (identity.rank, identity.world_size, identity.local_rank, identity.node_rank, identity.job_id,
-            identity.launcher) == (5, 8, 1, 2, "7781", "slurm")
+    assert (
+        identity.rank,
+        identity.world_size,
+        identity.local_rank,
+        identity.node_rank,
+        identity.job_id,
+        identity.launcher,
+    ) == (5, 8, 1, 2, "7781", "slurm")
 
 
 def test_kubernetes_attributes_only_inside_kubernetes():
@@ -59,15 +105,22 @@ def test_ranks_of_one_job_have_distinct_stable_instance_ids():
 @pytest.mark.slow
 def test_two_rank_msrun_job_monitored_with_environment_variables_alone(workdir, otlp_receiver):
     """examples/msrun_train.sh: opentelemetry-instrument around msrun, TRACEPARENT from the launcher."""
-    env = child_env(otlp_receiver, TRACEPARENT=TRACEPARENT, OTEL_SERVICE_NAME="msrun-test",
-                    MASTER_PORT=str(free_port()), MSRUN_LOG_DIR=str(workdir / "msrun_log"))
+    env = child_env(
+        otlp_receiver,
+        TRACEPARENT=TRACEPARENT,
+        OTEL_SERVICE_NAME="msrun-test",
+        MASTER_PORT=str(free_port()),
+        MSRUN_LOG_DIR=str(workdir / "msrun_log"),
+    )
     run([str(REPO / "examples" / "msrun_train.sh"), "--steps", "6"], env, workdir)
 
     # Per-rank JSON files; training metrics from rank 0 only, step time and host readings from both.
     output = workdir / "output"
     assert sorted(p.name for p in output.glob("*.json")) == ["train_metric_rank_0.json", "train_metric_rank_1.json"]
-    files = {rank: [json.loads(line) for line in (output / f"train_metric_rank_{rank}.json").read_text().splitlines()]
-             for rank in (0, 1)}
+    files = {
+        rank: [json.loads(line) for line in (output / f"train_metric_rank_{rank}.json").read_text().splitlines()]
+        for rank in (0, 1)
+    }
     for rank, lines in files.items():
         assert [line["step"] for line in lines] == [1, 2, 4, 6] and {line["rank"] for line in lines} == {rank}
         assert all("train_per_step_time" in line for line in lines)
@@ -82,9 +135,13 @@ def test_two_rank_msrun_job_monitored_with_environment_variables_alone(workdir, 
     assert {(s.trace_id, s.parent_span_id) for s in runs} == {(TRACE_ID, LAUNCHER_SPAN_ID)}
     resources = {s.resource[semconv.ATTR_RANK]: s.resource for s in runs}
     for rank, resource in resources.items():
-        assert (resource["service.name"], resource[semconv.ATTR_WORLD_SIZE], resource[semconv.ATTR_LOCAL_RANK],
-                resource[semconv.ATTR_DEVICE_ID], resource[semconv.ATTR_LAUNCHER]) == (
-            "msrun-test", 2, rank, rank, "msrun")
+        assert (
+            resource["service.name"],
+            resource[semconv.ATTR_WORLD_SIZE],
+            resource[semconv.ATTR_LOCAL_RANK],
+            resource[semconv.ATTR_DEVICE_ID],
+            resource[semconv.ATTR_LAUNCHER],
+        ) == ("msrun-test", 2, rank, rank, "msrun")
     assert resources[0]["service.instance.id"] != resources[1]["service.instance.id"]
 
     def ranks_of(metric):

@@ -14,7 +14,16 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 
 from otel_mindformers.telemetry import otlp_in_place
 from otel_mindformers.telemetry.otlp_in_place import InPlaceOTLPLogExporter, InPlaceOTLPSpanExporter
@@ -26,8 +35,10 @@ def _varied_spans() -> list:
     kind, statuses, dropped counts, every attribute type and one no OTLP type holds."""
     kept = InMemorySpanExporter()
     providers = [
-        TracerProvider(resource=Resource({"service.name": "train", "training.rank": 3}, "https://schema/1"),
-                       span_limits=SpanLimits(max_span_attributes=12, max_events=2, max_links=1)),
+        TracerProvider(
+            resource=Resource({"service.name": "train", "training.rank": 3}, "https://schema/1"),
+            span_limits=SpanLimits(max_span_attributes=12, max_events=2, max_links=1),
+        ),
         TracerProvider(resource=Resource({"service.name": "launcher"})),
     ]
     for provider in providers:
@@ -37,19 +48,38 @@ def _varied_spans() -> list:
         providers[0].get_tracer("user.code"),
         providers[1].get_tracer("launcher", "0.1"),
     ]
-    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1),
-                         trace_state=TraceState([("vendor", "x"), ("other", "y")]))
-    with tracers[0].start_as_current_span("mindformers.train", kind=SpanKind.SERVER,
-                                          context=trace.set_span_in_context(NonRecordingSpan(remote))) as run:
-        step = tracers[0].start_span("mindformers.train.step", links=[
-            Link(remote, {"link.kind": "launcher", "link.weights": [1.5, 2.5]}),
-            Link(run.get_span_context()),  # over max_links: dropped and counted
-        ], attributes={
-            "training.step": 7, "training.loss": 2.5, "training.overflow": False, "training.name": "llama",
-            "training.ranks": [0, 1, 2], "training.flags": [True, False], "training.kinds": ["a", "b"],
-            "training.empty": [], "training.blob": b"\x00\x01", "training.huge": 2**70,
-            "training.more.0": 0, "training.more.1": 1, "training.more.2": 2,  # over 12: dropped
-        })
+    remote = SpanContext(
+        0xABC,
+        0xDEF,
+        is_remote=True,
+        trace_flags=TraceFlags(1),
+        trace_state=TraceState([("vendor", "x"), ("other", "y")]),
+    )
+    with tracers[0].start_as_current_span(
+        "mindformers.train", kind=SpanKind.SERVER, context=trace.set_span_in_context(NonRecordingSpan(remote))
+    ) as run:
+        step = tracers[0].start_span(
+            "mindformers.train.step",
+            links=[
+                Link(remote, {"link.kind": "launcher", "link.weights": [1.5, 2.5]}),
+                Link(run.get_span_context()),  # over max_links: dropped and counted
+            ],
+            attributes={
+                "training.step": 7,
+                "training.loss": 2.5,
+                "training.overflow": False,
+                "training.name": "llama",
+                "training.ranks": [0, 1, 2],
+                "training.flags": [True, False],
+                "training.kinds": ["a", "b"],
+                "training.empty": [],
+                "training.blob": b"\x00\x01",
+                "training.huge": 2**70,
+                "training.more.0": 0,
+                "training.more.1": 1,
+                "training.more.2": 2,  # over 12: dropped
+            },
+        )
         for index in range(3):  # one over max_events
             step.add_event(f"event.{index}", {"index": index, "why": "x" * index})
         step.set_status(Status(StatusCode.ERROR, "non-finite loss"))

@@ -3,16 +3,17 @@ dependencies, registered markers."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
 def test_python_floor_is_the_one_the_code_needs():
-    # config.py parses `X | Y` annotations (types.UnionType), new in 3.10.
-    assert "types.UnionType" in (REPO / "otel_mindformers" / "config.py").read_text()
+    # config/coercion.py parses `X | Y` annotations (types.UnionType), new in 3.10.
+    assert "types.UnionType" in (REPO / "otel_mindformers" / "config" / "coercion.py").read_text()
     assert PROJECT["project"]["requires-python"] == ">=3.10"
 
 

@@ -16,7 +16,7 @@ STEPS = 20
 
 
 def _train_with_spans(step_spans, faults=None) -> tuple[list, list[dict]]:
-    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers.runtime.callback import MonitorCallback
     from tests.support.training import train
 
     exporter = InMemorySpanExporter()
@@ -26,8 +26,11 @@ def _train_with_spans(step_spans, faults=None) -> tuple[list, list[dict]]:
         {"interval": 1, "output_type": ["json_file"], "step_spans": step_spans}, tracer_provider=provider
     )
     train([callback], steps=STEPS, faults=faults)
-    steps = [span.attributes["training.step"] for span in exporter.get_finished_spans()
-             if span.name == "mindformers.train.step"]
+    steps = [
+        span.attributes["training.step"]
+        for span in exporter.get_finished_spans()
+        if span.name == "mindformers.train.step"
+    ]
     with open("output/train_metric.json") as handle:
         lines = [json.loads(line) for line in handle]
     return sorted(steps), lines
@@ -75,7 +78,7 @@ def test_step_spans_rejects_bad_values(workdir, value):
 def test_otlp_temporality(workdir, otlp_receiver, monkeypatch, temporality, env, expected):
     """The YAML key wins over OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, which still
     applies when the key is unset; counters and the step histogram follow it."""
-    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers.runtime.callback import MonitorCallback
     from tests.support.training import train
 
     if env is not None:

@@ -8,9 +8,8 @@ from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
 import otel_mindformers
-from otel_mindformers import semconv
-from otel_mindformers.diagnosis.names import ATTR_PHASE
-from otel_mindformers.phases import PHASE_DURATION
+from otel_mindformers.names import semconv
+from otel_mindformers.names.phases import ATTR_PHASE, PHASE_DURATION
 from tests.support import training
 from tests.support.in_memory import Capture
 from tests.test_callback import config

@@ -33,13 +33,23 @@ class Scrape(Callback):
 
 
 def _config(workdir, port: int, **overrides) -> dict:
-    return {"interval": 1, "output_type": ["json_file", "prometheus"], "json_log_path": str(workdir / "m.json"),
-            "prometheus": {"port": port}, "grad_monitor": False, "shutdown_timeout": 1.0, **overrides}
+    return {
+        "interval": 1,
+        "output_type": ["json_file", "prometheus"],
+        "json_log_path": str(workdir / "m.json"),
+        "prometheus": {"port": port},
+        "grad_monitor": False,
+        "shutdown_timeout": 1.0,
+        **overrides,
+    }
 
 
 def _port_warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.levelno >= logging.WARNING and "monitor_config.prometheus.port" in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and "monitor_config.prometheus.port" in r.getMessage()
+    ]
 
 
 def test_a_busy_port_is_one_warning_and_training_runs(workdir, caplog):
@@ -61,8 +71,13 @@ def test_the_next_run_in_the_process_gets_the_port_while_the_last_still_shuts_do
         with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
             for run in (1, 2):
                 scrape = Scrape(port)
-                config = _config(workdir, port, output_type=["json_file", "prometheus", "otlp"], otlp=otlp,
-                                 json_log_path=str(workdir / f"run{run}.json"))
+                config = _config(
+                    workdir,
+                    port,
+                    output_type=["json_file", "prometheus", "otlp"],
+                    otlp=otlp,
+                    json_log_path=str(workdir / f"run{run}.json"),
+                )
                 training.train([MonitorCallback(config), scrape], steps=3)
                 assert f"{LOSS_SERIES}{{" in scrape.body
                 # One run's reader per endpoint: the first run's series are not served again.
@@ -72,10 +87,13 @@ def test_the_next_run_in_the_process_gets_the_port_while_the_last_still_shuts_do
     assert _port_warnings(caplog) == []
 
 
-@pytest.mark.parametrize(("env", "offset"), [
-    ({"DEVICE_ID": "3"}, 0),  # alone on device 3: the configured port
-    ({"DEVICE_ID": "1", "RANK_ID": "1", "RANK_SIZE": "2"}, 1),  # two local ranks: port + local rank
-])
+@pytest.mark.parametrize(
+    ("env", "offset"),
+    [
+        ({"DEVICE_ID": "3"}, 0),  # alone on device 3: the configured port
+        ({"DEVICE_ID": "1", "RANK_ID": "1", "RANK_SIZE": "2"}, 1),  # two local ranks: port + local rank
+    ],
+)
 def test_the_port_moves_by_local_rank_only_with_several_ranks(workdir, monkeypatch, env, offset):
     for name in ("DEVICE_ID", "LOCAL_RANK", "SLURM_LOCALID", "RANK_ID", "RANK_SIZE", "RANK"):
         monkeypatch.delenv(name, raising=False)

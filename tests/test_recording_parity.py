@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from otel_mindformers import semconv
 from otel_mindformers.analysis.logs import read_logs
 from otel_mindformers.analysis.replay import replay_otlp
-from otel_mindformers.callback import MonitorCallback
 from otel_mindformers.config import OtlpConfig
+from otel_mindformers.names import semconv
+from otel_mindformers.runtime.callback import MonitorCallback
 from tests.support import training
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.training import Faults
@@ -45,12 +45,14 @@ def test_replay_of_a_live_run_matches_its_live_export(workdir, monkeypatch):
     monkeypatch.setenv("RANK_SIZE", "1")
     log = workdir / "live.json"
     with OtlpReceiver() as live:
-        callback = MonitorCallback({
-            "interval": 3,
-            "output_type": ["json_file", "otlp"],
-            "json_log_path": str(log),
-            "otlp": {"endpoint": live.grpc_endpoint, "export_interval": 60},
-        })
+        callback = MonitorCallback(
+            {
+                "interval": 3,
+                "output_type": ["json_file", "otlp"],
+                "json_log_path": str(log),
+                "otlp": {"endpoint": live.grpc_endpoint, "export_interval": 60},
+            }
+        )
         # A NaN mid-run: counted as non-finite, an error status, and left out of the gauges.
         training.train([callback], steps=14, shape="tuple5", faults=Faults(nan_at={9}))
         live_spans, live_series = _step_spans(live), _final_series(live)
@@ -63,6 +65,11 @@ def test_replay_of_a_live_run_matches_its_live_export(workdir, monkeypatch):
     assert replay_spans == live_spans
     assert any(status == 2 for _name, _attrs, status in live_spans.values())  # the NaN step
     names = {metric for metric, _attributes in live_series}
-    assert {"mindformers.train.loss", "mindformers.train.nonfinite", "mindformers.train.step.duration",
-            "mindformers.train.steps", "mindformers.train.overflow"} <= names
+    assert {
+        "mindformers.train.loss",
+        "mindformers.train.nonfinite",
+        "mindformers.train.step.duration",
+        "mindformers.train.steps",
+        "mindformers.train.overflow",
+    } <= names
     assert replay_series == live_series

@@ -43,10 +43,13 @@ def test_eight_ranks_write_one_folder(tmp_path):
     logs = tmp_path / "logs"
     processes = []
     for rank in range(RANKS):
-        spec = {"config": _config(logs), "steps": STEPS, "graph": True,
-                "report": str(tmp_path / f"report_{rank}.json")}
-        env = {"RANK_ID": str(rank), "RANK_SIZE": str(RANKS), "DEVICE_ID": str(rank),
-               "PYTHONPATH": f"{EXAMPLES}:{REPO}"}
+        spec = {"config": _config(logs), "steps": STEPS, "graph": True, "report": str(tmp_path / f"report_{rank}.json")}
+        env = {
+            "RANK_ID": str(rank),
+            "RANK_SIZE": str(RANKS),
+            "DEVICE_ID": str(rank),
+            "PYTHONPATH": f"{EXAMPLES}:{REPO}",
+        }
         processes.append(spawn(spec, tmp_path, env))
     failures = []
     for rank, process in enumerate(processes):
@@ -72,8 +75,12 @@ def test_eight_ranks_write_one_folder(tmp_path):
 
 @pytest.mark.slow
 def test_custom_monitor_and_builtin_writer_share_one_file(tmp_path):
-    spec = {"config": _config(tmp_path / "logs"), "steps": STEPS, "graph": True,
-            "report": str(tmp_path / "report.json")}
+    spec = {
+        "config": _config(tmp_path / "logs"),
+        "steps": STEPS,
+        "graph": True,
+        "report": str(tmp_path / "report.json"),
+    }
     process, _ = run(spec, tmp_path, env={"PYTHONPATH": f"{EXAMPLES}:{REPO}"})
     assert process.returncode == 0, process.stderr[-3000:]
     lines = _parse_all(tmp_path / "logs" / "train_metric.json")

@@ -87,7 +87,7 @@ def test_exception_in_training_ends_spans_with_error(workdir, error):
     import mindspore as ms
     from mindspore.train import Callback
 
-    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers.runtime.callback import MonitorCallback
     from tests.support.training import train
 
     class RaiseAtStep5(Callback):

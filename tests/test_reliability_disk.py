@@ -90,8 +90,9 @@ def test_file_size_limit_mid_run(tmp_path):
 def tiny_tmpfs(tmp_path):
     mount_point = tmp_path / "tmpfs"
     mount_point.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
     if result.returncode != 0:
         # The file-size limit test above covers the same short writes without privileges.
         unavailable(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {result.stderr.strip()}")
@@ -122,8 +123,11 @@ def test_log_folder_unwritable_mid_run(tmp_path):
     marker = tmp_path / "step-20"
     spec = _spec(tmp_path, at={"20": [["touch", str(marker)], ["sleep", 3.0]]})
     # A small rollover size makes the JSON log rename and open files as it goes.
-    spec["config"] = {**spec["config"], "output_type": ["json_file"],
-                      "log_rotation": {"max_bytes": 2000, "backup_count": 50}}
+    spec["config"] = {
+        **spec["config"],
+        "output_type": ["json_file"],
+        "log_rotation": {"max_bytes": 2000, "backup_count": 50},
+    }
     process = spawn(spec, tmp_path, preexec_fn=obey_file_permissions)
     try:
         deadline = time.monotonic() + 120

@@ -133,6 +133,7 @@ def test_unreadable_encoding_is_a_config_error(fuzz_dir):
 
 # --- malformed net_outputs -------------------------------------------------------------------
 
+
 def _odd_train_cell(kind: str):
     """A real TrainOneStepCell whose construct returns an unusual output shape."""
     import mindspore as ms
@@ -165,7 +166,7 @@ def test_malformed_net_outputs_warn_and_training_continues(workdir, caplog, kind
     from mindspore import nn
     from mindspore.train import Model
 
-    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers.runtime.callback import MonitorCallback
     from tests.support import training
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -174,8 +175,12 @@ def test_malformed_net_outputs_warn_and_training_continues(workdir, caplog, kind
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     train_net = _odd_train_cell(kind)(nn.WithLossCell(net, nn.MSELoss()), optimizer)
     callback = MonitorCallback(
-        {"interval": 1, "output_type": ["json_file"], "monitored_metrics": ["loss", "overflow", "loss_scale"],
-         "grad_monitor": False}
+        {
+            "interval": 1,
+            "output_type": ["json_file"],
+            "monitored_metrics": ["loss", "overflow", "loss_scale"],
+            "grad_monitor": False,
+        }
     )
     steps = 6
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
@@ -209,6 +214,7 @@ def test_values_that_would_fail_at_run_time_are_refused_at_load(workdir, section
 
 # --- large and hostile YAML ------------------------------------------------------------------
 
+
 def _write(directory, text: str):
     path = directory / "monitor.yaml"
     path.write_text(text)
@@ -216,7 +222,7 @@ def _write(directory, text: str):
 
 
 def test_the_c_loader_is_used_where_present():
-    from otel_mindformers import config
+    from otel_mindformers.config import yaml_loader as config
 
     assert config._Loader is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -242,8 +248,10 @@ def test_deeply_nested_mapping_from_code_is_a_config_error(workdir):
 
 BOMB = "\n".join(
     ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
-    + [f"a{i}: &a{i} [*a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}]"
-       for i in range(1, 9)]
+    + [
+        f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]"
+        for i in range(1, 9)
+    ]
 )  # a8 stands for 10**9 values
 
 
@@ -280,8 +288,9 @@ def test_duplicate_keys_are_refused_with_both_lines(workdir):
 
 
 def test_merge_keys_are_not_duplicates(workdir):
-    path = _write(workdir, "base: &base {interval: 5, output_type: [stdout]}\n"
-                           "monitor_config:\n  <<: *base\n  interval: 7\n")
+    path = _write(
+        workdir, "base: &base {interval: 5, output_type: [stdout]}\nmonitor_config:\n  <<: *base\n  interval: 7\n"
+    )
     config = load_monitor_config(path)
     assert (config.interval, config.output_type) == (7, ["stdout"])
 
@@ -290,23 +299,36 @@ def test_merge_keys_are_not_duplicates(workdir):
 def test_largest_accepted_values_train_to_the_end(workdir):
     """Every bounded number at its bound reaches the subsystems that use it (deques,
     rotation loops, timeouts) and the run still starts, trains and ends."""
+    from otel_mindformers.config import limits as cfg
+    from otel_mindformers.runtime.callback import MonitorCallback
     from tests.support import training
-    from otel_mindformers.callback import MonitorCallback
-    from otel_mindformers import config as cfg
 
     spike = {"window": 1_000_000, "warmup": cfg.MAX_INTEGER, "zscore": 1e300}
-    callback = MonitorCallback({
-        "interval": cfg.MAX_INTEGER, "output_type": ["json_file"], "shutdown_timeout": cfg.MAX_SECONDS,
-        "tokens_per_sample": cfg.MAX_INTEGER, "step_spans": cfg.MAX_INTEGER, "device_monitor": True,
-        "device_config": {"poll_interval": cfg.MAX_SECONDS, "command_timeout": cfg.MAX_SECONDS},
-        "log_rotation": {"max_bytes": 1, "backup_count": 1000, "tensorboard_max_files": cfg.MAX_INTEGER},
-        "alert_config": {"enable_alert": True, "alert_interval": cfg.MAX_INTEGER, "loss_threshold": 1e300,
-                         "overflow_streak": cfg.MAX_INTEGER, "stall_timeout": cfg.MAX_SECONDS,
-                         "notify_timeout": cfg.MAX_SECONDS, "notify_retries": 100,
-                         "stop_after_anomalous_steps": cfg.MAX_INTEGER,
-                         "loss_spike": spike, "grad_norm_spike": spike,
-                         "step_time_regression": {"window": 1_000_000, "warmup": cfg.MAX_INTEGER, "factor": 1e300}},
-    })
+    callback = MonitorCallback(
+        {
+            "interval": cfg.MAX_INTEGER,
+            "output_type": ["json_file"],
+            "shutdown_timeout": cfg.MAX_SECONDS,
+            "tokens_per_sample": cfg.MAX_INTEGER,
+            "step_spans": cfg.MAX_INTEGER,
+            "device_monitor": True,
+            "device_config": {"poll_interval": cfg.MAX_SECONDS, "command_timeout": cfg.MAX_SECONDS},
+            "log_rotation": {"max_bytes": 1, "backup_count": 1000, "tensorboard_max_files": cfg.MAX_INTEGER},
+            "alert_config": {
+                "enable_alert": True,
+                "alert_interval": cfg.MAX_INTEGER,
+                "loss_threshold": 1e300,
+                "overflow_streak": cfg.MAX_INTEGER,
+                "stall_timeout": cfg.MAX_SECONDS,
+                "notify_timeout": cfg.MAX_SECONDS,
+                "notify_retries": 100,
+                "stop_after_anomalous_steps": cfg.MAX_INTEGER,
+                "loss_spike": spike,
+                "grad_norm_spike": spike,
+                "step_time_regression": {"window": 1_000_000, "warmup": cfg.MAX_INTEGER, "factor": 1e300},
+            },
+        }
+    )
     steps = 5
     training.train([callback], steps=steps)
     lines = (workdir / "output" / "train_metric.json").read_text().splitlines()

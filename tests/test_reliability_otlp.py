@@ -51,12 +51,21 @@ class SlowReceiver:
             return export
 
         services = [
-            (trace_service_pb2_grpc.TraceServiceServicer, trace_service_pb2_grpc.add_TraceServiceServicer_to_server,
-             trace_service_pb2.ExportTraceServiceResponse()),
-            (metrics_service_pb2_grpc.MetricsServiceServicer, metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server,
-             metrics_service_pb2.ExportMetricsServiceResponse()),
-            (logs_service_pb2_grpc.LogsServiceServicer, logs_service_pb2_grpc.add_LogsServiceServicer_to_server,
-             logs_service_pb2.ExportLogsServiceResponse()),
+            (
+                trace_service_pb2_grpc.TraceServiceServicer,
+                trace_service_pb2_grpc.add_TraceServiceServicer_to_server,
+                trace_service_pb2.ExportTraceServiceResponse(),
+            ),
+            (
+                metrics_service_pb2_grpc.MetricsServiceServicer,
+                metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server,
+                metrics_service_pb2.ExportMetricsServiceResponse(),
+            ),
+            (
+                logs_service_pb2_grpc.LogsServiceServicer,
+                logs_service_pb2_grpc.add_LogsServiceServicer_to_server,
+                logs_service_pb2.ExportLogsServiceResponse(),
+            ),
         ]
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         for base, add, response in services:
@@ -91,15 +100,15 @@ def endpoint(request):
             slow.close()
 
 
-def _spec(tmp_path, endpoint_url: str, steps: int = STEPS, protocol: str = "grpc",
-          timeout: float = EXPORT_TIMEOUT, **extra) -> dict:
+def _spec(
+    tmp_path, endpoint_url: str, steps: int = STEPS, protocol: str = "grpc", timeout: float = EXPORT_TIMEOUT, **extra
+) -> dict:
     return {
         "config": {
             "interval": 1,
             "output_type": ["json_file", "otlp"],
             "shutdown_timeout": SHUTDOWN_TIMEOUT,
-            "otlp": {"endpoint": endpoint_url, "protocol": protocol, "timeout": timeout,
-                     "export_interval": 0.2},
+            "otlp": {"endpoint": endpoint_url, "protocol": protocol, "timeout": timeout, "export_interval": 0.2},
         },
         "steps": steps,
         "graph": True,
@@ -144,8 +153,11 @@ def test_training_finishes_unhindered_with_one_warning(tmp_path, endpoint, healt
     assert statistics.median(step_hooks) < 3 * healthy + 0.002
 
     ours = [line for line in process.stderr.splitlines() if line.startswith("otel_mindformers: OTLP export")]
-    sdk_noise = [line for line in process.stderr.splitlines() if line not in ours and (
-        "Transient error" in line or "Failed to export" in line or "Queue full" in line)]
+    sdk_noise = [
+        line
+        for line in process.stderr.splitlines()
+        if line not in ours and ("Transient error" in line or "Failed to export" in line or "Queue full" in line)
+    ]
     assert not sdk_noise, "the SDK's per-export warnings are collapsed into ours"
     if kind == "slow":
         assert len(ours) <= 1
@@ -178,11 +190,20 @@ def test_memory_stays_bounded_against_a_blackholed_collector(tmp_path):
     hole = Blackhole()
     steps, every = 3000, 250
     try:
-        spec = _spec(tmp_path, f"http://127.0.0.1:{hole.port}", steps=steps,
-                     at={str(k): [["memory"]] for k in range(every, steps + 1, every)})
-        process, report = run(spec, tmp_path, env={
-            "OTEL_BSP_MAX_QUEUE_SIZE": "64", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "32",
-        })
+        spec = _spec(
+            tmp_path,
+            f"http://127.0.0.1:{hole.port}",
+            steps=steps,
+            at={str(k): [["memory"]] for k in range(every, steps + 1, every)},
+        )
+        process, report = run(
+            spec,
+            tmp_path,
+            env={
+                "OTEL_BSP_MAX_QUEUE_SIZE": "64",
+                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "32",
+            },
+        )
     finally:
         hole.close()
     assert process.returncode == 0, process.stderr[-3000:]
@@ -200,8 +221,14 @@ def test_run_shorter_than_the_export_timeout_still_reports_once(tmp_path):
         process, _ = _train(tmp_path, f"http://127.0.0.1:{hole.port}", steps=10)
     finally:
         hole.close()
-    ours = [line for line in process.stderr.splitlines()
-            if line.startswith("otel_mindformers:") and ("OTLP export" in line or "did not flush" in line)]
+    ours = [
+        line
+        for line in process.stderr.splitlines()
+        if line.startswith("otel_mindformers:") and ("OTLP export" in line or "did not flush" in line)
+    ]
     assert len(ours) == 1, process.stderr[-3000:]
-    assert not [line for line in process.stderr.splitlines() if line not in ours
-                and ("Transient error" in line or "Failed to export" in line)]
+    assert not [
+        line
+        for line in process.stderr.splitlines()
+        if line not in ours and ("Transient error" in line or "Failed to export" in line)
+    ]

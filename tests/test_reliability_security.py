@@ -49,8 +49,12 @@ def _secret_config(otlp_endpoint: str, dead_port: int) -> dict:
     return {
         "interval": 1,
         "output_type": ["stdout", "json_file", "otlp"],
-        "otlp": {"endpoint": otlp_endpoint, "headers": {"authorization": f"Bearer {HEADER_SECRET}"},
-                 "export_interval": 0.2, "timeout": 2},
+        "otlp": {
+            "endpoint": otlp_endpoint,
+            "headers": {"authorization": f"Bearer {HEADER_SECRET}"},
+            "export_interval": 0.2,
+            "timeout": 2,
+        },
         "alert_config": {
             "enable_alert": True,
             "loss_threshold": 0.0,  # every step alerts, so the notifiers run and fail
@@ -59,8 +63,11 @@ def _secret_config(otlp_endpoint: str, dead_port: int) -> dict:
             "notify_retries": 0,
             "notifiers": [
                 {"type": "webhook", "url": "${ALERT_WEBHOOK_URL}"},
-                {"type": "dingtalk", "url": f"http://127.0.0.1:{dead_port}/robot/send?access_token={WEBHOOK_TOKEN}",
-                 "secret": SIGNING_SECRET},
+                {
+                    "type": "dingtalk",
+                    "url": f"http://127.0.0.1:{dead_port}/robot/send?access_token={WEBHOOK_TOKEN}",
+                    "secret": SIGNING_SECRET,
+                },
             ],
         },
     }
@@ -72,15 +79,21 @@ def test_secrets_never_leave_in_output_logs_or_telemetry(tmp_path, collector):
     dead_port = _free_port()
     with OtlpReceiver() as receiver:
         endpoint = receiver.grpc_endpoint if collector == "healthy" else f"http://127.0.0.1:{dead_port}"
-        spec = {"config": _secret_config(endpoint, dead_port), "steps": 30, "graph": True,
-                "report": str(tmp_path / "report.json"), "log_level": "DEBUG"}
+        spec = {
+            "config": _secret_config(endpoint, dead_port),
+            "steps": 30,
+            "graph": True,
+            "report": str(tmp_path / "report.json"),
+            "log_level": "DEBUG",
+        }
         env = {"ALERT_WEBHOOK_URL": f"http://127.0.0.1:{dead_port}/hook?token={WEBHOOK_TOKEN}"}
         process, _ = run(spec, tmp_path, env=env)
         assert process.returncode == 0, process.stderr[-3000:]
         if collector == "healthy":
             assert receiver.wait_for(lambda rx: rx.spans("mindformers.train") and rx.log_records())
-        exported = "\n".join(str(request) for request in
-                             receiver.trace_requests + receiver.metric_requests + receiver.log_requests)
+        exported = "\n".join(
+            str(request) for request in receiver.trace_requests + receiver.metric_requests + receiver.log_requests
+        )
 
     assert "alert notifier" in process.stderr, "the notifiers ran and failed, so their errors were logged"
     _assert_no_secret("stdout", process.stdout)
@@ -130,30 +143,47 @@ def test_whitespace_around_secrets_is_stripped(workdir, monkeypatch):
     """What `$(cat token-file)` gives: a trailing newline, which made every delivery fail."""
     monkeypatch.setenv("ALERT_WEBHOOK_URL", f"https://example.invalid/hook?token={WEBHOOK_TOKEN}\n")
     monkeypatch.setenv("OTLP_TOKEN", f"{HEADER_SECRET}\n")
-    config = load_monitor_config({
-        "otlp": {"headers": {"authorization": "Bearer ${OTLP_TOKEN}"}},
-        "alert_config": {"notifiers": [{"type": "webhook", "url": "${ALERT_WEBHOOK_URL}"},
-                                       {"type": "dingtalk", "url": "https://h/x", "secret": f" {SIGNING_SECRET}\n"}]},
-    })
+    config = load_monitor_config(
+        {
+            "otlp": {"headers": {"authorization": "Bearer ${OTLP_TOKEN}"}},
+            "alert_config": {
+                "notifiers": [
+                    {"type": "webhook", "url": "${ALERT_WEBHOOK_URL}"},
+                    {"type": "dingtalk", "url": "https://h/x", "secret": f" {SIGNING_SECRET}\n"},
+                ]
+            },
+        }
+    )
     assert config.otlp.headers == {"authorization": f"Bearer {HEADER_SECRET}"}
     assert config.alert_config.notifiers[0].url == f"https://example.invalid/hook?token={WEBHOOK_TOKEN}"
     assert config.alert_config.notifiers[1].secret == SIGNING_SECRET
 
 
 def test_credentials_in_the_otlp_endpoint_stay_out_of_the_repr(workdir):
-    config = load_monitor_config({"otlp": {"endpoint": f"https://trainer:{HEADER_SECRET}@collector.example:4318/v1?key={WEBHOOK_TOKEN}"}})
+    config = load_monitor_config(
+        {"otlp": {"endpoint": f"https://trainer:{HEADER_SECRET}@collector.example:4318/v1?key={WEBHOOK_TOKEN}"}}
+    )
     assert config.otlp.endpoint.startswith("https://trainer:")  # used as written
     for text in (repr(config), str(config), repr(config.otlp)):
         _assert_no_secret("the config's repr", text)
         assert "endpoint='https://***@collector.example:4318/v1?***'" in text
 
 
-@pytest.mark.parametrize("key, section", [
-    ("monitor_config.otlp.headers.authorization", {"otlp": {"headers": {"authorization": "Bearer ${NO_SUCH_TOKEN_VAR}"}}}),
-    ("monitor_config.otlp.headers.authorization", {"otlp": {"headers": "authorization=Bearer ${NO_SUCH_TOKEN_VAR}"}}),
-    ("monitor_config.otlp.endpoint", {"otlp": {"endpoint": "https://${NO_SUCH_TOKEN_VAR}@collector:4318"}}),
-    ("monitor_config.json_log_path", {"json_log_path": "${NO_SUCH_TOKEN_VAR}/train.json"}),
-])
+@pytest.mark.parametrize(
+    "key, section",
+    [
+        (
+            "monitor_config.otlp.headers.authorization",
+            {"otlp": {"headers": {"authorization": "Bearer ${NO_SUCH_TOKEN_VAR}"}}},
+        ),
+        (
+            "monitor_config.otlp.headers.authorization",
+            {"otlp": {"headers": "authorization=Bearer ${NO_SUCH_TOKEN_VAR}"}},
+        ),
+        ("monitor_config.otlp.endpoint", {"otlp": {"endpoint": "https://${NO_SUCH_TOKEN_VAR}@collector:4318"}}),
+        ("monitor_config.json_log_path", {"json_log_path": "${NO_SUCH_TOKEN_VAR}/train.json"}),
+    ],
+)
 def test_an_unset_variable_is_a_config_error(workdir, key, section):
     with pytest.raises(ConfigError, match=re.escape(f"{key}: environment variable 'NO_SUCH_TOKEN_VAR' is not set")):
         load_monitor_config(section)
@@ -179,6 +209,7 @@ def test_yaml_is_loaded_safely(workdir):
 
 # --- OTLP over TLS ---------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1, made with the openssl command."""
@@ -187,10 +218,26 @@ def certificate(tmp_path_factory) -> tuple[Path, Path]:
     directory = tmp_path_factory.mktemp("tls")
     cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
     )
     return cert, key
 
@@ -266,10 +313,15 @@ def test_otlp_over_tls_honours_the_certificate_variable(tmp_path, certificate, p
     try:
         port = receiver.grpc_port if protocol == "grpc" else receiver.https_port
         spec = {
-            "config": {"interval": 1, "output_type": ["otlp"],
-                       "otlp": {"endpoint": f"https://127.0.0.1:{port}", "protocol": protocol, "timeout": 3},
-                       "shutdown_timeout": 5},
-            "steps": 10, "graph": True, "report": str(tmp_path / "report.json"),
+            "config": {
+                "interval": 1,
+                "output_type": ["otlp"],
+                "otlp": {"endpoint": f"https://127.0.0.1:{port}", "protocol": protocol, "timeout": 3},
+                "shutdown_timeout": 5,
+            },
+            "steps": 10,
+            "graph": True,
+            "report": str(tmp_path / "report.json"),
         }
         env = {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(cert)} if trusted else {}
         process, _ = run(spec, tmp_path, env=env)
@@ -280,5 +332,6 @@ def test_otlp_over_tls_honours_the_certificate_variable(tmp_path, certificate, p
         assert "mindformers.train" in receiver.span_names, process.stderr[-3000:]
     else:
         assert receiver.span_names == [], "an untrusted certificate must be refused"
-        assert len([line for line in process.stderr.splitlines()
-                    if line.startswith("otel_mindformers: OTLP export")]) == 1
+        assert (
+            len([line for line in process.stderr.splitlines() if line.startswith("otel_mindformers: OTLP export")]) == 1
+        )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_mindformers import training_metrics as tm
+from otel_mindformers.names import training as tm
 from tests.support.reliability_worker import finish, spawn
 
 pytestmark = pytest.mark.slow
@@ -22,11 +22,18 @@ TRAINING_VALUES = {tm.LOSS, tm.GRAD_NORM, tm.LEARNING_RATE}
 def _run_job(tmp_path: Path, report_ranks) -> dict[int, tuple[list[dict], str]]:
     """Each rank's JSON lines and stdout."""
     logs = tmp_path / "logs"
-    config = {"interval": 1, "output_type": ["stdout", "json_file"], "json_log_path": str(logs / "train_metric.json"),
-              "report_ranks": report_ranks}
+    config = {
+        "interval": 1,
+        "output_type": ["stdout", "json_file"],
+        "json_log_path": str(logs / "train_metric.json"),
+        "report_ranks": report_ranks,
+    }
     processes = [
-        spawn({"config": config, "steps": STEPS, "shape": "tuple5", "report": str(tmp_path / f"report_{rank}.json")},
-              tmp_path, {"RANK_ID": str(rank), "RANK_SIZE": str(RANKS), "DEVICE_ID": str(rank)})
+        spawn(
+            {"config": config, "steps": STEPS, "shape": "tuple5", "report": str(tmp_path / f"report_{rank}.json")},
+            tmp_path,
+            {"RANK_ID": str(rank), "RANK_SIZE": str(RANKS), "DEVICE_ID": str(rank)},
+        )
         for rank in range(RANKS)
     ]
     results = {}
@@ -43,7 +50,7 @@ def test_only_the_listed_rank_writes_training_values(tmp_path):
     reported, reported_stdout = results[1]
     silent, silent_stdout = results[0]
     assert [line["step"] for line in reported] == list(range(1, STEPS + 1))
-    assert all(line["rank"] == 1 and TRAINING_VALUES <= line.keys() for line in reported)
+    assert all(line["rank"] == 1 and line.keys() >= TRAINING_VALUES for line in reported)
     assert [line["step"] for line in silent] == list(range(1, STEPS + 1)), "every rank keeps its own file"
     assert all(line["rank"] == 0 and not TRAINING_VALUES & line.keys() for line in silent)
     assert "[otel_mindformers] rank 1" in reported_stdout
@@ -53,5 +60,5 @@ def test_only_the_listed_rank_writes_training_values(tmp_path):
 def test_every_listed_rank_reports(tmp_path):
     results = _run_job(tmp_path, [0, 1])
     for rank, (lines, stdout) in results.items():
-        assert all(TRAINING_VALUES <= line.keys() for line in lines), rank
+        assert all(line.keys() >= TRAINING_VALUES for line in lines), rank
         assert f"[otel_mindformers] rank {rank}" in stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_mindformers import training_metrics as tm
+from otel_mindformers.names import training as tm
 from tests.support.trainer_process import REPO_ROOT
 
 pytestmark = pytest.mark.slow  # two real trainings in child processes
@@ -23,8 +23,9 @@ SLEEPS = {0: 0.15, 1: 0.5}
 
 
 def cli(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "otel_mindformers.cli", "report", *args],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", "report", *args], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -46,11 +47,29 @@ def job(tmp_path_factory):
     for rank, sleep in SLEEPS.items():
         folder = root / f"rank{rank}"
         folder.mkdir()
-        argv = [sys.executable, "-m", "tests.support.timed_fit", "--checkpoint", str(checkpoint),
-                "--json-log", str(root / "logs" / "m.json"), "--measured", str(folder / "measured.json"),
-                "--sleep", str(sleep), "--save-dir", str(folder / "ckpt")]
-        children[rank] = subprocess.Popen(argv, cwd=folder, env={**env, "RANK_ID": str(rank), "RANK_SIZE": "2"},
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "tests.support.timed_fit",
+            "--checkpoint",
+            str(checkpoint),
+            "--json-log",
+            str(root / "logs" / "m.json"),
+            "--measured",
+            str(folder / "measured.json"),
+            "--sleep",
+            str(sleep),
+            "--save-dir",
+            str(folder / "ckpt"),
+        ]
+        children[rank] = subprocess.Popen(
+            argv,
+            cwd=folder,
+            env={**env, "RANK_ID": str(rank), "RANK_SIZE": "2"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     for rank, child in children.items():
         output, _ = child.communicate(timeout=600)
         assert child.returncode == 0, output[-3000:]
@@ -112,12 +131,15 @@ def test_report_text_and_markdown_tables_say_which_rank_lost_how_much_to_what(jo
     assert {"startup", "checkpoint.load", "data_wait", "evaluation", "checkpoint.save"} <= set(header[4:])
     worst = max(
         (seconds, series["label"], phase)
-        for series in report["series"] for phase, seconds in series["time"]["lost_s"].items()
+        for series in report["series"]
+        for phase, seconds in series["time"]["lost_s"].items()
     )
     for series in report["series"]:
         time = series["time"]
         (text_row,) = [row for row in text_rows if row.strip().startswith(series["label"] + " ")]
-        (md_row,) = [row for row in markdown.splitlines() if row.startswith(f"| {series['label']} | {time['wall_s']:.1f} |")]
+        (md_row,) = [
+            row for row in markdown.splitlines() if row.startswith(f"| {series['label']} | {time['wall_s']:.1f} |")
+        ]
         for phase, seconds in time["lost_s"].items():
             assert _cell(seconds, time["wall_s"]) in text_row and _cell(seconds, time["wall_s"]) in md_row, phase
         assert f"{time['goodput']:.3f}" in text_row

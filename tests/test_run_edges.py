@@ -23,7 +23,6 @@ from otel_mindformers import ConfigError, MonitorCallback
 from tests.support import monitors, training
 
 
-
 def lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -85,8 +84,15 @@ def test_records_a_stuck_output_never_took_are_counted_at_train_end(workdir, mon
 @pytest.mark.slow
 def test_shutdown_timeout_zero_still_writes_the_last_record(workdir):
     log = workdir / "m.json"
-    cb = MonitorCallback({"interval": 4, "output_type": ["json_file", "tensorboard"], "json_log_path": str(log),
-                          "tensorboard_path": str(workdir / "tb"), "shutdown_timeout": 0})
+    cb = MonitorCallback(
+        {
+            "interval": 4,
+            "output_type": ["json_file", "tensorboard"],
+            "json_log_path": str(log),
+            "tensorboard_path": str(workdir / "tb"),
+            "shutdown_timeout": 0,
+        }
+    )
     training.train([cb], steps=10, shape="tuple5")
     assert [line["step"] for line in lines(log)] == [1, 4, 8, 10]
 
@@ -98,9 +104,13 @@ def test_a_failed_start_leaves_no_thread_behind(workdir):
     (workdir / "blocker").write_text("a file, not a folder")
     before = monitor_threads()
     for _ in range(3):
-        cb = MonitorCallback({"output_type": ["json_file", "otlp"],
-                              "json_log_path": str(workdir / "blocker" / "m.json"),
-                              "otlp": {"endpoint": "http://127.0.0.1:9"}})
+        cb = MonitorCallback(
+            {
+                "output_type": ["json_file", "otlp"],
+                "json_log_path": str(workdir / "blocker" / "m.json"),
+                "otlp": {"endpoint": "http://127.0.0.1:9"},
+            }
+        )
         with pytest.raises(ConfigError, match="json_log_path"):
             training.train([cb], steps=2)
     assert monitor_threads() == before
@@ -171,8 +181,14 @@ def test_inf_is_written_as_null_and_named(workdir):
 def test_a_raising_custom_monitor_is_isolated_and_reported_once(workdir, caplog, monkeypatch):
     monkeypatch.setattr(monitors.Raising, "calls", 0)
     log = workdir / "m.json"
-    cb = MonitorCallback({"interval": 2, "output_type": ["json_file"], "json_log_path": str(log),
-                          "custom_monitor_callback": "tests.support.monitors.Raising"})
+    cb = MonitorCallback(
+        {
+            "interval": 2,
+            "output_type": ["json_file"],
+            "json_log_path": str(log),
+            "custom_monitor_callback": "tests.support.monitors.Raising",
+        }
+    )
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
         training.train([cb], steps=6)
     assert [line["step"] for line in lines(log)] == [1, 2, 4, 6]  # training and monitoring went on
@@ -195,16 +211,28 @@ def test_custom_monitors_get_a_learning_rate_that_costs_nothing_until_read(workd
 
     monkeypatch.setattr(type(schedule), "construct", counting)
     monkeypatch.setattr(monitors.ReadsNothing, "seen", [])
-    cb = MonitorCallback({"interval": 100, "output_type": [], "monitored_metrics": ["loss"],
-                          "custom_monitor_callback": "tests.support.monitors.ReadsNothing"})
+    cb = MonitorCallback(
+        {
+            "interval": 100,
+            "output_type": [],
+            "monitored_metrics": ["loss"],
+            "custom_monitor_callback": "tests.support.monitors.ReadsNothing",
+        }
+    )
     training.train([cb], steps=8, lr=schedule)
     baseline = len(evaluations)  # the optimizer's own, once per step
     assert monitors.ReadsNothing.seen == [(True, True)] * 8
 
     monkeypatch.setattr(monitors.ReadsLearningRate, "values", [])
     evaluations.clear()
-    cb = MonitorCallback({"interval": 100, "output_type": [], "monitored_metrics": ["loss"],
-                          "custom_monitor_callback": "tests.support.monitors.ReadsLearningRate"})
+    cb = MonitorCallback(
+        {
+            "interval": 100,
+            "output_type": [],
+            "monitored_metrics": ["loss"],
+            "custom_monitor_callback": "tests.support.monitors.ReadsLearningRate",
+        }
+    )
     training.train([cb], steps=8, lr=schedule)
     assert len(evaluations) == baseline + 8  # one evaluation per read, none otherwise
     expected = [0.05 * (1 + math.cos(math.pi * step / 10)) for step in range(8)]

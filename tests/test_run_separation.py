@@ -49,8 +49,9 @@ def resume(callback: MonitorCallback, from_step: int, steps: int) -> None:
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")
     model = training.build_model("tuple5")
-    model._train(1, training.build_dataset(steps), callbacks=[callback], dataset_sink_mode=False,
-                 initial_step=from_step)
+    model._train(
+        1, training.build_dataset(steps), callbacks=[callback], dataset_sink_mode=False, initial_step=from_step
+    )
 
 
 def lines(path: Path) -> list[dict]:
@@ -91,7 +92,8 @@ def test_a_second_run_sets_the_first_runs_log_aside(workdir):
     # The analysis CLI's reader: one series per run, each labelled by its file.
     series = read_logs([workdir / "output"])
     assert sorted((s.label, [p.step for p in s.points]) for s in series) == [
-        ("train_metric", [1, 2, 4, 6, 8]), (kept.stem, [1, 2, 4, 6])
+        ("train_metric", [1, 2, 4, 6, 8]),
+        (kept.stem, [1, 2, 4, 6]),
     ]
 
 
@@ -137,8 +139,12 @@ def test_a_previous_log_that_cannot_be_copied_is_appended_to_with_one_warning(tm
     logs.mkdir()
     (logs / "train_metric.json").write_text('{"step": 1}\n')
     logs.chmod(0o555)  # the file stays writable, but no copy can be made beside it
-    spec = {"config": {"interval": 1, "output_type": ["json_file"], "json_log_path": str(logs / "train_metric.json")},
-            "steps": 2, "report": str(tmp_path / "report.json"), "log_level": "WARNING"}
+    spec = {
+        "config": {"interval": 1, "output_type": ["json_file"], "json_log_path": str(logs / "train_metric.json")},
+        "steps": 2,
+        "report": str(tmp_path / "report.json"),
+        "log_level": "WARNING",
+    }
     process = spawn(spec, tmp_path, preexec_fn=obey_file_permissions)
     try:
         _, stderr = process.communicate(timeout=240)

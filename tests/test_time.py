@@ -15,15 +15,13 @@ from mindspore import nn
 from mindspore.train import Callback, Model
 from mindspore.train.callback import CheckpointConfig
 
-from otel_mindformers import training_metrics as tm
-from otel_mindformers.diagnosis.names import ATTR_PHASE
-from otel_mindformers.phase_hooks import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE
-from otel_mindformers.accounting import DATA_WAIT_SPAN_SECONDS
-from otel_mindformers.phases import PHASE_DURATION
+from otel_mindformers.names import training as tm
+from otel_mindformers.names.phases import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
+from otel_mindformers.timing.accounting import DATA_WAIT_SPAN_SECONDS
 from tests.support import training
+from tests.support.in_memory import Capture
 from tests.support.timed_fit import TimedCheckpoint
 from tests.support.training import Faults
-from tests.support.in_memory import Capture
 from tests.test_callback import config
 
 pytestmark = pytest.mark.slow  # real training runs
@@ -130,13 +128,21 @@ def test_fit_with_validation_and_checkpoints_records_both_phases(tmp_path):
     capture = Capture()
     monitor = capture.callback(config(tmp_path, interval=2))
     checkpoint = TimedCheckpoint(
-        prefix="net", directory=str(tmp_path / "ckpt"), config=CheckpointConfig(save_checkpoint_steps=3, keep_checkpoint_max=20)
+        prefix="net",
+        directory=str(tmp_path / "ckpt"),
+        config=CheckpointConfig(save_checkpoint_steps=3, keep_checkpoint_max=20),
     )
     evals = _EvalTimes()
     model = _fit_model()
     # Ours last, so the checkpoint saved at train end (ModelCheckpoint.end) is inside the run.
-    model.fit(2, training.build_dataset(6), valid_dataset=training.build_dataset(3),
-              callbacks=[checkpoint, evals, monitor], dataset_sink_mode=False, valid_dataset_sink_mode=False)
+    model.fit(
+        2,
+        training.build_dataset(6),
+        valid_dataset=training.build_dataset(3),
+        callbacks=[checkpoint, evals, monitor],
+        dataset_sink_mode=False,
+        valid_dataset_sink_mode=False,
+    )
 
     evaluations = capture.finished("mindformers.phase.evaluation")
     epochs = capture.finished("mindformers.train.epoch")
@@ -167,8 +173,7 @@ def test_fit_with_validation_and_checkpoints_records_both_phases(tmp_path):
 
 def test_eta_counts_down_in_sink_mode(tmp_path):
     capture = Capture()
-    training.train([capture.callback(config(tmp_path, interval=2))], steps=8, epochs=2, sink_size=4,
-                   mode=ms.GRAPH_MODE)
+    training.train([capture.callback(config(tmp_path, interval=2))], steps=8, epochs=2, sink_size=4, mode=ms.GRAPH_MODE)
     lines = _lines(tmp_path / "m.json")
     etas = [(line["step"], line[tm.ETA]) for line in lines if tm.ETA in line]
     assert etas and etas[-1][1] == 0

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from otel_mindformers import semconv
+from otel_mindformers.names import semconv
 from tests.support.blackhole import Blackhole
 from tests.support.instrumented import REPO, child_env, free_port, instrumented, run
 
@@ -24,12 +24,12 @@ SHUTDOWN_TIMEOUT = 1.0
 EXPORT_TIMEOUT = 30  # OTEL_EXPORTER_OTLP_TIMEOUT, seconds: what exit must not wait for
 
 # plain_train.py, then the wall time at which training ended.
-TIMED_TRAIN = f'''
+TIMED_TRAIN = f"""
 import runpy, sys, time
 sys.argv = [{str(PLAIN_TRAIN)!r}, "--steps", "6"]
 runpy.run_path(sys.argv[0], run_name="__main__")
 print("TRAINED", time.time(), flush=True)
-'''
+"""
 
 SDK_NOISE = ("Transient error", "Failed to export", "Exception while exporting", "Queue full")
 
@@ -40,10 +40,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training agains
 def _train(workdir, endpoint: str, monitor_config: dict, **env: str):
     (workdir / "monitor.yaml").write_text(json.dumps({"monitor_config": monitor_config}))
     (workdir / "timed_train.py").write_text(TIMED_TRAIN)
-    result = run(instrumented("python", "timed_train.py"), child_env(
-        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_INSECURE="true",
-        OTEL_PYTHON_MINDFORMERS_CONFIG=str(workdir / "monitor.yaml"), OTEL_METRIC_EXPORT_INTERVAL="200",
-        OTEL_BSP_SCHEDULE_DELAY="100", **env), workdir)
+    result = run(
+        instrumented("python", "timed_train.py"),
+        child_env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_EXPORTER_OTLP_INSECURE="true",
+            OTEL_PYTHON_MINDFORMERS_CONFIG=str(workdir / "monitor.yaml"),
+            OTEL_METRIC_EXPORT_INTERVAL="200",
+            OTEL_BSP_SCHEDULE_DELAY="100",
+            **env,
+        ),
+        workdir,
+    )
     return result
 
 
@@ -52,8 +60,13 @@ def _ours(stderr: str) -> list[str]:
 
 
 def _quiet(**overrides) -> dict:
-    return {"interval": 1, "output_type": ["json_file"], "grad_monitor": False,
-            "shutdown_timeout": SHUTDOWN_TIMEOUT, **overrides}
+    return {
+        "interval": 1,
+        "output_type": ["json_file"],
+        "grad_monitor": False,
+        "shutdown_timeout": SHUTDOWN_TIMEOUT,
+        **overrides,
+    }
 
 
 @pytest.mark.parametrize("collector", ["down", "blackholed"])
@@ -74,8 +87,9 @@ def test_a_failing_collector_is_one_warning_and_exit_waits_the_shutdown_timeout(
     assert exited - trained < SHUTDOWN_TIMEOUT + 10.0, result.stderr[-3000:]
     (warning,) = _ours(result.stderr)
     assert f"OTLP export to {endpoint}" in warning
-    assert not [line for line in result.stderr.splitlines()
-                if line != warning and any(noise in line for noise in SDK_NOISE)]
+    assert not [
+        line for line in result.stderr.splitlines() if line != warning and any(noise in line for noise in SDK_NOISE)
+    ]
     # The local output is complete whatever the collector does.
     lines = (workdir / "output" / "train_metric.json").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
@@ -90,12 +104,25 @@ def test_a_healthy_collector_gets_everything_and_nothing_is_said(workdir, otlp_r
 
 def test_settings_the_sdk_environment_overrides_are_named_once(workdir, otlp_receiver):
     port = free_port()
-    result = _train(workdir, otlp_receiver.grpc_endpoint, _quiet(
-        output_type=["json_file", "otlp", "prometheus"], service_name="from-yaml",
-        otlp={"endpoint": "http://127.0.0.1:1", "protocol": "http/protobuf"}, prometheus={"port": port}))
+    result = _train(
+        workdir,
+        otlp_receiver.grpc_endpoint,
+        _quiet(
+            output_type=["json_file", "otlp", "prometheus"],
+            service_name="from-yaml",
+            otlp={"endpoint": "http://127.0.0.1:1", "protocol": "http/protobuf"},
+            prometheus={"port": port},
+        ),
+    )
     (notice,) = [line for line in _ours(result.stderr) if "ignored" in line]
-    for named in ("output_type 'prometheus'", "OTEL_METRICS_EXPORTER=prometheus", "otlp section",
-                  "OTEL_EXPORTER_OTLP_", "service_name", "OTEL_SERVICE_NAME"):
+    for named in (
+        "output_type 'prometheus'",
+        "OTEL_METRICS_EXPORTER=prometheus",
+        "otlp section",
+        "OTEL_EXPORTER_OTLP_",
+        "service_name",
+        "OTEL_SERVICE_NAME",
+    ):
         assert named in notice
     # The SDK's environment is what counts: spans reached its endpoint, under its service name.
     assert otlp_receiver.wait_for(lambda rx: rx.spans(semconv.SPAN_RUN))

@@ -52,7 +52,8 @@ class Alert:
         """Strict JSON for the generic webhook. A NaN/Inf value or threshold is written as
         null and named under `"nonfinite"`, as in the JSON log (`threshold: inf` stays known)."""
         nonfinite = [
-            name for name, number in (("value", self.value), ("threshold", self.threshold))
+            name
+            for name, number in (("value", self.value), ("threshold", self.threshold))
             if number is not None and not math.isfinite(number)
         ]
         body: dict[str, object] = {

@@ -21,10 +21,10 @@ import urllib.request
 from collections import Counter
 from typing import Any
 
-from otel_mindformers import semconv
 from otel_mindformers.alerts.alert import Alert
 from otel_mindformers.alerts.notifiers import Notifier
-from otel_mindformers.background import BoundedWorker
+from otel_mindformers.core.workers import BoundedWorker
+from otel_mindformers.names import semconv
 
 _logger = logging.getLogger(__name__)
 
@@ -91,8 +91,7 @@ class NotificationDelivery(BoundedWorker[Alert]):
             self._record(notifier, DROPPED)
         self._warn_once(
             "queue",
-            "otel_mindformers: alert queue full (%d alerts); dropping alerts rather than "
-            "slowing training",
+            "otel_mindformers: alert queue full (%d alerts); dropping alerts rather than slowing training",
             self.max_queue,
         )
 
@@ -137,8 +136,7 @@ class NotificationDelivery(BoundedWorker[Alert]):
         self._record(notifier, FAILED)
         self._warn_once(
             notifier.label,
-            "otel_mindformers: alert notifier %s failed: %s; later failures are only counted "
-            "(%s)",
+            "otel_mindformers: alert notifier %s failed: %s; later failures are only counted (%s)",
             notifier.label,
             notifier.redact(f"{type(error).__name__}: {error}"),
             semconv.ALERT_NOTIFICATIONS.name,

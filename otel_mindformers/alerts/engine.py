@@ -15,25 +15,25 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import Span, Status, StatusCode
 
-from otel_mindformers import training_metrics as metrics
-from otel_mindformers import semconv
 from otel_mindformers.alerts.alert import CRITICAL, FIRING, INFO, RESOLVED, WARNING, Alert
 from otel_mindformers.alerts.delivery import NotificationDelivery
 from otel_mindformers.alerts.notifiers import build_notifiers
 from otel_mindformers.alerts.rules import NO_DATA, NONFINITE, STALL, Finding, build_rules
 from otel_mindformers.alerts.watchdog import StallWatchdog, StepProgress
 from otel_mindformers.config import AlertConfig
-from otel_mindformers.deadline import Deadline
-from otel_mindformers.diagnosis import names as diagnosis
+from otel_mindformers.core.deadline import Deadline
+from otel_mindformers.core.record import StepRecord
 from otel_mindformers.diagnosis.dumps import StackDump, StackDumper
-from otel_mindformers.identity import Identity
-from otel_mindformers.record import StepRecord
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import diagnosis, semconv
+from otel_mindformers.names import training as metrics
 from otel_mindformers.telemetry.instruments import create_instrument
 
 _logger = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def _serialized(method: _Method) -> _Method:
     """Runs the method under the engine's lock (see AlertEngine.__init__)."""
 
     @functools.wraps(method)
-    def locked(self: "AlertEngine", *args: Any, **kwargs: Any) -> Any:
+    def locked(self: AlertEngine, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             return method(self, *args, **kwargs)
 
@@ -141,7 +141,7 @@ class AlertEngine:
         job: str,
         reports_training: bool,
         json_log_path: str,
-    ) -> "AlertEngine | None":
+    ) -> AlertEngine | None:
         """The running engine, or None when `alert_config.enable_alert` is off.
 
         `progress` is read by the stall watchdog; its current `last_step_end` is taken as
@@ -152,8 +152,15 @@ class AlertEngine:
         """
         if not alerts.enable_alert:
             return None
-        return cls(alerts, identity, telemetry, progress, job=job, reports_training=reports_training,
-                   json_log_path=json_log_path)
+        return cls(
+            alerts,
+            identity,
+            telemetry,
+            progress,
+            job=job,
+            reports_training=reports_training,
+            json_log_path=json_log_path,
+        )
 
     def __init__(
         self,
@@ -220,33 +227,22 @@ class AlertEngine:
             if finding is None:
                 if self._limiter.clear(rule.name):
                     self._notify(
-                        self._alert(rule.name, rule.severity, RESOLVED, record.step,
-                                    f"{rule.name} no longer firing")
+                        self._alert(rule.name, rule.severity, RESOLVED, record.step, f"{rule.name} no longer firing")
                     )
                 continue
             fired.append(f"{rule.name}: {finding.detail}")
             record.alerts.append(rule.name)  # the step's JSON line names it, for plot/report
             self._fire(rule.name, rule.severity, finding, record.step, step_span)
-            if (
-                rule.name == NONFINITE
-                and finding.metric == metrics.LOSS
-                and self._stop_on_nonfinite
-            ):
+            if rule.name == NONFINITE and finding.metric == metrics.LOSS and self._stop_on_nonfinite:
                 reason = f"non-finite loss ({finding.value}) at step {record.step}"
         if fired and step_span is not None and step_span.is_recording():
             step_span.set_status(Status(StatusCode.ERROR, "; ".join(fired)))
         self._anomalous_streak = self._anomalous_streak + 1 if fired else 0
         if reason is None and self._stop_after and self._anomalous_streak >= self._stop_after:
-            reason = (
-                f"{self._anomalous_streak} consecutive anomalous sampled steps, "
-                f"the last at step {record.step}"
-            )
+            reason = f"{self._anomalous_streak} consecutive anomalous sampled steps, the last at step {record.step}"
         if reason is not None and self._stop_reason is None:
             self._stop_reason = reason
-            self._notify(
-                self._alert(EARLY_STOP, CRITICAL, FIRING, record.step,
-                            f"requesting early stop: {reason}")
-            )
+            self._notify(self._alert(EARLY_STOP, CRITICAL, FIRING, record.step, f"requesting early stop: {reason}"))
         return self._stop_reason
 
     @_serialized
@@ -298,8 +294,7 @@ class AlertEngine:
             self._delivery.close(deadline.remaining())
 
     # --- recording -----------------------------------------------------------------------
-    def _fire(self, rule: str, severity: str, finding: Finding, step: int,
-              span: Span | None) -> None:
+    def _fire(self, rule: str, severity: str, finding: Finding, step: int, span: Span | None) -> None:
         self._count(rule, severity)
         if span is not None and span.is_recording():
             attributes: dict[str, Any] = {
@@ -314,10 +309,7 @@ class AlertEngine:
             attributes.update(finding.attributes)  # e.g. the layer a grad-norm spike came from
             span.add_event(semconv.EVENT_ALERT, attributes)
         if self._limiter.fire(rule, step):
-            self._notify(
-                self._alert(rule, severity, FIRING, step, finding.detail,
-                            finding.value, finding.threshold)
-            )
+            self._notify(self._alert(rule, severity, FIRING, step, finding.detail, finding.value, finding.threshold))
 
     def _count(self, rule: str, severity: str) -> None:
         attributes = self._counter_attributes.get((rule, severity))
@@ -330,8 +322,16 @@ class AlertEngine:
             self._counter_attributes[(rule, severity)] = attributes
         self._counter.add(1, attributes)
 
-    def _alert(self, rule: str, severity: str, status: str, step: int, detail: str,
-               value: float | None = None, threshold: float | None = None) -> Alert:
+    def _alert(
+        self,
+        rule: str,
+        severity: str,
+        status: str,
+        step: int,
+        detail: str,
+        value: float | None = None,
+        threshold: float | None = None,
+    ) -> Alert:
         identity = self._identity
         return Alert(
             rule=rule,
@@ -402,6 +402,7 @@ class AlertEngine:
     def _on_resume(self, step: int) -> None:
         self._stall_dump = None
         self._notify(
-            self._alert(STALL, CRITICAL, RESOLVED, step,
-                        f"rank {self._identity.rank}: training resumed, step {step} finished")
+            self._alert(
+                STALL, CRITICAL, RESOLVED, step, f"rank {self._identity.rank}: training resumed, step {step} finished"
+            )
         )

@@ -16,8 +16,8 @@ import urllib.parse
 from typing import Any, Protocol
 
 from otel_mindformers.alerts.alert import Alert
-from otel_mindformers.alerts.redact import Redactor, secret_parts
 from otel_mindformers.config import NotifierConfig
+from otel_mindformers.config.redaction import Redactor, secret_parts
 
 
 class PlatformError(Exception):
@@ -156,14 +156,10 @@ class SlackNotifier(_Base):
 
 
 NOTIFIER_CLASSES: dict[str, type[_Base]] = {
-    cls.kind: cls
-    for cls in (WebhookNotifier, WeComNotifier, DingTalkNotifier, FeishuNotifier, SlackNotifier)
+    cls.kind: cls for cls in (WebhookNotifier, WeComNotifier, DingTalkNotifier, FeishuNotifier, SlackNotifier)
 }
 
 
 def build_notifiers(configs: list[NotifierConfig]) -> list[Notifier]:
     """Notifiers for validated configs (config.py checked type, URL and secret)."""
-    return [
-        NOTIFIER_CLASSES[c.type](f"#{index} ({c.type})", c.url, c.secret)
-        for index, c in enumerate(configs)
-    ]
+    return [NOTIFIER_CLASSES[c.type](f"#{index} ({c.type})", c.url, c.secret) for index, c in enumerate(configs)]

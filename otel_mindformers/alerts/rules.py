@@ -13,14 +13,15 @@ import dataclasses
 import math
 import statistics
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Union
+from typing import Any, Protocol, Union
 
-from otel_mindformers import training_metrics as metrics
 from otel_mindformers.alerts.alert import CRITICAL, WARNING, format_number
 from otel_mindformers.config import AlertConfig
+from otel_mindformers.core.record import StepRecord
 from otel_mindformers.model_state.movement import GradNormMovement
-from otel_mindformers.record import StepRecord
+from otel_mindformers.names import training as metrics
 
 NONFINITE = "nonfinite"
 LOSS_THRESHOLD = "loss_threshold"
@@ -232,8 +233,7 @@ class StepTimeRegressionRule(BaselineRule):
             metrics.STEP_TIME,
             value,
             limit,
-            f"step time {format_number(value)} ms > {self._factor:g} x rolling median "
-            f"{format_number(median)} ms",
+            f"step time {format_number(value)} ms > {self._factor:g} x rolling median {format_number(median)} ms",
         )
 
 
@@ -270,9 +270,7 @@ def build_rules(config: AlertConfig) -> list[Rule]:
     if config.loss_threshold is not None:
         rules.append(ThresholdRule(LOSS_THRESHOLD, metrics.LOSS, config.loss_threshold))
     if config.grad_norm_threshold is not None:
-        rules.append(
-            ThresholdRule(GRAD_NORM_THRESHOLD, metrics.GRAD_NORM, config.grad_norm_threshold)
-        )
+        rules.append(ThresholdRule(GRAD_NORM_THRESHOLD, metrics.GRAD_NORM, config.grad_norm_threshold))
     if config.loss_spike.enable:
         spike = config.loss_spike
         rules.append(SpikeRule(LOSS_SPIKE, metrics.LOSS, spike.zscore, spike.window, spike.warmup))

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 
 class StepProgress(Protocol):
@@ -44,11 +45,9 @@ class StallWatchdog:
         # Detection lags a stall by at most one poll: a tenth of the timeout, within bounds.
         self._poll = min(max(timeout / 10.0, 0.01), 5.0)
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="otel-mindformers-watchdog", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="otel-mindformers-watchdog", daemon=True)
 
-    def start(self) -> "StallWatchdog":
+    def start(self) -> StallWatchdog:
         self._thread.start()
         return self
 

@@ -6,11 +6,11 @@ import argparse
 import functools
 import os
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
-from otel_mindformers.config import OTLP_PROTOCOLS
 from otel_mindformers.analysis.logs import AnalysisError, Location, Series, read_logs, replay_problems
+from otel_mindformers.config import OTLP_PROTOCOLS
 
 _LOGS_HELP = (
     "JSON-lines logs: files, globs or folders (a folder finds every *_rank_*.json in it); "
@@ -21,10 +21,15 @@ _LOGS_HELP = (
 def add_commands(commands: argparse._SubParsersAction) -> None:
     plot = commands.add_parser("plot", help="plot loss, learning rate, grad norm and step time")
     plot.add_argument("logs", nargs="+", metavar="LOG", help=_LOGS_HELP)
-    plot.add_argument("-o", "--output", default="training.png",
-                      help="image file; the suffix picks the format (.png, .svg, .pdf)")
-    plot.add_argument("--smooth", type=_ema_weight, metavar="WEIGHT",
-                      help="draw an exponential moving average of this weight (e.g. 0.9) over the raw curve")
+    plot.add_argument(
+        "-o", "--output", default="training.png", help="image file; the suffix picks the format (.png, .svg, .pdf)"
+    )
+    plot.add_argument(
+        "--smooth",
+        type=_ema_weight,
+        metavar="WEIGHT",
+        help="draw an exponential moving average of this weight (e.g. 0.9) over the raw curve",
+    )
     plot.add_argument("--size", type=_pixels, default="1600x1000", metavar="WxH", help="image size in pixels")
     plot.add_argument("--title", help="figure title")
     plot.set_defaults(func=_plot)
@@ -32,26 +37,42 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser("report", help="summarise a run: loss, throughput, anomalies, stragglers, gaps")
     report.add_argument("logs", nargs="+", metavar="LOG", help=_LOGS_HELP)
     report.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    report.add_argument("--straggler-threshold", type=float, default=0.10, metavar="FRACTION",
-                        help="name series whose median step time exceeds the median of all series "
-                             "by more than this fraction (default 0.10)")
+    report.add_argument(
+        "--straggler-threshold",
+        type=float,
+        default=0.10,
+        metavar="FRACTION",
+        help="name series whose median step time exceeds the median of all series "
+        "by more than this fraction (default 0.10)",
+    )
     report.set_defaults(func=_report)
 
     replay = commands.add_parser(
         "replay", help="send a recorded run to an OTLP endpoint or a TensorBoard folder, with its original times"
     )
     replay.add_argument("logs", nargs="+", metavar="LOG", help=_LOGS_HELP)
-    replay.add_argument("--endpoint",
-                        help="OTLP endpoint, e.g. http://127.0.0.1:4317 (default: OTEL_EXPORTER_OTLP_ENDPOINT)")
-    replay.add_argument("--protocol", choices=OTLP_PROTOCOLS,
-                        help="default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc")
-    replay.add_argument("--header", action="append", default=[], type=_header, metavar="KEY=VALUE",
-                        help="request header, repeatable (e.g. authorization=Bearer ...)")
+    replay.add_argument(
+        "--endpoint", help="OTLP endpoint, e.g. http://127.0.0.1:4317 (default: OTEL_EXPORTER_OTLP_ENDPOINT)"
+    )
+    replay.add_argument("--protocol", choices=OTLP_PROTOCOLS, help="default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc")
+    replay.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        type=_header,
+        metavar="KEY=VALUE",
+        help="request header, repeatable (e.g. authorization=Bearer ...)",
+    )
     replay.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="per export request")
-    replay.add_argument("--insecure", action="store_true",
-                        help="gRPC without TLS to an endpoint given as host:port (a scheme says it itself)")
-    replay.add_argument("--run-id", help="the id ids are derived from (default: the run's first time stamp); "
-                                         "also sent as training.job.id")
+    replay.add_argument(
+        "--insecure",
+        action="store_true",
+        help="gRPC without TLS to an endpoint given as host:port (a scheme says it itself)",
+    )
+    replay.add_argument(
+        "--run-id",
+        help="the id ids are derived from (default: the run's first time stamp); also sent as training.job.id",
+    )
     replay.add_argument("--service-name", help="service.name (default: OTEL_SERVICE_NAME, else mindformers-train)")
     replay.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard scalars under DIR/rank_<x>/ instead")
     replay.set_defaults(func=_replay)
@@ -102,8 +123,7 @@ def _one_line_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[
             extra = _EXTRA_FOR_MODULE.get(exc.name or "")
             if extra is None:
                 raise
-            print(f"error: {args.command} needs {exc.name}: pip install 'otel-mindformers[{extra}]'",
-                  file=sys.stderr)
+            print(f"error: {args.command} needs {exc.name}: pip install 'otel-mindformers[{extra}]'", file=sys.stderr)
         return 1
 
     return run
@@ -161,15 +181,24 @@ def _replay(args: argparse.Namespace) -> int:
         return 1
     if args.tensorboard:
         result = replay.replay_tensorboard(series, args.tensorboard)
-        print(f"wrote {result.points} scalars of {result.records} records "
-              f"({result.series} series) under {Path(args.tensorboard)}")
+        print(
+            f"wrote {result.points} scalars of {result.records} records "
+            f"({result.series} series) under {Path(args.tensorboard)}"
+        )
     else:
-        otlp = OtlpConfig(endpoint=args.endpoint, protocol=args.protocol, headers=dict(args.header),
-                          timeout=args.timeout, insecure=args.insecure or None)
+        otlp = OtlpConfig(
+            endpoint=args.endpoint,
+            protocol=args.protocol,
+            headers=dict(args.header),
+            timeout=args.timeout,
+            insecure=args.insecure or None,
+        )
         result = replay.replay_otlp(series, otlp, run_id=args.run_id, service_name=args.service_name)
-        print(f"sent {result.spans} spans and {result.points} metric points of {result.records} records "
-              f"({result.series} series, run id {result.run_id}) to "
-              f"{printable_endpoint(args.endpoint or 'the OTEL_EXPORTER_OTLP_ENDPOINT endpoint')}")
+        print(
+            f"sent {result.spans} spans and {result.points} metric points of {result.records} records "
+            f"({result.series} series, run id {result.run_id}) to "
+            f"{printable_endpoint(args.endpoint or 'the OTEL_EXPORTER_OTLP_ENDPOINT endpoint')}"
+        )
     if result.skipped:
         print(f"note: {result.skipped} records without a time_stamp were left out", file=sys.stderr)
     return 0

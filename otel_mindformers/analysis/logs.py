@@ -22,14 +22,14 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-from otel_mindformers import training_metrics as tm
+from otel_mindformers.core.record import StepRecord
 from otel_mindformers.model_state.state import ModelState
-from otel_mindformers.record import StepRecord
+from otel_mindformers.names import training as tm
 
 RANK_FILE_PATTERN = "*_rank_*.json"
 
@@ -121,6 +121,7 @@ class LogSet:
 
 
 # --- discovery -----------------------------------------------------------------------------
+
 
 def discover(inputs: Sequence[str | Path]) -> list[LogSet]:
     """Resolve files, globs and directories into log sets, each named once, in input order.
@@ -225,8 +226,7 @@ def _expand(item: str, listings: _Listings) -> list[Path]:
         ]
         if not found:
             raise LogReadError(
-                f"{item}: no step logs in this directory (looked for {RANK_FILE_PATTERN} "
-                "and JSON-lines *.json files)"
+                f"{item}: no step logs in this directory (looked for {RANK_FILE_PATTERN} and JSON-lines *.json files)"
             )
         return found
     if _GLOB_CHARS & set(item):
@@ -259,6 +259,7 @@ def _looks_like_step_log(path: Path) -> bool:
 
 # --- reading -------------------------------------------------------------------------------
 
+
 class PointSink(Protocol):
     """Where the points of one series go as they are read (a list, or a running summary)."""
 
@@ -289,8 +290,15 @@ class _PointList(list):
 def read_logs(inputs: Sequence[str | Path]) -> list[Series]:
     """Every series found in `inputs`, labelled so that a legend tells them apart."""
     return [
-        Series(label=s.label, rank=s.rank, files=s.files, points=list(s.sink), alerts=s.alerts,
-               foreign_lines=s.foreign_lines, damaged_tails=s.damaged_tails)
+        Series(
+            label=s.label,
+            rank=s.rank,
+            files=s.files,
+            points=list(s.sink),
+            alerts=s.alerts,
+            foreign_lines=s.foreign_lines,
+            damaged_tails=s.damaged_tails,
+        )
         for s in scan_logs(inputs, _PointList)
     ]
 
@@ -320,7 +328,9 @@ def _scan_set(log_set: LogSet, new_sink: Callable[[], S]) -> list[Scanned[S]]:
                 rank = _int_or_none(data.get("rank"))
                 series = by_rank.get(rank)
                 if series is None:
-                    series = by_rank[rank] = first if not by_rank else Scanned(str(log_set.name), rank, log_set.files, new_sink())
+                    series = by_rank[rank] = (
+                        first if not by_rank else Scanned(str(log_set.name), rank, log_set.files, new_sink())
+                    )
                     series.rank = rank
                 series.sink.add(_point(data, location))
                 first.foreign_lines += len(foreign_steps)
@@ -386,12 +396,17 @@ def _classify(data: object, location: Location, alerts: list[AlertMark]) -> obje
     fired = data.get("alerts")
     for rule in fired if isinstance(fired, list) else ():  # our step lines name what fired there
         alerts.append(
-            AlertMark(step=_int_or_none(data.get("step")), time_stamp=_float_or_none(data.get("time_stamp")),
-                      rule=str(rule), message=str(rule), location=location)
+            AlertMark(
+                step=_int_or_none(data.get("step")),
+                time_stamp=_float_or_none(data.get("time_stamp")),
+                rule=str(rule),
+                message=str(rule),
+                location=location,
+            )
         )
     if _int_or_none(data.get("step")) is None:
         return _OTHER
-    return _OWN if _OWN_KEYS <= data.keys() else _FOREIGN_STEP
+    return _OWN if data.keys() >= _OWN_KEYS else _FOREIGN_STEP
 
 
 def _is_notifier_alert(data: dict) -> bool:
@@ -432,7 +447,8 @@ def _seconds_by_phase(raw: object) -> dict[str, float] | None:
     if not isinstance(raw, dict):
         return None
     kept = {
-        str(key): float(value) for key, value in raw.items()
+        str(key): float(value)
+        for key, value in raw.items()
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     }
     return kept if "wall" in kept else None
@@ -521,6 +537,7 @@ def _rank_from_name(path: Path) -> int | None:
 
 # --- labels --------------------------------------------------------------------------------
 
+
 def _labels(keys: Iterable[tuple[Path, int | None]]) -> list[str]:
     """`rank N` when that alone tells the series apart, else the shortest distinct path."""
     keys = list(keys)
@@ -540,8 +557,7 @@ def _shortest_distinct(paths: list[Path]) -> dict[Path, str]:
     """Each path's shortest tail of components (`.json` dropped) that no other path ends in;
     one count of tails per depth, so linear in the number of paths."""
     parts = {
-        path: path.with_suffix("").parts if path.suffix == ".json" else path.parts
-        for path in dict.fromkeys(paths)
+        path: path.with_suffix("").parts if path.suffix == ".json" else path.parts for path in dict.fromkeys(paths)
     }
     names = {path: "/".join(p) for path, p in parts.items()}
     pending = set(parts)

@@ -10,9 +10,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from otel_mindformers import training_metrics as tm
 from otel_mindformers.analysis.logs import Series, StepPoint
-from otel_mindformers.model_state.specs import ADAM_V_NORM, GRAD_NORM
+from otel_mindformers.names import training as tm
+from otel_mindformers.names.model_state import ADAM_V_NORM, GRAD_NORM
 
 # (metric, title, y scale). Step time is on a log scale: the first step carries graph
 # compilation and would otherwise flatten every later step, and stragglers, to the floor.
@@ -159,10 +159,7 @@ def _mark_anomalies(ax, one: Series) -> None:
 
 
 def _legend_handles(series: list[Series]) -> list[Line2D]:
-    handles = [
-        Line2D([], [], color=f"C{i % 10}", linewidth=1.6, label=s.label)
-        for i, s in enumerate(series)
-    ]
+    handles = [Line2D([], [], color=f"C{i % 10}", linewidth=1.6, label=s.label) for i, s in enumerate(series)]
     if any(p.nonfinite for s in series for p in s.points):
         handles.append(Line2D([], [], color=NONFINITE_COLOR, linestyle=":", label="non-finite"))
     if any(a.step is not None for s in series for a in s.alerts):

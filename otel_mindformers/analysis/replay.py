@@ -26,9 +26,10 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -49,13 +50,14 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 
-from otel_mindformers import recording, semconv
-from otel_mindformers import training_metrics as tm
 from otel_mindformers.analysis.logs import AlertMark, AnalysisError, Series, as_records
 from otel_mindformers.config import OtlpConfig
-from otel_mindformers.identity import Identity
-from otel_mindformers.metric_spec import Kind, MetricSpec
-from otel_mindformers.record import StepRecord
+from otel_mindformers.core import recording
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import semconv
+from otel_mindformers.names import training as tm
+from otel_mindformers.names.spec import Kind, MetricSpec
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.telemetry.providers import DEFAULT_SERVICE_NAME, otlp_exporters
 from otel_mindformers.version import __version__
@@ -83,6 +85,7 @@ class ReplayResult:
 
 
 # --- identity of what is sent ------------------------------------------------------------------
+
 
 def default_run_id(series: Sequence[Series]) -> str:
     """The run's first time stamp: stable across replays, and across lines appended later."""
@@ -124,6 +127,7 @@ def _world_size(series: Sequence[Series]) -> int:
 
 
 # --- spans -------------------------------------------------------------------------------------
+
 
 def build_spans(
     series: Series, records: list[StepRecord], run_id: str, resource: Resource, run_attributes: dict[str, Any]
@@ -195,6 +199,7 @@ def _status(status: Status, alerts: list[AlertMark]) -> Status:
 
 # --- metrics -----------------------------------------------------------------------------------
 
+
 def build_metrics(records: list[StepRecord], rank: int, resource: Resource) -> list[MetricsData]:
     """What the live instruments would have exported, one point per record at its time.
 
@@ -261,8 +266,15 @@ class _Batch:
             )
             histogram.observe(measurement.value)
             point = HistogramDataPoint(
-                attrs, state.start_ns, now, histogram.count, histogram.sum, list(histogram.buckets),
-                list(histogram.bounds), histogram.min, histogram.max,
+                attrs,
+                state.start_ns,
+                now,
+                histogram.count,
+                histogram.sum,
+                list(histogram.buckets),
+                list(histogram.bounds),
+                histogram.min,
+                histogram.max,
             )
         self.points.setdefault(spec.name, []).append(point)
 
@@ -299,6 +311,7 @@ def _metric_chunks(records: list[StepRecord], attrs: dict[str, Any]) -> Iterator
 
 # --- targets -----------------------------------------------------------------------------------
 
+
 def replay_otlp(
     series: Sequence[Series],
     otlp: OtlpConfig,
@@ -312,8 +325,9 @@ def replay_otlp(
     world = _world_size(series)
     span_exporter, metric_exporter, log_exporter = otlp_exporters(otlp)
     # The exporters' own log lines (one per attempt and retry) become the reason in our one error.
-    failures = ExportErrorReporter(otlp.endpoint or "the OTEL_EXPORTER_OTLP_* endpoint",
-                                   secrets=otlp.headers.values(), announce=False).install()
+    failures = ExportErrorReporter(
+        otlp.endpoint or "the OTEL_EXPORTER_OTLP_* endpoint", secrets=otlp.headers.values(), announce=False
+    ).install()
     target = failures.destination
     sent_spans = sent_points = records_total = skipped = 0
     try:
@@ -325,7 +339,7 @@ def replay_otlp(
             resource = Resource.create({"service.name": service, **identity})
             built = build_spans(one, records, run_id, resource, identity)
             for start in range(0, len(built), SPANS_PER_EXPORT):
-                batch = built[start:start + SPANS_PER_EXPORT]
+                batch = built[start : start + SPANS_PER_EXPORT]
                 if span_exporter.export(batch) is not SpanExportResult.SUCCESS:
                     raise ReplayError(_refused("spans", one, target, failures.first_failure))
                 sent_spans += len(batch)

@@ -10,12 +10,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from otel_mindformers import training_metrics as tm
+from otel_mindformers.analysis.first_bad import report_findings as first_bad_rank_findings
 from otel_mindformers.analysis.logs import Location, Series, StepPoint, scan_logs
-from otel_mindformers.diagnosis import names
-from otel_mindformers.diagnosis.first_bad import report_findings as first_bad_rank_findings
-from otel_mindformers.model_state.top import Peak, TopNorms
-from otel_mindformers.phases import PHASE_CHECKPOINT_LOAD, PHASE_COMPILE, PHASE_STARTUP
+from otel_mindformers.analysis.top_norms import Peak, TopNorms
+from otel_mindformers.names import phases as phase_names
+from otel_mindformers.names import training as tm
+from otel_mindformers.names.phases import PHASE_CHECKPOINT_LOAD, PHASE_COMPILE, PHASE_STARTUP
 
 FORMATS = ("text", "json", "markdown")
 DEFAULT_STRAGGLER_THRESHOLD = 0.10
@@ -24,7 +24,7 @@ _LISTED_STEPS = 10  # step lists in text/markdown are cut after this many
 # phases add up under OTHER_PHASES.
 BUILT_IN_PHASES = (
     PHASE_STARTUP, PHASE_CHECKPOINT_LOAD, PHASE_COMPILE,
-    names.PHASE_DATA_WAIT, names.PHASE_EVALUATION, names.PHASE_CHECKPOINT_SAVE,
+    phase_names.PHASE_DATA_WAIT, phase_names.PHASE_EVALUATION, phase_names.PHASE_CHECKPOINT_SAVE,
 )  # fmt: skip
 OTHER_PHASES = "other"
 _LEDGER_TOTALS = frozenset({"wall", "productive"})  # the `time` object's keys that are not phases
@@ -125,8 +125,9 @@ def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRA
         stats = SeriesStats()
         for point in one.points:
             stats.add(point)
-        summarised.append((stats, stats.summary(one.label, one.rank, one.files, one.alerts,
-                                                one.foreign_lines, one.damaged_tails)))
+        summarised.append(
+            (stats, stats.summary(one.label, one.rank, one.files, one.alerts, one.foreign_lines, one.damaged_tails))
+        )
     return _combine(summarised, straggler_threshold)
 
 
@@ -140,7 +141,7 @@ def report_logs(inputs, straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD
     return _combine(summarised, straggler_threshold)
 
 
-def _combine(summarised: list[tuple["SeriesStats", SeriesSummary]], straggler_threshold: float) -> Report:
+def _combine(summarised: list[tuple[SeriesStats, SeriesSummary]], straggler_threshold: float) -> Report:
     summaries = [summary for _, summary in summarised]
     medians = [s.step_time_median_ms for s in summaries if s.step_time_median_ms is not None]
     overall_median = statistics.median(medians) if medians else None
@@ -251,9 +252,7 @@ class SeriesStats:
             difference = point.step - previous.step
             self._strides[difference] += 1
             where = self._paths.setdefault(point.location.path, len(self._paths))
-            self._jumps.setdefault(difference, array("q")).extend(
-                (where, point.location.line, point.step)
-            )
+            self._jumps.setdefault(difference, array("q")).extend((where, point.location.line, point.step))
             if previous.time_stamp is not None and point.time_stamp is not None:
                 self._progress[0] += difference
                 self._progress[1] += point.time_stamp - previous.time_stamp
@@ -295,14 +294,17 @@ class SeriesStats:
         paths = list(self._paths)
         jumps = sorted(  # files are read in order, each from its first line: this is reading order
             (found[i], found[i + 1], found[i + 2] - difference, found[i + 2])
-            for difference, found in self._jumps.items() if difference > stride
+            for difference, found in self._jumps.items()
+            if difference > stride
             for i in range(0, len(found), 3)
         )
         return stride, [Gap(after, before, str(Location(paths[where], line))) for where, line, after, before in jumps]
 
     def summary(self, label: str, rank: int | None, files, alerts, foreign_lines: int, damaged_tails) -> SeriesSummary:
-        step_times = self._step_times if self._step_times else (
-            array("d", [self._first_step_time]) if self._first_step_time is not None else array("d")
+        step_times = (
+            self._step_times
+            if self._step_times
+            else (array("d", [self._first_step_time]) if self._first_step_time is not None else array("d"))
         )
         stride, gaps = self._sequence()
         steps, seconds = self._progress
@@ -349,6 +351,7 @@ def _mean_of(values) -> float | None:
 
 # --- rendering -----------------------------------------------------------------------------
 
+
 def render(report: Report, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(_json_safe(asdict(report)), indent=2)
@@ -389,9 +392,13 @@ def _overview(report: Report) -> list[tuple[str, str]]:
         ("logs", ", ".join(s.label for s in report.series)),
         ("steps", "-" if report.steps is None else f"{first}..{report.steps}"),
         ("wall time", "-" if report.wall_time_s is None else f"{report.wall_time_s:.1f} s"),
-        ("loss", "-" if report.first_loss is None else
-            f"first {_num(report.first_loss)}, last {_num(report.last_loss)}, "
-            f"min {_num(report.min_loss)} (step {report.min_loss_step}) [{report.loss_from}]"),
+        (
+            "loss",
+            "-"
+            if report.first_loss is None
+            else f"first {_num(report.first_loss)}, last {_num(report.last_loss)}, "
+            f"min {_num(report.min_loss)} (step {report.min_loss_step}) [{report.loss_from}]",
+        ),
         ("throughput", _throughput(report)),
         ("non-finite", f"{report.nonfinite_records} record(s)"),
         ("overflow", f"{report.overflow_records} record(s)"),
@@ -433,9 +440,7 @@ def _straggler_line(report: Report) -> str | None:
         return None
     by_label = {s.label: s for s in report.series}
     if report.stragglers:
-        named = ", ".join(
-            f"{label} ({_pct(by_label[label].skew_vs_median)})" for label in report.stragglers
-        )
+        named = ", ".join(f"{label} ({_pct(by_label[label].skew_vs_median)})" for label in report.stragglers)
         return (
             f"stragglers (> {report.straggler_threshold:.0%} over the median "
             f"{_num(report.median_step_time_ms)} ms): {named}"
@@ -460,7 +465,9 @@ def _time_table(report: Report) -> tuple[tuple[str, ...], list[tuple[str, ...]]]
     header = ("series", "wall s", "goodput", *phases)
     rows = [
         (
-            s.label, f"{s.time.wall_s:.1f}", "-" if s.time.goodput is None else f"{s.time.goodput:.3f}",
+            s.label,
+            f"{s.time.wall_s:.1f}",
+            "-" if s.time.goodput is None else f"{s.time.goodput:.3f}",
             *(_seconds_and_share(s.time.lost_s.get(p, 0.0), s.time.share(p)) for p in phases),
         )
         for s in timed
@@ -534,7 +541,8 @@ def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
     """A text table: the first column left-aligned, the others right-aligned."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
-        "  " + "  ".join(
+        "  "
+        + "  ".join(
             cell.ljust(width) if i == 0 else cell.rjust(width) for i, (cell, width) in enumerate(zip(row, widths))
         ).rstrip()
         for row in rows

@@ -15,7 +15,7 @@ from otel_mindformers.devices import instruments
 from otel_mindformers.devices.cache import ReadingCache
 from otel_mindformers.devices.poller import Poller
 from otel_mindformers.devices.selection import build_sources
-from otel_mindformers.identity import Identity
+from otel_mindformers.job.identity import Identity
 
 __all__ = ["DeviceTelemetry"]
 
@@ -38,9 +38,7 @@ class DeviceTelemetry:
             return None
         # Readings survive one late poll (an interval plus every tool at its timeout), not
         # two: a poll thread stuck in a driver call reads as missing data.
-        cache = ReadingCache(
-            max_age=2 * device_config.poll_interval + _TOOLS_PER_POLL * device_config.command_timeout
-        )
+        cache = ReadingCache(max_age=2 * device_config.poll_interval + _TOOLS_PER_POLL * device_config.command_timeout)
         failures = instruments.register(meter, cache) if meter is not None else None
         poller = Poller(sources, cache, device_config.poll_interval, failures)
         poller.start()

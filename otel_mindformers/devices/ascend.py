@@ -14,13 +14,13 @@ so its values agree with each other and with the process table.
 from __future__ import annotations
 
 import os
-from typing import Collection, Mapping
+from collections.abc import Collection, Mapping
 
-from otel_mindformers import semconv
 from otel_mindformers.devices import npu_smi as smi
 from otel_mindformers.devices.base import MIB, AttributeValue, Point, Readings
 from otel_mindformers.devices.command import Queries, run_tool
 from otel_mindformers.devices.energy import EnergyIntegrator
+from otel_mindformers.names import semconv
 
 VENDOR = "Huawei"
 
@@ -47,8 +47,9 @@ def status_points(state: str | None, attrs: Mapping[str, AttributeValue], tool: 
     """hw.status: 1 for `state`, 0 for the others; nothing when the state is unknown."""
     if state is None:
         return []
-    return [Point(semconv.HW_STATUS, 1.0 if s == state else 0.0, {**attrs, semconv.ATTR_HW_STATE: s}, tool)
-            for s in STATES]
+    return [
+        Point(semconv.HW_STATUS, 1.0 if s == state else 0.0, {**attrs, semconv.ATTR_HW_STATE: s}, tool) for s in STATES
+    ]
 
 
 class AscendSource:
@@ -93,8 +94,11 @@ class AscendSource:
                     queries.run(ECC, lambda: smi.parse_ecc(self._info("ecc", chip.npu_id))) or [],
                 )
             usages, common, ecc = per_npu[chip.npu_id]
-            values, origin = _merge((TABLE, chip.values), (USAGES, _block_of(usages, chip.chip_id)),
-                                    (COMMON, _block_of(common, chip.chip_id)))
+            values, origin = _merge(
+                (TABLE, chip.values),
+                (USAGES, _block_of(usages, chip.chip_id)),
+                (COMMON, _block_of(common, chip.chip_id)),
+            )
             health = queries.run(HEALTH, lambda: smi.parse_health(self._info("health", chip.npu_id, chip.chip_id)))
             board = self._board(chip, queries)
             process_mb = _process_memory(table.processes, chip)
@@ -154,24 +158,27 @@ def _chip_points(
     values: dict[str, float], origin: dict[str, str], attrs: dict[str, AttributeValue], process_mb: float | None
 ) -> list[Point]:
     points = [
-        Point(semconv.HW_NPU_UTILIZATION, values[field] / 100.0, {**attrs, semconv.ATTR_HW_NPU_TASK: task},
-              origin[field])
+        Point(
+            semconv.HW_NPU_UTILIZATION, values[field] / 100.0, {**attrs, semconv.ATTR_HW_NPU_TASK: task}, origin[field]
+        )
         for field, task in _TASKS
         if field in values
     ]
-    for memory, used, total, usage in (("hbm", smi.HBM_USED, smi.HBM_TOTAL, smi.HBM_USAGE),
-                                       ("ddr", smi.DDR_USED, smi.DDR_TOTAL, smi.DDR_USAGE)):
+    for memory, used, total, usage in (
+        ("hbm", smi.HBM_USED, smi.HBM_TOTAL, smi.HBM_USAGE),
+        ("ddr", smi.DDR_USED, smi.DDR_TOTAL, smi.DDR_USAGE),
+    ):
         if not values.get(total):
             continue  # `0 / 0`: this board does not expose that memory
         memory_attrs = {**attrs, semconv.ATTR_HW_NPU_MEMORY_TYPE: memory}
         points.append(Point(semconv.HW_NPU_MEMORY_LIMIT, values[total] * MIB, memory_attrs, origin[total]))
         if used in values:
             points.append(Point(semconv.HW_NPU_MEMORY_USAGE, values[used] * MIB, memory_attrs, origin[used]))
-            points.append(Point(semconv.HW_NPU_MEMORY_UTILIZATION, values[used] / values[total], memory_attrs,
-                                origin[used]))
+            points.append(
+                Point(semconv.HW_NPU_MEMORY_UTILIZATION, values[used] / values[total], memory_attrs, origin[used])
+            )
         elif usage in values:
-            points.append(Point(semconv.HW_NPU_MEMORY_UTILIZATION, values[usage] / 100.0, memory_attrs,
-                                origin[usage]))
+            points.append(Point(semconv.HW_NPU_MEMORY_UTILIZATION, values[usage] / 100.0, memory_attrs, origin[usage]))
     for field, metric, scale, extra in (
         (smi.TEMPERATURE, semconv.HW_TEMPERATURE, 1.0, {}),
         (smi.POWER, semconv.HW_POWER, 1.0, {}),
@@ -215,8 +222,7 @@ def _process_memory(processes: tuple[smi.NpuProcess, ...], chip: smi.NpuChip) ->
     """This process's memory on `chip`; None when the table does not list it (for example
     under a container's own pid namespace)."""
     own = [
-        p.memory_mb for p in processes
-        if p.pid == os.getpid() and (p.npu_id, p.chip_id) == (chip.npu_id, chip.chip_id)
+        p.memory_mb for p in processes if p.pid == os.getpid() and (p.npu_id, p.chip_id) == (chip.npu_id, chip.chip_id)
     ]
     return sum(own) if own else None
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Union
+from typing import Protocol, Union
 
 AttributeValue = Union[str, int, float, bool]
 

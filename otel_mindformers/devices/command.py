@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from otel_mindformers.devices.base import SourceError
 
@@ -38,9 +39,7 @@ def run_tool(argv: Sequence[str], timeout: float) -> str:
         raise SourceError("timeout", f"{' '.join(argv)} did not finish within {timeout:g} s") from None
     if process.returncode != 0:
         detail = _first_line(err) or _first_line(out) or "no output"
-        raise SourceError(
-            "exit_status", f"{' '.join(argv)} exited with status {process.returncode}: {detail}"
-        )
+        raise SourceError("exit_status", f"{' '.join(argv)} exited with status {process.returncode}: {detail}")
     return out.decode("utf-8", errors="replace")
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Mapping
 
-from otel_mindformers import semconv
 from otel_mindformers.devices.ascend import VENDOR, status_points
 from otel_mindformers.devices.base import AttributeValue, Point, Readings, SourceError
 from otel_mindformers.devices.command import Queries, run_tool
 from otel_mindformers.devices.npu_smi import key_value_blocks, number
+from otel_mindformers.names import semconv
 
 # Where the driver installs it; it is rarely on PATH.
 DRIVER_HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
@@ -211,7 +211,10 @@ def _optical_points(optical: Optical, attrs: dict[str, AttributeValue]) -> list[
             labels[semconv.ATTR_HW_NETWORK_OPTICAL_LANE] = lane
         points.append(Point(semconv.HW_NETWORK_OPTICAL_POWER, watts, labels, OPTICAL))
     for direction, bound, watts in optical.limits_w:
-        labels = {**attrs, semconv.ATTR_NETWORK_IO_DIRECTION: direction,
-                  semconv.ATTR_HW_LIMIT_TYPE: f"{bound}.critical"}
+        labels = {
+            **attrs,
+            semconv.ATTR_NETWORK_IO_DIRECTION: direction,
+            semconv.ATTR_HW_LIMIT_TYPE: f"{bound}.critical",
+        }
         points.append(Point(semconv.HW_NETWORK_OPTICAL_POWER_LIMIT, watts, labels, OPTICAL))
     return points

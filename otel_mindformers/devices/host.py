@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import psutil
 
-from otel_mindformers import semconv
 from otel_mindformers.devices.base import MIB, AttributeValue, Point, Readings
-
+from otel_mindformers.names import semconv
 
 # psutil's CPU percentages compare CPU time with the previous call. Over a few
 # milliseconds (a poll right after start) clock-tick rounding turns that into nonsense
@@ -64,17 +63,28 @@ class HostSource:
         if self._process_attributes is not None:
             points.append(Point(semconv.PROCESS_MEMORY_USAGE, float(rss), self._process_attributes, "psutil"))
             if self._cpu is not None:
-                points.append(Point(semconv.PROCESS_CPU_UTILIZATION, self._cpu[0] / 100.0 / self._cpus,
-                                    self._process_attributes, "psutil"))
+                points.append(
+                    Point(
+                        semconv.PROCESS_CPU_UTILIZATION,
+                        self._cpu[0] / 100.0 / self._cpus,
+                        self._process_attributes,
+                        "psutil",
+                    )
+                )
         if self._node_attributes is not None:
             points += [
-                Point(semconv.SYSTEM_MEMORY_USAGE, float(memory.used),
-                      {**self._node_attributes, semconv.ATTR_SYSTEM_MEMORY_STATE: "used"}, "psutil"),
+                Point(
+                    semconv.SYSTEM_MEMORY_USAGE,
+                    float(memory.used),
+                    {**self._node_attributes, semconv.ATTR_SYSTEM_MEMORY_STATE: "used"},
+                    "psutil",
+                ),
                 Point(semconv.SYSTEM_MEMORY_LIMIT, float(memory.total), self._node_attributes, "psutil"),
             ]
             if self._cpu is not None:
-                points.append(Point(semconv.SYSTEM_CPU_UTILIZATION, self._cpu[1] / 100.0, self._node_attributes,
-                                    "psutil"))
+                points.append(
+                    Point(semconv.SYSTEM_CPU_UTILIZATION, self._cpu[1] / 100.0, self._node_attributes, "psutil")
+                )
         return Readings(tuple(points), snapshot)
 
     def close(self) -> None:

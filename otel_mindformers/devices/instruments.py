@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from opentelemetry.metrics import CallbackOptions, Counter, Meter, Observation
 
-from otel_mindformers import semconv
 from otel_mindformers.devices.cache import ReadingCache
+from otel_mindformers.names import semconv
 
 
 class _Observed:

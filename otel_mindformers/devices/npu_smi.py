@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from otel_mindformers.devices.base import SourceError
 
@@ -107,6 +107,7 @@ def _integer(text: str) -> int | None:
 
 # --- `-t usages` / `-t common` -----------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ChipBlock:
     chip_id: int | None  # None when the driver prints no `Chip ID` (single-chip boards)
@@ -153,6 +154,7 @@ def parse_chip_blocks(text: str) -> list[ChipBlock]:
 
 
 # --- `-t ecc`, `-t health`, `-t board` --------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class EccBlock:
@@ -228,6 +230,7 @@ def parse_board(text: str) -> ChipBoard:
 
 # --- `npu-smi info` table ----------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class NpuChip:
     npu_id: int
@@ -270,7 +273,7 @@ def _row_fields(cells: list[str], header: list[list[str]]) -> dict[str, object]:
         tokens = _tokens(cell)
         if not names or len(tokens) < len(names):
             continue
-        tokens = tokens[: len(names) - 1] + [" ".join(tokens[len(names) - 1:])]
+        tokens = tokens[: len(names) - 1] + [" ".join(tokens[len(names) - 1 :])]
         for name, token in zip(names, tokens):
             target = _COLUMNS.get(name)
             if isinstance(target, tuple):

@@ -9,13 +9,14 @@ as DCGM's exporter reports them (docs/devices.md maps the names).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Collection, Mapping
 from types import ModuleType
-from typing import Any, Callable, Collection, Mapping
+from typing import Any
 
-from otel_mindformers import semconv
 from otel_mindformers.devices.ascend import status_points
 from otel_mindformers.devices.base import MIB, AttributeValue, Point, Readings, SourceError
 from otel_mindformers.devices.energy import EnergyIntegrator
+from otel_mindformers.names import semconv
 
 VENDOR = "NVIDIA"
 TOOL = "nvml"
@@ -27,8 +28,12 @@ THROTTLE_REASONS = {
     "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80,
 }  # fmt: skip
 # NVLink error counters (NVML_NVLINK_ERROR_DL_*) -> error.type.
-_NVLINK_ERRORS = (("NVML_NVLINK_ERROR_DL_REPLAY", "replay"), ("NVML_NVLINK_ERROR_DL_RECOVERY", "recovery"),
-                  ("NVML_NVLINK_ERROR_DL_CRC_FLIT", "crc_flit"), ("NVML_NVLINK_ERROR_DL_CRC_DATA", "crc_data"))
+_NVLINK_ERRORS = (
+    ("NVML_NVLINK_ERROR_DL_REPLAY", "replay"),
+    ("NVML_NVLINK_ERROR_DL_RECOVERY", "recovery"),
+    ("NVML_NVLINK_ERROR_DL_CRC_FLIT", "crc_flit"),
+    ("NVML_NVLINK_ERROR_DL_CRC_DATA", "crc_data"),
+)
 _XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
 _MAX_EVENTS_PER_POLL = 64  # a storm of XIDs must not keep the poll thread draining
 
@@ -114,8 +119,14 @@ class NvmlSource:
         if memory.total:
             points.append(Point(semconv.HW_GPU_MEMORY_UTILIZATION, memory.used / memory.total, attrs, TOOL))
         if utilization is not None:
-            points.append(Point(semconv.HW_GPU_UTILIZATION, utilization.gpu / 100.0,
-                                {**attrs, semconv.ATTR_HW_GPU_TASK: "general"}, TOOL))
+            points.append(
+                Point(
+                    semconv.HW_GPU_UTILIZATION,
+                    utilization.gpu / 100.0,
+                    {**attrs, semconv.ATTR_HW_GPU_TASK: "general"},
+                    TOOL,
+                )
+            )
             snapshot["gpu_utilization"] = float(utilization.gpu)
         if temperature is not None:
             points.append(Point(semconv.HW_TEMPERATURE, float(temperature), attrs, TOOL))
@@ -143,9 +154,11 @@ class NvmlSource:
                 semconv.ATTR_HW_MODEL: _text(nvml.nvmlDeviceGetName(handle)),
                 semconv.ATTR_HW_NAME: f"GPU {index}",
             }
-            for key, call, args in ((semconv.ATTR_HW_DRIVER_VERSION, nvml.nvmlSystemGetDriverVersion, ()),
-                                    (semconv.ATTR_HW_FIRMWARE_VERSION, nvml.nvmlDeviceGetVbiosVersion, (handle,)),
-                                    (semconv.ATTR_HW_SERIAL_NUMBER, nvml.nvmlDeviceGetSerial, (handle,))):
+            for key, call, args in (
+                (semconv.ATTR_HW_DRIVER_VERSION, nvml.nvmlSystemGetDriverVersion, ()),
+                (semconv.ATTR_HW_FIRMWARE_VERSION, nvml.nvmlDeviceGetVbiosVersion, (handle,)),
+                (semconv.ATTR_HW_SERIAL_NUMBER, nvml.nvmlDeviceGetSerial, (handle,)),
+            ):
                 value = self._optional(call, *args)
                 if value:
                     identity[key] = _text(value)
@@ -165,18 +178,27 @@ class NvmlSource:
     def _memory_error_points(self, handle: Any, attrs: dict) -> list[Point]:
         nvml = self._nvml
         points = []
-        for error_type, counter in (("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-                                    ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
+        for error_type, counter in (
+            ("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+            ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+        ):
             count = self._optional(nvml.nvmlDeviceGetTotalEccErrors, handle, counter, nvml.NVML_AGGREGATE_ECC)
             if count is not None:
-                points.append(Point(semconv.HW_ERRORS, float(count), {**attrs, semconv.ATTR_ERROR_TYPE: error_type},
-                                    TOOL))
+                points.append(
+                    Point(semconv.HW_ERRORS, float(count), {**attrs, semconv.ATTR_ERROR_TYPE: error_type}, TOOL)
+                )
         remap = self._optional(nvml.nvmlDeviceGetRemappedRows, handle)  # Ampere and later
         if remap is not None:
             corrected, uncorrected, pending, failed = remap
             for error_type, rows in (("corrected", corrected), ("uncorrected", uncorrected)):
-                points.append(Point(semconv.HW_GPU_MEMORY_REMAPPED_ROWS, float(rows),
-                                    {**attrs, semconv.ATTR_ERROR_TYPE: error_type}, TOOL))
+                points.append(
+                    Point(
+                        semconv.HW_GPU_MEMORY_REMAPPED_ROWS,
+                        float(rows),
+                        {**attrs, semconv.ATTR_ERROR_TYPE: error_type},
+                        TOOL,
+                    )
+                )
             # A failed remap: the GPU is to be replaced. Rows waiting for the next reset: it
             # works but will meet the same uncorrectable error until reset.
             state = "failed" if failed else "degraded" if pending else "ok"
@@ -207,19 +229,30 @@ class NvmlSource:
                 break
             key = (index, int(event.eventData))
             self._xids[key] = self._xids.get(key, 0) + 1
-        return [Point(semconv.HW_ERRORS, float(count), {**attrs, semconv.ATTR_ERROR_TYPE: f"xid_{xid}"}, "nvml events")
-                for (gpu, xid), count in sorted(self._xids.items()) if gpu == index]
+        return [
+            Point(semconv.HW_ERRORS, float(count), {**attrs, semconv.ATTR_ERROR_TYPE: f"xid_{xid}"}, "nvml events")
+            for (gpu, xid), count in sorted(self._xids.items())
+            if gpu == index
+        ]
 
     def _throttle_points(self, handle: Any, attrs: dict) -> list[Point]:
         nvml = self._nvml
-        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        reasons = (
+            getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         mask = self._optional(reasons, handle)
         if mask is None:
             return []
-        return [Point(semconv.HW_GPU_THROTTLED, 1.0 if mask & bit else 0.0,
-                      {**attrs, semconv.ATTR_HW_GPU_THROTTLE_REASON: reason}, TOOL)
-                for reason, bit in THROTTLE_REASONS.items()]
+        return [
+            Point(
+                semconv.HW_GPU_THROTTLED,
+                1.0 if mask & bit else 0.0,
+                {**attrs, semconv.ATTR_HW_GPU_THROTTLE_REASON: reason},
+                TOOL,
+            )
+            for reason, bit in THROTTLE_REASONS.items()
+        ]
 
     def _nvlink_points(self, index: int, handle: Any, attrs: dict) -> list[Point]:
         """Each NVLink the GPU has, as a port of hw.type network whose parent is the GPU."""
@@ -230,15 +263,24 @@ class NvmlSource:
                 state = nvml.nvmlDeviceGetNvLinkState(handle, link)
             except nvml.NVMLError:  # not supported, or past the GPU's last link
                 break
-            link_attrs = {**attrs, semconv.ATTR_HW_ID: f"gpu-{index}-nvlink-{link}", semconv.ATTR_HW_TYPE: "network",
-                          semconv.ATTR_HW_NAME: f"NVLink {link} of GPU {index}", semconv.ATTR_HW_PARENT: f"gpu-{index}"}
-            points.append(Point(semconv.HW_NETWORK_UP, 1.0 if state == nvml.NVML_FEATURE_ENABLED else 0.0,
-                                link_attrs, TOOL))
+            link_attrs = {
+                **attrs,
+                semconv.ATTR_HW_ID: f"gpu-{index}-nvlink-{link}",
+                semconv.ATTR_HW_TYPE: "network",
+                semconv.ATTR_HW_NAME: f"NVLink {link} of GPU {index}",
+                semconv.ATTR_HW_PARENT: f"gpu-{index}",
+            }
+            points.append(
+                Point(semconv.HW_NETWORK_UP, 1.0 if state == nvml.NVML_FEATURE_ENABLED else 0.0, link_attrs, TOOL)
+            )
             for constant, error_type in _NVLINK_ERRORS:
                 count = self._optional(nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, getattr(nvml, constant))
                 if count is not None:
-                    points.append(Point(semconv.HW_ERRORS, float(count),
-                                        {**link_attrs, semconv.ATTR_ERROR_TYPE: error_type}, TOOL))
+                    points.append(
+                        Point(
+                            semconv.HW_ERRORS, float(count), {**link_attrs, semconv.ATTR_ERROR_TYPE: error_type}, TOOL
+                        )
+                    )
         return points
 
     def _optional(self, call: Callable[..., Any], *args: Any) -> Any:
@@ -251,8 +293,11 @@ class NvmlSource:
 
     def _unsupported(self) -> tuple[type[Exception], ...]:
         # An old driver lacks newer entry points (FunctionNotFound); a board lacks features.
-        return tuple(getattr(self._nvml, name) for name in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound")
-                     if hasattr(self._nvml, name))
+        return tuple(
+            getattr(self._nvml, name)
+            for name in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound")
+            if hasattr(self._nvml, name)
+        )
 
 
 def _text(value: str | bytes) -> str:

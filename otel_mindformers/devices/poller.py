@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from opentelemetry.metrics import Counter
 
-from otel_mindformers import semconv
 from otel_mindformers.devices.base import Source, SourceError
 from otel_mindformers.devices.cache import ReadingCache
+from otel_mindformers.names import semconv
 
 _logger = logging.getLogger(__name__)
 
@@ -89,5 +89,8 @@ class Poller:
             _logger.warning(
                 "otel_mindformers: %s failed (%s: %s); its readings are left out while it fails, "
                 "and each failed poll is counted in %s",
-                what, error_type, exc, semconv.DEVICE_POLL_FAILURES,
+                what,
+                error_type,
+                exc,
+                semconv.DEVICE_POLL_FAILURES,
             )

@@ -7,16 +7,21 @@ import sys
 import time
 from typing import TextIO
 
-from otel_mindformers import semconv
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.devices.base import MIB, Point, SourceError
 from otel_mindformers.devices.selection import build_sources
+from otel_mindformers.names import semconv
 
 _UNITS = {spec.name: spec.unit for spec in semconv.DEVICE_METRICS}
 # Shown once in the device's heading instead of on every line.
 _DEVICE_KEYS = (semconv.ATTR_HW_ID, semconv.ATTR_HW_TYPE, semconv.ATTR_HW_VENDOR, semconv.ATTR_HW_MODEL)
-_IDENTITY_KEYS = (semconv.ATTR_HW_NAME, semconv.ATTR_HW_DRIVER_VERSION, semconv.ATTR_HW_FIRMWARE_VERSION,
-                  semconv.ATTR_HW_SERIAL_NUMBER, semconv.ATTR_HW_PARENT)
+_IDENTITY_KEYS = (
+    semconv.ATTR_HW_NAME,
+    semconv.ATTR_HW_DRIVER_VERSION,
+    semconv.ATTR_HW_FIRMWARE_VERSION,
+    semconv.ATTR_HW_SERIAL_NUMBER,
+    semconv.ATTR_HW_PARENT,
+)
 
 
 def print_devices(config: MonitorConfig, out: TextIO = sys.stdout) -> int:
@@ -99,8 +104,9 @@ def _value(point: Point) -> str:
 
 def add_command(commands: argparse._SubParsersAction) -> None:
     devices = commands.add_parser("devices", help="print the NPU, GPU and host readings this node offers now")
-    devices.add_argument("config", nargs="?",
-                         help="YAML with a monitor_config section; its device_config picks the sources")
+    devices.add_argument(
+        "config", nargs="?", help="YAML with a monitor_config section; its device_config picks the sources"
+    )
     devices.set_defaults(func=_devices)
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from otel_mindformers import semconv
 from otel_mindformers.devices.base import MIB, AttributeValue, Point, Readings
+from otel_mindformers.names import semconv
 
 # memory_stats() key -> (metric, snapshot key)
 _STATS = {
@@ -26,9 +27,7 @@ class MindSporeMemorySource:
 
     name = "mindspore"
 
-    def __init__(
-        self, memory_stats: Callable[[], Mapping[str, Any]], attributes: Mapping[str, AttributeValue]
-    ) -> None:
+    def __init__(self, memory_stats: Callable[[], Mapping[str, Any]], attributes: Mapping[str, AttributeValue]) -> None:
         self._memory_stats = memory_stats
         self._attributes = dict(attributes)
 

@@ -8,14 +8,14 @@ import shutil
 import sys
 from types import ModuleType
 
-from otel_mindformers import semconv
 from otel_mindformers.config import DeviceConfig
 from otel_mindformers.devices.ascend import AscendSource
 from otel_mindformers.devices.base import Source, physical_device
 from otel_mindformers.devices.hccn import HccnSource, locate_hccn_tool
 from otel_mindformers.devices.nvidia import NvmlSource
 from otel_mindformers.devices.runtime import MindSporeMemorySource
-from otel_mindformers.identity import Identity
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import semconv
 
 _logger = logging.getLogger(__name__)
 
@@ -38,8 +38,9 @@ def build_sources(config: DeviceConfig, identity: Identity | None) -> list[Sourc
     sources: list[Source] = []
     if "ascend" in wanted or (auto and (target == "Ascend" or shutil.which(config.npu_smi_path))):
         own = _ascend_device(identity)
-        ascend = AscendSource(config.npu_smi_path, config.command_timeout,
-                              None if own is None else [own], own, device_attrs)
+        ascend = AscendSource(
+            config.npu_smi_path, config.command_timeout, None if own is None else [own], own, device_attrs
+        )
         # The RoCE ports of the chips npu-smi listed: the rank's own, or the node's.
         ports = (lambda: ascend.devices_seen) if own is None else (lambda: [own])
         sources += [ascend, HccnSource(locate_hccn_tool(), config.command_timeout, ports, own, device_attrs)]

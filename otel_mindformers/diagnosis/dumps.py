@@ -21,13 +21,15 @@ from typing import Any
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import Span
 
-from otel_mindformers import semconv
-from otel_mindformers.diagnosis import names, records
-from otel_mindformers.cadence import WallClock
+from otel_mindformers.core.clock import WallClock
+from otel_mindformers.diagnosis import records
 from otel_mindformers.diagnosis.heartbeat import Progress
 from otel_mindformers.diagnosis.signals import SignalTrigger
 from otel_mindformers.diagnosis.stacks import Snapshot, capture, phase_of
-from otel_mindformers.identity import Identity
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import diagnosis as names
+from otel_mindformers.names import phases as phase_names
+from otel_mindformers.names import semconv
 
 _logger = logging.getLogger(__name__)
 
@@ -55,8 +57,9 @@ class StackDump:
         blocking = self.snapshot.blocking_own_code()
         if blocking is not None:
             thread, frames = blocking
-            parts.append(f'own code nearest the wait (thread "{thread.name}"): '
-                         + " -> ".join(f.location() for f in frames))
+            parts.append(
+                f'own code nearest the wait (thread "{thread.name}"): ' + " -> ".join(f.location() for f in frames)
+            )
         return "; ".join(parts)
 
     def text(self) -> str:
@@ -79,7 +82,7 @@ class StackDumper:
         self._signals: SignalTrigger | None = None
 
     @classmethod
-    def start(cls, json_log_path: str, identity: Identity, otel_logger: Any, progress: Progress) -> "StackDumper":
+    def start(cls, json_log_path: str, identity: Identity, otel_logger: Any, progress: Progress) -> StackDumper:
         """A dumper writing beside `json_log_path`, reachable by `dump_stacks()` and SIGUSR1."""
         dumper = cls(identity, otel_logger, progress, records.diagnosis_path(json_log_path, identity.rank))
         dumper._signals = SignalTrigger.install(lambda: dumper.dump(names.REASON_SIGNAL))
@@ -143,7 +146,7 @@ class StackDumper:
     def _record(self, dump: StackDump) -> None:
         attributes: dict[str, Any] = {
             names.ATTR_STACKS_REASON: dump.reason,
-            names.ATTR_PHASE: dump.phase,
+            phase_names.ATTR_PHASE: dump.phase,
             semconv.ATTR_STEP: dump.step,
             names.ATTR_STACKS_THREADS: [t.name for t in dump.snapshot.threads],
             names.ATTR_STACKS_FILE: str(self.path),

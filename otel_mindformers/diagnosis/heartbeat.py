@@ -7,12 +7,13 @@ Prometheus rule (collector-config/rules/) compares ranks and names those that st
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from otel_mindformers.cadence import WallClock
-from otel_mindformers.diagnosis.names import PROGRESS_LAST_STEP_TIME, PROGRESS_STEP
+from otel_mindformers.core.clock import WallClock
+from otel_mindformers.names.diagnosis import PROGRESS_LAST_STEP_TIME, PROGRESS_STEP
 from otel_mindformers.telemetry.instruments import create_instrument
 
 
@@ -34,7 +35,7 @@ class Heartbeat:
         )
 
     @classmethod
-    def start(cls, meter: Meter, progress: Progress, point_attributes: dict[str, Any]) -> "Heartbeat":
+    def start(cls, meter: Meter, progress: Progress, point_attributes: dict[str, Any]) -> Heartbeat:
         """Register the gauges; from now on every metric collection reads `progress`."""
         return cls(meter, progress, point_attributes)
 

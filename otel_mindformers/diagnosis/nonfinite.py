@@ -13,17 +13,19 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.metrics import Meter
 from opentelemetry.trace import Span
 
-from otel_mindformers import semconv
-from otel_mindformers.diagnosis import names, records
-from otel_mindformers.identity import Identity
+from otel_mindformers.diagnosis import records
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import diagnosis as names
+from otel_mindformers.names import semconv
+from otel_mindformers.names.training import ATTR_METRIC
 from otel_mindformers.telemetry.instruments import create_instrument
-from otel_mindformers.training_metrics import ATTR_METRIC
 
 _logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 _logger = logging.getLogger(__name__)
 _STOP_BYTE = 0
@@ -37,7 +37,7 @@ class SignalTrigger:
         self._thread.start()
 
     @classmethod
-    def install(cls, action: Callable[[], None]) -> "SignalTrigger | None":
+    def install(cls, action: Callable[[], None]) -> SignalTrigger | None:
         """The trigger, or None where it must not be installed (not the main thread, no
         SIGUSR1 on this platform, or a handler the user installed)."""
         if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():

@@ -16,7 +16,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from otel_mindformers.diagnosis import names
+from otel_mindformers.names import phases as phase_names
 
 MAX_THREADS = 32
 MAX_FRAMES_PER_THREAD = 40
@@ -49,7 +49,7 @@ class Frame:
         return {"file": self.file, "line": self.line, "function": self.function, "source": self.source}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Frame":
+    def from_json(cls, data: dict[str, Any]) -> Frame:
         return cls(str(data["file"]), int(data["line"]), str(data["function"]), str(data.get("source", "")))
 
 
@@ -107,7 +107,7 @@ class ThreadStack:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ThreadStack":
+    def from_json(cls, data: dict[str, Any]) -> ThreadStack:
         return cls(
             name=str(data["name"]),
             ident=int(data["ident"]),
@@ -141,7 +141,7 @@ class Snapshot:
                 best = (below, thread, frames)
         return None if best is None else (best[1], best[2])
 
-    def moved_threads(self, earlier: "Snapshot") -> dict[int, bool]:
+    def moved_threads(self, earlier: Snapshot) -> dict[int, bool]:
         """Per thread id present in both snapshots: did its stack change?"""
         before = {t.ident: t.signature() for t in earlier.threads}
         return {t.ident: t.signature() != before[t.ident] for t in self.threads if t.ident in before}
@@ -184,16 +184,15 @@ def capture(training_ident: int | None, *, skip_current: bool = True) -> Snapsho
 def _thread_stack(frame: Any, *, name: str, ident: int, training: bool, limit: int) -> ThreadStack:
     walked = list(traceback.walk_stack(frame))  # innermost first
     summary = traceback.StackSummary.extract(walked[:limit], lookup_lines=True)
-    kept = [
-        Frame(f.filename, f.lineno or 0, f.name, (f.line or "")[:MAX_SOURCE_CHARS])
-        for f in reversed(summary)
-    ]
+    kept = [Frame(f.filename, f.lineno or 0, f.name, (f.line or "")[:MAX_SOURCE_CHARS]) for f in reversed(summary)]
     return ThreadStack(name, ident, training, tuple(kept), omitted_frames=max(0, len(walked) - limit))
 
 
 # --- phase inference, for progress objects that do not say ---------------------------------
 _DATA_MARKERS = (f"{os.sep}mindspore{os.sep}dataset{os.sep}", "dataset_helper.py")
-_CHECKPOINT_FUNCTIONS = frozenset({"save_checkpoint", "_save_ckpt", "_exec_save_checkpoint", "async_ckpt_thread_status"})
+_CHECKPOINT_FUNCTIONS = frozenset(
+    {"save_checkpoint", "_save_ckpt", "_exec_save_checkpoint", "async_ckpt_thread_status"}
+)
 _EVAL_FUNCTIONS = frozenset({"eval", "_eval_process", "_eval_dataset_sink_process", "evaluate"})
 _TRAIN_FUNCTIONS = frozenset({"_train_process", "_train_dataset_sink_process", "train", "_train"})
 
@@ -201,10 +200,10 @@ _TRAIN_FUNCTIONS = frozenset({"_train_process", "_train_dataset_sink_process", "
 def phase_of(marked: str | None, training: ThreadStack | None) -> str:
     """The phase the progress object marks; where it marks none, or only "step", what the
     training thread's stack shows (a step-end-to-step-begin gap is data loading)."""
-    if marked and marked != names.PHASE_STEP:
+    if marked and marked != phase_names.PHASE_STEP:
         return marked
     inferred = infer_phase(training)
-    if marked == names.PHASE_STEP and inferred == names.PHASE_OUTSIDE_TRAINING:
+    if marked == phase_names.PHASE_STEP and inferred == phase_names.PHASE_OUTSIDE_TRAINING:
         return marked
     return inferred
 
@@ -212,14 +211,14 @@ def phase_of(marked: str | None, training: ThreadStack | None) -> str:
 def infer_phase(training: ThreadStack | None) -> str:
     """Where the training thread is, from its innermost recognisable frame."""
     if training is None:
-        return names.PHASE_OUTSIDE_TRAINING
+        return phase_names.PHASE_OUTSIDE_TRAINING
     for frame in reversed(training.frames):
         if frame.function in _CHECKPOINT_FUNCTIONS:
-            return names.PHASE_CHECKPOINT_SAVE
+            return phase_names.PHASE_CHECKPOINT_SAVE
         if any(marker in frame.file for marker in _DATA_MARKERS):
-            return names.PHASE_DATA_WAIT
+            return phase_names.PHASE_DATA_WAIT
         if frame.function in _EVAL_FUNCTIONS:
-            return names.PHASE_EVALUATION
+            return phase_names.PHASE_EVALUATION
         if frame.function in _TRAIN_FUNCTIONS:
-            return names.PHASE_STEP
-    return names.PHASE_OUTSIDE_TRAINING
+            return phase_names.PHASE_STEP
+    return phase_names.PHASE_OUTSIDE_TRAINING

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from otel_mindformers import training_metrics as tm
-from otel_mindformers.model_state.specs import ADAM_M_NORM, ADAM_V_NORM, GRAD_NORM
 from otel_mindformers.model_state.state import FamilyReadings, ModelState
+from otel_mindformers.names import training as tm
+from otel_mindformers.names.model_state import ADAM_M_NORM, ADAM_V_NORM, GRAD_NORM
 
 # MindFormers' tag → the family of per-parameter norms it belongs to.
 _FAMILY_TAGS = {"local_norm/": GRAD_NORM, "adam_m_norm/": ADAM_M_NORM, "adam_v_norm/": ADAM_V_NORM}
@@ -136,7 +136,7 @@ def _families(latest: dict[str, Any]) -> dict[str, FamilyReadings]:
                     value = _float(data)
                 except (TypeError, ValueError):
                     break
-                names.setdefault(family, []).append(tag[len(prefix):])
+                names.setdefault(family, []).append(tag[len(prefix) :])
                 squares.setdefault(family, []).append(value * value if math.isfinite(value) else value)
                 break
     return {family: FamilyReadings(names[family], squares[family]) for family in names}

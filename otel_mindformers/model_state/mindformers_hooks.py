@@ -14,7 +14,8 @@ did; a failure to hand them over is never MindFormers' failure.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from otel_mindformers.model_state.inbox import INBOX
 

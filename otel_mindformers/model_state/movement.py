@@ -13,15 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from otel_mindformers.model_state.specs import ATTR_LAYER, ATTR_PARAMETER, GRAD_NORM
-from otel_mindformers.record import StepRecord
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.names.model_state import ATTR_LAYER, ATTR_PARAMETER, GRAD_NORM
 
 
 def _largest_rise(now: dict[str, float], before: dict[str, float]) -> tuple[str, float] | None:
     rises = {
-        name: value - before.get(name, 0.0)
-        for name, value in now.items()
-        if value is not None and math.isfinite(value)
+        name: value - before.get(name, 0.0) for name, value in now.items() if value is not None and math.isfinite(value)
     }
     if not rises:
         return None

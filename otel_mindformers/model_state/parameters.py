@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 # The aggregation kinds, in the order tables and panels show them.
 KINDS: tuple[str, ...] = ("embedding", "attention", "mlp", "norm", "head", "other")

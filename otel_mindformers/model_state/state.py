@@ -13,22 +13,25 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from otel_mindformers.model_state.parameters import KINDS, ParameterFilter, kind_of, layer_of
-from otel_mindformers.model_state.specs import FAMILIES
+from otel_mindformers.names.model_state import (
+    FAMILIES,
+    SUMMARY_DEVICE_LOCAL_LOSS,
+    SUMMARY_DROP_RATE,
+    SUMMARY_EXPERT_LOAD,
+    SUMMARY_EXPERT_LOAD_IMBALANCE,
+    SUMMARY_LOCAL_LOSS,
+)
 
 Summary = dict[str, Any]
 
 # Keys of the summary beside the families.
-LOCAL_LOSS = "local_loss"
-DEVICE_LOCAL_LOSS = "device_local_loss"
-EXPERT_LOAD = "expert_load"
-EXPERT_LOAD_IMBALANCE = "expert_load_imbalance"
-DROP_RATE = "drop_rate"
 
 
 @dataclass
@@ -82,11 +85,17 @@ class ModelState:
     _summary: Summary | None = None
 
     def __bool__(self) -> bool:
-        return bool(self._summary or self.families or self.local_losses or self.device_local_losses
-                    or self.expert_loads or self.drop_rates)
+        return bool(
+            self._summary
+            or self.families
+            or self.local_losses
+            or self.device_local_losses
+            or self.expert_loads
+            or self.drop_rates
+        )
 
     @classmethod
-    def from_summary(cls, summary: Mapping[str, Any]) -> "ModelState":
+    def from_summary(cls, summary: Mapping[str, Any]) -> ModelState:
         """A state read back from a JSON line: its summary is the line's."""
         return cls(_summary=dict(summary))
 
@@ -98,18 +107,20 @@ class ModelState:
                 if family.key in self.families
             }
             if self.local_losses:
-                summary[LOCAL_LOSS] = [float(v) for v in self.local_losses]
+                summary[SUMMARY_LOCAL_LOSS] = [float(v) for v in self.local_losses]
             if self.device_local_losses:
-                summary[DEVICE_LOCAL_LOSS] = {k: _finite(float(v)) for k, v in self.device_local_losses.items()}
+                summary[SUMMARY_DEVICE_LOCAL_LOSS] = {k: _finite(float(v)) for k, v in self.device_local_losses.items()}
             if self.expert_loads:
-                summary[EXPERT_LOAD] = {layer: [float(v) for v in loads] for layer, loads in self.expert_loads.items()}
-                summary[EXPERT_LOAD_IMBALANCE] = {
+                summary[SUMMARY_EXPERT_LOAD] = {
+                    layer: [float(v) for v in loads] for layer, loads in self.expert_loads.items()
+                }
+                summary[SUMMARY_EXPERT_LOAD_IMBALANCE] = {
                     layer: _finite(max(loads) / (sum(loads) / len(loads)))
                     for layer, loads in self.expert_loads.items()
                     if loads and sum(loads) > 0
                 }
             if self.drop_rates:
-                summary[DROP_RATE] = {layer: _finite(float(v)) for layer, v in self.drop_rates.items()}
+                summary[SUMMARY_DROP_RATE] = {layer: _finite(float(v)) for layer, v in self.drop_rates.items()}
             self._summary = summary
         return self._summary
 
@@ -127,9 +138,9 @@ class ModelState:
             if "max" in part:
                 out.append((f"{family.key}/max", part["max"]["value"]))
             out += [(f"{family.key}/{name}", v) for name, v in part.get("parameter", {}).items()]
-        if summary.get(LOCAL_LOSS):
-            out.append((LOCAL_LOSS, sum(summary[LOCAL_LOSS]) / len(summary[LOCAL_LOSS])))
-        for key in (DEVICE_LOCAL_LOSS, EXPERT_LOAD_IMBALANCE, DROP_RATE):
+        if summary.get(SUMMARY_LOCAL_LOSS):
+            out.append((SUMMARY_LOCAL_LOSS, sum(summary[SUMMARY_LOCAL_LOSS]) / len(summary[SUMMARY_LOCAL_LOSS])))
+        for key in (SUMMARY_DEVICE_LOCAL_LOSS, SUMMARY_EXPERT_LOAD_IMBALANCE, SUMMARY_DROP_RATE):
             out += [(f"{key}/{name}", v) for name, v in summary.get(key, {}).items()]
         return [(tag, v) for tag, v in out if v is not None]
 
@@ -148,7 +159,7 @@ class ModelState:
                 layer, value = max(part["layer"].items(), key=lambda kv: -1.0 if kv[1] is None else kv[1])
                 text += f" top layer {layer} {_fmt(value)}"
             parts.append(text)
-        for key in (EXPERT_LOAD_IMBALANCE, DROP_RATE):
+        for key in (SUMMARY_EXPERT_LOAD_IMBALANCE, SUMMARY_DROP_RATE):
             values = {k: v for k, v in summary.get(key, {}).items() if v is not None}
             if values:
                 layer = max(values, key=values.__getitem__)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 
 from otel_mindformers.config import OutputsConfig
-from otel_mindformers.extras import output_off_warning
-from otel_mindformers.identity import Identity
-from otel_mindformers.outputs.base import OutputSink, SinkFanout
+from otel_mindformers.config.extras import output_off_warning
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.outputs import jsonl, tensorboard
+from otel_mindformers.outputs.base import OutputSink, SinkFanout
 from otel_mindformers.outputs.jsonl import JsonLinesSink, rank_path
 from otel_mindformers.outputs.runs import is_resumed
 from otel_mindformers.outputs.stdout import StdoutSink

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from otel_mindformers.record import StepRecord
+from otel_mindformers.core.record import StepRecord
 
 _logger = logging.getLogger(__name__)
 
@@ -41,8 +41,6 @@ class SinkFanout:
         try:
             method(*args)
         except Exception as exc:  # a broken sink must never take training down
-            _logger.warning(
-                "otel_mindformers: output %r failed and is disabled: %s", sink.name, exc
-            )
+            _logger.warning("otel_mindformers: output %r failed and is disabled: %s", sink.name, exc)
             if sink in self._sinks:
                 self._sinks.remove(sink)

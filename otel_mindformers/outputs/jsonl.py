@@ -26,9 +26,9 @@ import shutil
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
-from otel_mindformers.identity import Identity
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.outputs.runs import free_name, stamp
-from otel_mindformers.record import StepRecord
 
 _logger = logging.getLogger(__name__)
 
@@ -54,8 +54,9 @@ def set_previous_run_aside(path: Path) -> Path | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        _logger.warning("otel_mindformers: cannot set the previous run's %s aside (%s); this run appends to it",
-                        path, exc.strerror)
+        _logger.warning(
+            "otel_mindformers: cannot set the previous run's %s aside (%s); this run appends to it", path, exc.strerror
+        )
         return None
 
 
@@ -85,8 +86,11 @@ def _copy_aside_and_empty(path: Path) -> Path | None:
 def _backups_of(path: Path) -> list[tuple[int, Path]]:
     """The rotated backups `path.N` beside `path`."""
     pattern = re.compile(re.escape(path.name) + r"\.(\d+)")
-    return [(int(match[1]), Path(entry.path)) for entry in os.scandir(path.parent)
-            if (match := pattern.fullmatch(entry.name)) and entry.is_file()]
+    return [
+        (int(match[1]), Path(entry.path))
+        for entry in os.scandir(path.parent)
+        if (match := pattern.fullmatch(entry.name)) and entry.is_file()
+    ]
 
 
 def encode(record: StepRecord) -> bytes:

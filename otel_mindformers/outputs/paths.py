@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from otel_mindformers.config import ConfigError, MonitorConfig
-from otel_mindformers.identity import Identity, detect_identity
+from otel_mindformers.job.identity import Identity, detect_identity
 from otel_mindformers.outputs.jsonl import rank_path
 from otel_mindformers.outputs.tensorboard import rank_dir
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from otel_mindformers.record import StepRecord
-from otel_mindformers.training_metrics import BY_KEY
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.names.training import BY_KEY
 
 
 def format_line(record: StepRecord) -> str:

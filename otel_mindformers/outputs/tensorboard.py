@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
-from otel_mindformers.identity import Identity
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.outputs.runs import free_name, stamp
-from otel_mindformers.record import StepRecord
 
 _EVENT_FILES = "events.out.tfevents.*"
 _logger = logging.getLogger(__name__)
@@ -59,8 +59,9 @@ def set_previous_run_aside(logdir: Path) -> Path | None:
         for path in files:
             os.replace(path, target / path.name)
     except OSError as exc:
-        _logger.warning("otel_mindformers: cannot move the previous run's event files in %s aside (%s)",
-                        logdir, exc.strerror)
+        _logger.warning(
+            "otel_mindformers: cannot move the previous run's event files in %s aside (%s)", logdir, exc.strerror
+        )
         return None
     return target
 
@@ -68,8 +69,9 @@ def set_previous_run_aside(logdir: Path) -> Path | None:
 class TensorBoardSink:
     name = "tensorboard"
 
-    def __init__(self, logdir: Path, rotation: LogRotationConfig | None = None,
-                 purge_from_step: int | None = None) -> None:
+    def __init__(
+        self, logdir: Path, rotation: LogRotationConfig | None = None, purge_from_step: int | None = None
+    ) -> None:
         """`purge_from_step`: a resumed run's first step; TensorBoard then hides what earlier
         event files hold from that step on."""
         self.logdir = logdir
@@ -81,8 +83,9 @@ class TensorBoardSink:
     def _mark_restart(self, step: int) -> None:
         from tensorboardX.proto.event_pb2 import Event, SessionLog
 
-        self._writer.write_event(Event(wall_time=time.time(), step=step,
-                                       session_log=SessionLog(status=SessionLog.START)))
+        self._writer.write_event(
+            Event(wall_time=time.time(), step=step, session_log=SessionLog(status=SessionLog.START))
+        )
 
     def _open_event_file(self) -> None:
         from tensorboardX.event_file_writer import EventsWriter

@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 import urllib.parse
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
-from otel_mindformers.config import redact_url
+from otel_mindformers.config.redaction import redact_url
 
 _logger = logging.getLogger("otel_mindformers.telemetry")
 
@@ -62,8 +62,11 @@ def _credentials(endpoint: str) -> set[str]:
     except ValueError:
         return {endpoint}
     found = {parts.netloc.rpartition("@")[0], parts.query}
-    found.update(value for _name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-                 if len(value) >= _MIN_SECRET)
+    found.update(
+        value
+        for _name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        if len(value) >= _MIN_SECRET
+    )
     if parts.password and len(parts.password) >= _MIN_SECRET:
         found.add(parts.password)
     return {part for part in found if part}
@@ -78,8 +81,9 @@ class ExportErrorReporter(logging.Filter):
         self.destination = printable_endpoint(destination)
         hidden = _credentials(destination) | {secret.strip() for secret in secrets if secret.strip()}
         # Every form a message may quote a secret in, longest first.
-        self._hidden = sorted({form for part in hidden for form in (part, urllib.parse.quote(part, safe=""))},
-                              key=len, reverse=True)
+        self._hidden = sorted(
+            {form for part in hidden for form in (part, urllib.parse.quote(part, safe=""))}, key=len, reverse=True
+        )
         self.announce = announce
         self.first_failure: str | None = None  # the first failure's message: export is failing
         self._lock = threading.Lock()
@@ -112,7 +116,7 @@ class ExportErrorReporter(logging.Filter):
                 failure,
             )
 
-    def install(self) -> "ExportErrorReporter":
+    def install(self) -> ExportErrorReporter:
         """Attach to every export logger that exists now (the exporters are imported)."""
         for logger in _export_loggers():
             logger.addFilter(self)
@@ -124,14 +128,14 @@ class ExportErrorReporter(logging.Filter):
             logger.removeFilter(self)
         self._loggers.clear()
 
-    def __enter__(self) -> "ExportErrorReporter":
+    def __enter__(self) -> ExportErrorReporter:
         return self.install()
 
     def __exit__(self, *exc_info: object) -> None:
         self.uninstall()
 
     @classmethod
-    def installed(cls) -> "ExportErrorReporter | None":
+    def installed(cls) -> ExportErrorReporter | None:
         """The reporter that announces for the export loggers now, if any (the one
         `opentelemetry-instrument`'s process keeps for the SDK's exporters)."""
         for logger in _export_loggers():

@@ -3,13 +3,14 @@ one function that applies measurements to them."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from opentelemetry import metrics
 
-from otel_mindformers import training_metrics as tm
-from otel_mindformers.metric_spec import Kind, MetricSpec
-from otel_mindformers.recording import Measurement
+from otel_mindformers.core.recording import Measurement
+from otel_mindformers.names import training as tm
+from otel_mindformers.names.spec import Kind, MetricSpec
 
 
 def create_instrument(meter: metrics.Meter, spec: MetricSpec, **kwargs: Any) -> Any:

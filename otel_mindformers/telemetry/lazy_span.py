@@ -8,7 +8,8 @@ the step's start time, links and attributes); plain attributes alone never do.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from opentelemetry.trace import INVALID_SPAN, Span, SpanContext, Status, StatusCode
 
@@ -34,8 +35,9 @@ class LazySpan(Span):
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         self._real().set_status(status, description)
 
-    def record_exception(self, exception: BaseException, attributes: Any = None,
-                         timestamp: int | None = None, escaped: bool = False) -> None:
+    def record_exception(
+        self, exception: BaseException, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
+    ) -> None:
         self._real().record_exception(exception, attributes, timestamp, escaped)
 
     # Everything else only reaches a span that already exists.

@@ -12,8 +12,8 @@ on the exporters' threads, where it holds the GIL the training thread needs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -66,8 +66,9 @@ def encode_logs(records: Sequence[ReadableLogRecord]) -> ExportLogsServiceReques
     return request
 
 
-def _fill(by_resource: Any, scopes_field: str, items_field: str, items: Sequence[Any],
-          put_item: Callable[[Any, Any], None]) -> None:
+def _fill(
+    by_resource: Any, scopes_field: str, items_field: str, items: Sequence[Any], put_item: Callable[[Any, Any], None]
+) -> None:
     """One `by_resource` entry per resource, one `scopes_field` entry per instrumentation
     scope in it, in the order they first appear (as the SDK groups them); `put_item` writes
     each item into a new element of `items_field`."""

@@ -12,8 +12,9 @@ import atexit
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from opentelemetry import _logs, metrics, trace
 from opentelemetry.sdk._logs import LoggerProvider
@@ -28,10 +29,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from otel_mindformers import semconv
 from otel_mindformers.config import OtlpConfig, TelemetryConfig
-from otel_mindformers.extras import output_off_warning
-from otel_mindformers.identity import Identity
+from otel_mindformers.config.extras import output_off_warning
+from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import semconv
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.version import __version__
 
@@ -129,7 +130,7 @@ class SdkExitGuard:
         self._reporter = reporter
 
     @classmethod
-    def install(cls, timeout: float) -> "SdkExitGuard | None":
+    def install(cls, timeout: float) -> SdkExitGuard | None:
         """Guard the configured global providers; None when there are none (nothing to bound)."""
         globals_ = (trace.get_tracer_provider(), metrics.get_meter_provider(), _logs.get_logger_provider())
         providers = [provider for provider in globals_ if _is_configured(provider)]
@@ -252,9 +253,11 @@ def _prometheus_reader(config: TelemetryConfig, identity: Identity) -> tuple[Met
             "otel_mindformers: cannot serve Prometheus metrics on %s:%s (monitor_config.prometheus.port"
             "%s, monitor_config.prometheus.host: %s): %s. The prometheus output is off for this run; "
             "choose a free port, or 0 for any.",
-            config.prometheus.host, port,
+            config.prometheus.host,
+            port,
             f" {config.prometheus.port} + local rank {identity.local_rank}" if port != config.prometheus.port else "",
-            config.prometheus.host, exc,
+            config.prometheus.host,
+            exc,
         )
         return None
 
@@ -314,7 +317,8 @@ def build_telemetry(
             "otel_mindformers: the OpenTelemetry SDK is configured from its environment "
             "(opentelemetry-instrument, or code that set the global providers), and its exporters "
             "are used: monitor_config %s %s ignored.",
-            "; ".join(ignored), "is" if len(ignored) == 1 else "are",
+            "; ".join(ignored),
+            "is" if len(ignored) == 1 else "are",
         )
 
     span_exporter = metric_exporter = log_exporter = None

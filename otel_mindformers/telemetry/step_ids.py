@@ -21,8 +21,9 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -68,7 +69,7 @@ class StepSpanIds:
         self._seed = seed if seed is not None else os.urandom(16)
 
     @classmethod
-    def install(cls, tracer: Any) -> "StepSpanIds | None":
+    def install(cls, tracer: Any) -> StepSpanIds | None:
         """Ids for the step spans `tracer` starts; None when it cannot be told them."""
         current = getattr(tracer, "id_generator", None)
         if isinstance(current, _PresetIdGenerator):  # a previous run in this process
@@ -83,15 +84,15 @@ class StepSpanIds:
         """(trace id, span id) of the span of the sample that closes the window opened at
         step `window_start`. Hashed from the run's random seed, so they are random too (the
         W3C random-trace-id flag stays true) and differ between runs."""
-        digest = hashlib.blake2b(
-            window_start.to_bytes(8, "big", signed=True), key=self._seed, digest_size=24
-        ).digest()
+        digest = hashlib.blake2b(window_start.to_bytes(8, "big", signed=True), key=self._seed, digest_size=24).digest()
         return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:], "big") or 1
 
     def context_of(self, window_start: int) -> otel_context.Context:
         """A context whose current span has that step span's ids (for log records)."""
         trace_id, span_id = self.ids(window_start)
-        span = NonRecordingSpan(SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)))
+        span = NonRecordingSpan(
+            SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        )
         return trace.set_span_in_context(span, otel_context.Context())
 
     @contextmanager

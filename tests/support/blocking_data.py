@@ -4,7 +4,7 @@ can look for it in a stack dump."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import mindspore as ms
 import numpy as np

@@ -46,8 +46,11 @@ class ScriptCallback(Callback):
             script_logger.warning("script: uploaded", extra={"test_step": -1})
             plain = subprocess.run(PRINT_TRACEPARENT, capture_output=True, text=True, check=True)
             helped = subprocess.run(
-                PRINT_TRACEPARENT, env={**os.environ, **otel_mindformers.trace_environment()},
-                capture_output=True, text=True, check=True,
+                PRINT_TRACEPARENT,
+                env={**os.environ, **otel_mindformers.trace_environment()},
+                capture_output=True,
+                text=True,
+                check=True,
             )
         print(f"CHILD_TRACEPARENT plain={plain.stdout.strip()} helper={helped.stdout.strip()}", flush=True)
 

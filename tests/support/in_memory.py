@@ -43,11 +43,14 @@ class Capture:
         self.logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.logs))
 
     def providers(self) -> dict[str, Any]:
-        return {"tracer_provider": self.tracer_provider, "meter_provider": self.meter_provider,
-                "logger_provider": self.logger_provider}
+        return {
+            "tracer_provider": self.tracer_provider,
+            "meter_provider": self.meter_provider,
+            "logger_provider": self.logger_provider,
+        }
 
     def callback(self, config: Any) -> Any:
-        from otel_mindformers.callback import MonitorCallback
+        from otel_mindformers.runtime.callback import MonitorCallback
 
         return MonitorCallback(config, tracer_provider=self.tracer_provider, meter_provider=self.meter_provider)
 
@@ -65,9 +68,16 @@ class Capture:
         return latest
 
     def exemplars(self, name: str) -> list[Any]:
-        return [e for data in self.reader.batches for rm in data.resource_metrics
-                for sm in rm.scope_metrics for m in sm.metrics if m.name == name
-                for p in m.data.data_points for e in p.exemplars]
+        return [
+            e
+            for data in self.reader.batches
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == name
+            for p in m.data.data_points
+            for e in p.exemplars
+        ]
 
     def log_records(self) -> list[Any]:
         return [finished.log_record for finished in self.logs.get_finished_logs()]

@@ -3,7 +3,7 @@ user's `custom_monitor_callback` is, and imported by the tests under the same na
 
 from __future__ import annotations
 
-from otel_mindformers.monitor import BaseMonitor
+from otel_mindformers.runtime.custom_monitors import BaseMonitor
 
 
 class Raising(BaseMonitor):

@@ -11,10 +11,11 @@ import gzip
 import json
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -41,7 +42,9 @@ def _otlp_json_ids(value):
     """OTLP/JSON writes trace and span ids as hex, where protobuf's JSON mapping wants base64."""
     if isinstance(value, dict):
         return {
-            key: base64.b64encode(bytes.fromhex(item)).decode() if key in _OTLP_JSON_IDS and item else _otlp_json_ids(item)
+            key: base64.b64encode(bytes.fromhex(item)).decode()
+            if key in _OTLP_JSON_IDS and item
+            else _otlp_json_ids(item)
             for key, item in value.items()
         }
     if isinstance(value, list):
@@ -101,7 +104,7 @@ class OtlpReceiver:
         self._http_server: ThreadingHTTPServer | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
-    def __enter__(self) -> "OtlpReceiver":
+    def __enter__(self) -> OtlpReceiver:
         self.start()
         return self
 
@@ -267,7 +270,7 @@ class OtlpReceiver:
                         )
         return out
 
-    def wait_for(self, predicate: Callable[["OtlpReceiver"], bool], timeout: float = 20.0) -> bool:
+    def wait_for(self, predicate: Callable[[OtlpReceiver], bool], timeout: float = 20.0) -> bool:
         """Poll until `predicate(self)` holds; exports are asynchronous by design."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

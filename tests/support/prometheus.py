@@ -51,9 +51,7 @@ def free_port() -> int:
 
 def run_tool(*argv: str) -> subprocess.CompletedProcess:
     """Run promtool / amtool (or any binary found by `require_binary`) and capture its output."""
-    return subprocess.run(
-        [require_binary(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([require_binary(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=120)
 
 
 def _get_json(url: str, timeout: float = 5.0) -> Any:

@@ -44,7 +44,12 @@ def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None, **popen: obj
     }
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.reliability_worker", json.dumps(spec)],
-        cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
+        cwd=cwd,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
     )
 
 
@@ -58,7 +63,9 @@ def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[str, str]:
             process.communicate()
 
 
-def run(spec: dict, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
+def run(
+    spec: dict, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240
+) -> tuple[subprocess.CompletedProcess, dict]:
     """Run a worker to its end; returns the finished process and its report."""
     process = spawn(spec, cwd, env)
     stdout, stderr = finish(process, timeout)
@@ -123,7 +130,7 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
 def main(spec: dict) -> None:
     import mindspore as ms
 
-    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers.runtime.callback import MonitorCallback
     from tests.support.training import train
 
     if "log_level" in spec:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from otel_mindformers.diagnosis import dumps, records
-from otel_mindformers.identity import Identity
+from otel_mindformers.job.identity import Identity
 
 
 class _Progress:

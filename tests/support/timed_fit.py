@@ -16,15 +16,16 @@ import argparse
 import json
 import time
 
-# otel_mindformers first: importing it wraps MindSpore's load_checkpoint (a checkpoint.load phase).
-from otel_mindformers.callback import MonitorCallback  # isort: skip
 import mindspore as ms
 from mindspore import nn
 from mindspore.train import Callback, Model
 from mindspore.train.callback import CheckpointConfig, ModelCheckpoint
 
+# otel_mindformers first: importing it wraps MindSpore's load_checkpoint (a checkpoint.load phase).
+from otel_mindformers.runtime.callback import MonitorCallback
 from tests.support import training
 from tests.support.training import Faults
+
 
 def build_net() -> nn.Cell:
     return nn.SequentialCell(nn.Dense(training.FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
@@ -97,8 +98,14 @@ def main() -> None:
     monitor = MonitorCallback({"interval": 2, "output_type": ["json_file"], "json_log_path": args.json_log})
     faults = Faults(sleep_at={step: args.sleep for step in range(2, args.steps + 1)})
     # Ours after ModelCheckpoint, so the save at train end is inside the run.
-    model.fit(args.epochs, training.build_dataset(args.steps, faults), valid_dataset=training.build_dataset(3),
-              callbacks=[checkpoint, monitor, times], dataset_sink_mode=False, valid_dataset_sink_mode=False)
+    model.fit(
+        args.epochs,
+        training.build_dataset(args.steps, faults),
+        valid_dataset=training.build_dataset(3),
+        callbacks=[checkpoint, monitor, times],
+        dataset_sink_mode=False,
+        valid_dataset_sink_mode=False,
+    )
     with open(args.measured, "w", encoding="utf-8") as out:
         json.dump({
             "load": [load_begin, load_end], "saves": checkpoint.saves, "evaluations": times.evaluations,

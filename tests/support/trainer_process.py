@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from mindspore.train import Callback
 
-    from otel_mindformers.callback import MonitorCallback
+    from otel_mindformers.runtime.callback import MonitorCallback
     from tests.support.training import Faults, train
 
     class StopWhenFileExists(Callback):

@@ -54,9 +54,7 @@ class WebhookReceiver:
                     receiver._changed.notify_all()
                 if receiver.delay:
                     time.sleep(receiver.delay)
-                payload = (
-                    receiver.reply if isinstance(receiver.reply, bytes) else json.dumps(receiver.reply).encode()
-                )
+                payload = receiver.reply if isinstance(receiver.reply, bytes) else json.dumps(receiver.reply).encode()
                 try:
                     self.send_response(receiver.status)
                     self.send_header("Content-Type", "application/json")
@@ -71,11 +69,9 @@ class WebhookReceiver:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
-    def __enter__(self) -> "WebhookReceiver":
+    def __enter__(self) -> WebhookReceiver:
         self._thread.start()
         return self
 

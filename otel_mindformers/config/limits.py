@@ -1,0 +1,48 @@
+"""What a `monitor_config` may hold: the allowed values of its enumerated keys, and the bounds
+on what a configuration file may make the loader and the run do."""
+
+from __future__ import annotations
+
+OUTPUT_TYPES = ("stdout", "json_file", "tensorboard", "otlp", "prometheus")
+OTLP_PROTOCOLS = ("grpc", "http/protobuf", "http/json")
+OTLP_TEMPORALITIES = ("cumulative", "delta")
+DEVICE_SOURCES = ("auto", "ascend", "nvidia", "host", "mindspore")
+NOTIFIER_TYPES = ("webhook", "wecom", "dingtalk", "feishu", "slack")
+# Platforms whose robots verify an HMAC signature made with a per-robot secret.
+SIGNED_NOTIFIER_TYPES = ("dingtalk", "feishu")
+
+# Bounds on what a configuration file may make the loader do (a hostile or broken YAML
+# answers with a ConfigError, not minutes of CPU and gigabytes of memory).
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_YAML_NODES = 100_000  # values in the document, counting every expansion of an alias
+MAX_NESTING = 64
+# Durations reach threading and socket timeouts; past a day a value is a mistake (1e12
+# overflows `threading.TIMEOUT_MAX` and raised at the end of training).
+MAX_SECONDS = 86_400.0
+# Integers reach C sizes (deque lengths, ranges): a Py_ssize_t holds them.
+MAX_INTEGER = 2**63 - 1
+
+
+# MindFormers' own `monitor_config` keys. They configure MindFormers' TrainingStateMonitor,
+# not us: accepted so one section serves both, and kept untouched in `mindformers_native`.
+MINDFORMERS_NATIVE_KEYS = frozenset(
+    {
+        "dump_path",
+        "target",
+        "invert",
+        "local_loss_format",
+        "device_local_loss_format",
+        "local_norm_format",
+        "device_local_norm_format",
+        "optimizer_state_format",
+        "weight_state_format",
+        "max_attention_logit_format",
+        "throughput_baseline",
+        "print_struct",
+        "check_for_global_norm",
+        "global_norm_spike_threshold",
+        "global_norm_spike_count_threshold",
+        "stable_rank_config",
+        "health_checkpoint",
+    }
+)

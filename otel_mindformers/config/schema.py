@@ -1,0 +1,312 @@
+"""`monitor_config`'s schema: one dataclass per section, field names are the YAML keys.
+
+Each section is a dataclass, so `cfg.alert_config.loss_threshold` and
+`cfg.grad_monitor = False` work as the article writes them. A field's metadata may add
+`aliases` (MindFormers' native names), a `check` callable for value rules (checks.py), and
+`secret` (never shown, whitespace stripped). Parsing is driven by the fields' types
+(coercion.py); reading a file is loading.py's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any, ClassVar, Union
+
+from otel_mindformers.config.checks import (
+    _at_least,
+    _between,
+    _check_dotted_path,
+    _check_endpoint,
+    _check_file_path,
+    _check_headers,
+    _check_host,
+    _check_notifiers,
+    _check_output_path,
+    _check_report_ranks,
+    _check_step_spans,
+    _one_of,
+    _seconds,
+)
+from otel_mindformers.config.coercion import keys_of, parse_section
+from otel_mindformers.config.limits import (
+    DEVICE_SOURCES,
+    MINDFORMERS_NATIVE_KEYS,
+    NOTIFIER_TYPES,
+    OTLP_PROTOCOLS,
+    OTLP_TEMPORALITIES,
+    OUTPUT_TYPES,
+)
+from otel_mindformers.config.redaction import redact_url
+from otel_mindformers.names.training import KNOWN_METRICS
+
+
+def _key(
+    *,
+    default: Any = dataclasses.MISSING,
+    aliases: tuple[str, ...] = (),
+    check: Callable[[str, Any], None] | None = None,
+    factory: Any = dataclasses.MISSING,
+    secret: bool = False,
+    url: bool = False,
+):
+    """`secret=True`: a token (a webhook URL, a header, a signing key). It is left out of the
+    config's repr and of every message, and stripped of surrounding whitespace (what
+    `$(cat file)` leaves: a trailing newline). `url=True`: shown without its credentials."""
+    metadata = {"aliases": aliases, "check": check, "secret": secret, "url": url}
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+class _Section:
+    """A repr that shows no secret field, and URLs (`otlp.endpoint`) without credentials."""
+
+    def __repr__(self) -> str:
+        shown = []
+        for field in dataclasses.fields(self):
+            if field.metadata.get("secret"):
+                continue
+            value = getattr(self, field.name)
+            if field.metadata.get("url") and isinstance(value, str):
+                value = redact_url(value)
+            shown.append(f"{field.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
+@dataclasses.dataclass(repr=False)
+class NotifierConfig(_Section):
+    """One entry of `alert_config.notifiers`. `url` and `secret` may be `${VAR}` references."""
+
+    type: Union[str, None] = _key(default=None, check=_one_of(NOTIFIER_TYPES))
+    url: Union[str, None] = _key(default=None, secret=True)
+    secret: Union[str, None] = _key(default=None, secret=True)
+
+
+@dataclasses.dataclass(repr=False)
+class SpikeRuleConfig(_Section):
+    """A value more than `zscore` robust standard deviations above its rolling median."""
+
+    enable: bool = _key(default=True)
+    zscore: float = _key(default=6.0, check=_at_least(0.0))
+    window: int = _key(default=100, check=_at_least(3, 1_000_000))
+    warmup: int = _key(default=20, check=_at_least(1))
+
+
+@dataclasses.dataclass(repr=False)
+class StepTimeRuleConfig(_Section):
+    """Step time more than `factor` times its rolling median."""
+
+    enable: bool = _key(default=True)
+    factor: float = _key(default=2.0, check=_at_least(1.0))
+    window: int = _key(default=100, check=_at_least(3, 1_000_000))
+    warmup: int = _key(default=20, check=_at_least(1))
+
+
+@dataclasses.dataclass(repr=False)
+class AlertConfig(_Section):
+    """`monitor_config.alert_config`: in-process anomaly rules (see docs/alerts.md).
+
+    The article's keys keep their meaning: `loss_threshold` fires on loss above it and
+    `alert_interval` is the minimum number of steps between two notifications of one rule.
+    Counts of "steps" in rules (warm-up, windows, streaks) are sampled steps.
+    """
+
+    enable_alert: bool = _key(default=False)
+    loss_threshold: Union[float, None] = _key(default=None, check=_at_least(0.0))
+    alert_interval: int = _key(default=50, check=_at_least(1))
+    grad_norm_threshold: Union[float, None] = _key(default=None, check=_at_least(0.0))
+    nonfinite: bool = _key(default=True)
+    loss_spike: SpikeRuleConfig = _key(factory=SpikeRuleConfig)
+    grad_norm_spike: SpikeRuleConfig = _key(factory=SpikeRuleConfig)
+    overflow_streak: Union[int, None] = _key(default=10, check=_at_least(1))
+    step_time_regression: StepTimeRuleConfig = _key(factory=StepTimeRuleConfig)
+    stall_timeout: Union[float, None] = _key(default=1800.0, check=_seconds(0.001))
+    stop_on_nonfinite: bool = _key(default=True)
+    stop_after_anomalous_steps: Union[int, None] = _key(default=None, check=_at_least(1))
+    notify_timeout: float = _key(default=5.0, check=_seconds(0.001))
+    notify_retries: int = _key(default=2, check=_at_least(0, 100))
+    notifiers: list[NotifierConfig] = _key(factory=list, check=_check_notifiers)
+    # A notice when the run ends (completed / stopped early / crashed), see docs/alerts.md.
+    notify_run_end: bool = _key(default=False)
+
+
+@dataclasses.dataclass(repr=False)
+class OtlpConfig(_Section):
+    """`monitor_config.otlp`. Unset values fall back to the standard OTEL_EXPORTER_OTLP_* variables."""
+
+    endpoint: Union[str, None] = _key(default=None, check=_check_endpoint, url=True)
+    protocol: Union[str, None] = _key(default=None, check=_one_of(OTLP_PROTOCOLS))
+    headers: dict[str, str] = _key(factory=dict, check=_check_headers, secret=True)
+    timeout: Union[float, None] = _key(default=None, check=_seconds(0.001))
+    export_interval: Union[float, None] = _key(default=None, check=_seconds(0.01))
+    insecure: Union[bool, None] = _key(default=None)
+    # None: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE decides (cumulative by default).
+    temporality: Union[str, None] = _key(default=None, check=_one_of(OTLP_TEMPORALITIES))
+
+    def resolved_protocol(self) -> str:
+        return self.protocol or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+
+    def resolved_export_interval(self) -> float:
+        """Seconds between metric exports (OTEL_METRIC_EXPORT_INTERVAL is in ms)."""
+        if self.export_interval is not None:
+            return self.export_interval
+        return float(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "10000")) / 1000.0
+
+
+@dataclasses.dataclass(repr=False)
+class PrometheusConfig(_Section):
+    """`monitor_config.prometheus`: the scrape endpoint of the `prometheus` output."""
+
+    host: str = _key(default="127.0.0.1", check=_check_host)
+    port: int = _key(default=9464, check=_between(0, 65535))
+
+
+@dataclasses.dataclass(repr=False)
+class LogRotationConfig(_Section):
+    """`monitor_config.log_rotation`: bound what a long run leaves on disk.
+
+    `json_file` rolls over before a line would take it past `max_bytes`, keeping
+    `file.json.1` (newest) … `file.json.N` (oldest), as logging's RotatingFileHandler names
+    them. TensorBoard keeps at most `tensorboard_max_files` event files per rank folder,
+    starting a new one past `max_bytes`. 0 means unbounded.
+    """
+
+    max_bytes: int = _key(default=0, check=_at_least(0))
+    # Every rollover renames each backup: a bound keeps that loop short.
+    backup_count: int = _key(default=5, check=_at_least(1, 1000))
+    tensorboard_max_files: int = _key(default=0, check=_at_least(0))
+
+
+@dataclasses.dataclass(repr=False)
+class DeviceConfig(_Section):
+    """`monitor_config.device_config`: what `device_monitor` reads, and how often (docs/devices.md).
+
+    `sources: [auto]` reads the Ascend tools when `device_target` is Ascend or `npu-smi` is
+    on PATH, NVML when it is GPU, MindSpore's allocator on either, and the host always.
+    """
+
+    poll_interval: float = _key(default=5.0, check=_seconds(0.1))
+    command_timeout: float = _key(default=5.0, check=_seconds(0.1))
+    npu_smi_path: str = _key(default="npu-smi", check=_check_output_path)
+    sources: list[str] = _key(factory=lambda: ["auto"], check=_one_of(DEVICE_SOURCES))
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclasses.dataclass(repr=False)
+class LogsConfig(_Section):
+    """`monitor_config.logs`: Python logging shipped as OTel log records while a run goes on
+    (otel_mindformers/logs.py). `enable` unset follows the standard
+    OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED. At most `rate_limit_per_logger` records
+    of one logger per `rate_limit_window` seconds are sent; `loggers` names (or prefixes of)
+    loggers that do not propagate to the root logger, MindFormers' and MindSpore's by default.
+    """
+
+    enable: Union[bool, None] = _key(default=None)
+    level: str = _key(default="INFO", check=_one_of(LOG_LEVELS))
+    rate_limit_per_logger: int = _key(default=100, check=_at_least(1))
+    rate_limit_window: float = _key(default=60.0, check=_seconds(0.001))
+    loggers: list[str] = _key(factory=lambda: ["mindformers", "ME"])
+
+
+@dataclasses.dataclass(frozen=True)
+class TelemetryConfig:
+    """`service_name`, `output_type`, `otlp` and `prometheus`, for the OTel providers."""
+
+    service_name: Union[str, None]
+    output_type: list[str]
+    otlp: OtlpConfig
+    prometheus: PrometheusConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputsConfig:
+    """`output_type`, `json_log_path`, `tensorboard_path` and `log_rotation`, for the outputs."""
+
+    output_type: list[str]
+    json_log_path: str
+    tensorboard_path: str
+    log_rotation: LogRotationConfig
+
+
+@dataclasses.dataclass(repr=False)
+class MonitorConfig(_Section):
+    """The `monitor_config` section. Field names are the YAML keys.
+
+    `mindformers_native` and `source_dir` are not keys: the first collects MindFormers' own
+    keys of the section, the second is the YAML file's folder (set by the loader, or in code
+    through `load_monitor_config(..., source_dir=...)` / `with_overrides(source_dir=...)`).
+    """
+
+    # Fields that are not YAML keys, and MindFormers' own keys the section may hold.
+    INTERNAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"mindformers_native", "source_dir"})
+    NATIVE_KEYS: ClassVar[frozenset[str]] = MINDFORMERS_NATIVE_KEYS
+
+    enable: bool = _key(default=True, aliases=("monitor_on",))
+    interval: int = _key(default=10, aliases=("step_interval",), check=_at_least(1))
+    output_type: list[str] = _key(factory=lambda: ["stdout", "json_file"], check=_one_of(OUTPUT_TYPES))
+    tensorboard_path: str = _key(default="./output/tensorboard_log", check=_check_output_path)
+    json_log_path: str = _key(default="./output/train_metric.json", check=_check_file_path)
+    monitored_metrics: list[str] = _key(factory=lambda: list(KNOWN_METRICS), check=_one_of(KNOWN_METRICS))
+    # None (unset): report the global norm where the train network returns it, silently;
+    # true: the user asked for it, so its absence is worth one warning; false: never.
+    grad_monitor: Union[bool, None] = _key(default=None)
+    device_monitor: bool = _key(default=False)
+    alert_config: AlertConfig = _key(factory=AlertConfig)
+    custom_monitor_callback: Union[str, None] = _key(default=None, check=_check_dotted_path)
+    # Extensions beyond the article's keys.
+    service_name: Union[str, None] = _key(default=None)
+    report_ranks: Union[str, list[int]] = _key(factory=lambda: [0], check=_check_report_ranks)
+    # `all_ranks`: every rank checks its own loss / grad norm on sampled steps and records its
+    # first NaN/Inf (docs/hangs.md); `reporting_ranks`: only the ranks of `report_ranks`.
+    nonfinite_check: str = _key(default="reporting_ranks", check=_one_of(("reporting_ranks", "all_ranks")))
+    tokens_per_sample: Union[int, None] = _key(default=None, check=_at_least(1))
+    # MFU (docs/time.md): the device's peak TFLOPS (default: the table for the detected
+    # device) and the model's training FLOPs per token (default: from a MindFormers model config).
+    peak_tflops: Union[float, None] = _key(default=None, check=_at_least(1e-6))
+    flops_per_token: Union[float, None] = _key(default=None, check=_at_least(1.0))
+    shutdown_timeout: float = _key(default=5.0, check=_seconds(0.0))
+    # Which sampled steps get a span: true (all), false (none), or N (steps that are
+    # multiples of N, plus the last and any with a NaN/Inf value).
+    step_spans: Union[bool, int] = _key(default=True, check=_check_step_spans)
+    otlp: OtlpConfig = _key(factory=OtlpConfig)
+    prometheus: PrometheusConfig = _key(factory=PrometheusConfig)
+    device_config: DeviceConfig = _key(factory=DeviceConfig)
+    log_rotation: LogRotationConfig = _key(factory=LogRotationConfig)
+    logs: LogsConfig = _key(factory=LogsConfig)
+    mindformers_native: dict[str, Any] = _key(factory=dict)
+    # Directory of the YAML file it came from: custom monitors may live beside it.
+    source_dir: Union[str, None] = _key(default=None)
+
+    def reports_training_metrics(self, rank: int) -> bool:
+        """The article's policy: rank 0 reports training metrics unless configured otherwise."""
+        return self.report_ranks == "all" or rank in self.report_ranks
+
+    @property
+    def telemetry(self) -> TelemetryConfig:
+        """What the OTel providers are built from: the service name, the `otlp` and
+        `prometheus` outputs and their sections."""
+        return TelemetryConfig(self.service_name, self.output_type, self.otlp, self.prometheus)
+
+    @property
+    def outputs(self) -> OutputsConfig:
+        """The local outputs' keys as one section (the article keeps them at the top level)."""
+        return OutputsConfig(self.output_type, self.json_log_path, self.tensorboard_path, self.log_rotation)
+
+    def validate(self) -> MonitorConfig:
+        """Re-check after attribute assignment (the article assigns in code before training)."""
+        parse_section(MonitorConfig, keys_of(self), "monitor_config")
+        return self
+
+    def with_overrides(self, **overrides: Any) -> MonitorConfig:
+        """A validated copy with some keys replaced (`source_dir` may be one: this is code)."""
+        source_dir = overrides.pop("source_dir", self.source_dir)
+        aliases = {a: f.name for f in dataclasses.fields(self) for a in f.metadata.get("aliases", ())}
+        overrides = {aliases.get(key, key): value for key, value in overrides.items()}
+        config = parse_section(MonitorConfig, {**keys_of(self), **overrides}, "monitor_config")
+        config.mindformers_native = {**self.mindformers_native, **config.mindformers_native}
+        config.source_dir = source_dir
+        return config

@@ -1,0 +1,85 @@
+"""StepRecord: what one sampled training step produced, on the host, ready for every sink."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from otel_mindformers.names.training import ORDER
+
+if TYPE_CHECKING:  # the record holds one; the model state's summary is all it calls
+    from otel_mindformers.model_state.state import ModelState
+
+
+@dataclass(frozen=True)
+class PhaseInterval:
+    """A phase known from timestamps (wall seconds). `seconds` is what the histogram and the
+    ledger count: the data wait of a whole window, whose span covers only its last gap.
+    `traced=False`: observed by the histogram, no span (a gap too short to look at)."""
+
+    name: str
+    start_wall: float
+    end_wall: float
+    seconds: float
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    traced: bool = True
+
+
+@dataclass
+class StepRecord:
+    """One sampled step. `values` maps a training-metric key (training_metrics.TABLE) to its
+    value: a float, or a bool for overflow. Units are the table's: `train_per_step_time` is
+    in milliseconds, as MindFormers' own logs print it.
+
+    `started_at` is the wall time the step began (the previous step's end), when the live
+    callback knows it; a replayed record derives it from the step time.
+    """
+
+    step: int
+    epoch: int
+    rank: int
+    time_stamp: float
+    steps_in_window: int = 1
+    values: dict[str, float | bool] = field(default_factory=dict)
+    device: dict[str, float] = field(default_factory=dict)
+    is_last: bool = False
+    alerts: list[str] = field(default_factory=list)  # rules that fired on this step
+    started_at: float | None = None
+    # Phases that ended in this window (timeline.py), recorded as spans by the pipeline.
+    phases: list[PhaseInterval] = field(default_factory=list)
+    # Seconds since the run's origin by phase, with `wall` and `productive` (goodput.py).
+    time_breakdown: dict[str, float] = field(default_factory=dict)
+    # Readings from inside the model (model_state/): summarised on the worker thread.
+    model_state: ModelState | None = None
+
+    def ordered_values(self) -> list[tuple[str, float | bool]]:
+        """Values in the table's order (loss first), for lines people read."""
+        return sorted(self.values.items(), key=lambda item: ORDER.get(item[0], len(ORDER)))
+
+    def nonfinite(self) -> list[str]:
+        """Keys of the values that are NaN or ±Inf, in the table's order."""
+        return [name for name, value in self.ordered_values() if isinstance(value, float) and not math.isfinite(value)]
+
+    def to_json_dict(self) -> dict[str, object]:
+        """The strict-JSON line: NaN/Inf become null and are listed under "nonfinite"."""
+        line: dict[str, object] = {
+            "time_stamp": round(self.time_stamp, 6),
+            "step": self.step,
+            "epoch": self.epoch,
+            "rank": self.rank,
+        }
+        bad = self.nonfinite()
+        for name, value in self.ordered_values():
+            line[name] = None if name in bad else value
+        line.update(self.device)
+        if bad:
+            line["nonfinite"] = bad
+        if self.alerts:
+            line["alerts"] = list(self.alerts)
+        if self.time_breakdown:
+            line["time"] = dict(self.time_breakdown)
+        if self.model_state:
+            line["model_state"] = self.model_state.summary()
+        return line

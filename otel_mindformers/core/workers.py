@@ -1,0 +1,87 @@
+"""`BoundedWorker`: one daemon thread behind a bounded queue, for work the training thread
+must never wait on (local output writes, alert notifications).
+
+`submit` never blocks: a full queue hands the item to `on_drop` instead. `close` stops the
+thread within a deadline and returns what it could not get to; a worker stuck inside a
+slow call is left to finish on its own (it is a daemon) rather than hold up exit.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Generic, TypeVar
+
+from otel_mindformers.core.deadline import Deadline
+
+T = TypeVar("T")
+
+_STOP = object()
+
+
+class BoundedWorker(Generic[T]):
+    def __init__(self, name: str, max_queue: int) -> None:
+        # SimpleQueue: a put is one C call (queue.Queue takes a lock and notifies a
+        # condition, ~5 us on the training thread); the bound is checked before the put.
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._max_queue = max_queue
+        self._deadline: Deadline | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # --- hooks ----------------------------------------------------------------------------
+    def handle(self, item: T) -> None:
+        """Process one item (worker thread)."""
+        raise NotImplementedError
+
+    def on_drop(self, item: T) -> None:
+        """`item` did not fit in the queue (caller's thread)."""
+
+    def on_stop(self) -> None:
+        """The queue is drained and the worker is about to exit (worker thread)."""
+
+    # --- caller side ----------------------------------------------------------------------
+    @property
+    def max_queue(self) -> int:
+        return self._max_queue
+
+    def submit(self, item: T) -> None:
+        if self._queue.qsize() >= self._max_queue:
+            self.on_drop(item)
+        else:
+            self._queue.put(item)
+
+    def put(self, item: T) -> None:
+        """Queue `item` past the bound (one-off control items the worker must see)."""
+        self._queue.put(item)
+
+    def remaining(self) -> float:
+        """Seconds left before the `close` deadline (infinite while not closing)."""
+        return float("inf") if self._deadline is None else self._deadline.remaining()
+
+    def close(self, timeout: float) -> list[T]:
+        """Let the worker finish what is queued within `timeout` seconds; return the items
+        it did not reach (empty when it finished in time)."""
+        self._deadline = Deadline(timeout)
+        self._queue.put(_STOP)
+        self._thread.join(self.remaining())
+        if not self._thread.is_alive():
+            return []
+        left: list[T] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP:
+                left.append(item)  # type: ignore[arg-type]
+        self._queue.put(_STOP)  # the worker exits once its current call returns
+        return left
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            self.handle(item)  # type: ignore[arg-type]
+        self.on_stop()

@@ -1,0 +1,200 @@
+"""`MindFormersInstrumentor`, the `mindformers` instrumentor: the one place that patches.
+
+Two levels, each undone exactly by its counterpart:
+
+- `register()` / `unregister()`: the MindFormers integration (mindformers_glue.py), and
+  `checkpoint.load` phases around MindSpore's and MindFormers' checkpoint loads
+  (checkpoint_load.py). A MindFormers YAML may carry the article's `monitor_config` keys
+  and name our callback, and the Trainer monitors runs whose `monitor_config` says
+  `enable: true`. `import otel_mindformers` registers it unless
+  OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names `mindformers` (or `*`): then nothing in
+  MindSpore or MindFormers is touched.
+- `instrument()` / `uninstrument()` (`opentelemetry-instrument` loads it through the
+  `opentelemetry_instrumentor` entry point; `otel_mindformers.instrument()` from code): every
+  `mindspore.train.Model.train` / `Model.fit` call then gets exactly one `MonitorCallback`,
+  appended unless the call already has one, and MindFormers' Trainer monitors every run
+  unless its `monitor_config` says `enable: false`. It registers the integration if it was not.
+
+Its configuration: `instrument(config=...)`, else the YAML named by
+`OTEL_PYTHON_MINDFORMERS_CONFIG`, else a MindFormers YAML's `monitor_config`, else the
+defaults. The callback records through the providers passed to `instrument()`, else the
+ones `opentelemetry-instrument` configured from the OTEL_* variables.
+
+Modules are patched when they are imported, so a process that never trains (the msrun
+launcher, tools) never pays for importing MindSpore. msrun's scheduler (`MS_ROLE=MS_SCHED`)
+runs the script only to coordinate workers and is left alone.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import sys
+from collections.abc import Callable, Collection
+from typing import Any
+
+import wrapt
+from opentelemetry.instrumentation.environment_variables import OTEL_PYTHON_DISABLED_INSTRUMENTATIONS
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
+from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
+from otel_mindformers.integration import checkpoint_load, mindformers_glue, propagation
+from otel_mindformers.integration.environment_variables import OTEL_PYTHON_MINDFORMERS_CONFIG
+from otel_mindformers.integration.mindformers_glue import ZeroCode
+from otel_mindformers.integration.package import _instruments
+from otel_mindformers.integration.patches import Patches
+
+_logger = logging.getLogger(__name__)
+
+NAME = "mindformers"  # the entry point's name, as OTEL_PYTHON_DISABLED_INSTRUMENTATIONS lists it
+_PROVIDERS = ("tracer_provider", "meter_provider", "logger_provider")
+_TRAINING_METHODS = ("train", "fit")
+
+
+def instrumentation_disabled() -> bool:
+    """OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names us (or `*`), read as opentelemetry-instrument reads it."""
+    listed = {name.strip() for name in os.environ.get(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS, "").split(",")}
+    return NAME in listed or "*" in listed
+
+
+class MindFormersInstrumentor(BaseInstrumentor):
+    """Patches MindSpore / MindFormers so that each training run gets one MonitorCallback.
+
+    A singleton (BaseInstrumentor): its attributes are the process's patching state.
+    """
+
+    _registered = False  # register() called and not undone: patch MindFormers when imported
+    _registered_by_instrument = False  # instrument() registered it, so uninstrument() unregisters
+    _settings: ZeroCode | None = None  # set while instrumented
+    _mindformers: Patches | None = None  # what patching MindFormers changed
+    _mindspore: Patches | None = None  # MindSpore's load_checkpoint (checkpoint_load.py)
+    _model: Patches | None = None  # what patching mindspore.train.Model changed
+    _exit_guard: Any = None  # telemetry.providers.SdkExitGuard while instrumented
+    _hooked: frozenset[str] = frozenset()  # modules with an import hook (hooks cannot be removed)
+    _subprocess: Patches | None = None  # subprocess.Popen, when OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT asks
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    # --- the MindFormers integration ------------------------------------------------------------
+
+    def register(self) -> bool:
+        """Patch MindFormers now if it is imported, else as soon as it is. False: it already was."""
+        if self._registered:
+            return False
+        self._registered = True
+        self._when_imported("mindspore", self._patch_mindspore)
+        self._when_imported("mindformers", self._patch_mindformers)
+        if propagation.subprocess_context_requested():
+            self._subprocess = propagation.patch_subprocess()
+        return True
+
+    def unregister(self) -> None:
+        """Restore what register() patched (nothing if MindFormers was never imported)."""
+        self._registered = False
+        if self._subprocess is not None:
+            self._subprocess.undo()
+            self._subprocess = None
+        if self._mindformers is not None:
+            self._mindformers.undo()
+            self._mindformers = None
+        if self._mindspore is not None:
+            self._mindspore.undo()
+            self._mindspore = None
+
+    def _patch_mindspore(self, _module: Any) -> None:
+        # Like MindFormers' patch below: the import hook outlives unregister().
+        if self._registered and self._mindspore is None:
+            self._mindspore = checkpoint_load.patch_mindspore(lambda: self._registered)
+
+    def _patch_mindformers(self, _module: Any) -> None:
+        # The import hook outlives unregister(): it patches only while registered.
+        if self._registered and self._mindformers is None:
+            self._mindformers = mindformers_glue.patch_mindformers(self._training_process)
+
+    def _training_process(self, wrapped: Callable, _instance: Any, args: tuple, kwargs: dict) -> Any:
+        bound = inspect.signature(wrapped).bind(*args, **kwargs)
+        mindformers_glue.with_one_monitor(bound, self._settings)
+        token = mindformers_glue.TRAINER_RUNNING.set(True)
+        try:
+            return wrapped(*bound.args, **bound.kwargs)
+        finally:
+            mindformers_glue.TRAINER_RUNNING.reset(token)
+
+    # --- zero-code ----------------------------------------------------------------------------------
+
+    def _instrument(self, **kwargs: Any) -> None:
+        """kwargs: `config` (a YAML path, mapping or MonitorConfig; raises ConfigError),
+        `tracer_provider`, `meter_provider`, `logger_provider`."""
+        if os.environ.get("MS_ROLE") == "MS_SCHED":
+            return
+        if kwargs.get("config") is not None:
+            config = load_monitor_config(kwargs["config"])
+        else:
+            try:
+                config = _config_from_environment()
+            except ConfigError as exc:
+                # Under opentelemetry-instrument an exception here would also skip every other
+                # instrumentor: say it once and let training run unmonitored.
+                _logger.error(
+                    "otel_mindformers: %s=%s is invalid, training runs without monitoring: %s",
+                    OTEL_PYTHON_MINDFORMERS_CONFIG,
+                    os.environ[OTEL_PYTHON_MINDFORMERS_CONFIG],
+                    exc,
+                )
+                return
+        self._settings = ZeroCode(config=config, providers={name: kwargs.get(name) for name in _PROVIDERS})
+        self._registered_by_instrument = self.register()
+        self._when_imported("mindspore.train.model", self._patch_model)
+        if all(kwargs.get(name) is None for name in _PROVIDERS):
+            from otel_mindformers.telemetry.providers import SdkExitGuard
+
+            self._exit_guard = SdkExitGuard.install((config or MonitorConfig()).shutdown_timeout)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        self._settings = None
+        if self._model is not None:
+            self._model.undo()
+            self._model = None
+        if self._registered_by_instrument:
+            self.unregister()
+            self._registered_by_instrument = False
+        if self._exit_guard is not None:
+            self._exit_guard.uninstall()
+            self._exit_guard = None
+
+    def _patch_model(self, module: Any) -> None:
+        # The import hook outlives uninstrument(): it patches only while instrumented.
+        if self._settings is None or self._model is not None:
+            return
+        self._model = Patches()
+        for method in _TRAINING_METHODS:
+            self._model.wrap(module.Model, method, self._with_monitor)
+
+    def _with_monitor(self, wrapped: Callable, _model: Any, args: tuple, kwargs: dict) -> Any:
+        settings = self._settings
+        if settings is None or mindformers_glue.inside_trainer():
+            return wrapped(*args, **kwargs)
+        from otel_mindformers.runtime.callback import MonitorCallback
+
+        bound = inspect.signature(wrapped).bind(*args, **kwargs)
+        listed = mindformers_glue.callback_list(bound.arguments.get("callbacks"))
+        config = settings.config if settings.config is not None else MonitorConfig()
+        if config.enable and not any(isinstance(cb, MonitorCallback) for cb in listed):
+            bound.arguments["callbacks"] = listed + [MonitorCallback(config, **settings.callback_kwargs())]
+        return wrapped(*bound.args, **bound.kwargs)
+
+    def _when_imported(self, module: str, patch: Callable[[Any], None]) -> None:
+        """Run `patch(module)` now if it is imported, else when it is; one hook per module."""
+        if module in self._hooked:
+            if module in sys.modules:
+                patch(sys.modules[module])
+            return
+        self._hooked = self._hooked | {module}
+        wrapt.register_post_import_hook(patch, module)  # runs now if already imported
+
+
+def _config_from_environment() -> MonitorConfig | None:
+    path = os.environ.get(OTEL_PYTHON_MINDFORMERS_CONFIG)
+    return load_monitor_config(path) if path else None

@@ -1,0 +1,341 @@
+"""Who this process is in the job: rank, world, device, node and launcher, and what the
+job is: its parallel layout and software versions.
+
+Read from the launcher's environment (msrun, MindCluster, Slurm, Kubernetes/Volcano) and,
+when the process has initialised communication, from `mindspore.communication`. Never
+initialises anything itself: `init()` outside a launcher raises.
+
+msrun's `MS_NODE_ID` is the worker's id in the cluster (its rank when msrun assigns ranks),
+not the machine's index: the node rank comes only from variables that mean it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import socket
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from otel_mindformers.names import semconv
+
+# uuid5 namespace for service.instance.id: stable per (job, host, rank), unlike the SDK's
+# random default, so a restarted rank keeps its identity in the backend.
+_INSTANCE_NAMESPACE = uuid.UUID("6f1b3c1e-3f0a-4d55-9a53-6d2f2a1c9b10")
+
+# Where launchers put the global rank. msrun leaves RANK_ID unset when it cannot assign
+# ranks up front (several nodes without --node_rank): the rank is then known only after
+# `init()`.
+RANK_VARIABLES = ("RANK_ID", "SLURM_PROCID", "RANK")
+
+# Kubernetes resource attributes (OTel semantic conventions) from the variables the
+# downward API and Kubernetes itself (HOSTNAME is the pod name) set. The collector's
+# k8sattributes processor joins on k8s.pod.uid / k8s.pod.ip to add the job, deployment
+# and node labels from the API server.
+_KUBERNETES_ATTRIBUTES = (
+    ("k8s.pod.name", ("POD_NAME", "K8S_POD_NAME", "HOSTNAME")),
+    ("k8s.pod.uid", ("POD_UID", "K8S_POD_UID")),
+    ("k8s.pod.ip", ("POD_IP", "K8S_POD_IP")),
+    ("k8s.namespace.name", ("POD_NAMESPACE", "K8S_NAMESPACE")),
+    ("k8s.node.name", ("NODE_NAME", "K8S_NODE_NAME")),
+)
+
+
+# --- who the job is: its parallel layout and software (resource attributes) -----------------
+# No convention exists for either; like the rank they live under `training.`.
+
+# MindFormers' parallel_config key -> attribute (its `model_parallel` is tensor parallelism).
+_PARALLEL_CONFIG = (
+    ("data_parallel", semconv.ATTR_PARALLEL_DATA),
+    ("model_parallel", semconv.ATTR_PARALLEL_TENSOR),
+    ("pipeline_stage", semconv.ATTR_PARALLEL_PIPELINE),
+    ("expert_parallel", semconv.ATTR_PARALLEL_EXPERT),
+    ("context_parallel", semconv.ATTR_PARALLEL_CONTEXT),
+    ("micro_batch_num", semconv.ATTR_MICRO_BATCHES),
+)
+# Where the Ascend packages write their versions (`Version=...` / `version=...` lines).
+ASCEND_HOME = Path(os.environ.get("ASCEND_HOME", "/usr/local/Ascend"))
+_NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
+
+# What the MindFormers glue recorded for the run about to train (record_mindformers_run).
+_mindformers_run: dict[str, int] = {}
+
+
+def record_mindformers_run(run_config: Any) -> None:
+    """Remember a MindFormers Trainer's layout as it starts training, for the identities
+    detected from then on (until the next Trainer run records its own).
+
+    `run_config` is the run's MindFormerConfig: `parallel_config`, `runner_config`,
+    `model.model_config.seq_length`. In (semi-)auto parallel MindFormers has already
+    replaced `runner_config.batch_size` by the global batch and kept the per-device one as
+    `mini_batch_size`; otherwise the global batch is batch size x data parallel x gradient
+    accumulation steps, as MindFormers computes it."""
+    layout: dict[str, int] = {}
+    parallel = _get(run_config, "parallel_config")
+    for key, attribute in _PARALLEL_CONFIG:
+        if (value := _positive(_get(parallel, key))) is not None:
+            layout[attribute] = value
+    model_config = _get(_get(run_config, "model"), "model_config")
+    if (seq_length := _positive(_get(model_config, "seq_length"))) is not None:
+        layout[semconv.ATTR_SEQUENCE_LENGTH] = seq_length
+    runner = _get(run_config, "runner_config")
+    if (batch := _positive(_get(runner, "batch_size"))) is not None:
+        if _get(runner, "mini_batch_size") is None:
+            batch *= layout.get(semconv.ATTR_PARALLEL_DATA, 1) * (
+                _positive(_get(runner, "gradient_accumulation_steps")) or 1
+            )
+        layout[semconv.ATTR_GLOBAL_BATCH_SIZE] = batch
+    _mindformers_run.clear()
+    _mindformers_run.update(layout)
+
+
+def _get(section: Any, key: str) -> Any:
+    if section is None:
+        return None
+    if isinstance(section, Mapping):
+        return section.get(key)
+    return getattr(section, key, None)
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _parallel_context() -> dict[str, str | int]:
+    """MindSpore's auto-parallel context, when the script has imported MindSpore and left
+    stand-alone mode: the mode, the device count and the pipeline stages."""
+    mindspore = sys.modules.get("mindspore")
+    if mindspore is None:
+        return {}
+    try:
+        mode = str(mindspore.get_auto_parallel_context("parallel_mode"))
+        attrs: dict[str, str | int] = {semconv.ATTR_PARALLEL_MODE: mode}
+        if mode != "stand_alone":
+            attrs[semconv.ATTR_PARALLEL_DEVICES] = int(mindspore.get_auto_parallel_context("device_num"))
+            attrs[semconv.ATTR_PARALLEL_PIPELINE] = int(mindspore.get_auto_parallel_context("pipeline_stages"))
+            if mode == "data_parallel":
+                attrs[semconv.ATTR_PARALLEL_DATA] = attrs[semconv.ATTR_PARALLEL_DEVICES]
+        return attrs
+    except Exception:  # a MindSpore without this context: no layout, not a failure
+        return {}
+
+
+def _version_file(path: Path) -> str | None:
+    """`Version=` / `version=` of an Ascend version.info / *_install.info file."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"^version\s*=\s*(\S+)", text, re.IGNORECASE | re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _cann_version(env: Mapping[str, str]) -> str | None:
+    homes = [Path(env[name]) for name in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH") if env.get(name)]
+    homes += [ASCEND_HOME / "ascend-toolkit" / "latest", ASCEND_HOME / "cann" / f"{platform.machine()}-linux"]
+    for home in homes:
+        for name in ("ascend_toolkit_install.info", "version.cfg", "compiler/version.info"):
+            if (version := _version_file(home / name)) is not None:
+                return version
+    return None
+
+
+def _nvidia_driver_version() -> str | None:
+    try:
+        match = re.search(r"Kernel Module\s+(\S+)", _NVIDIA_DRIVER.read_text())
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def job_attributes(env: Mapping[str, str]) -> dict[str, str | int]:
+    """The parallel layout (MindSpore's context, refined by the MindFormers run config) and
+    the software versions, each only where known. Cheap: a few small file reads."""
+    attrs: dict[str, str | int] = {**_parallel_context(), **_mindformers_run}
+    versions = (
+        (semconv.ATTR_MINDSPORE_VERSION, _package_version("mindspore")),
+        (semconv.ATTR_MINDFORMERS_VERSION, _package_version("mindformers")),
+        (semconv.ATTR_CANN_VERSION, _cann_version(env)),
+        (
+            semconv.ATTR_DRIVER_VERSION,
+            _version_file(ASCEND_HOME / "driver" / "version.info") or _nvidia_driver_version(),
+        ),
+        (semconv.ATTR_FIRMWARE_VERSION, _version_file(ASCEND_HOME / "firmware" / "version.info")),
+    )
+    attrs.update((key, value) for key, value in versions if value)
+    return attrs
+
+
+@dataclass(frozen=True)
+class Identity:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    node_rank: int | None = None  # None: the launcher does not say which machine this is
+    device_id: int = 0
+    device_target: str | None = "CPU"  # None: read before MindSpore was imported
+    job_id: str | None = None
+    launcher: str = "none"
+    host_name: str = ""
+    kubernetes: tuple[tuple[str, str], ...] = ()  # k8s.* resource attributes
+    job: tuple[tuple[str, str | int], ...] = ()  # parallel layout and software versions
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def instance_id(self) -> str:
+        key = f"{self.job_id or ''}/{self.host_name}/{self.rank}"
+        return str(uuid.uuid5(_INSTANCE_NAMESPACE, key))
+
+    def attributes(self) -> dict[str, str | int]:
+        """Resource attributes (semconv keys)."""
+        attrs: dict[str, str | int] = {
+            semconv.ATTR_RANK: self.rank,
+            semconv.ATTR_WORLD_SIZE: self.world_size,
+            semconv.ATTR_LOCAL_RANK: self.local_rank,
+            semconv.ATTR_DEVICE_ID: self.device_id,
+            semconv.ATTR_LAUNCHER: self.launcher,
+            "service.instance.id": self.instance_id,
+            "host.name": self.host_name,
+        }
+        if self.device_target is not None:
+            attrs[semconv.ATTR_DEVICE_TARGET] = self.device_target
+        if self.node_rank is not None:
+            attrs[semconv.ATTR_NODE_RANK] = self.node_rank
+        if self.job_id:
+            attrs[semconv.ATTR_JOB_ID] = self.job_id
+        attrs.update(self.kubernetes)
+        attrs.update(self.job)
+        return attrs
+
+    def node_attributes(self) -> dict[str, str | int]:
+        """Attributes naming this machine on node-level series: its node rank when the
+        launcher gives one (msrun does not), else its host name."""
+        if self.node_rank is not None:
+            return {semconv.ATTR_NODE_RANK: self.node_rank}
+        return {"host.name": self.host_name}
+
+    def point_attributes(self) -> dict[str, int]:
+        """Attributes put on every metric point, so per-rank series stay distinct after
+        Prometheus translation (which moves resource attributes to target_info)."""
+        return {semconv.ATTR_RANK: self.rank}
+
+
+def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int | None:
+    for name in names:
+        value = env.get(name)
+        if value is not None and value.strip().lstrip("-").isdigit():
+            return int(value)
+    return default
+
+
+def _launcher(env: Mapping[str, str]) -> str:
+    if "MINDX_TASK_ID" in env:
+        return "mindcluster"
+    if "MS_WORKER_NUM" in env or "MS_ROLE" in env:
+        return "msrun"
+    if "SLURM_JOB_ID" in env:
+        return "slurm"
+    if "VC_TASK_INDEX" in env or "VOLCANO_JOB_NAME" in env:
+        return "volcano"
+    if "KUBERNETES_SERVICE_HOST" in env:
+        return "kubernetes"
+    if "RANK_TABLE_FILE" in env or "RANK_ID" in env:
+        return "rank_table"
+    return "none"
+
+
+def _job_id(env: Mapping[str, str]) -> str | None:
+    for name in (
+        "OTEL_MINDFORMERS_JOB_ID",
+        "MS_JOB_ID",
+        "MINDX_TASK_ID",
+        "SLURM_JOB_ID",
+        "VOLCANO_JOB_NAME",
+        "JOB_ID",
+    ):
+        if env.get(name):
+            return env[name]
+    return None
+
+
+def _communication_rank() -> tuple[int, int] | None:
+    """Rank and group size from MindSpore, only if this process already initialised it."""
+    communication = sys.modules.get("mindspore.communication.management")
+    if communication is None:
+        return None
+    try:
+        if not communication.GlobalComm.INITED:
+            return None
+        return communication.get_rank(), communication.get_group_size()
+    except Exception:  # an uninitialised or partial backend: fall back to the env
+        return None
+
+
+def _device_target(env: Mapping[str, str]) -> str | None:
+    if "DEVICE_TARGET" in env:
+        return env["DEVICE_TARGET"]
+    context = sys.modules.get("mindspore")
+    if context is None:
+        return None  # the script has not chosen its device yet (e.g. at SDK start-up)
+    try:
+        return str(context.get_context("device_target"))
+    except Exception:
+        return "CPU"
+
+
+def _kubernetes(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    if "KUBERNETES_SERVICE_HOST" not in env:
+        return ()
+    found = []
+    for attribute, names in _KUBERNETES_ATTRIBUTES:
+        value = next((env[name] for name in names if env.get(name)), None)
+        if value is not None:
+            found.append((attribute, value))
+    return tuple(found)
+
+
+def rank_in_environment(env: Mapping[str, str] | None = None) -> bool:
+    """True when the launcher told this process its rank before communication is set up."""
+    env = os.environ if env is None else env
+    return _int(env, *RANK_VARIABLES) is not None
+
+
+def detect_identity(env: Mapping[str, str] | None = None) -> Identity:
+    env = os.environ if env is None else env
+    rank = _int(env, *RANK_VARIABLES, default=0)
+    world = _int(env, "RANK_SIZE", "MS_WORKER_NUM", "SLURM_NTASKS", "WORLD_SIZE", default=1)
+    from_ms = _communication_rank()
+    if from_ms is not None:
+        rank, world = from_ms
+    device_id = _int(env, "DEVICE_ID", "SLURM_LOCALID", "LOCAL_RANK", default=0)
+    local_rank = _int(env, "LOCAL_RANK", "SLURM_LOCALID", "DEVICE_ID", default=0)
+    node_rank = _int(env, "MS_NODE_RANK", "SLURM_NODEID", "NODE_RANK")
+    return Identity(
+        rank=rank,
+        world_size=max(world, rank + 1),
+        local_rank=local_rank,
+        node_rank=node_rank,
+        device_id=device_id,
+        device_target=_device_target(env),
+        job_id=_job_id(env),
+        launcher=_launcher(env),
+        host_name=socket.gethostname(),
+        kubernetes=_kubernetes(env),
+        job=tuple(job_attributes(env).items()),
+    )

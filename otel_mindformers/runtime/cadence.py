@@ -1,0 +1,43 @@
+"""Which steps are sampled, the timing window between samples, and which get a span.
+
+`Cadence` owns the sampling decision, torchtitan's
+`should_log` as one small object: the first step, every `interval`-th step, and the last
+step (taken at train end, because in sink mode MindSpore's `batch_num` is the sink size,
+not the epoch length, so the last step cannot be known in advance).
+"""
+
+from __future__ import annotations
+
+
+class Cadence:
+    """The sampling state of one run. `next_sample` is the only field the hot path reads."""
+
+    __slots__ = ("interval", "step_spans", "next_sample", "window_start", "window_step", "last_sampled")
+
+    def __init__(self, interval: int, step_spans: bool | int, first_step: int, now: float) -> None:
+        self.interval = interval
+        self.step_spans = step_spans
+        self.next_sample = first_step + 1  # the first step is always sampled
+        self.window_start, self.window_step = now, first_step
+        self.last_sampled = first_step
+
+    def close_window(self, step: int, end: float) -> tuple[int, float]:
+        """The steps and seconds since the previous sample; starts the next window."""
+        steps = max(1, step - self.window_step)
+        elapsed = end - self.window_start
+        self.window_start, self.window_step, self.last_sampled = end, step, step
+        # Sample by the real step: the next multiple of `interval` after this one.
+        self.next_sample = (step // self.interval + 1) * self.interval
+        return steps, elapsed
+
+    def unsampled_last(self, step: int) -> bool:
+        """True when the run's last step `step` has not been sampled yet."""
+        return step > self.last_sampled
+
+    def wants_span(self, step: int, is_last: bool) -> bool:
+        """`step_spans`: true, false, or every N-th step plus the last. (Anomalous steps get
+        theirs regardless, through LazySpan.)"""
+        every = self.step_spans
+        if isinstance(every, bool):
+            return every
+        return step % every == 0 or is_last

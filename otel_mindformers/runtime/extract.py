@@ -1,0 +1,216 @@
+"""Reading what a step produced: `net_outputs` and the optimizer → host values.
+
+This is the only place that reads device tensors back to the host, and it runs on sampled
+steps only. Shapes understood (environment.md):
+- a scalar loss (`TrainOneStepCell`);
+- `(loss, overflow, loss_scale)` (`TrainOneStepWithLossScaleCell`);
+- `(loss, overflow, loss_scale, learning_rate, global_norm)` (MindFormers' `MFTrainOneStepCell`),
+  and its 7-tuple with local norms appended.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from otel_mindformers.names import training as tm
+
+_logger = logging.getLogger(__name__)
+
+# Tuple lengths whose layout is known: (loss,), (loss, overflow, loss_scale), and
+# MindFormers' 5- and 7-tuples. Each holds a prefix of the table's output positions.
+_KNOWN_LENGTHS = frozenset({1, 3, 5, 7})
+_FROM_OUTPUTS = tuple(row for row in tm.TABLE if row.output_position is not None)
+
+
+def to_host(value: Any) -> float:
+    """One device→host readback; the mean of a multi-element tensor (e.g. per-micro-batch loss)."""
+    if hasattr(value, "asnumpy"):
+        if value.size == 1 and not value.has_init:
+            # Tensor.item() syncs and reads the one element; asnumpy() also builds an
+            # ndarray and checks numpy's version: 12 us warm and 76-139 us inside
+            # Model.train for the loss, against 1 and 14-27 (docs/performance.md).
+            return float(value.item())
+        value = value.asnumpy()
+    array = np.asarray(value, dtype=np.float64)
+    if array.size == 0:  # the mean of nothing would be NaN: a false non-finite alarm
+        raise ValueError("the step output is an empty tensor")
+    return float(array.mean()) if array.size != 1 else float(array.reshape(()))
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "asnumpy") or isinstance(value, (int, float, np.ndarray, np.generic))
+
+
+def optimizer_of(cb_params: Any) -> Any:
+    """MindSpore keeps the optimizer in cb_params; MindFormers leaves that None (environment.md)."""
+    optimizer = cb_params.get("optimizer")
+    if optimizer is None:
+        network = cb_params.get("train_network")
+        optimizer = getattr(network, "optimizer", None)
+    return optimizer
+
+
+class LearningRateSource:
+    """Where an optimizer's learning rate comes from, resolved once per run (the optimizer
+    is a Cell: each attribute read goes through its __getattr__, tens of microseconds on a
+    sampled step): a schedule, a per-step list, or one Parameter.
+
+    `tensor(step_index)` is the rate used by the step with 0-based index `step_index`:
+    `optimizer.get_lr()` at step end already returns the NEXT step's value (the global step
+    was incremented by the update), so the schedule is evaluated at the step's own index.
+    """
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, optimizer: Any) -> None:
+        from mindspore import Tensor, int32
+        from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+
+        lr = optimizer.learning_rate
+        if getattr(optimizer, "is_group_lr", False):
+            lr = lr[0]  # the first parameter group stands for the run
+        if isinstance(lr, LearningRateSchedule):
+            self.tensor: Callable[[int], Any] = lambda step_index: lr(Tensor(step_index, int32))
+        elif getattr(optimizer, "dynamic_lr", False):
+            last = lr.shape[0] - 1
+            self.tensor = lambda step_index: lr[min(step_index, last)]
+        else:
+            self.tensor = lambda step_index: lr
+
+
+# MindFormers' 7-tuple (`MFTrainOneStepCell(local_norm=True)`, or LocalNormTrainOneStepCell):
+# (loss, overflow, scale, lr, global_norm, local_norm, size). `local_norm` holds each
+# gradient's squared L2 norm in the order of the cell's `weights`; `size` their element
+# counts, which the names already account for, so it is not read back.
+LOCAL_NORM_POSITION = 5
+
+
+def local_norm_squares(net_outputs: Any) -> np.ndarray | None:
+    """The 7-tuple's per-parameter squared gradient norms: one readback, on a sampled step.
+    None for any other shape."""
+    if not isinstance(net_outputs, (tuple, list)) or len(net_outputs) != 7:
+        return None
+    value = net_outputs[LOCAL_NORM_POSITION]
+    if not _is_tensor(value):
+        return None
+    return np.asarray(value.asnumpy() if hasattr(value, "asnumpy") else value, dtype=np.float64).reshape(-1)
+
+
+class OutputReader:
+    """Turns one step's outputs into StepRecord values, warning once about what is missing.
+
+    Any value of any shape in any position is tolerated: what cannot be read is left out
+    (one warning naming it), a NaN/Inf is kept as a float so it is counted as non-finite.
+    `grad_monitor`: True asks for the global norm (a warning when the outputs lack it),
+    None reads it when present, False never reads it.
+    """
+
+    def __init__(self, monitored: list[str], grad_monitor: bool | None) -> None:
+        self._wanted = set(monitored) & tm.READBACK_METRICS
+        if grad_monitor is False:
+            self._wanted.discard(tm.GRAD_NORM)
+        self._grad_norm_asked = grad_monitor is True
+        self._warned: set[str] = set()
+        self._learning_rate: LearningRateSource | None = None  # resolved at the first read
+
+    @property
+    def reads_anything(self) -> bool:
+        return bool(self._wanted)
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            _logger.warning("otel_mindformers: " + message, *args)
+
+    def split(self, net_outputs: Any) -> dict[str, Any]:
+        """Device handles by metric key (no readback), for the table's output positions."""
+        if not isinstance(net_outputs, (tuple, list)):
+            return {tm.LOSS: net_outputs} if _is_tensor(net_outputs) else {}
+        length = len(net_outputs)
+        if length not in _KNOWN_LENGTHS:
+            self._warn_once(
+                "shape",
+                "unrecognised net_outputs: a %d-tuple; reading element 0 as the loss. "
+                "Known shapes: loss, (loss, overflow, scale), MindFormers' 5- and 7-tuples.",
+                length,
+            )
+            length = min(length, 1)
+        handles = {row.key: net_outputs[row.output_position] for row in _FROM_OUTPUTS if row.output_position < length}
+        unreadable = [key for key, value in handles.items() if not _is_tensor(value)]
+        if unreadable:
+            self._warn_once("types", "net_outputs element(s) %s are not tensors or numbers; skipped", unreadable)
+            handles = {key: value for key, value in handles.items() if key not in unreadable}
+        return handles
+
+    def read(self, cb_params: Any, step: int) -> dict[str, float | bool]:
+        """Host values of the monitored metrics for the step that just ended."""
+        handles = self.split(cb_params.get("net_outputs"))
+        if tm.LEARNING_RATE in self._wanted and tm.LEARNING_RATE not in handles:
+            try:
+                if self._learning_rate is None:
+                    optimizer = optimizer_of(cb_params)
+                    if optimizer is not None:
+                        self._learning_rate = LearningRateSource(optimizer)
+                if self._learning_rate is not None:
+                    handles[tm.LEARNING_RATE] = self._learning_rate.tensor(step - 1)
+            except Exception as exc:  # an exotic schedule: no lr, not a failed run
+                self._warn_once(tm.LEARNING_RATE, "cannot evaluate the learning rate: %s", exc)
+        if self._grad_norm_asked and tm.GRAD_NORM not in handles:
+            self._warn_once(
+                "grad_norm",
+                "grad_monitor is on but the train network returns no global gradient norm, so "
+                "grad_norm is not reported. Train with MindFormers' MFTrainOneStepCell (it returns "
+                "(loss, overflow, scale, lr, global_norm)) or return the norm as the 5th output; "
+                "or set grad_monitor: false.",
+            )
+        values: dict[str, float | bool] = {}
+        for name in self._wanted & handles.keys():
+            try:
+                value = to_host(handles[name])
+            except Exception as exc:  # any value of any shape: left out, never raised
+                self._warn_once(name, "cannot read %s from the step outputs: %s", name, exc)
+                continue
+            values[name] = bool(value) if name == tm.OVERFLOW and math.isfinite(value) else value
+        return values
+
+
+class LazyLearningRate:
+    """The step's learning rate for custom monitors (`cb_params.learning_rate`), evaluated
+    on the device only when read: `.asnumpy()`, `float(...)`, `numpy.asarray(...)`, or any
+    Tensor attribute. One object per run, re-pointed at each step (no allocation)."""
+
+    __slots__ = ("_optimizer", "_source", "_step_index", "_tensor")
+
+    def __init__(self, optimizer: Any) -> None:
+        self._optimizer = optimizer
+        self._source: LearningRateSource | None = None  # resolved at the first read
+        self._step_index = 0
+        self._tensor: Any = None
+
+    def at(self, step_index: int) -> LazyLearningRate:
+        self._step_index, self._tensor = step_index, None
+        return self
+
+    def tensor(self) -> Any:
+        if self._tensor is None:
+            if self._source is None:
+                self._source = LearningRateSource(self._optimizer)
+            self._tensor = self._source.tensor(self._step_index)
+        return self._tensor
+
+    def asnumpy(self) -> Any:
+        return self.tensor().asnumpy()
+
+    def __float__(self) -> float:
+        return to_host(self.tensor())
+
+    def __array__(self, dtype: Any = None) -> Any:
+        return np.asarray(self.asnumpy(), dtype=dtype)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tensor(), name)

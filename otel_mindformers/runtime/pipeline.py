@@ -1,0 +1,196 @@
+"""The sampled step's work off the training thread.
+
+The training thread puts a StepRecord and its window's clock readings on a bounded queue
+and returns. One worker thread then, per record: completes it (host-computed values,
+phases, the time breakdown, the device readings; accounting.py), starts the step span
+with the step's real start and end times, applies
+the step's measurements inside the span's context (so the step-duration histogram's
+exemplar points at the span), runs the alert rules (which may add span events, name the
+fired rules in the record, and ask training to stop), ends the span, and hands the record
+to the local outputs. A full queue drops the record (counted, reported once) rather than
+block a step. Time lost to training-thread phases comes through the same queue (`lost`), so
+the time ledger sees it in order; the run's end (`end_run`) settles the compile phase and
+puts the run's time breakdown on the run span.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from typing import Any, NamedTuple
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, Span
+
+from otel_mindformers.core import recording
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.workers import BoundedWorker
+from otel_mindformers.outputs.base import SinkFanout
+from otel_mindformers.telemetry.instruments import TrainingInstruments
+from otel_mindformers.telemetry.lazy_span import LazySpan
+from otel_mindformers.telemetry.step_ids import StepSpanIds
+from otel_mindformers.timing.accounting import StepAccounting, Window
+from otel_mindformers.timing.phases import PhaseRecorder
+
+_logger = logging.getLogger(__name__)
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+class _Step(NamedTuple):
+    record: StepRecord
+    window: Window
+
+
+class _Lost(NamedTuple):
+    phase: str
+    seconds: float
+
+
+class _RunEnd(NamedTuple):
+    end: float  # perf_counter seconds
+
+
+class SampledStepPipeline(BoundedWorker[object]):
+    """`alerts` is an AlertEngine or None; `on_stop_request(reason)` is called (worker
+    thread) the first time a rule asks training to stop; `devices()` returns the latest
+    device readings (cached, never polls)."""
+
+    def __init__(
+        self,
+        *,
+        tracer: trace.Tracer,
+        instruments: TrainingInstruments,
+        run_span: Span,
+        accounting: StepAccounting,
+        devices: Callable[[], dict[str, float]] | None,
+        point_attributes: Mapping[str, Any],
+        wants_span: Callable[[int, bool], bool],
+        alerts: Any,
+        sinks: SinkFanout,
+        on_stop_request: Callable[[str], None],
+        phases: PhaseRecorder | None = None,
+        step_ids: StepSpanIds | None = None,
+        max_queue: int = 1024,
+    ) -> None:
+        self._tracer = tracer
+        self._instruments = instruments
+        self._run_span = run_span
+        self._run_link = [Link(run_span.get_span_context())]
+        self._accounting = accounting
+        self._devices = devices
+        self._point_attributes = dict(point_attributes)
+        self._wants_span = wants_span
+        self._alerts = alerts
+        self._sinks = sinks
+        self._on_stop_request = on_stop_request
+        self._phases = phases
+        self._step_ids = step_ids
+        self._stop_requested = False
+        self.dropped = 0
+        super().__init__("otel-mindformers-steps", max_queue)
+
+    # --- worker thread ---------------------------------------------------------------------
+    def handle(self, item: object) -> None:
+        if type(item) is _Step:
+            self._handle_step(*item)
+        elif type(item) is _Lost:
+            self._accounting.lost(*item)
+        elif type(item) is _RunEnd:
+            self._end_run(item.end)
+
+    def _handle_step(self, record: StepRecord, window: Window) -> None:
+        try:
+            self._accounting.complete(record, window)
+            if self._devices is not None:
+                record.device = self._devices()
+        except Exception as exc:  # a half-completed record is still worth its line
+            _logger.warning("otel_mindformers: completing step %d failed: %s", record.step, exc)
+        try:
+            self._record_telemetry(record)
+        except Exception as exc:  # telemetry must never cost the local outputs their line
+            _logger.warning("otel_mindformers: recording step %d failed: %s", record.step, exc)
+        self._sinks.write(record)
+
+    def _record_telemetry(self, record: StepRecord) -> None:
+        fields = recording.step_span(record)
+
+        def start_span() -> Span:
+            # The ids that records made during the step already carry (telemetry/step_ids.py).
+            with self._step_ids.preset(record.step - record.steps_in_window) if self._step_ids else nullcontext():
+                return self._tracer.start_span(
+                    fields.name,
+                    # A trace per step, linked to the run span: traces stay small and tail
+                    # sampling can keep anomalous steps without buffering a whole run.
+                    context=otel_context.Context(),
+                    links=self._run_link,
+                    start_time=_ns(fields.start_time),
+                    attributes=fields.attributes,
+                )
+
+        # Steps that `step_spans` skips still get their span if an anomaly is recorded on them.
+        span = start_span() if self._wants_span(record.step, record.is_last) else LazySpan(start_span)
+        with trace.use_span(span, end_on_exit=False):
+            self._instruments.apply(recording.measurements(record, self._point_attributes))
+            if record.nonfinite():
+                span.set_status(fields.status)
+            reason = self._alerts.evaluate(record, span) if self._alerts is not None else None
+        span.end(end_time=_ns(fields.end_time))
+        if self._phases is not None:
+            for interval in record.phases:  # start-up, compile, data wait: spans from timestamps
+                self._phases.record(interval)
+        if reason and not self._stop_requested:
+            self._stop_requested = True
+            self._on_stop_request(reason)
+
+    def _end_run(self, end: float) -> None:
+        try:
+            for interval in self._accounting.settle_compile():  # runs shorter than STEADY_SAMPLES samples
+                if self._phases is not None:
+                    self._phases.record(interval)
+            # The whole run's breakdown, past the last sampled step.
+            self._run_span.set_attributes(self._accounting.summary(end))
+        except Exception as exc:
+            _logger.warning("otel_mindformers: the run's time breakdown failed: %s", exc)
+
+    def on_stop(self) -> None:
+        self._sinks.close()
+
+    # --- caller side (training thread) -------------------------------------------------------
+    def submit_step(self, record: StepRecord, window: Window) -> None:
+        self.submit(_Step(record, window))
+
+    def lost(self, phase: str, seconds: float) -> None:
+        """An outermost phase ended on the training thread: its time goes to the ledger."""
+        self.submit(_Lost(phase, seconds))
+
+    def end_run(self, end: float) -> None:
+        """The run ended at `end` (perf seconds), after everything submitted so far."""
+        self.put(_RunEnd(end))
+
+    def on_drop(self, item: object) -> None:
+        if type(item) is _Lost:
+            return  # a lost phase's seconds: the ledger is short by it, as by a dropped record
+        self.dropped += 1
+        if self.dropped == 1:
+            _logger.warning(
+                "otel_mindformers: sampled-step queue full (%d records); dropping records "
+                "rather than slowing training. Raise `interval` or check the outputs.",
+                self.max_queue,
+            )
+
+    def close(self, timeout: float = 5.0) -> list[StepRecord]:
+        """Drain what is queued and close every output, within `timeout` seconds; return
+        the records not written."""
+        left = [item.record for item in super().close(timeout) if type(item) is _Step]
+        if left:
+            _logger.warning(
+                "otel_mindformers: sampled steps did not drain within %.1f s; %d record(s) not written",
+                timeout,
+                len(left),
+            )
+        return left

@@ -1,0 +1,360 @@
+"""`MonitorRun`: everything one monitored training run owns, from its first step to its end.
+
+It exists only while a run does (MonitorCallback creates it at train begin and drops it at
+train end), so no hook asks "is a run going on?" beyond one `None` check. It starts the
+subsystems (telemetry, outputs, the sampled-step pipeline, devices, alerts, the run span),
+tears down whatever it started if a later one fails, builds each sampled step's
+StepRecord on the training thread (the readback, the clock readings, one put: the rest is
+the pipeline worker's), and closes everything within one deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Status, StatusCode
+
+from otel_mindformers.config import MonitorConfig
+from otel_mindformers.core.clock import StepClock, WallClock
+from otel_mindformers.core.deadline import Deadline
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.diagnosis.heartbeat import Heartbeat
+from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
+from otel_mindformers.job.identity import detect_identity
+from otel_mindformers.names import semconv
+from otel_mindformers.names import training as tm
+from otel_mindformers.outputs import SinkFanout, build_sinks
+from otel_mindformers.outputs.paths import prepare_output_paths
+from otel_mindformers.runtime.cadence import Cadence
+from otel_mindformers.runtime.extract import OutputReader
+from otel_mindformers.runtime.pipeline import SampledStepPipeline
+from otel_mindformers.runtime.state_reader import StateReader
+from otel_mindformers.telemetry.instruments import TrainingInstruments
+from otel_mindformers.telemetry.log_bridge import LogBridge, RunCorrelation
+from otel_mindformers.telemetry.providers import build_telemetry, service_name
+from otel_mindformers.telemetry.step_ids import StepSpanIds
+from otel_mindformers.timing.accounting import StepAccounting, Window
+from otel_mindformers.timing.efficiency import StepEfficiency
+from otel_mindformers.timing.timeline import RunTimeline
+
+_logger = logging.getLogger(__name__)
+
+# Local outputs get at least this long to write what is queued at train end, whatever
+# `shutdown_timeout` says: the deadline is for the network, and the last line is on disk first.
+LOCAL_DRAIN_SECONDS = 10.0
+
+
+def launcher_context() -> otel_context.Context:
+    """W3C trace context handed down by the launcher in TRACEPARENT/TRACESTATE/BAGGAGE
+    (the OTel environment-carrier convention; msrun passes its environment to workers)."""
+    carrier = {
+        header: os.environ[var]
+        for header, var in (("traceparent", "TRACEPARENT"), ("tracestate", "TRACESTATE"), ("baggage", "BAGGAGE"))
+        if var in os.environ
+    }
+    return propagate.extract(carrier)
+
+
+class MonitorRun:
+    """Start with `MonitorRun.start(...)`; the training thread reads `clock`, `cadence` and
+    `stop_pending` on every step and calls `sample` on sampled ones."""
+
+    def __init__(self, config: MonitorConfig, providers: dict[str, Any]) -> None:
+        self.config = config
+        self._providers = providers
+        self.clock = StepClock()
+        self.stop_pending: str | None = None  # set by the pipeline's worker thread
+        self.stop_reason: str | None = None
+        # What has started, so a failed start or the end closes exactly that.
+        self.telemetry: Any = None
+        self.devices: Any = None
+        self.alerts: Any = None
+        self.run_span: Any = None
+        self.pipeline: SampledStepPipeline | None = None
+        self.logs: LogBridge | None = None
+        self._epoch_span: Any = None
+        self.timeline: RunTimeline | None = None
+        self._first_nonfinite: FirstNonFinite | None = None
+        self._state_reader: StateReader | None = None
+        self._ended_at: float | None = None  # perf seconds at train end (finish)
+
+    @classmethod
+    def start(cls, config: MonitorConfig, cb_params: Any, providers: dict[str, Any]) -> MonitorRun:
+        """Bring every subsystem up. A bad setting raises ConfigError (before the first step);
+        anything else that fails tears down what started and is raised to the caller."""
+        run = cls(config, providers)
+        try:
+            run._start(cb_params)
+        except BaseException:
+            run._close(error=None, timeout=1.0)
+            raise
+        return run
+
+    def _start(self, cb_params: Any) -> None:
+        config = self.config
+        self.identity = identity = detect_identity()
+        prepare_output_paths(config, identity)
+        reports_training = config.reports_training_metrics(identity.rank)
+        self.telemetry = telemetry = build_telemetry(config.telemetry, identity, **self._providers)
+        self._reader = OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor)
+        # MindFormers' training-state readings and the 7-tuple's local norms (model_state/).
+        if reports_training:
+            self._state_reader = StateReader.start(config.mindformers_native, config.grad_monitor)
+        # `nonfinite_check: all_ranks`: the ranks that do not report still read their own
+        # loss and grad norm on sampled steps, only to name the first rank that goes bad.
+        self._local_reader = (
+            OutputReader([tm.LOSS, tm.GRAD_NORM], None)
+            if config.nonfinite_check == "all_ranks" and not reports_training
+            else None
+        )
+        if config.nonfinite_check == "all_ranks":
+            self._first_nonfinite = FirstNonFinite(telemetry.meter, telemetry.logger, identity, config.json_log_path)
+        self._epoch_steps = int(cb_params.get("batch_num") or 0)
+        alerts_config = config.alert_config
+        # A NaN/Inf loss stops the run before the next step starts: checked where it is read.
+        self._stop_on_nonfinite_loss = (
+            alerts_config.enable_alert and alerts_config.nonfinite and alerts_config.stop_on_nonfinite
+        )
+
+        first_step = int(cb_params.get("cur_step_num") or 0)
+        # One clock for the hot path; wall time derived from it only on sampled steps.
+        self.wall_clock = wall_clock = WallClock()
+        self.cadence = Cadence(config.interval, config.step_spans, first_step, wall_clock.perf0)
+        self.clock.step, self.clock.last_step_end = first_step, wall_clock.perf0
+
+        self.devices = self._start_devices()
+        # After the clock is set: the stall watchdog arms at the first step finished after it.
+        self.alerts = self._start_alerts()
+        self.run_span = telemetry.tracer.start_span(
+            semconv.SPAN_RUN,
+            context=launcher_context(),
+            attributes={**identity.attributes(), "training.epochs": int(cb_params.get("epoch_num") or 0)},
+        )
+        self._run_context = trace.set_span_in_context(self.run_span)
+        if self.alerts is not None:
+            self.alerts.attach_run_span(self.run_span)
+        # Phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`): the
+        # training thread's clock reads; their time goes to the pipeline worker's ledger.
+        self.timeline = RunTimeline(
+            tracer=telemetry.tracer, meter=telemetry.meter, parent=self._phase_parent,
+            span_attributes=identity.attributes(), point_attributes=identity.point_attributes(),
+            clock=self.clock, wall_clock=wall_clock, on_lost=self._lost,
+            callbacks=cb_params.get("list_callback"),
+        )  # fmt: skip
+        # Every rank times its steps; goodput, MFU and ETA are the reporting rank's.
+        accounting = StepAccounting(
+            wall_clock=wall_clock, monitored=config.monitored_metrics,
+            efficiency=StepEfficiency(config.monitored_metrics if reports_training else [], config, cb_params,
+                                      identity.device_target),
+            batch_size=_batch_size(cb_params), tokens_per_sample=config.tokens_per_sample,
+            before=self.timeline.before,
+        )  # fmt: skip
+        # Every rank's heartbeat, read by the metric reader's thread from the clock.
+        Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
+        step_ids = StepSpanIds.install(telemetry.tracer)
+        self.pipeline = SampledStepPipeline(
+            tracer=telemetry.tracer,
+            instruments=TrainingInstruments(telemetry.meter),
+            run_span=self.run_span,
+            accounting=accounting,
+            devices=self.devices.snapshot if self.devices is not None else None,
+            point_attributes=identity.point_attributes(),
+            wants_span=self.cadence.wants_span,
+            alerts=self.alerts,
+            sinks=SinkFanout(build_sinks(config.outputs, identity, reports_training, first_step)),
+            on_stop_request=self._request_stop,
+            phases=self.timeline.recorder,
+            step_ids=step_ids,
+        )
+        self.logs = LogBridge.start(
+            config.logs, telemetry.logger_provider, RunCorrelation(identity.rank, self.clock, self.cadence, step_ids)
+        )
+        self.clock.phase = "step"
+
+    def _start_devices(self) -> Any:
+        if not self.config.device_monitor:
+            return None
+        from otel_mindformers.devices import DeviceTelemetry
+
+        return DeviceTelemetry.start(self.config.device_config, self.identity, self.telemetry.meter)
+
+    def _start_alerts(self) -> Any:
+        from otel_mindformers.alerts import AlertEngine
+
+        config = self.config
+        return AlertEngine.start(
+            config.alert_config,
+            self.identity,
+            self.telemetry,
+            self.clock,
+            job=service_name(config.telemetry),
+            reports_training=config.reports_training_metrics(self.identity.rank),
+            json_log_path=config.json_log_path,
+        )
+
+    # --- epochs (training thread, once per epoch) ---------------------------------------------
+    def begin_epoch(self, epoch: int) -> None:
+        self._epoch_span = self.telemetry.tracer.start_span(
+            semconv.SPAN_EPOCH, context=self._run_context, attributes={semconv.ATTR_EPOCH: epoch}
+        )
+
+    def _phase_parent(self) -> otel_context.Context:
+        """Phases are children of the epoch span while one is open, else of the run span."""
+        epoch = self._epoch_span
+        return trace.set_span_in_context(epoch) if epoch is not None else self._run_context
+
+    def end_epoch(self) -> None:
+        if self._epoch_span is not None:
+            self._epoch_span.end()
+            self._epoch_span = None
+
+    # --- sampled steps (training thread) -------------------------------------------------------
+    def sample(self, cb_params: Any, step: int, previous_end: float, end: float, *, is_last: bool = False) -> None:
+        """Read the step's outputs, build its StepRecord, and hand it to the pipeline with
+        the window's clock readings (the worker completes the record: accounting.py)."""
+        steps, elapsed = self.cadence.close_window(step, end)
+        values = self._reader.read(cb_params, step) if self._reader.reads_anything else {}
+        model_state = None
+        if self._state_reader is not None:
+            routed, model_state = self._state_reader.read(cb_params, step - steps)
+            values.update(routed)
+        if self._first_nonfinite is not None:
+            local = self._local_reader.read(cb_params, step) if self._local_reader is not None else values
+            self._first_nonfinite.check(step, local, self.run_span)
+        loss = values.get(tm.LOSS)
+        if self._stop_on_nonfinite_loss and loss is not None and not math.isfinite(loss):
+            self.stop_pending = f"non-finite loss ({loss}) at step {step}"
+        wall = self.wall_clock.wall
+        record = StepRecord(
+            step=step,
+            epoch=self._epoch_of(cb_params, step),
+            rank=self.identity.rank,
+            time_stamp=wall(end),
+            steps_in_window=steps,
+            values=values,
+            is_last=is_last,
+            started_at=wall(previous_end),
+            model_state=model_state or None,
+        )
+        timeline = self.timeline
+        window = Window(steps, elapsed, previous_end, timeline.step_begin, end, timeline.take_data_wait())
+        self.pipeline.submit_step(record, window)
+
+    def _lost(self, phase: str, seconds: float) -> None:
+        """An outermost phase ended on the training thread: to the pipeline worker's ledger."""
+        if self.pipeline is not None:
+            self.pipeline.lost(phase, seconds)
+
+    def _request_stop(self, reason: str) -> None:
+        """A rule asked to stop (worker thread): honoured at the next step boundary."""
+        if self.stop_pending is None and self.stop_reason is None:
+            self.stop_pending = reason
+
+    def honour_stop(self, run_context: Any) -> None:
+        """Training thread: stop after this step, once, and say why."""
+        reason, self.stop_pending = self.stop_pending, None
+        if self.stop_reason is not None or reason is None:
+            return
+        self.stop_reason = reason
+        self.run_span.add_event("early_stop", {"reason": reason, semconv.ATTR_STEP: self.clock.step})
+        self.run_span.set_attribute(semconv.ATTR_STOP_REASON, reason)
+        _logger.warning("otel_mindformers: stopping training at step %d: %s", self.clock.step, reason)
+        run_context.request_stop()
+
+    def _epoch_of(self, cb_params: Any, step: int) -> int:
+        epoch = cb_params.get("cur_epoch_num")
+        if epoch:
+            return int(epoch)
+        return (step - 1) // self._epoch_steps + 1 if self._epoch_steps else 1
+
+    # --- end ---------------------------------------------------------------------------------
+    def finish(self, cb_params: Any, error: BaseException | None) -> None:
+        """Sample the last step if the cadence has not, then close everything within
+        `shutdown_timeout` (local outputs: see LOCAL_DRAIN_SECONDS)."""
+        self.clock.phase = "outside"
+        step = self.clock.step
+        if error is None and self.cadence.unsampled_last(step):
+            try:
+                self.sample(cb_params, step, self.cadence.window_start, self.clock.last_step_end, is_last=True)
+            except Exception as exc:  # the last record is telemetry: never fail the run's end
+                _logger.warning("otel_mindformers: could not sample the last step %d: %s", step, exc)
+        self._ended_at = time.perf_counter()
+        self._close(error, self.config.shutdown_timeout)
+
+    def _close(self, error: BaseException | None, timeout: float) -> None:
+        """Close what started, in dependency order, within one deadline."""
+        remaining = Deadline(timeout).remaining
+
+        if self.timeline is not None:
+            self.timeline.close()
+        self.end_epoch()
+        # The pipeline drains first, so a rule's stop reason and the last lines land before
+        # the run span ends and the providers flush.
+        if self.pipeline is not None:
+            if self._ended_at is not None:  # compile settled, the run's time breakdown
+                self.pipeline.end_run(self._ended_at)
+            self.pipeline.close(max(remaining(), LOCAL_DRAIN_SECONDS))
+        if self._state_reader is not None:
+            self._state_reader.close()
+            self._state_reader = None
+        if self.run_span is not None:
+            self._end_run_span(error)
+        if self.alerts is not None:
+            self._notify_run_end(error)
+        if self.logs is not None:
+            self.logs.close()
+        if self.alerts is not None:
+            _quietly(self.alerts.shutdown, remaining())
+        if self.devices is not None:
+            _quietly(self.devices.shutdown)
+        if self.telemetry is not None:
+            _quietly(self.telemetry.close, remaining())
+
+    def _notify_run_end(self, error: BaseException | None) -> None:
+        if error is not None:
+            outcome, reason = "crashed", f"{type(error).__name__}: {error}"
+        elif self.stop_reason is not None:
+            outcome, reason = "stopped", self.stop_reason
+        else:
+            outcome, reason = "completed", None
+        try:
+            self.alerts.notify_run_end(outcome, reason, self.clock.step)
+        except Exception as exc:  # a notice must not mask the run's outcome
+            _logger.warning("otel_mindformers: run-end notice failed: %s", exc)
+
+    def _end_run_span(self, error: BaseException | None) -> None:
+        span, self.run_span = self.run_span, None
+        if self.stop_reason is None and self.stop_pending is not None:
+            self.stop_reason = self.stop_pending
+            span.set_attribute(semconv.ATTR_STOP_REASON, self.stop_reason)
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.set_attribute(semconv.ATTR_STEP, self.clock.step)
+        span.end()
+
+
+def _quietly(close: Callable[..., Any], *args: Any) -> None:
+    try:
+        close(*args)
+    except Exception as exc:  # shutting down telemetry must not mask the run's outcome
+        _logger.warning("otel_mindformers: shutting down monitoring failed: %s", exc)
+
+
+def _batch_size(cb_params: Any) -> int | None:
+    """Samples per step from the dataset's metadata (no readback); None when it has none."""
+    dataset = cb_params.get("train_dataset")
+    try:
+        return int(dataset.get_batch_size()) if dataset is not None else None
+    except Exception:  # a dataset without batch metadata: no throughput, not a failure
+        return None
+
+
+__all__ = ["MonitorRun", "launcher_context"]

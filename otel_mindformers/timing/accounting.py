@@ -1,0 +1,175 @@
+"""What a sampled window adds to its StepRecord, worked out on the pipeline's worker thread.
+
+The training thread hands over clock readings only (a `Window`: five floats and the step
+count). Here they become the host-computed training values (step time, samples and tokens
+per second, goodput, ETA, MFU, TFLOPS), the built-in phases (start-up, compile, data wait),
+and the run's time breakdown:
+
+- `startup`: the interpreter's start (first run of a process; else the run's start) to the
+  first step's begin, less the phases inside it (a checkpoint load, user phases);
+- `compile`: the first step's duration beyond the median of the next sampled steps' own
+  durations (what graph compilation costs MindFormers users), once `STEADY_SAMPLES` are known;
+- `data_wait`: the gaps between steps of the window, less the phases inside them.
+
+Time lost to phases that end on the training thread (evaluation, checkpoint saves, user
+phases) reaches `lost` through the same queue as the records, so the ledger sees every
+phase in the order it happened. Only the worker thread touches a `StepAccounting` once the
+pipeline runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import NamedTuple
+
+import psutil
+
+from otel_mindformers.core.clock import WallClock
+from otel_mindformers.core.record import PhaseInterval, StepRecord
+from otel_mindformers.names import phases as phase_names
+from otel_mindformers.names import training as tm
+from otel_mindformers.names.phases import PHASE_COMPILE, PHASE_STARTUP
+from otel_mindformers.timing.efficiency import StepEfficiency
+from otel_mindformers.timing.ledger import TimeLedger
+
+# Sampled steps whose own duration makes the steady-state median the first step is compared to.
+STEADY_SAMPLES = 3
+# A data-wait span only when the window's last gap is at least this long: a well-fed loader's
+# gaps (tens of microseconds) would double the spans every sampled step exports and say
+# nothing. The histogram and the ledger count every gap.
+DATA_WAIT_SPAN_SECONDS = 0.001
+
+_process_started = False  # the first run of a process counts start-up from the interpreter's start
+
+
+def _run_origin(run_start_wall: float) -> float:
+    """Where a run's wall time starts: the interpreter's start for a process's first run."""
+    global _process_started
+    if _process_started:
+        return run_start_wall
+    _process_started = True
+    try:
+        return min(psutil.Process().create_time(), run_start_wall)
+    except (psutil.Error, OSError):  # no process table: start-up is unknown, count from the run
+        return run_start_wall
+
+
+class Window(NamedTuple):
+    """A sampled window's clock readings (`time.perf_counter()` seconds), taken on the
+    training thread: a tuple, so building one costs the hot path next to nothing."""
+
+    steps: int  # steps since the previous sample
+    elapsed: float  # seconds since the previous sample
+    previous_end: float  # the end of the sampled step's predecessor
+    step_begin: float  # the sampled step's begin
+    end: float  # its end
+    data_wait: float  # seconds between the window's steps, less the phases in them
+
+
+class StepAccounting:
+    """`batch_size` is the dataset's samples per step (None: no throughput);
+    `tokens_per_sample` is `monitor_config.tokens_per_sample` (None: no tokens per second)."""
+
+    def __init__(
+        self,
+        *,
+        wall_clock: WallClock,
+        monitored: list[str],
+        efficiency: StepEfficiency,
+        batch_size: int | None,
+        tokens_per_sample: int | None,
+        before: list[PhaseInterval],
+    ) -> None:
+        self._wall = wall_clock.wall
+        self._ledger = TimeLedger(_run_origin(wall_clock.wall0))
+        for done in before:  # phases that ended before the run (a checkpoint load)
+            self._ledger.add(done.name, done.seconds)
+        self._efficiency = efficiency
+        self._batch_size = batch_size
+        self._tokens_per_sample = tokens_per_sample
+        self._wants_time = tm.STEP_TIME in monitored
+        self._wants_samples = tm.SAMPLES_PER_SECOND in monitored
+        self._wants_tokens = tm.TOKENS_PER_SECOND in monitored and bool(tokens_per_sample)
+        self._first_step: tuple[float, float] | None = None  # (begin perf, duration)
+        self._steady: list[float] = []
+        self._compile_known = False
+
+    def lost(self, phase: str, seconds: float) -> None:
+        """An outermost phase ended on the training thread."""
+        self._ledger.add(phase, seconds)
+
+    def complete(self, record: StepRecord, window: Window) -> None:
+        """Fill in the record's host-computed values, its phases and the time breakdown."""
+        values = record.values
+        steps, elapsed = window.steps, window.elapsed
+        if self._wants_time:
+            values[tm.STEP_TIME] = elapsed / steps * 1000.0
+        samples = None
+        if elapsed > 0 and self._batch_size:
+            samples = self._batch_size * steps / elapsed
+            if self._wants_samples:
+                values[tm.SAMPLES_PER_SECOND] = samples
+            if self._wants_tokens:
+                values[tm.TOKENS_PER_SECOND] = samples * self._tokens_per_sample
+        record.phases = self._phases(window)
+        end_wall = self._wall(window.end)
+        self._efficiency.add(values, record.step, steps, elapsed, samples, lambda: self._ledger.goodput(end_wall))
+        record.time_breakdown = self._ledger.breakdown(end_wall)
+
+    def _phases(self, window: Window) -> list[PhaseInterval]:
+        begin, end, waited = window.step_begin, window.end, window.data_wait
+        if self._first_step is None:
+            self._first_step = (begin, end - begin)
+            # The first step's wait for data is part of start-up.
+            startup = self._wall(begin) - self._ledger.origin_wall - self._ledger.total_lost()
+            self._ledger.add(PHASE_STARTUP, startup)
+            return [PhaseInterval(PHASE_STARTUP, self._ledger.origin_wall, self._wall(begin), max(0.0, startup))]
+        phases: list[PhaseInterval] = []
+        if waited > 0:
+            self._ledger.add(phase_names.PHASE_DATA_WAIT, waited)
+            start = min(window.previous_end, begin)
+            phases.append(PhaseInterval(
+                phase_names.PHASE_DATA_WAIT, self._wall(start), self._wall(begin), waited,
+                traced=begin - start >= DATA_WAIT_SPAN_SECONDS,
+            ))  # fmt: skip
+        if not self._compile_known:
+            self._steady.append(end - begin)
+            if len(self._steady) >= STEADY_SAMPLES:
+                phases += self.settle_compile()
+        return phases
+
+    def settle_compile(self) -> list[PhaseInterval]:
+        """The compile phase, once: the first step's excess over the steady median (also at
+        train end, with the steps there were)."""
+        if self._compile_known or self._first_step is None or not self._steady:
+            return []
+        self._compile_known = True
+        first_begin, first_duration = self._first_step
+        steady = statistics.median(self._steady)
+        excess = first_duration - steady
+        if excess <= 0:
+            return []
+        self._ledger.add(PHASE_COMPILE, excess)
+        start = self._wall(first_begin)
+        return [
+            PhaseInterval(
+                PHASE_COMPILE,
+                start,
+                start + excess,
+                excess,
+                {"training.first_step.seconds": first_duration, "training.steady_step.seconds": steady},
+            )  # fmt: skip
+        ]
+
+    def summary(self, end: float) -> dict[str, float]:
+        """The run span's attributes at train end (`end` in perf seconds):
+        `training.goodput` and `training.time.<phase>`."""
+        end_wall = self._wall(end)
+        attributes = {f"training.time.{key}": value for key, value in self._ledger.breakdown(end_wall).items()}
+        goodput = self._ledger.goodput(end_wall)
+        if goodput is not None:
+            attributes["training.goodput"] = goodput
+        return attributes
+
+
+__all__ = ["DATA_WAIT_SPAN_SECONDS", "STEADY_SAMPLES", "StepAccounting", "Window"]

@@ -1,0 +1,95 @@
+"""One run's timeline on the training thread: the clock reads that phases are made from.
+
+The hot path touches two fields: the step-begin hook stores `step_begin` and adds the gap
+since the previous step's end to `data_wait` (a clock read and an addition). A sampled step
+takes both into its `Window` (`take_data_wait`); the pipeline's worker turns them into
+phases and the time ledger (accounting.py). Phases that end on the training thread
+(evaluation, checkpoint saves, user phases) are taken out of the data wait here and handed
+to the ledger through `on_lost`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from otel_mindformers.core.clock import WallClock
+from otel_mindformers.core.record import PhaseInterval
+from otel_mindformers.names import phases as phase_names
+from otel_mindformers.names.phases import PHASE_DURATION
+from otel_mindformers.names.training import STEP_DURATION_BUCKETS
+from otel_mindformers.telemetry.instruments import create_instrument
+from otel_mindformers.timing.callback_phases import instrument_callbacks
+from otel_mindformers.timing.phases import PhaseRecorder, phase
+
+# Phase buckets reach further than steps': checkpoints and evaluations take minutes.
+PHASE_BUCKETS = STEP_DURATION_BUCKETS + (1200.0, 1800.0, 3600.0)
+
+
+class RunTimeline:
+    def __init__(
+        self,
+        *,
+        tracer: Any,
+        meter: Any,
+        parent: Callable[[], otel_context.Context],
+        span_attributes: dict[str, Any],
+        point_attributes: dict[str, Any],
+        clock: Any,
+        wall_clock: WallClock,
+        on_lost: Callable[[str, float], None],
+        callbacks: Any = (),
+    ) -> None:
+        self._clock = clock
+        self._on_lost = on_lost
+        self.step_begin = wall_clock.perf0  # perf_counter at the latest step's begin (hot path)
+        self.data_wait = 0.0  # seconds between steps this window, less the phases in them (hot path)
+        histogram = create_instrument(meter, PHASE_DURATION, explicit_bucket_boundaries_advisory=list(PHASE_BUCKETS))
+        self.recorder = PhaseRecorder(
+            tracer=tracer, histogram=histogram, parent=parent, span_attributes=span_attributes,
+            point_attributes=point_attributes, clock=clock, on_lost=self._lost,
+        )  # fmt: skip
+        # Phases that ended before the run (a checkpoint load): start-up's share of the ledger.
+        self.before: list[PhaseInterval] = self.recorder.activate()
+        self._undo_hooks = instrument_callbacks(callbacks, self.recorder)
+        self._evaluation: phase | None = None
+
+    def _lost(self, phase: str, seconds: float) -> None:
+        """An outermost phase ended on the training thread."""
+        # Between a step's end and the next one's begin: not data wait, though the gap holds it.
+        if self.step_begin <= self._clock.last_step_end:
+            self.data_wait -= seconds
+        self._on_lost(phase, seconds)
+
+    def take_data_wait(self) -> float:
+        """The window's data wait, and a new window (sampled steps)."""
+        waited, self.data_wait = self.data_wait, 0.0
+        return waited
+
+    # --- evaluation inside Model.fit (on_eval_begin / on_eval_end, training thread) ---------
+    def begin_evaluation(self) -> None:
+        if self._evaluation is None:
+            self._evaluation = phase(phase_names.PHASE_EVALUATION)
+            self._evaluation.__enter__()
+
+    def end_evaluation(self, results: Any) -> None:
+        evaluation, self._evaluation = self._evaluation, None
+        if evaluation is None:
+            return
+        if isinstance(results, dict):
+            evaluation.set_attributes(
+                **{
+                    f"training.eval.{key}": float(value)
+                    for key, value in results.items()
+                    if isinstance(value, numbers.Real) and not isinstance(value, bool)
+                }
+            )
+        evaluation.__exit__(None, None, None)
+
+    def close(self) -> None:
+        self.end_evaluation(None)
+        self._undo_hooks()
+        self.recorder.deactivate()
