@@ -7,8 +7,9 @@ import mindspore
 import pytest
 import yaml
 
-from otel_mindformers.job import identity
-from otel_mindformers.job.identity import detect_identity, record_mindformers_run
+from otel_mindformers.job import layout, versions
+from otel_mindformers.job.identity import detect_identity
+from otel_mindformers.job.layout import record_mindformers_run
 from otel_mindformers.names import semconv
 from tests.support.instrumented import REPO, child_env, run
 
@@ -18,8 +19,8 @@ REFERENCE_YAML = REPO.parent / "shared" / "reference" / "mindformers-tiny-llama-
 
 @pytest.fixture(autouse=True)
 def no_recorded_run(monkeypatch, tmp_path):
-    monkeypatch.setattr(identity, "_mindformers_run", {})
-    monkeypatch.setattr(identity, "ASCEND_HOME", tmp_path / "Ascend")  # no CANN on this machine
+    monkeypatch.setattr(layout, "_mindformers_run", {})
+    monkeypatch.setattr(versions, "ASCEND_HOME", tmp_path / "Ascend")  # no CANN on this machine
     yield
     mindspore.reset_auto_parallel_context()
 

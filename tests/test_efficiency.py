@@ -82,5 +82,7 @@ def test_tiny_llama_mfu_and_tflops_match_a_hand_calculation(workdir):
     assert lines
     for line in lines:
         tokens_per_second = line["samples_per_second"] * 16
+        # tokens per second from the model's seq_length, the same figure TFLOPS is made of
+        assert line[tm.TOKENS_PER_SECOND] == pytest.approx(tokens_per_second, rel=1e-9)
         assert line[tm.TFLOPS] == pytest.approx(flops_per_token * tokens_per_second / 1e12, rel=1e-9)
         assert line[tm.MFU] == pytest.approx(line[tm.TFLOPS] / PEAK, rel=1e-9)

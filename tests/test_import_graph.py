@@ -148,3 +148,26 @@ def test_no_runtime_module_imports_the_offline_analysis():
 def test_parsing_a_config_pulls_in_no_runtime():
     below = reachable(import_graph(), f"{ROOT}.config")
     assert {m.split(".")[1] for m in below} <= {"config", "names"}, sorted(below)
+
+
+def test_the_run_sets_every_attribute_in_its_constructor():
+    """MonitorRun's state is declared in `__init__`: the hot path reads `run.cadence` and
+    `run.clock`, and a start that fails half-way closes what exists, so no attribute may
+    appear later."""
+    tree = ast.parse((PACKAGE / "runtime" / "run.py").read_text(encoding="utf-8"))
+    (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "MonitorRun"]
+
+    def assigned(function: ast.AST) -> set[str]:
+        return {
+            target.attr
+            for node in ast.walk(function)
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            for target in ast.walk(target)
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+        }
+
+    methods = [node for node in cls.body if isinstance(node, ast.FunctionDef)]
+    in_init = assigned(next(m for m in methods if m.name == "__init__"))
+    later = set().union(*(assigned(m) for m in methods if m.name != "__init__"))
+    assert later <= in_init, sorted(later - in_init)

@@ -34,7 +34,7 @@ from typing import Any
 
 from otel_mindformers.config import MonitorConfig, load_monitor_config, parse_monitor_config
 from otel_mindformers.integration.patches import Patches
-from otel_mindformers.job.identity import record_mindformers_run
+from otel_mindformers.job.layout import record_mindformers_run
 
 # The names a YAML `callbacks:` entry may use for our callback.
 CALLBACK_NAMES = ("MonitorCallback", "OtelCallback")

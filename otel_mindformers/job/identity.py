@@ -1,5 +1,5 @@
-"""Who this process is in the job: rank, world, device, node and launcher, and what the
-job is: its parallel layout and software versions.
+"""Who this process is in the job: rank, world, device, node and launcher; `job_attributes`
+adds what the job is (layout.py, versions.py).
 
 Read from the launcher's environment (msrun, MindCluster, Slurm, Kubernetes/Volcano) and,
 when the process has initialised communication, from `mindspore.communication`. Never
@@ -11,18 +11,15 @@ not the machine's index: the node rank comes only from variables that mean it.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
-import platform
-import re
 import socket
 import sys
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
+from otel_mindformers.job.layout import layout_attributes
+from otel_mindformers.job.versions import software_versions
 from otel_mindformers.names import semconv
 
 # uuid5 namespace for service.instance.id: stable per (job, host, rank), unlike the SDK's
@@ -47,136 +44,10 @@ _KUBERNETES_ATTRIBUTES = (
 )
 
 
-# --- who the job is: its parallel layout and software (resource attributes) -----------------
-# No convention exists for either; like the rank they live under `training.`.
-
-# MindFormers' parallel_config key -> attribute (its `model_parallel` is tensor parallelism).
-_PARALLEL_CONFIG = (
-    ("data_parallel", semconv.ATTR_PARALLEL_DATA),
-    ("model_parallel", semconv.ATTR_PARALLEL_TENSOR),
-    ("pipeline_stage", semconv.ATTR_PARALLEL_PIPELINE),
-    ("expert_parallel", semconv.ATTR_PARALLEL_EXPERT),
-    ("context_parallel", semconv.ATTR_PARALLEL_CONTEXT),
-    ("micro_batch_num", semconv.ATTR_MICRO_BATCHES),
-)
-# Where the Ascend packages write their versions (`Version=...` / `version=...` lines).
-ASCEND_HOME = Path(os.environ.get("ASCEND_HOME", "/usr/local/Ascend"))
-_NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
-
-# What the MindFormers glue recorded for the run about to train (record_mindformers_run).
-_mindformers_run: dict[str, int] = {}
-
-
-def record_mindformers_run(run_config: Any) -> None:
-    """Remember a MindFormers Trainer's layout as it starts training, for the identities
-    detected from then on (until the next Trainer run records its own).
-
-    `run_config` is the run's MindFormerConfig: `parallel_config`, `runner_config`,
-    `model.model_config.seq_length`. In (semi-)auto parallel MindFormers has already
-    replaced `runner_config.batch_size` by the global batch and kept the per-device one as
-    `mini_batch_size`; otherwise the global batch is batch size x data parallel x gradient
-    accumulation steps, as MindFormers computes it."""
-    layout: dict[str, int] = {}
-    parallel = _get(run_config, "parallel_config")
-    for key, attribute in _PARALLEL_CONFIG:
-        if (value := _positive(_get(parallel, key))) is not None:
-            layout[attribute] = value
-    model_config = _get(_get(run_config, "model"), "model_config")
-    if (seq_length := _positive(_get(model_config, "seq_length"))) is not None:
-        layout[semconv.ATTR_SEQUENCE_LENGTH] = seq_length
-    runner = _get(run_config, "runner_config")
-    if (batch := _positive(_get(runner, "batch_size"))) is not None:
-        if _get(runner, "mini_batch_size") is None:
-            batch *= layout.get(semconv.ATTR_PARALLEL_DATA, 1) * (
-                _positive(_get(runner, "gradient_accumulation_steps")) or 1
-            )
-        layout[semconv.ATTR_GLOBAL_BATCH_SIZE] = batch
-    _mindformers_run.clear()
-    _mindformers_run.update(layout)
-
-
-def _get(section: Any, key: str) -> Any:
-    if section is None:
-        return None
-    if isinstance(section, Mapping):
-        return section.get(key)
-    return getattr(section, key, None)
-
-
-def _positive(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _parallel_context() -> dict[str, str | int]:
-    """MindSpore's auto-parallel context, when the script has imported MindSpore and left
-    stand-alone mode: the mode, the device count and the pipeline stages."""
-    mindspore = sys.modules.get("mindspore")
-    if mindspore is None:
-        return {}
-    try:
-        mode = str(mindspore.get_auto_parallel_context("parallel_mode"))
-        attrs: dict[str, str | int] = {semconv.ATTR_PARALLEL_MODE: mode}
-        if mode != "stand_alone":
-            attrs[semconv.ATTR_PARALLEL_DEVICES] = int(mindspore.get_auto_parallel_context("device_num"))
-            attrs[semconv.ATTR_PARALLEL_PIPELINE] = int(mindspore.get_auto_parallel_context("pipeline_stages"))
-            if mode == "data_parallel":
-                attrs[semconv.ATTR_PARALLEL_DATA] = attrs[semconv.ATTR_PARALLEL_DEVICES]
-        return attrs
-    except Exception:  # a MindSpore without this context: no layout, not a failure
-        return {}
-
-
-def _version_file(path: Path) -> str | None:
-    """`Version=` / `version=` of an Ascend version.info / *_install.info file."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return None
-    match = re.search(r"^version\s*=\s*(\S+)", text, re.IGNORECASE | re.MULTILINE)
-    return match.group(1) if match else None
-
-
-def _cann_version(env: Mapping[str, str]) -> str | None:
-    homes = [Path(env[name]) for name in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH") if env.get(name)]
-    homes += [ASCEND_HOME / "ascend-toolkit" / "latest", ASCEND_HOME / "cann" / f"{platform.machine()}-linux"]
-    for home in homes:
-        for name in ("ascend_toolkit_install.info", "version.cfg", "compiler/version.info"):
-            if (version := _version_file(home / name)) is not None:
-                return version
-    return None
-
-
-def _nvidia_driver_version() -> str | None:
-    try:
-        match = re.search(r"Kernel Module\s+(\S+)", _NVIDIA_DRIVER.read_text())
-    except OSError:
-        return None
-    return match.group(1) if match else None
-
-
-def _package_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def job_attributes(env: Mapping[str, str]) -> dict[str, str | int]:
-    """The parallel layout (MindSpore's context, refined by the MindFormers run config) and
-    the software versions, each only where known. Cheap: a few small file reads."""
-    attrs: dict[str, str | int] = {**_parallel_context(), **_mindformers_run}
-    versions = (
-        (semconv.ATTR_MINDSPORE_VERSION, _package_version("mindspore")),
-        (semconv.ATTR_MINDFORMERS_VERSION, _package_version("mindformers")),
-        (semconv.ATTR_CANN_VERSION, _cann_version(env)),
-        (
-            semconv.ATTR_DRIVER_VERSION,
-            _version_file(ASCEND_HOME / "driver" / "version.info") or _nvidia_driver_version(),
-        ),
-        (semconv.ATTR_FIRMWARE_VERSION, _version_file(ASCEND_HOME / "firmware" / "version.info")),
-    )
-    attrs.update((key, value) for key, value in versions if value)
-    return attrs
+    """The parallel layout and the software versions, each only where known. Cheap: a few
+    small file reads."""
+    return {**layout_attributes(), **software_versions(env)}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from otel_mindformers.core.deadline import Deadline
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.diagnosis.heartbeat import Heartbeat
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
-from otel_mindformers.job.identity import detect_identity
+from otel_mindformers.job.identity import Identity, detect_identity
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs import SinkFanout, build_sinks
@@ -66,10 +66,34 @@ class MonitorRun:
     """Start with `MonitorRun.start(...)`; the training thread reads `clock`, `cadence` and
     `stop_pending` on every step and calls `sample` on sampled ones."""
 
-    def __init__(self, config: MonitorConfig, providers: dict[str, Any]) -> None:
+    def __init__(self, config: MonitorConfig, providers: dict[str, Any], identity: Identity, cb_params: Any) -> None:
+        """What the run knows before any subsystem starts; `start` brings them up."""
         self.config = config
+        self.identity = identity
         self._providers = providers
+        reports_training = config.reports_training_metrics(identity.rank)
+        self._reports_training = reports_training
+        self._reader = OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor)
+        # `nonfinite_check: all_ranks`: the ranks that do not report still read their own
+        # loss and grad norm on sampled steps, only to name the first rank that goes bad.
+        self._local_reader = (
+            OutputReader([tm.LOSS, tm.GRAD_NORM], None)
+            if config.nonfinite_check == "all_ranks" and not reports_training
+            else None
+        )
+        self._epoch_steps = int(cb_params.get("batch_num") or 0)
+        alerts_config = config.alert_config
+        # A NaN/Inf loss stops the run before the next step starts: checked where it is read.
+        self._stop_on_nonfinite_loss = bool(
+            alerts_config.enable_alert and alerts_config.nonfinite and alerts_config.stop_on_nonfinite
+        )
+        first_step = int(cb_params.get("cur_step_num") or 0)
+        self._first_step = first_step
+        # One clock for the hot path; wall time derived from it only on sampled steps.
+        self.wall_clock = WallClock()
+        self.cadence = Cadence(config.interval, config.step_spans, first_step, self.wall_clock.perf0)
         self.clock = StepClock()
+        self.clock.step, self.clock.last_step_end = first_step, self.wall_clock.perf0
         self.stop_pending: str | None = None  # set by the pipeline's worker thread
         self.stop_reason: str | None = None
         # What has started, so a failed start or the end closes exactly that.
@@ -77,6 +101,8 @@ class MonitorRun:
         self.devices: Any = None
         self.alerts: Any = None
         self.run_span: Any = None
+        # Phases parent on the run span once it exists (the launcher's context before).
+        self._run_context: otel_context.Context = launcher_context()
         self.pipeline: SampledStepPipeline | None = None
         self.logs: LogBridge | None = None
         self._epoch_span: Any = None
@@ -89,7 +115,9 @@ class MonitorRun:
     def start(cls, config: MonitorConfig, cb_params: Any, providers: dict[str, Any]) -> MonitorRun:
         """Bring every subsystem up. A bad setting raises ConfigError (before the first step);
         anything else that fails tears down what started and is raised to the caller."""
-        run = cls(config, providers)
+        identity = detect_identity()
+        prepare_output_paths(config, identity)
+        run = cls(config, providers, identity, cb_params)
         try:
             run._start(cb_params)
         except BaseException:
@@ -98,36 +126,15 @@ class MonitorRun:
         return run
 
     def _start(self, cb_params: Any) -> None:
-        config = self.config
-        self.identity = identity = detect_identity()
-        prepare_output_paths(config, identity)
-        reports_training = config.reports_training_metrics(identity.rank)
+        config, identity = self.config, self.identity
+        reports_training = self._reports_training
         self.telemetry = telemetry = build_telemetry(config.telemetry, identity, **self._providers)
-        self._reader = OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor)
         # MindFormers' training-state readings and the 7-tuple's local norms (model_state/).
         if reports_training:
             self._state_reader = StateReader.start(config.mindformers_native, config.grad_monitor)
-        # `nonfinite_check: all_ranks`: the ranks that do not report still read their own
-        # loss and grad norm on sampled steps, only to name the first rank that goes bad.
-        self._local_reader = (
-            OutputReader([tm.LOSS, tm.GRAD_NORM], None)
-            if config.nonfinite_check == "all_ranks" and not reports_training
-            else None
-        )
         if config.nonfinite_check == "all_ranks":
             self._first_nonfinite = FirstNonFinite(telemetry.meter, telemetry.logger, identity, config.json_log_path)
-        self._epoch_steps = int(cb_params.get("batch_num") or 0)
-        alerts_config = config.alert_config
-        # A NaN/Inf loss stops the run before the next step starts: checked where it is read.
-        self._stop_on_nonfinite_loss = (
-            alerts_config.enable_alert and alerts_config.nonfinite and alerts_config.stop_on_nonfinite
-        )
-
-        first_step = int(cb_params.get("cur_step_num") or 0)
-        # One clock for the hot path; wall time derived from it only on sampled steps.
-        self.wall_clock = wall_clock = WallClock()
-        self.cadence = Cadence(config.interval, config.step_spans, first_step, wall_clock.perf0)
-        self.clock.step, self.clock.last_step_end = first_step, wall_clock.perf0
+        first_step, wall_clock = self._first_step, self.wall_clock
 
         self.devices = self._start_devices()
         # After the clock is set: the stall watchdog arms at the first step finished after it.
@@ -149,11 +156,12 @@ class MonitorRun:
             callbacks=cb_params.get("list_callback"),
         )  # fmt: skip
         # Every rank times its steps; goodput, MFU and ETA are the reporting rank's.
+        efficiency = StepEfficiency(
+            config.monitored_metrics if reports_training else [], config, cb_params, identity.device_target
+        )
         accounting = StepAccounting(
-            wall_clock=wall_clock, monitored=config.monitored_metrics,
-            efficiency=StepEfficiency(config.monitored_metrics if reports_training else [], config, cb_params,
-                                      identity.device_target),
-            batch_size=_batch_size(cb_params), tokens_per_sample=config.tokens_per_sample,
+            wall_clock=wall_clock, monitored=config.monitored_metrics, efficiency=efficiency,
+            batch_size=_batch_size(cb_params), tokens_per_sample=efficiency.tokens_per_sample,
             before=self.timeline.before,
         )  # fmt: skip
         # Every rank's heartbeat, read by the metric reader's thread from the clock.
