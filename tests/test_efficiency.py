@@ -86,3 +86,27 @@ def test_tiny_llama_mfu_and_tflops_match_a_hand_calculation(workdir):
         assert line[tm.TOKENS_PER_SECOND] == pytest.approx(tokens_per_second, rel=1e-9)
         assert line[tm.TFLOPS] == pytest.approx(flops_per_token * tokens_per_second / 1e12, rel=1e-9)
         assert line[tm.MFU] == pytest.approx(line[tm.TFLOPS] / PEAK, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_model_train_with_a_transformer_config_reports_tokens_per_second_from_its_seq_length(workdir):
+    """`tokens_per_sample` defaults to the model config's `seq_length` in one place, for
+    tokens per second as for TFLOPS, whatever the path (here plain `Model.train`)."""
+    from types import SimpleNamespace
+
+    from otel_mindformers import MonitorCallback
+    from tests.support import training
+
+    llama = SimpleNamespace(num_layers=2, hidden_size=32, num_heads=2, vocab_size=64, seq_length=16)
+    callback = MonitorCallback(
+        {
+            "interval": 5,
+            "output_type": ["json_file"],
+            "monitored_metrics": ["loss", "samples_per_second", "tokens_per_second"],
+        }
+    )
+    training.train([callback], steps=10, model_config=llama)
+    lines = [json.loads(line) for line in (workdir / "output" / "train_metric.json").read_text().splitlines()]
+    assert lines
+    for line in lines:
+        assert line[tm.TOKENS_PER_SECOND] == pytest.approx(line[tm.SAMPLES_PER_SECOND] * 16, rel=1e-9)

@@ -12,8 +12,7 @@ These places in MindFormers are patched, each restored by `Patches.undo()`:
 - `BaseTrainer.training_process`, where MindFormers builds the callback list: a run gets
   exactly one MonitorCallback — the user's instance, else the YAML's entry (given the YAML's
   `monitor_config` when it names no config), else one built from `monitor_config` when it
-  says `enable: true` (or, under the instrumentor, unless it says `enable: false`). Its
-  `tokens_per_sample` defaults to the model's `seq_length`.
+  says `enable: true` (or, under the instrumentor, unless it says `enable: false`).
 - `TrainingStateMonitor._output` and the MoE callbacks' outputs: their readings are also
   handed to the run (model_state/mindformers_hooks.py).
 - `transform_and_load_checkpoint` and `load_checkpoint` in `mindformers.trainer.base_trainer`:
@@ -155,16 +154,8 @@ def _run_monitor_config(
         return None
     if not (listed or config.enable):
         return None
-    seq_length = _seq_length(run_config)
-    if config.tokens_per_sample is None and seq_length:
-        config = dataclasses.replace(config, tokens_per_sample=seq_length)
     return config
 
-
-def _seq_length(run_config: Mapping[str, Any]) -> int | None:
-    model_config = (run_config.get("model") or {}).get("model_config") or {}
-    seq_length = model_config.get("seq_length")
-    return seq_length if isinstance(seq_length, int) and seq_length > 0 else None
 
 
 def callback_list(callbacks: Any) -> list:

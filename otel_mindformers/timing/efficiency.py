@@ -228,7 +228,10 @@ class StepEfficiency:
         self._goodput, self._eta_key = tm.GOODPUT in monitored, tm.ETA in monitored
         self._mfu, self._tflops = tm.MFU in monitored, tm.TFLOPS in monitored
         self._keys = tm
-        model = model_config(cb_params) if (self._mfu or self._tflops) else None
+        # The model config gives FLOPs per token and, on every rank, the tokens per sample that
+        # tokens per second and TFLOPS share: the one place `tokens_per_sample` defaults.
+        wants_tokens = tm.TOKENS_PER_SECOND in config.monitored_metrics and not config.tokens_per_sample
+        model = model_config(cb_params) if (self._mfu or self._tflops or wants_tokens) else None
         shape = shape_of(model) if model is not None else None
         self.flops_per_token: float | None = config.flops_per_token or (
             shape.training_flops_per_token() if shape is not None else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import mindspore as ms
 import numpy as np
@@ -91,8 +92,12 @@ class _Source:
         return self.x[index], y
 
 
-def build_model(shape: str = "scalar", lr=0.01) -> Model:
+def build_model(shape: str = "scalar", lr=0.01, model_config: Any = None) -> Model:
+    """`model_config`: set as the network's `config`, as a MindFormers model carries its
+    LlamaConfig (what MFU and tokens per sample are read from)."""
     net = _Regressor()
+    if model_config is not None:
+        net.config = model_config
     loss_net = nn.WithLossCell(net, nn.MSELoss())
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=lr, momentum=0.9)
     if shape == "scalar":
@@ -122,12 +127,13 @@ def train(
     faults: Faults | None = None,
     lr=0.01,
     sink_size: int | None = None,
+    model_config: Any = None,
 ) -> Model:
     """Run a real training of `steps` steps per epoch with the given callbacks; with
     `sink_size`, in data-sink mode (MindSpore then reports `batch_num = sink_size`)."""
     ms.set_context(mode=mode)
     ms.set_device("CPU")
-    model = build_model(shape, lr=lr)
+    model = build_model(shape, lr=lr, model_config=model_config)
     dataset = build_dataset(steps, faults)
     if sink_size is None:
         model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=False)
