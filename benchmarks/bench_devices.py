@@ -34,7 +34,7 @@ from otel_mindformers.devices import DeviceTelemetry  # noqa: E402
 from otel_mindformers.devices.cache import ReadingCache  # noqa: E402
 from otel_mindformers.devices.poller import Poller  # noqa: E402
 from otel_mindformers.devices.selection import build_sources  # noqa: E402
-from otel_mindformers.job.identity import Identity
+from otel_mindformers.job.identity import Identity  # noqa: E402
 
 FAKE_BIN = REPO / "tests" / "fixtures" / "bin"
 IDENTITY = Identity(rank=0, world_size=1, local_rank=0, device_id=1, device_target="Ascend")

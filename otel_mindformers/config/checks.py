@@ -101,7 +101,7 @@ def _url_problem(url: str, schemes: tuple[str, ...]) -> str | None:
         return "contains whitespace"
     try:
         parts = urllib.parse.urlsplit(url)
-        parts.port  # raises on a port out of range or not a number
+        _ = parts.port  # raises on a port out of range or not a number
     except ValueError as exc:
         return f"does not parse as a URL ({str(exc).split(':')[0]})"
     if parts.scheme not in schemes:

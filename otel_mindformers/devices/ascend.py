@@ -89,9 +89,9 @@ class AscendSource:
         for chip in chips:
             if chip.npu_id not in per_npu:
                 per_npu[chip.npu_id] = (
-                    queries.run(USAGES, lambda: self._blocks("usages", chip.npu_id)) or [],
-                    queries.run(COMMON, lambda: self._blocks("common", chip.npu_id)) or [],
-                    queries.run(ECC, lambda: smi.parse_ecc(self._info("ecc", chip.npu_id))) or [],
+                    queries.run(USAGES, lambda npu=chip.npu_id: self._blocks("usages", npu)) or [],
+                    queries.run(COMMON, lambda npu=chip.npu_id: self._blocks("common", npu)) or [],
+                    queries.run(ECC, lambda npu=chip.npu_id: smi.parse_ecc(self._info("ecc", npu))) or [],
                 )
             usages, common, ecc = per_npu[chip.npu_id]
             values, origin = _merge(
@@ -99,7 +99,7 @@ class AscendSource:
                 (USAGES, _block_of(usages, chip.chip_id)),
                 (COMMON, _block_of(common, chip.chip_id)),
             )
-            health = queries.run(HEALTH, lambda: smi.parse_health(self._info("health", chip.npu_id, chip.chip_id)))
+            health = queries.run(HEALTH, lambda c=chip: smi.parse_health(self._info("health", c.npu_id, c.chip_id)))
             board = self._board(chip, queries)
             process_mb = _process_memory(table.processes, chip)
             attrs = self._device_attributes(chip, board, table.driver_version)

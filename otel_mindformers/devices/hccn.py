@@ -164,10 +164,10 @@ class HccnSource:
                 semconv.ATTR_HW_NAME: f"RoCE port of NPU device {device}",
                 semconv.ATTR_HW_PARENT: f"npu-{device}",
             }
-            up = queries.run(LINK, lambda: parse_link(self._query(device, "-link")))
-            health = queries.run(NET_HEALTH, lambda: parse_net_health(self._query(device, "-net_health")))
-            stat = queries.run(STAT, lambda: parse_stat(self._query(device, "-stat"))) or {}
-            optical = queries.run(OPTICAL, lambda: parse_optical(self._query(device, "-optical")))
+            up = queries.run(LINK, lambda d=device: parse_link(self._query(d, "-link")))
+            health = queries.run(NET_HEALTH, lambda d=device: parse_net_health(self._query(d, "-net_health")))
+            stat = queries.run(STAT, lambda d=device: parse_stat(self._query(d, "-stat"))) or {}
+            optical = queries.run(OPTICAL, lambda d=device: parse_optical(self._query(d, "-optical")))
             if up is not None:
                 points.append(Point(semconv.HW_NETWORK_UP, 1.0 if up else 0.0, attrs, LINK))
             if health is not None:

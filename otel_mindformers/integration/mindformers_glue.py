@@ -157,7 +157,6 @@ def _run_monitor_config(
     return config
 
 
-
 def callback_list(callbacks: Any) -> list:
     """MindSpore's `callbacks=` argument (None, one Callback or a list) as a new list."""
     if callbacks is None:

@@ -115,7 +115,7 @@ class StateInbox:
                     latest.pop(tag, None)
         state = ModelState(expert_loads={k: [_float(x) for x in v] for k, v in loads.items()}, drop_rates=drops)
         state.families.update(_families(latest))
-        for tag, values in micro.items():
+        for values in micro.values():
             state.local_losses += [_float(v) for v in values]
         for tag, data in latest.items():
             device = _DEVICE_LOSS.match(tag)
