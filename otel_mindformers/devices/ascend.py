@@ -14,13 +14,17 @@ so its values agree with each other and with the process table.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from functools import partial
+from typing import TypeVar
 
 from otel_mindformers.devices import npu_smi as smi
 from otel_mindformers.devices.base import MIB, AttributeValue, Point, Readings
 from otel_mindformers.devices.command import Queries, run_tool
 from otel_mindformers.devices.energy import EnergyIntegrator
 from otel_mindformers.names import semconv
+
+_T = TypeVar("_T")
 
 VENDOR = "Huawei"
 
@@ -89,9 +93,9 @@ class AscendSource:
         for chip in chips:
             if chip.npu_id not in per_npu:
                 per_npu[chip.npu_id] = (
-                    queries.run(USAGES, lambda npu=chip.npu_id: self._blocks("usages", npu)) or [],
-                    queries.run(COMMON, lambda npu=chip.npu_id: self._blocks("common", npu)) or [],
-                    queries.run(ECC, lambda npu=chip.npu_id: smi.parse_ecc(self._info("ecc", npu))) or [],
+                    queries.run(USAGES, partial(self._blocks, "usages", chip.npu_id)) or [],
+                    queries.run(COMMON, partial(self._blocks, "common", chip.npu_id)) or [],
+                    queries.run(ECC, partial(self._parsed, smi.parse_ecc, "ecc", chip.npu_id)) or [],
                 )
             usages, common, ecc = per_npu[chip.npu_id]
             values, origin = _merge(
@@ -99,7 +103,7 @@ class AscendSource:
                 (USAGES, _block_of(usages, chip.chip_id)),
                 (COMMON, _block_of(common, chip.chip_id)),
             )
-            health = queries.run(HEALTH, lambda c=chip: smi.parse_health(self._info("health", c.npu_id, c.chip_id)))
+            health = queries.run(HEALTH, partial(self._parsed, smi.parse_health, "health", chip.npu_id, chip.chip_id))
             board = self._board(chip, queries)
             process_mb = _process_memory(table.processes, chip)
             attrs = self._device_attributes(chip, board, table.driver_version)
@@ -123,6 +127,9 @@ class AscendSource:
     def _info(self, kind: str, npu_id: int, chip_id: int | None = None) -> str:
         chip = () if chip_id is None else ("-c", str(chip_id))
         return self._run("info", "-t", kind, "-i", str(npu_id), *chip)
+
+    def _parsed(self, parse: Callable[[str], _T], kind: str, npu_id: int, chip_id: int | None = None) -> _T:
+        return parse(self._info(kind, npu_id, chip_id))
 
     def _blocks(self, kind: str, npu_id: int) -> list[smi.ChipBlock]:
         return smi.parse_chip_blocks(self._info(kind, npu_id))

@@ -12,12 +12,16 @@ import re
 import shutil
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 from otel_mindformers.devices.ascend import VENDOR, status_points
 from otel_mindformers.devices.base import AttributeValue, Point, Readings, SourceError
 from otel_mindformers.devices.command import Queries, run_tool
 from otel_mindformers.devices.npu_smi import key_value_blocks, number
 from otel_mindformers.names import semconv
+
+_T = TypeVar("_T")
 
 # Where the driver installs it; it is rarely on PATH.
 DRIVER_HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
@@ -164,10 +168,10 @@ class HccnSource:
                 semconv.ATTR_HW_NAME: f"RoCE port of NPU device {device}",
                 semconv.ATTR_HW_PARENT: f"npu-{device}",
             }
-            up = queries.run(LINK, lambda d=device: parse_link(self._query(d, "-link")))
-            health = queries.run(NET_HEALTH, lambda d=device: parse_net_health(self._query(d, "-net_health")))
-            stat = queries.run(STAT, lambda d=device: parse_stat(self._query(d, "-stat"))) or {}
-            optical = queries.run(OPTICAL, lambda d=device: parse_optical(self._query(d, "-optical")))
+            up = queries.run(LINK, partial(self._parsed, parse_link, device, "-link"))
+            health = queries.run(NET_HEALTH, partial(self._parsed, parse_net_health, device, "-net_health"))
+            stat = queries.run(STAT, partial(self._parsed, parse_stat, device, "-stat")) or {}
+            optical = queries.run(OPTICAL, partial(self._parsed, parse_optical, device, "-optical"))
             if up is not None:
                 points.append(Point(semconv.HW_NETWORK_UP, 1.0 if up else 0.0, attrs, LINK))
             if health is not None:
@@ -184,6 +188,9 @@ class HccnSource:
 
     def close(self) -> None:
         """Nothing is held between polls."""
+
+    def _parsed(self, parse: Callable[[str], _T], device: int, flag: str) -> _T:
+        return parse(self._query(device, flag))
 
     def _query(self, device: int, query: str) -> str:
         return run_tool([self._hccn_tool, "-i", str(device), query, "-g"], self._timeout)

@@ -49,6 +49,7 @@ def register(meter: Meter, cache: ReadingCache) -> Counter:
             observed = _observed[meter] = _Observed()
             _create(meter, observed)
         observed.cache = cache
+        assert observed.failures is not None  # _create made it
         return observed.failures
 
 

@@ -283,8 +283,8 @@ def _row_fields(cells: list[str], header: list[list[str]]) -> dict[str, object]:
             elif target in _TEXT_FIELDS:
                 fields[target] = token
             elif target in _INT_FIELDS:
-                if (value := _integer(token)) is not None:
-                    fields[target] = value
+                if (integer := _integer(token)) is not None:
+                    fields[target] = integer
             elif target is not None and (value := number(token)) is not None:
                 fields[target] = value
     return fields
@@ -294,23 +294,31 @@ def _chip(fields: dict[str, object]) -> NpuChip | None:
     if "npu" not in fields:
         return None
     values = {k: v for k, v in fields.items() if isinstance(v, float)}
+    npu, chip, device = fields["npu"], fields.get("chip", 0), fields.get("device")
+    if not isinstance(npu, int) or not isinstance(chip, int):
+        return None
     return NpuChip(
-        npu_id=fields["npu"],
-        chip_id=fields.get("chip", 0),
-        device_id=fields.get("device"),
-        model=fields.get("model"),
-        health=fields.get("health"),
-        bus_id=fields.get("bus_id"),
+        npu_id=npu,
+        chip_id=chip,
+        device_id=device if isinstance(device, int) else None,
+        model=_text(fields.get("model")),
+        health=_text(fields.get("health")),
+        bus_id=_text(fields.get("bus_id")),
         values=values,
     )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _process(cells: list[str]) -> NpuProcess | None:
     if len(cells) < 4:
         return None
-    ids = [_integer(token) for token in cells[0].split()]
+    parsed = [_integer(token) for token in cells[0].split()]
+    ids = [i for i in parsed if i is not None]
     pid, memory = _integer(cells[1]), number(cells[3])
-    if not ids or None in ids or pid is None or memory is None:
+    if not ids or len(ids) < len(parsed) or pid is None or memory is None:
         return None
     return NpuProcess(ids[0], ids[1] if len(ids) > 1 else 0, pid, cells[2], memory)
 
@@ -345,7 +353,7 @@ def parse_table(text: str) -> NpuTable:
         elif in_processes:
             if (process := _process(cells)) is not None:
                 processes.append(process)
-        elif first_header is None or second_header is None:
+        elif first_header is None or second_header is None or bus_column is None:
             continue
         elif len(cells) == len(second_header) and ":" in cells[bus_column]:
             if pending is not None and (chip := _chip({**pending, **_row_fields(cells, second_header)})):

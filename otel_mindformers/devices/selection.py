@@ -29,9 +29,9 @@ def build_sources(config: DeviceConfig, identity: Identity | None) -> list[Sourc
     target = identity.device_target if identity is not None else None
     if identity is not None:
         rank_attrs: dict | None = identity.point_attributes()
-        device_attrs = {**rank_attrs, semconv.ATTR_DEVICE_ID: identity.device_id}
+        device_attrs = {**identity.point_attributes(), semconv.ATTR_DEVICE_ID: identity.device_id}
         # The rank is on node series too: every point names the rank that reported it.
-        node_attrs = {**rank_attrs, **identity.node_attributes()} if identity.local_rank == 0 else None
+        node_attrs = {**identity.point_attributes(), **identity.node_attributes()} if identity.local_rank == 0 else None
     else:  # the node's devices and host; this process's own series mean nothing there
         rank_attrs, device_attrs, node_attrs = None, {}, {}
 

@@ -130,7 +130,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
         if os.environ.get("MS_ROLE") == "MS_SCHED":
             return
         if kwargs.get("config") is not None:
-            config = load_monitor_config(kwargs["config"])
+            config: MonitorConfig | None = load_monitor_config(kwargs["config"])
         else:
             try:
                 config = _config_from_environment()

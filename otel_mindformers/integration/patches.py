@@ -13,10 +13,10 @@ class Patches:
     """What one patching changed, so that `undo()` restores exactly that."""
 
     def __init__(self) -> None:
-        self._attributes: list[tuple[type, str, Any]] = []
+        self._attributes: list[tuple[Any, str, Any]] = []
         self._registered: list[str] = []
 
-    def wrap(self, owner: type, name: str, wrapper: Callable) -> None:
+    def wrap(self, owner: Any, name: str, wrapper: Callable) -> None:
         # The class attribute itself is kept: `apply` is a classmethod, and restoring what the
         # class returns on lookup (a method bound to the base class) would break subclasses.
         self._attributes.append((owner, name, owner.__dict__[name]))

@@ -31,7 +31,7 @@ def state_output(wrapped: Callable, instance: Any, args: tuple, kwargs: dict) ->
         try:
             tag = kwargs.get("tag", args[0] if args else None)
             data = kwargs.get("data", args[1] if len(args) > 1 else None)
-            INBOX.put(tag, data, _step_of(args, kwargs))
+            INBOX.put(str(tag), data, _step_of(args, kwargs))
         except Exception as exc:  # telemetry never fails MindFormers' monitor
             _logger.debug("otel_mindformers: state reading not routed: %s", exc)
     return wrapped(*args, **kwargs)
@@ -97,8 +97,8 @@ def drop_rate_step(wrapped: Callable, instance: Any, args: tuple, kwargs: dict) 
     """`on_train_step_end`: remember the step for the drop-rate lines it logs."""
     run_context = args[0] if args else kwargs.get("run_context")
     try:
-        instance._otel_step = int(run_context.original_args().cur_step_num)
-    except Exception:
+        instance._otel_step = int(run_context.original_args().cur_step_num)  # type: ignore[union-attr]
+    except Exception:  # no run context (a direct call): the step is unknown
         instance._otel_step = 0
     return wrapped(*args, **kwargs)
 

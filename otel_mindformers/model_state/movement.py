@@ -40,7 +40,7 @@ class GradNormMovement:
         self._moved = {}
         state = record.model_state
         part = state.summary().get(GRAD_NORM) if state else None
-        if not part:
+        if state is None or not part:
             return
         layers = {k: v for k, v in part.get("layer", {}).items() if v is not None}
         raw = state.families.get(GRAD_NORM)

@@ -126,7 +126,7 @@ TABLE: tuple[TrainingMetric, ...] = (
             "mindformers.train.overflow", Kind.GAUGE, "",
             "1 when the sampled step overflowed (its update was skipped), else 0.",
         ),
-        "overflow", lambda value: {True: "YES", False: "no"}.get(value, str(value)), output_position=1,
+        "overflow", lambda value: "YES" if value is True else "no" if value is False else str(value), output_position=1,
         counted_when_true=OVERFLOW_STEPS,
     ),
     TrainingMetric(

@@ -14,7 +14,7 @@ import requests
 
 
 class CertificateSession(requests.Session):
-    def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> dict:
+    def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
         settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
         if verify is None and isinstance(self.verify, str):
             settings["verify"] = self.verify

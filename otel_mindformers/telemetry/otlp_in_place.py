@@ -97,7 +97,8 @@ def _fill(
 
 
 def _put_span(out: PB2Span, span: ReadableSpan) -> None:
-    context = span.get_span_context()
+    context = span.context  # a finished span always has one
+    assert context is not None
     out.trace_id = context.trace_id.to_bytes(16, "big")
     out.span_id = context.span_id.to_bytes(8, "big")
     if context.trace_state is not None:
@@ -106,8 +107,8 @@ def _put_span(out: PB2Span, span: ReadableSpan) -> None:
         out.parent_span_id = span.parent.span_id.to_bytes(8, "big")
     out.name = span.name
     out.kind = _KINDS[span.kind]
-    out.start_time_unix_nano = span.start_time
-    out.end_time_unix_nano = span.end_time
+    out.start_time_unix_nano = span.start_time or 0
+    out.end_time_unix_nano = span.end_time or 0
     _put_attributes(out.attributes, span.attributes)
     for event in span.events:
         encoded = out.events.add()
@@ -124,7 +125,7 @@ def _put_span(out: PB2Span, span: ReadableSpan) -> None:
         encoded.flags = _flags(link.context)
     if span.status is not None:
         out.status.SetInParent()
-        out.status.code = span.status.status_code.value
+        out.status.code = span.status.status_code.value  # type: ignore[assignment]  # the enum's number, as protobuf takes it
         if span.status.description:
             out.status.message = span.status.description
     out.dropped_attributes_count = span.dropped_attributes
@@ -134,7 +135,7 @@ def _put_span(out: PB2Span, span: ReadableSpan) -> None:
 
 
 def _flags(context: SpanContext | None) -> int:
-    flags = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    flags = int(SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK)
     if context is not None and context.is_remote:
         flags |= SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
     return flags
