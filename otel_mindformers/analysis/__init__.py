@@ -1,1 +1,2 @@
-"""Offline analysis of JSON-lines training logs: read, plot, report, replay."""
+"""Offline readers: `otel-mindformers report / plot / replay / hang-report` over JSON-lines logs
+and diagnosis files. No runtime module imports this package."""
