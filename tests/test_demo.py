@@ -1,4 +1,5 @@
-"""The README's first command, run as written: the article's example trains with monitoring on."""
+"""The README's first command, run as written: the article's example trains with monitoring on;
+and docs/telemetry.md holds the name tables generated from the code."""
 
 import json
 import os
@@ -37,35 +38,38 @@ def test_demo_command_trains_and_writes_every_local_output():
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    ours = [l for l in result.stdout.splitlines() if l.startswith("[otel_mindformers]")]
-    assert [int(re.search(r"step (\d+)", l).group(1)) for l in ours] == [1, 10, 20, 30, 40, 50, 60]
+    ours = [line for line in result.stdout.splitlines() if line.startswith("[otel_mindformers]")]
+    assert [int(re.search(r"step (\d+)", line).group(1)) for line in ours] == [1, 10, 20, 30, 40, 50, 60]
     assert f"JSON lines : {metric_file}" in result.stdout
 
-    lines = [json.loads(l) for l in metric_file.read_text().splitlines()]
-    builtin = [l for l in lines if "rank" in l]
-    custom = [l for l in lines if "lr" in l]  # the article's custom monitor, every step
-    assert [l["step"] for l in builtin] == [1, 10, 20, 30, 40, 50, 60]
+    records = [json.loads(line) for line in metric_file.read_text().splitlines()]
+    builtin = [record for record in records if "rank" in record]
+    custom = [record for record in records if "lr" in record]  # the article's custom monitor, every step
+    assert [record["step"] for record in builtin] == [1, 10, 20, 30, 40, 50, 60]
     assert len(custom) == 60
     assert builtin[-1]["loss"] < builtin[0]["loss"] / 10, "the tiny LM learns its sequences"
     assert set(builtin[0]) >= {"loss", "learning_rate", "grad_norm", "train_per_step_time", "overflow"}
     assert any((output / "tensorboard_log" / "rank_0").glob("events.out.tfevents.*"))
 
 
-def test_readme_names_every_metric_and_span_the_package_emits():
+TELEMETRY_PAGE = REPO / "docs" / "telemetry.md"
+
+
+def test_telemetry_page_names_every_metric_and_span_the_package_emits():
     from otel_mindformers.names import semconv
 
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = TELEMETRY_PAGE.read_text(encoding="utf-8")
     names = [m.name for m in semconv.all_metrics()] + [semconv.SPAN_RUN, semconv.SPAN_EPOCH, semconv.SPAN_STEP]
     missing = [name for name in names if f"`{name}`" not in text]
-    assert not missing, f"README's name table lacks {missing}"
+    assert not missing, f"docs/telemetry.md's name tables lack {missing}"
 
 
-def test_readme_metric_tables_are_the_generated_ones():
-    """The README's two tables are `training_metrics.markdown_table()` and
-    `semconv.markdown_table()`: a metric added without regenerating the README fails here."""
+def test_telemetry_page_metric_tables_are_the_generated_ones():
+    """docs/telemetry.md's two metric tables are `training_metrics.markdown_table()` and
+    `semconv.markdown_table()`: a metric added without regenerating the page fails here."""
     from otel_mindformers.names import semconv
     from otel_mindformers.names import training as training_metrics
 
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = TELEMETRY_PAGE.read_text(encoding="utf-8")
     assert training_metrics.markdown_table() in text
     assert semconv.markdown_table() in text

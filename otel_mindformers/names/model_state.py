@@ -1,6 +1,6 @@
 """The model-state series: one row per family of per-parameter readings, and the MoE and
 local-loss instruments. Everything that names a model-state series derives from here:
-the instruments, the JSON-line keys, TensorBoard tags, the README table and the rules.
+the instruments, the JSON-line keys, TensorBoard tags, docs/telemetry.md's table and the rules.
 
 Cardinality: a family exports one series per layer, one per kind (six at most), one
 max-over-parameters series (the parameter's name is an attribute *value*), and per-parameter
@@ -129,7 +129,7 @@ def series_per_rank(layers: int, selected_parameters: int, moe_layers: int = 0, 
 
 
 def markdown_table() -> str:
-    """README table: each model-state series, the key that lights it up, its attributes."""
+    """docs/telemetry.md's table: each model-state series, the key that lights it up, its attributes."""
     lines = ["| OTel instrument | kind | attributes | lit up by | meaning |", "|---|---|---|---|---|"]
     attributes = {
         "layer": ATTR_LAYER,

@@ -3,7 +3,7 @@
 Span names, resource / point / span attribute keys (the job's layout and software versions
 among them), and the alert and device metrics live here; the training metrics live in
 `names.training.TABLE`, the phase names in `names.phases`. `all_metrics()` is the union
-the README's name table and the collector rules' consistency test read.
+docs/telemetry.md's name tables and the collector rules' consistency test read.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def all_metrics() -> tuple[MetricSpec, ...]:
 
 
 def markdown_table() -> str:
-    """The README's table of the metrics beside the training table (diagnosis, alert,
+    """docs/telemetry.md's table of the metrics beside the training table (diagnosis, alert,
     device, host and self metrics), generated from the specs above."""
     lines = ["| metric | kind | unit | meaning |", "|---|---|---|---|"]
     for spec in (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS:

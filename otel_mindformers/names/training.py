@@ -4,8 +4,8 @@ A row says everything the package does with one metric of a sampled step: its ke
 `monitored_metrics` entry, the JSON-line key and the TensorBoard tag), the OTel instrument
 that carries it, its step-span attribute, how the stdout line prints it, and where its value
 comes from (a position in the step's outputs, the optimizer, or the host clock). The
-instruments, span attributes, stdout line, JSON keys, replay and the README's name table
-are all derived from these rows; adding a metric is one row plus its extraction.
+instruments, span attributes, stdout line, JSON keys, replay and docs/telemetry.md's name
+table are all derived from these rows; adding a metric is one row plus its extraction.
 
 Dimensionless scalars (loss, learning rate, grad norm, loss scale) carry an empty unit on
 purpose: with unit ``1`` the Collector's Prometheus translator appends ``_ratio`` and the
@@ -242,7 +242,7 @@ def instrument_name(key: str) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of training metrics, generated from the rows."""
+    """docs/telemetry.md's table of training metrics, generated from the rows."""
     lines = [
         "| key (`monitored_metrics`, JSON, TensorBoard) | OTel instrument | kind | unit | step-span attribute | meaning |",
         "|---|---|---|---|---|---|",

@@ -1,15 +1,8 @@
 """`MonitorCallback`: the MindSpore Callback that turns training steps into telemetry.
 
-Cost model:
-- every step: `on_train_step_begin` reads the clock and adds the gap since the previous
-  step's end to the data wait; `on_train_step_end` reads the clock, stores the step number,
-  checks one pending-stop attribute, compares the step with the next sampled one, and
-  returns — no device readback, no allocation, no I/O;
-- sampled steps (every `interval`-th step, the first, and the last — taken at train end):
-  one readback of the step's outputs, a StepRecord with the window's clock readings, and
-  one put on the pipeline's bounded queue. Completing the record (step time, phases,
-  goodput, MFU), the step span, the instruments, the alert rules and the outputs run on
-  the pipeline's worker thread (pipeline.py).
+Every step only reads clocks; a sampled step adds one readback of its outputs (on
+`report_ranks`) and one put on the pipeline's bounded queue, whose worker thread
+(pipeline.py) does the rest. The cost model and its measurements: docs/performance.md.
 
 The callback holds the configuration and the custom monitors, which outlive a run; what a
 run owns lives in a `MonitorRun` (run.py) that exists only while the run does.
