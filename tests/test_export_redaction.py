@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from otel_mindformers.telemetry.export_errors import ExportErrorReporter, printable_endpoint
+from otel_mindformers.config.redaction import printable_endpoint
+from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from tests.support.instrumented import free_port
 from tests.support.reliability_worker import run
 

@@ -170,7 +170,7 @@ def _replay(args: argparse.Namespace) -> int:
     _default_protobuf()
     from otel_mindformers.analysis import replay
     from otel_mindformers.config import OtlpConfig
-    from otel_mindformers.telemetry.export_errors import printable_endpoint
+    from otel_mindformers.config.redaction import printable_endpoint
 
     series = _read(args)
     problems = replay_problems(series)

@@ -40,27 +40,65 @@ def _token_like(segment: str) -> bool:
     return len(segment) >= 16 or (len(segment) >= 6 and any(c.isdigit() for c in segment))
 
 
+def _split(url: str) -> urllib.parse.SplitResult:
+    """`url` parsed, also in the gRPC form without a scheme (`user:token@host:4317`)."""
+    text = url.strip()
+    return urllib.parse.urlsplit(text if "://" in text else f"//{text}")
+
+
+def _query_values(split: urllib.parse.SplitResult) -> set[str]:
+    return {
+        value
+        for _name, value in urllib.parse.parse_qsl(split.query, keep_blank_values=True)
+        if len(value) >= _MIN_TOKEN_VALUE
+    }
+
+
 def secret_parts(url: str, secret: str | None) -> list[str]:
-    """The substrings of `url` (and the signing `secret`) that must never be printed."""
+    """The substrings of a notifier's `url` (and its signing `secret`) that must never be
+    printed: the URL is a credential as a whole, and so is each token in it."""
     parts: set[str] = {url.strip()}
     if secret:
         parts.add(secret.strip())
-    split = urllib.parse.urlsplit(url.strip())
+    split = _split(url)
     if split.password:
         parts.add(split.password)
     if split.username:
         parts.add(split.username)
-    for _name, value in urllib.parse.parse_qsl(split.query, keep_blank_values=True):
-        if len(value) >= _MIN_TOKEN_VALUE:
-            parts.add(value)
+    parts |= _query_values(split)
     parts.update(segment for segment in split.path.split("/") if _token_like(segment))
-    printed = {form for part in parts for form in (part, urllib.parse.quote(part, safe=""), repr(part)[1:-1])}
-    return sorted((p for p in printed if p), key=len, reverse=True)
+    return sorted((p for p in parts if p), key=len, reverse=True)
+
+
+def endpoint_secrets(endpoint: str) -> set[str]:
+    """The parts of an OTLP `endpoint` that are credentials: its user info and query, and on
+    their own the password and the query values (shorter ones are masked only as part of the
+    whole: masking every "ab" in a message would garble it)."""
+    try:
+        split = _split(endpoint)
+        password = split.password
+    except ValueError:
+        return {endpoint}
+    found = {split.netloc.rpartition("@")[0], split.query} | _query_values(split)
+    if password and len(password) >= _MIN_TOKEN_VALUE:
+        found.add(password)
+    return {part for part in found if part}
+
+
+def printable_endpoint(endpoint: str) -> str:
+    """`endpoint` without credentials, also in the gRPC form without a scheme (`user:token@host:4317`)."""
+    if "://" in endpoint:
+        return redact_url(endpoint)
+    return redact_url(f"//{endpoint}")[2:] if "@" in endpoint or "?" in endpoint else endpoint
 
 
 class Redactor:
+    """Masks each secret part in every form a message may quote it in (as is, URL-quoted,
+    repr-escaped), longest first."""
+
     def __init__(self, parts: Iterable[str]) -> None:
-        self._parts = sorted(set(parts), key=len, reverse=True)
+        forms = {form for part in parts for form in (part, urllib.parse.quote(part, safe=""), repr(part)[1:-1])}
+        self._parts = sorted((form for form in forms if form), key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
         for part in self._parts:

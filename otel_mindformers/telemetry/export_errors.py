@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import urllib.parse
 from collections.abc import Iterable, Iterator
 
-from otel_mindformers.config.redaction import redact_url
+from otel_mindformers.config.redaction import Redactor, endpoint_secrets, printable_endpoint
 
 _logger = logging.getLogger("otel_mindformers.telemetry")
 
@@ -42,36 +41,6 @@ def _export_loggers() -> Iterator[logging.Logger]:
             yield logging.getLogger(name)
 
 
-def printable_endpoint(endpoint: str) -> str:
-    """`endpoint` without credentials, also in the gRPC form without a scheme (`user:token@host:4317`)."""
-    if "://" in endpoint:
-        return redact_url(endpoint)
-    return redact_url(f"//{endpoint}")[2:] if "@" in endpoint or "?" in endpoint else endpoint
-
-
-# Shorter query values and passwords are masked only as part of the whole user info or query:
-# masking every "ab" in a message would garble it.
-_MIN_SECRET = 4
-
-
-def _credentials(endpoint: str) -> set[str]:
-    """The parts of `endpoint` that are credentials: its user info and query, and on their
-    own the password and the query values."""
-    try:
-        parts = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
-    except ValueError:
-        return {endpoint}
-    found = {parts.netloc.rpartition("@")[0], parts.query}
-    found.update(
-        value
-        for _name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        if len(value) >= _MIN_SECRET
-    )
-    if parts.password and len(parts.password) >= _MIN_SECRET:
-        found.add(parts.password)
-    return {part for part in found if part}
-
-
 class ExportErrorReporter(logging.Filter):
     """Collapses export warnings and errors into a single warning; lower levels pass."""
 
@@ -79,10 +48,8 @@ class ExportErrorReporter(logging.Filter):
         """`destination`: the endpoint (or words for it); `secrets`: header values to mask."""
         super().__init__("otel_mindformers.export_errors")
         self.destination = printable_endpoint(destination)
-        hidden = _credentials(destination) | {secret.strip() for secret in secrets if secret.strip()}
-        # Every form a message may quote a secret in, longest first.
-        self._hidden = sorted(
-            {form for part in hidden for form in (part, urllib.parse.quote(part, safe=""))}, key=len, reverse=True
+        self._redact = Redactor(
+            endpoint_secrets(destination) | {secret.strip() for secret in secrets if secret.strip()}
         )
         self.announce = announce
         self.first_failure: str | None = None  # the first failure's message: export is failing
@@ -101,8 +68,7 @@ class ExportErrorReporter(logging.Filter):
 
     def report(self, failure: str) -> None:
         """Record a failure; the first one is announced (one warning), the rest are dropped."""
-        for secret in self._hidden:
-            failure = failure.replace(secret, "***")
+        failure = self._redact(failure)
         with self._lock:
             first = self.first_failure is None
             if first:
