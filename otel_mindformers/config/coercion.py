@@ -47,7 +47,7 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
                 f"got {value!r}"
             )
         )
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             value = dataclasses.asdict(value)
         return parse_section(tp, value, key)
@@ -145,7 +145,7 @@ def parse_section(cls: type, raw: Any, path: str):
         raise ConfigError(f"{path}: expected a mapping of keys, got a {type(raw).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     alias_of = {a: f.name for f in fields.values() for a in f.metadata.get("aliases", ())}
-    internal = getattr(cls, "INTERNAL_FIELDS", frozenset())
+    internal: frozenset[str] = getattr(cls, "INTERNAL_FIELDS", frozenset())
     known = [name for name in fields if name not in internal] + list(alias_of)
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}

@@ -65,7 +65,7 @@ class _Section:
 
     def __repr__(self) -> str:
         shown = []
-        for field in dataclasses.fields(self):
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]  # every section is a dataclass
             if field.metadata.get("secret"):
                 continue
             value = getattr(self, field.name)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,13 +169,15 @@ def with_one_monitor(bound: inspect.BoundArguments, zero_code: ZeroCode | None) 
     from otel_mindformers.runtime.callback import MonitorCallback
 
     run_config = bound.arguments.get("config")
-    if not isinstance(run_config, Mapping):
+    if not isinstance(run_config, MutableMapping):
         return
     record_mindformers_run(run_config)  # the job's parallel layout, for the run's resource
     providers = zero_code.callback_kwargs() if zero_code is not None else {}
     callbacks = callback_list(bound.arguments.get("callbacks"))
     entries = [
-        e for e in run_config.get("callbacks") or [] if isinstance(e, Mapping) and e.get("type") in CALLBACK_NAMES
+        e
+        for e in run_config.get("callbacks") or []
+        if isinstance(e, MutableMapping) and e.get("type") in CALLBACK_NAMES
     ]
     mine = any(isinstance(cb, MonitorCallback) for cb in callbacks)
     if entries and (mine or len(entries) > 1):

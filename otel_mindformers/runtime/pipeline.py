@@ -183,7 +183,7 @@ class SampledStepPipeline(BoundedWorker[object]):
                 self.max_queue,
             )
 
-    def close(self, timeout: float = 5.0) -> list[StepRecord]:
+    def close(self, timeout: float = 5.0) -> list[StepRecord]:  # type: ignore[override]  # the records, not the queue items
         """Drain what is queued and close every output, within `timeout` seconds; return
         the records not written."""
         left = [item.record for item in super().close(timeout) if type(item) is _Step]

@@ -3,7 +3,7 @@ one function that applies measurements to them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from opentelemetry import metrics
@@ -15,7 +15,7 @@ from otel_mindformers.names.spec import Kind, MetricSpec
 
 def create_instrument(meter: metrics.Meter, spec: MetricSpec, **kwargs: Any) -> Any:
     """One instrument from its spec; observable kinds take `callbacks=` in kwargs."""
-    factory = {
+    factory: Callable[..., Any] = {
         Kind.COUNTER: meter.create_counter,
         Kind.GAUGE: meter.create_gauge,
         Kind.HISTOGRAM: meter.create_histogram,

@@ -109,7 +109,7 @@ class StepAccounting:
             samples = self._batch_size * steps / elapsed
             if self._wants_samples:
                 values[tm.SAMPLES_PER_SECOND] = samples
-            if self._wants_tokens:
+            if self._wants_tokens and self._tokens_per_sample:
                 values[tm.TOKENS_PER_SECOND] = samples * self._tokens_per_sample
         record.phases = self._phases(window)
         end_wall = self._wall(window.end)

@@ -14,6 +14,7 @@ changes:
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import time
@@ -82,7 +83,7 @@ def instrument_callbacks(callbacks: Any, recorder: PhaseRecorder) -> Callable[[]
 
     for callback in callbacks or ():
         if isinstance(callback, ModelCheckpoint):
-            wrap(callback, "_save_ckpt", lambda original, cb=callback: _timed_save(cb, original, recorder))
+            wrap(callback, "_save_ckpt", functools.partial(_timed_save, callback, recorder=recorder))
             wrap(
                 callback,
                 "_save_megatron_ckpt_file_format",

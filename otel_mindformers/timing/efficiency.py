@@ -27,7 +27,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 _logger = logging.getLogger(__name__)
 
@@ -124,6 +124,10 @@ def _llama_ffn(config: Any, hidden: int) -> int:
     return multiple_of * ((dim + multiple_of - 1) // multiple_of)
 
 
+def _positive_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and value > 0
+
+
 def shape_of(config: Any) -> TransformerShape | None:
     """A MindFormers model config (LlamaConfig and the configs that share its keys) as a
     TransformerShape; None when it is not a transformer config."""
@@ -134,7 +138,9 @@ def shape_of(config: Any) -> TransformerShape | None:
         get("num_heads", "num_attention_heads"),
     )
     vocab, seq = get("vocab_size"), get("seq_length", "max_position_embeddings")
-    if not all(isinstance(v, int) and v > 0 for v in (layers, hidden, heads, vocab, seq)):
+    if not (_positive_int(layers) and _positive_int(hidden) and _positive_int(heads)):
+        return None
+    if not (_positive_int(vocab) and _positive_int(seq)):
         return None
     kv_heads = get("n_kv_heads", "num_key_value_heads") or heads
     moe = getattr(config, "moe_config", None)
