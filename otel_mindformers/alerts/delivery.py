@@ -95,7 +95,7 @@ class NotificationDelivery(BoundedWorker[Alert]):
             self.max_queue,
         )
 
-    def close(self, timeout: float) -> None:
+    def close(self, timeout: float) -> None:  # type: ignore[override]  # counts what is left instead
         """Deliver what is queued within `timeout` seconds; count the rest as dropped."""
         left = super().close(timeout)
         for _alert in left:
@@ -114,7 +114,7 @@ class NotificationDelivery(BoundedWorker[Alert]):
             self._deliver(notifier, alert)
 
     def _deliver(self, notifier: Notifier, alert: Alert) -> None:
-        error: Exception | None = None
+        error: BaseException | None = None
         for attempt in range(self._retries + 1):
             if attempt:
                 delay = self._backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)

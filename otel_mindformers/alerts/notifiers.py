@@ -62,6 +62,9 @@ class _Base:
     def check_reply(self, body: bytes) -> None:
         return None
 
+    def request(self, alert: Alert) -> tuple[str, dict[str, Any]]:
+        raise NotImplementedError  # each platform builds its own
+
 
 class WebhookNotifier(_Base):
     """A generic JSON webhook: the alert's fields as one JSON object."""
@@ -162,4 +165,8 @@ NOTIFIER_CLASSES: dict[str, type[_Base]] = {
 
 def build_notifiers(configs: list[NotifierConfig]) -> list[Notifier]:
     """Notifiers for validated configs (config.py checked type, URL and secret)."""
-    return [NOTIFIER_CLASSES[c.type](f"#{index} ({c.type})", c.url, c.secret) for index, c in enumerate(configs)]
+    notifiers: list[Notifier] = []
+    for index, c in enumerate(configs):
+        assert c.type is not None and c.url is not None  # checks.py requires both
+        notifiers.append(NOTIFIER_CLASSES[c.type](f"#{index} ({c.type})", c.url, c.secret))
+    return notifiers

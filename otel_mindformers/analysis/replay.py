@@ -140,13 +140,13 @@ def build_spans(
     run_context = _span_context(run_id, series.label, "run")
     # An alert belongs to the first record at or after its step (a stall fires between
     # samples); alerts after the last record, or without a step, go on the run span.
-    pending = sorted((a for a in series.alerts if a.step is not None), key=lambda a: a.step)
+    pending = sorted((a for a in series.alerts if a.step is not None), key=lambda a: a.step or 0)
     steps: list[ReadableSpan] = []
     seen: dict[int, int] = {}
     for record in records:
         occurrence = seen[record.step] = seen.get(record.step, -1) + 1
         alerts = []
-        while pending and pending[0].step <= record.step:
+        while pending and (pending[0].step or 0) <= record.step:
             alerts.append(pending.pop(0))
         fields = recording.step_span(record)
         steps.append(
@@ -192,7 +192,7 @@ def _alert_event(alert: AlertMark, fallback_time: float) -> Event:
 
 def _status(status: Status, alerts: list[AlertMark]) -> Status:
     """The live status (non-finite values), plus the alerts the log recorded for the step."""
-    problems = [status.description] if status.status_code is StatusCode.ERROR else []
+    problems = [status.description or ""] if status.status_code is StatusCode.ERROR else []
     problems += [alert.describe() for alert in alerts]
     return Status(StatusCode.ERROR, "; ".join(problems)) if problems else status
 

@@ -15,15 +15,15 @@ from otel_mindformers.names.spec import Kind, MetricSpec
 
 def create_instrument(meter: metrics.Meter, spec: MetricSpec, **kwargs: Any) -> Any:
     """One instrument from its spec; observable kinds take `callbacks=` in kwargs."""
-    factory: Callable[..., Any] = {
+    factories: dict[Kind, Callable[..., Any]] = {
         Kind.COUNTER: meter.create_counter,
         Kind.GAUGE: meter.create_gauge,
         Kind.HISTOGRAM: meter.create_histogram,
         Kind.OBSERVABLE_GAUGE: meter.create_observable_gauge,
         Kind.OBSERVABLE_COUNTER: meter.create_observable_counter,
         Kind.OBSERVABLE_UP_DOWN_COUNTER: meter.create_observable_up_down_counter,
-    }[spec.kind]
-    return factory(spec.name, unit=spec.unit, description=spec.description, **kwargs)
+    }
+    return factories[spec.kind](spec.name, unit=spec.unit, description=spec.description, **kwargs)
 
 
 class TrainingInstruments:
