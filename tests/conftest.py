@@ -14,6 +14,8 @@ import pytest  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.support.paths import FAKE_BIN  # noqa: E402
+
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
@@ -33,8 +35,7 @@ def otlp_receiver():
 @pytest.fixture
 def fake_npu_smi(monkeypatch, tmp_path):
     """Puts the fake npu-smi (tests/fixtures/bin) first on PATH; returns the file listing its calls."""
-    fake_bin = Path(__file__).resolve().parent / "fixtures" / "bin"
-    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
     log = tmp_path / "npu-smi.calls"
     monkeypatch.setenv("FAKE_NPU_SMI_LOG", str(log))
     return log

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -15,9 +13,8 @@ import pytest
 from otel_mindformers.analysis import logs
 from otel_mindformers.analysis.logs import discover, read_logs
 from otel_mindformers.analysis.report import build_report, report_logs
-
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures" / "logs"
+from tests.support.cli import cli as _cli
+from tests.support.paths import LOG_FIXTURES as FIXTURES
 
 
 def _line(step: int, rank: int = 0, **extra) -> str:
@@ -34,17 +31,6 @@ def _line(step: int, rank: int = 0, **extra) -> str:
             }
         )
         + "\n"
-    )
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
 
 

@@ -23,9 +23,9 @@ import yaml
 
 from tests.support import prometheus as prom
 from tests.support import trainer_process
+from tests.support.paths import COLLECTOR_CONFIG as CONFIG_DIR
 from tests.support.webhook_receiver import Received, WebhookReceiver
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
 RANK, WORLD = 2, 4
 JOB = "e2e-llama"
 SCRAPE_INTERVAL = "1s"

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from otel_mindformers.names import semconv
+from tests.support.paths import COLLECTOR_CONFIG as CONFIG_DIR
+from tests.support.paths import RULE_FILES
 from tests.support.prometheus import AMTOOL, PROMTOOL, run_tool
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
-RULE_FILES = sorted((CONFIG_DIR / "rules").glob("*.yaml"))
 RULE_TESTS = sorted((CONFIG_DIR / "rules" / "tests").glob("*.test.yaml"))
 DASHBOARD = CONFIG_DIR / "grafana" / "dashboards" / "otel-mindformers.json"
 SEVERITIES = {"critical", "warning"}

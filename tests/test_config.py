@@ -4,7 +4,6 @@ import dataclasses
 import os
 import re
 import stat
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -19,10 +18,9 @@ from otel_mindformers.config import OTLP_PROTOCOLS
 from otel_mindformers.integration.instrumentor import _config_from_environment
 from otel_mindformers.outputs.paths import check_output_paths, prepare_output_paths
 from otel_mindformers.runtime.custom_monitors import load_monitor_class
-
-REPO = Path(__file__).resolve().parent.parent
-ARTICLE_YAML = REPO / "examples" / "train_config.yaml"
-MINDFORMERS_YAML = REPO / "examples" / "mindformers_tiny_llama.yaml"
+from tests.support.cli import cli as _cli
+from tests.support.paths import MINDFORMERS_YAML
+from tests.support.paths import TRAIN_CONFIG_YAML as ARTICLE_YAML
 
 
 def test_article_yaml_loads_every_key_as_written():
@@ -272,12 +270,6 @@ def test_missing_file_names_the_path(tmp_path):
 def test_defaults_are_usable_without_a_file(workdir):
     cfg = load_monitor_config(None)
     assert isinstance(cfg, MonitorConfig) and cfg.enable and cfg.interval == 10
-
-
-def _cli(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=60
-    )
 
 
 @pytest.mark.slow

@@ -4,11 +4,10 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
 
 
 def readme_commands():
@@ -37,14 +36,14 @@ def test_demo_command_trains_and_writes_every_local_output():
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    ours = [l for l in result.stdout.splitlines() if l.startswith("[otel_mindformers]")]
-    assert [int(re.search(r"step (\d+)", l).group(1)) for l in ours] == [1, 10, 20, 30, 40, 50, 60]
+    ours = [line for line in result.stdout.splitlines() if line.startswith("[otel_mindformers]")]
+    assert [int(re.search(r"step (\d+)", line).group(1)) for line in ours] == [1, 10, 20, 30, 40, 50, 60]
     assert f"JSON lines : {metric_file}" in result.stdout
 
-    lines = [json.loads(l) for l in metric_file.read_text().splitlines()]
-    builtin = [l for l in lines if "rank" in l]
-    custom = [l for l in lines if "lr" in l]  # the article's custom monitor, every step
-    assert [l["step"] for l in builtin] == [1, 10, 20, 30, 40, 50, 60]
+    lines = [json.loads(line) for line in metric_file.read_text().splitlines()]
+    builtin = [line for line in lines if "rank" in line]
+    custom = [line for line in lines if "lr" in line]  # the article's custom monitor, every step
+    assert [line["step"] for line in builtin] == [1, 10, 20, 30, 40, 50, 60]
     assert len(custom) == 60
     assert builtin[-1]["loss"] < builtin[0]["loss"] / 10, "the tiny LM learns its sequences"
     assert set(builtin[0]) >= {"loss", "learning_rate", "grad_norm", "train_per_step_time", "overflow"}

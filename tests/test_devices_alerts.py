@@ -14,9 +14,9 @@ import yaml
 
 from tests.support import prometheus as prom
 from tests.support import trainer_process
+from tests.support.paths import COLLECTOR_CONFIG as CONFIG_DIR
+from tests.support.paths import FAKE_BIN
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
-FAKE_BIN = Path(__file__).resolve().parent / "fixtures" / "bin"
 EXPECTED = {  # alert -> hw_id it must name
     "MindformersNpuErrorCode": "npu-1",
     "MindformersDeviceThrottled": "npu-1",

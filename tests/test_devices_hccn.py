@@ -3,7 +3,6 @@
 (tests/fixtures/bin/hccn_tool) for each failure mode."""
 
 import threading
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -21,8 +20,9 @@ from otel_mindformers.devices.hccn import (
     parse_stat,
 )
 from otel_mindformers.names import semconv
+from tests.support import paths
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hccn_tool"
+FIXTURES = paths.FIXTURES / "hccn_tool"
 ATTRS = {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1}
 
 

@@ -3,10 +3,6 @@ counting and warnings, and the `otel-mindformers devices` command."""
 
 import logging
 import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -19,15 +15,11 @@ from otel_mindformers.devices.cache import ReadingCache
 from otel_mindformers.devices.poller import Poller
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
+from tests.support.cli import cli
+from tests.support.npu_fixture import NPU1_IDENTITY
+from tests.support.paths import FAKE_BIN, REPO
+from tests.support.waiting import wait_until
 
-REPO = Path(__file__).resolve().parent.parent
-# The chip's identity as the 910b fixture's table title and `-t board` print it.
-NPU1_IDENTITY = {
-    semconv.ATTR_HW_NAME: "NPU 1 chip 0",
-    semconv.ATTR_HW_DRIVER_VERSION: "23.0.rc3",
-    semconv.ATTR_HW_FIRMWARE_VERSION: "7.1.0.7.220",
-}
-FAKE_BIN = REPO / "tests" / "fixtures" / "bin"
 IDENTITY = Identity(rank=1, world_size=2, local_rank=1, node_rank=0, device_id=1, device_target="Ascend")
 
 
@@ -48,15 +40,6 @@ def collect(reader) -> dict[str, list]:
             for m in sm.metrics:
                 out.setdefault(m.name, []).extend(m.data.data_points)
     return out
-
-
-def wait_until(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def config(**device_config):
@@ -298,14 +281,8 @@ def test_readings_outlive_shutdown_for_the_final_export(fake_npu_smi, reader, st
 
 
 def run_cli(*args, **env):
-    environ = {**os.environ, "PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", **env}
-    return subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", "devices", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        cwd=REPO,
-        timeout=120,
+    return cli(
+        "devices", *args, env={"PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", **env}, cwd=REPO, timeout=120
     )
 
 
