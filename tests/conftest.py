@@ -4,6 +4,7 @@ MindSpore's generated protobuf modules need protobuf's pure-Python implementatio
 before anything imports protobuf (the OTLP receiver does): see otel_mindformers/__init__.py.
 """
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -14,7 +15,31 @@ import pytest  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.support.fast_guard import guard  # noqa: E402
 from tests.support.paths import FAKE_BIN  # noqa: E402
+
+
+def _fast(item) -> bool:
+    return item.get_closest_marker("slow") is None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """A test not marked slow starts no process and runs no training, fixtures included."""
+    with guard() if _fast(item) else contextlib.nullcontext():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with guard() if _fast(item) else contextlib.nullcontext():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    with guard() if _fast(item) else contextlib.nullcontext():
+        return (yield)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from otel_mindformers.analysis import logs
 from otel_mindformers.analysis.logs import discover, read_logs
 from otel_mindformers.analysis.report import build_report, report_logs
-from tests.support.cli import cli as _cli
+from tests.support.cli import cli
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 
 
@@ -128,6 +128,7 @@ def test_a_large_log_is_summarised_in_bounded_memory(tmp_path):
     assert peak < 100 * 60_000 < size, f"peak {peak} bytes for a {size}-byte log: the records are kept"
 
 
+@pytest.mark.slow  # `otel-mindformers replay` in a child process
 def test_replay_of_absurd_numbers_names_each_line_and_fails(tmp_path):
     log = tmp_path / "absurd.json"
     log.write_text(
@@ -139,7 +140,7 @@ def test_replay_of_absurd_numbers_names_each_line_and_fails(tmp_path):
         + json.dumps({"time_stamp": 1.7e9, "step": 4, "epoch": 1, "rank": 1e20, "loss": 1.0})
         + "\n"
     )
-    result = _cli("replay", str(log), "--tensorboard", str(tmp_path / "tb"), cwd=tmp_path)
+    result = cli("replay", str(log), "--tensorboard", str(tmp_path / "tb"), cwd=tmp_path)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [

@@ -78,6 +78,8 @@ def test_every_rule_test_file_loads_the_rules_it_tests():
 ALERTMANAGER_YAML = str(CONFIG_DIR / "alertmanager.yaml")
 
 
+@pytest.mark.slow  # amtool, a backend CLI, in a child process
+@pytest.mark.integration
 def test_amtool_checks_alertmanager_yaml():
     result = run_tool(AMTOOL, "check-config", ALERTMANAGER_YAML)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -85,6 +87,8 @@ def test_amtool_checks_alertmanager_yaml():
     assert integrations == {"webhook_configs", "wechat_configs"}
 
 
+@pytest.mark.slow  # amtool, a backend CLI, in a child process
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("labels", "receivers"),
     [

@@ -139,6 +139,7 @@ def dump_rank(folder: Path, rank: int, step: int, target: str) -> None:
     )
 
 
+@pytest.mark.slow  # each dump is made in a child process
 def test_ranks_with_identical_stacks_form_one_group_shown_once(tmp_path):
     # The dumping (main) thread is left out of its own dump; the worker thread's frames
     # tell the groups apart.
@@ -167,6 +168,7 @@ def test_ranks_with_identical_stacks_form_one_group_shown_once(tmp_path):
     assert text.count("in hold_in_collective") == 1 and text.count("in hold_in_data_loader") == 1
 
 
+@pytest.mark.slow  # each dump is made in a child process
 def test_the_latest_dump_of_a_rank_is_the_one_grouped(tmp_path):
     dump_rank(tmp_path, 0, 5, "data_loader")
     dump_rank(tmp_path, 0, 5, "collective")
