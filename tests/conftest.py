@@ -4,6 +4,7 @@ MindSpore's generated protobuf modules need protobuf's pure-Python implementatio
 before anything imports protobuf (the OTLP receiver does): see otel_mindformers/__init__.py.
 """
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,32 @@ os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 import pytest  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.fast_guard import guard  # noqa: E402
+from tests.support.paths import FAKE_BIN  # noqa: E402
+
+
+def _fast(item) -> bool:
+    return item.get_closest_marker("slow") is None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """A test not marked slow starts no process and runs no training, fixtures included."""
+    with guard() if _fast(item) else contextlib.nullcontext():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with guard() if _fast(item) else contextlib.nullcontext():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    with guard() if _fast(item) else contextlib.nullcontext():
+        return (yield)
 
 
 @pytest.fixture
@@ -33,8 +60,7 @@ def otlp_receiver():
 @pytest.fixture
 def fake_npu_smi(monkeypatch, tmp_path):
     """Puts the fake npu-smi (tests/fixtures/bin) first on PATH; returns the file listing its calls."""
-    fake_bin = Path(__file__).resolve().parent / "fixtures" / "bin"
-    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
     log = tmp_path / "npu-smi.calls"
     monkeypatch.setenv("FAKE_NPU_SMI_LOG", str(log))
     return log

@@ -26,6 +26,7 @@ from otel_mindformers.job.identity import Identity
 from otel_mindformers.runtime.custom_monitors import BaseMonitor
 from otel_mindformers.telemetry.providers import build_telemetry
 from tests.support.alert_engine import engine_for
+from tests.support.paths import REPO
 from tests.support.webhook_receiver import WebhookReceiver
 
 IDENTITY = Identity(rank=1, world_size=2, job_id="job-a", host_name="host-a")
@@ -279,7 +280,7 @@ def test_stall_and_its_resolved_notice_reach_the_console_without_logging_setup(t
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert result.returncode == 0, result.stderr
     assert "[FIRING] stall" in result.stderr and "[RESOLVED] stall" in result.stderr

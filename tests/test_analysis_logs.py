@@ -5,17 +5,12 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from pathlib import Path
 
 import pytest
 
 from otel_mindformers.analysis.logs import LogReadError, as_records, discover, read_logs
-
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
-
-
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+from tests.support.jsonl import json_lines as _lines
+from tests.support.paths import LOG_FIXTURES as FIXTURES
 
 
 def test_directory_finds_every_rank_file_and_labels_by_rank():

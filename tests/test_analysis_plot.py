@@ -4,48 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
-from matplotlib.colors import to_rgb
-from PIL import Image
 
 from otel_mindformers.analysis.logs import read_logs
-from otel_mindformers.analysis.plot import ALERT_COLOR, NONFINITE_COLOR, PANELS, ema, plot
-
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
-    )
-
-
-def load(path: Path) -> np.ndarray:
-    with Image.open(path) as image:
-        return np.asarray(image.convert("RGB")).astype(int)
-
-
-def panels(pixels: np.ndarray) -> dict[str, np.ndarray]:
-    """The 2x2 grid below the title and legend strip, keyed by metric in PANELS order."""
-    height, width, _ = pixels.shape
-    top, middle, centre = int(height * 0.1), int(height * 0.53), width // 2
-    regions = (
-        pixels[top:middle, :centre],
-        pixels[top:middle, centre:],
-        pixels[middle:, :centre],
-        pixels[middle:, centre:],
-    )
-    return {metric: region for (metric, _, _), region in zip(PANELS, regions)}
-
-
-def count(region: np.ndarray, color: str, tolerance: int = 20) -> int:
-    rgb = np.array([round(c * 255) for c in to_rgb(color)])
-    return int((np.abs(region - rgb).max(axis=2) <= tolerance).sum())
+from otel_mindformers.analysis.plot import ALERT_COLOR, NONFINITE_COLOR, ema, plot
+from tests.support.cli import cli
+from tests.support.paths import LOG_FIXTURES as FIXTURES
+from tests.support.plot_pixels import count, load, panels, spread
 
 
 @pytest.mark.slow
@@ -99,15 +65,6 @@ def test_smoothing_draws_a_faded_raw_curve_under_the_average(tmp_path):
     # nearly flat average and the zigzag is still there, faded (C0 at alpha 0.3 on white).
     assert spread(smooth, "C0") < 0.2 * spread(plain, "C0")
     assert spread(smooth, "#bcdaed", tolerance=12) > 0.8 * spread(plain, "C0")
-
-
-def spread(region: np.ndarray, color: str, tolerance: int = 20) -> float:
-    """Interquartile range of the rows holding `color`: how much of the height a curve covers."""
-    rgb = np.array([round(c * 255) for c in to_rgb(color)])
-    rows = np.nonzero(np.abs(region - rgb).max(axis=2) <= tolerance)[0]
-    assert rows.size > 100, f"{color} is hardly drawn"
-    q1, q3 = np.percentile(rows, [25, 75])
-    return float(q3 - q1)
 
 
 def test_ema_is_debiased_and_keeps_holes():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -14,8 +13,7 @@ from otel_mindformers.analysis.replay import build_metrics, build_spans, replay_
 from otel_mindformers.config import OtlpConfig
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
-
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+from tests.support.paths import LOG_FIXTURES as FIXTURES
 
 
 def spans_of(name: str):

@@ -4,30 +4,14 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from otel_mindformers.analysis.logs import read_logs
 from otel_mindformers.analysis.report import build_report, render
-
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
-
-
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
-
-
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+from tests.support.cli import cli
+from tests.support.jsonl import json_lines as _lines
+from tests.support.paths import LOG_FIXTURES as FIXTURES
 
 
 def test_multirank_numbers_come_from_the_logs():

@@ -14,8 +14,9 @@ import pytest
 from otel_mindformers import MonitorCallback
 from otel_mindformers.analysis.logs import discover, read_logs
 from tests.support import training
+from tests.support.paths import EXAMPLES
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "analyze_loss.py"
+EXAMPLE = EXAMPLES / "analyze_loss.py"
 
 
 def monitor(workdir: Path, **overrides) -> MonitorCallback:

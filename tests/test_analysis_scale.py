@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -15,9 +13,8 @@ import pytest
 from otel_mindformers.analysis import logs
 from otel_mindformers.analysis.logs import discover, read_logs
 from otel_mindformers.analysis.report import build_report, report_logs
-
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures" / "logs"
+from tests.support.cli import cli
+from tests.support.paths import LOG_FIXTURES as FIXTURES
 
 
 def _line(step: int, rank: int = 0, **extra) -> str:
@@ -34,17 +31,6 @@ def _line(step: int, rank: int = 0, **extra) -> str:
             }
         )
         + "\n"
-    )
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
 
 
@@ -142,6 +128,7 @@ def test_a_large_log_is_summarised_in_bounded_memory(tmp_path):
     assert peak < 100 * 60_000 < size, f"peak {peak} bytes for a {size}-byte log: the records are kept"
 
 
+@pytest.mark.slow  # `otel-mindformers replay` in a child process
 def test_replay_of_absurd_numbers_names_each_line_and_fails(tmp_path):
     log = tmp_path / "absurd.json"
     log.write_text(
@@ -153,7 +140,7 @@ def test_replay_of_absurd_numbers_names_each_line_and_fails(tmp_path):
         + json.dumps({"time_stamp": 1.7e9, "step": 4, "epoch": 1, "rank": 1e20, "loss": 1.0})
         + "\n"
     )
-    result = _cli("replay", str(log), "--tensorboard", str(tmp_path / "tb"), cwd=tmp_path)
+    result = cli("replay", str(log), "--tensorboard", str(tmp_path / "tb"), cwd=tmp_path)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [

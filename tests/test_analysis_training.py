@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,9 @@ from otel_mindformers import MonitorCallback
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from tests.support import training
+from tests.support.cli import cli
+from tests.support.plot_pixels import count, load, panels
 from tests.support.training import Faults
-from tests.test_analysis_plot import count, load, panels
 
 STEPS = 16
 NAN_STEP = STEPS  # the last step: a NaN loss poisons every later step's weights
@@ -54,12 +53,6 @@ def logged(run: Path, rank: int) -> list[dict]:
     current = run / f"train_metric_rank_{rank}.json"
     backups = sorted(run.glob(f"{current.name}.*"), key=lambda p: int(p.suffix[1:]), reverse=True)
     return [json.loads(line) for path in [*backups, current] for line in path.read_text().splitlines()]
-
-
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=180
-    )
 
 
 def test_the_run_rotated_and_logged_what_the_tests_rely_on(run):

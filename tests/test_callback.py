@@ -11,7 +11,9 @@ from otel_mindformers import ConfigError, MonitorCallback
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from tests.support import training
+from tests.support.configs import config
 from tests.support.in_memory import Capture
+from tests.support.paths import EXAMPLES
 from tests.support.readbacks import record_readbacks
 from tests.support.training import Faults
 
@@ -23,12 +25,6 @@ def strict_lines(path):
         raise ValueError(f"non-strict JSON constant {constant}")
 
     return [json.loads(line, parse_constant=reject) for line in path.read_text().splitlines()]
-
-
-def config(tmp_path, **overrides):
-    base = {"interval": 5, "output_type": ["json_file"], "json_log_path": str(tmp_path / "m.json")}
-    base.update(overrides)
-    return base
 
 
 EXPECTED_KEYS = {
@@ -98,7 +94,7 @@ def test_learning_rate_is_the_one_the_step_used(workdir):
         cb = MonitorCallback(config(workdir, interval=3, json_log_path=str(workdir / f"{shape}.json")))
         training.train([cb], steps=10, shape=shape, lr=schedule)
         lines = strict_lines(workdir / f"{shape}.json")
-        assert [(l["step"], round(l["learning_rate"], 6)) for l in lines] == [
+        assert [(line["step"], round(line["learning_rate"], 6)) for line in lines] == [
             (1, 0.001),
             (3, 0.003),
             (6, 0.006),
@@ -149,8 +145,8 @@ def test_other_ranks_write_their_own_file_without_training_metrics(workdir, monk
     training.train([cb], steps=6, shape="tuple5")
     assert not (workdir / "m.json").exists()
     lines = strict_lines(workdir / "m_rank_1.json")
-    assert [l["rank"] for l in lines] == [1, 1, 1]
-    assert all("loss" not in l and l["train_per_step_time"] > 0 for l in lines)
+    assert [line["rank"] for line in lines] == [1, 1, 1]
+    assert all("loss" not in line and line["train_per_step_time"] > 0 for line in lines)
     assert "[otel_mindformers]" not in capsys.readouterr().out  # stdout is rank 0's
 
 
@@ -158,12 +154,12 @@ def test_report_ranks_all_makes_every_rank_report(workdir, monkeypatch):
     monkeypatch.setenv("RANK_ID", "1")
     monkeypatch.setenv("RANK_SIZE", "2")
     training.train([MonitorCallback(config(workdir, report_ranks="all"))], steps=3, shape="tuple5")
-    assert all("loss" in l for l in strict_lines(workdir / "m_rank_1.json"))
+    assert all("loss" in line for line in strict_lines(workdir / "m_rank_1.json"))
 
 
 def test_stdout_line_per_sampled_step(workdir, capsys):
     training.train([MonitorCallback(config(workdir, output_type=["stdout"], interval=4))], steps=8, shape="tuple5")
-    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("[otel_mindformers]")]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[otel_mindformers]")]
     assert len(lines) == 3
     assert lines[1].startswith("[otel_mindformers] rank 0 epoch 1 step 4 | loss ")
     assert "overflow no" in lines[1] and "ms" in lines[1]
@@ -185,24 +181,21 @@ def test_epochs_and_multi_epoch_sampling(workdir):
     capture = Capture()
     training.train([capture.callback(config(workdir, interval=4))], steps=6, epochs=2)
     lines = strict_lines(workdir / "m.json")
-    assert [(l["epoch"], l["step"]) for l in lines] == [(1, 1), (1, 4), (2, 8), (2, 12)]
+    assert [(line["epoch"], line["step"]) for line in lines] == [(1, 1), (1, 4), (2, 8), (2, 12)]
     assert len(capture.finished(semconv.SPAN_EPOCH)) == 2
 
 
 def test_article_custom_monitor_appends_to_the_same_file(workdir, capsys):
-    from pathlib import Path
-
-    examples = Path(__file__).resolve().parent.parent / "examples"
     cb = MonitorCallback(
         config(
             workdir, custom_monitor_callback="custom_monitor.CustomMetricMonitor", alert_config={"loss_threshold": 0.0}
         ),
-        source_dir=str(examples),
+        source_dir=str(EXAMPLES),
     )
     training.train([cb], steps=6, shape="tuple5")
     lines = strict_lines(workdir / "m.json")
-    custom = [l for l in lines if "lr" in l]
-    assert [l["step"] for l in custom] == [1, 2, 3, 4, 5, 6]  # the article's monitor logs every step
+    custom = [line for line in lines if "lr" in line]
+    assert [line["step"] for line in custom] == [1, 2, 3, 4, 5, 6]  # the article's monitor logs every step
     assert len(lines) == 6 + 3
     assert "【监控告警】step 1" in capsys.readouterr().out
 
@@ -227,7 +220,7 @@ def test_exception_in_training_ends_run_span_with_error_and_propagates(workdir):
     (run_span,) = capture.finished(semconv.SPAN_RUN)
     assert run_span.status.status_code == StatusCode.ERROR
     assert "boom at step 3" in run_span.status.description
-    assert [l["step"] for l in strict_lines(workdir / "m.json")] == [1, 2, 3]
+    assert [line["step"] for line in strict_lines(workdir / "m.json")] == [1, 2, 3]
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])

@@ -18,9 +18,9 @@ from otel_mindformers.integration.checkpoint_load import MINDSPORE_MODULES
 from otel_mindformers.integration.instrumentor import MindFormersInstrumentor
 from otel_mindformers.names.phases import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
 from tests.support import training
+from tests.support.configs import config
 from tests.support.in_memory import Capture
 from tests.support.timed_fit import build_net
-from tests.test_callback import config
 
 pytestmark = pytest.mark.slow  # real training runs
 

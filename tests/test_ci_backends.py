@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+
 HELPER = REPO / "tests" / "support" / "backends.py"
 # Ways a test can skip itself, other than through the helper.
 SKIPS = re.compile(r"pytest\.skip\(|\bskipif\b|importorskip|pytest\.mark\.skip\b|pytest\.xfail\(")

@@ -23,9 +23,9 @@ import yaml
 
 from tests.support import prometheus as prom
 from tests.support import trainer_process
+from tests.support.paths import COLLECTOR_CONFIG, RULE_FILES
 from tests.support.webhook_receiver import Received, WebhookReceiver
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
 RANK, WORLD = 2, 4
 JOB = "e2e-llama"
 SCRAPE_INTERVAL = "1s"
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training agains
 def rules_for_test(workdir: Path, alert: str, loss_threshold: float | None = None) -> list[str]:
     """The shipped rule files, with `for` dropped on `alert` (and the loss threshold set)."""
     paths = []
-    for source in sorted((CONFIG_DIR / "rules").glob("*.yaml")):
+    for source in RULE_FILES:
         document = yaml.safe_load(source.read_text())
         for group in document["groups"]:
             for rule in group["rules"]:
@@ -58,7 +58,7 @@ def rules_for_test(workdir: Path, alert: str, loss_threshold: float | None = Non
 
 def alertmanager_for_test(webhook: WebhookReceiver) -> dict:
     """The shipped routing tree and inhibit rules; every receiver posts to the local webhook."""
-    config = yaml.safe_load((CONFIG_DIR / "alertmanager.yaml").read_text())
+    config = yaml.safe_load((COLLECTOR_CONFIG / "alertmanager.yaml").read_text())
     config["receivers"] = [
         {"name": r["name"], "webhook_configs": [{"url": webhook.url(f"/{r['name']}"), "send_resolved": True}]}
         for r in config["receivers"]

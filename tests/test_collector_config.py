@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from otel_mindformers.names import semconv
+from tests.support.paths import COLLECTOR_CONFIG as CONFIG_DIR
+from tests.support.paths import RULE_FILES
 from tests.support.prometheus import AMTOOL, PROMTOOL, run_tool
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
-RULE_FILES = sorted((CONFIG_DIR / "rules").glob("*.yaml"))
 RULE_TESTS = sorted((CONFIG_DIR / "rules" / "tests").glob("*.test.yaml"))
 DASHBOARD = CONFIG_DIR / "grafana" / "dashboards" / "otel-mindformers.json"
 SEVERITIES = {"critical", "warning"}
@@ -78,6 +78,8 @@ def test_every_rule_test_file_loads_the_rules_it_tests():
 ALERTMANAGER_YAML = str(CONFIG_DIR / "alertmanager.yaml")
 
 
+@pytest.mark.slow  # amtool, a backend CLI, in a child process
+@pytest.mark.integration
 def test_amtool_checks_alertmanager_yaml():
     result = run_tool(AMTOOL, "check-config", ALERTMANAGER_YAML)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -85,6 +87,8 @@ def test_amtool_checks_alertmanager_yaml():
     assert integrations == {"webhook_configs", "wechat_configs"}
 
 
+@pytest.mark.slow  # amtool, a backend CLI, in a child process
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("labels", "receivers"),
     [

@@ -11,9 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from pathlib import Path
 
-import promql_parser
 import pytest
 import yaml
 from opentelemetry.metrics import Observation
@@ -24,86 +22,24 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
-from otel_mindformers.names import training as training_metrics
 from otel_mindformers.names.semconv import Kind, MetricSpec
+from tests.support.paths import COLLECTOR_CONFIG, RULE_FILES
+from tests.support.prometheus_names import (
+    emitted_series_names,
+    package_labels,
+    prometheus_base_name,
+    prometheus_series_names,
+    sanitize,
+)
+from tests.support.promql import labels_used, selectors
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
-RULE_FILES = sorted((CONFIG_DIR / "rules").glob("*.yaml"))
-DASHBOARDS = sorted((CONFIG_DIR / "grafana" / "dashboards").glob("*.json"))
+DASHBOARDS = sorted((COLLECTOR_CONFIG / "grafana" / "dashboards").glob("*.json"))
 
 # Series Prometheus itself makes, which rules and panels may use besides the package's.
 PROMETHEUS_OWN_SERIES = {"ALERTS", "ALERTS_FOR_STATE", "up", "target_info"}
 # Labels that do not come from the package's attributes: scrape / OTLP target identity, the
 # histogram bucket bound, and Prometheus' alert series.
 PROMETHEUS_OWN_LABELS = {"job", "instance", "le", "alertname", "alertstate", "severity"}
-
-# --- the translation (OTel spec "Prometheus and OpenMetrics compatibility") -----------------
-_UNITS = {
-    "d": "days", "h": "hours", "min": "minutes", "s": "seconds", "ms": "milliseconds",
-    "us": "microseconds", "ns": "nanoseconds", "By": "bytes", "KiBy": "kibibytes",
-    "MiBy": "mebibytes", "GiBy": "gibibytes", "KBy": "kilobytes", "MBy": "megabytes",
-    "GBy": "gigabytes", "m": "meters", "V": "volts", "A": "amperes", "J": "joules",
-    "W": "watts", "g": "grams", "Cel": "celsius", "Hz": "hertz", "%": "percent",
-}  # fmt: skip
-_PER_UNITS = {"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week", "mo": "month", "y": "year"}
-_MONOTONIC = {Kind.COUNTER, Kind.OBSERVABLE_COUNTER}
-
-
-def sanitize(name: str) -> str:
-    """OTel name or attribute key → Prometheus metric / label name."""
-    return re.sub(r"[^a-zA-Z0-9_:]+", "_", name)
-
-
-def unit_suffix(spec: MetricSpec, collector: bool) -> str:
-    unit = re.sub(r"\{[^}]*\}", "", spec.unit)
-    if unit == "1":
-        # The one difference between the flavours: the Collector translator turns a
-        # dimensionless gauge into `_ratio`; the Python exporter drops the unit.
-        return "ratio" if collector and spec.kind in (Kind.GAUGE, Kind.OBSERVABLE_GAUGE) else ""
-    if unit in _UNITS:
-        return _UNITS[unit]
-    top, slash, bottom = unit.partition("/")
-    if slash and bottom:
-        top = _UNITS.get(top, sanitize(top).strip("_"))
-        per = f"per_{_PER_UNITS.get(bottom, sanitize(bottom))}"
-        return f"{top}_{per}" if top else per
-    return sanitize(unit).strip("_")
-
-
-def prometheus_base_name(spec: MetricSpec, *, collector: bool = False) -> str:
-    name = sanitize(spec.name)
-    suffix = unit_suffix(spec, collector)
-    if suffix and not name.endswith(f"_{suffix}"):
-        name = f"{name}_{suffix}"
-    if spec.kind in _MONOTONIC:
-        name = f"{name}_total"
-    return name
-
-
-def prometheus_series_names(spec: MetricSpec, *, collector: bool = False) -> set[str]:
-    """Every series name one metric becomes (a histogram becomes three)."""
-    base = prometheus_base_name(spec, collector=collector)
-    if spec.kind is Kind.HISTOGRAM:
-        return {f"{base}_bucket", f"{base}_sum", f"{base}_count"}
-    return {base}
-
-
-def emitted_series_names() -> set[str]:
-    """Names in either flavour: rules must work with both the scrape and the OTLP path."""
-    return {
-        name
-        for spec in semconv.all_metrics()
-        for collector in (False, True)
-        for name in prometheus_series_names(spec, collector=collector)
-    }
-
-
-def package_labels() -> set[str]:
-    """Every attribute key the package defines (semconv and the training-metric table), as a
-    Prometheus label."""
-    modules = (semconv, training_metrics)
-    return {sanitize(value) for module in modules for key, value in vars(module).items() if key.startswith("ATTR_")}
-
 
 # --- the real Python exporter --------------------------------------------------------------
 IDENTITY = Identity(rank=3, world_size=4, job_id="job-42", host_name="node-a")
@@ -221,38 +157,6 @@ def dashboard_expressions() -> dict[str, str]:
                     key = f"{path.name}: {panel['title']} [{target.get('refId', '')}]"
                     out[key] = _GRAFANA_DURATIONS.sub("5m", target["expr"])
     return out
-
-
-def selectors(expr: str) -> list:
-    found = []
-
-    def visit(node) -> bool:
-        if isinstance(node, promql_parser.VectorSelector):
-            found.append(node)
-        return True
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return found
-
-
-def labels_used(expr: str) -> set[str]:
-    """Label names in matchers, `by`/`without` and `on`/`ignoring`/`group_*` clauses."""
-    used: set[str] = set()
-
-    def visit(node) -> bool:
-        if isinstance(node, promql_parser.VectorSelector):
-            used.update(m.name for m in node.matchers.matchers)
-        elif isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
-            used.update(node.modifier.labels)
-        elif isinstance(node, promql_parser.BinaryExpr) and node.modifier is not None:
-            modifier = node.modifier
-            if modifier.matching is not None:
-                used.update(modifier.matching.labels)
-            used.update(modifier.group_labels or ())
-        return True
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return used - {"__name__"}
 
 
 @functools.cache

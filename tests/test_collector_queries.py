@@ -13,7 +13,6 @@ import json
 import re
 import time
 import urllib.parse
-from pathlib import Path
 
 import pytest
 import yaml
@@ -31,9 +30,10 @@ from otel_mindformers.names.phases import (
 )
 from tests.support import prometheus as prom
 from tests.support import trainer_process
-from tests.test_collector_consistency import emitted_series_names, labels_used, package_labels, sanitize, selectors
+from tests.support.paths import REPO
+from tests.support.prometheus_names import emitted_series_names, package_labels, sanitize
+from tests.support.promql import labels_used, selectors
 
-REPO = Path(__file__).resolve().parent.parent
 DOC = (REPO / "docs" / "collector.md").read_text()
 SECTION = DOC[DOC.index("## Queries that work") : DOC.index("\n## ", DOC.index("## Queries that work") + 1)]
 

@@ -4,7 +4,6 @@ import dataclasses
 import os
 import re
 import stat
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -19,10 +18,9 @@ from otel_mindformers.config import OTLP_PROTOCOLS
 from otel_mindformers.integration.instrumentor import _config_from_environment
 from otel_mindformers.outputs.paths import check_output_paths, prepare_output_paths
 from otel_mindformers.runtime.custom_monitors import load_monitor_class
-
-REPO = Path(__file__).resolve().parent.parent
-ARTICLE_YAML = REPO / "examples" / "train_config.yaml"
-MINDFORMERS_YAML = REPO / "examples" / "mindformers_tiny_llama.yaml"
+from tests.support.cli import cli
+from tests.support.paths import MINDFORMERS_YAML
+from tests.support.paths import TRAIN_CONFIG_YAML as ARTICLE_YAML
 
 
 def test_article_yaml_loads_every_key_as_written():
@@ -274,15 +272,9 @@ def test_defaults_are_usable_without_a_file(workdir):
     assert isinstance(cfg, MonitorConfig) and cfg.enable and cfg.interval == 10
 
 
-def _cli(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=60
-    )
-
-
 @pytest.mark.slow
 def test_cli_validate_ok_and_error(tmp_path):
-    ok = _cli("validate", str(ARTICLE_YAML), cwd=tmp_path)
+    ok = cli("validate", str(ARTICLE_YAML), cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert "valid; monitoring enabled, every 10 steps" in ok.stdout
     bad = tmp_path / "bad.yaml"
@@ -293,7 +285,7 @@ def test_cli_validate_ok_and_error(tmp_path):
           interval: -2
     """)
     )
-    result = _cli("validate", str(bad), cwd=tmp_path)
+    result = cli("validate", str(bad), cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == "invalid: monitor_config.interval: must be >= 1, got -2"
 
@@ -310,6 +302,7 @@ def _mindformers_yaml(tmp_path, enable, monitor_on):
     return path
 
 
+@pytest.mark.slow  # `otel-mindformers validate` in a child process
 @pytest.mark.parametrize("enable, monitor_on", [(True, True), (True, False), (False, True)])
 def test_enable_beside_monitor_on_works_everywhere_and_enable_wins(workdir, monkeypatch, enable, monitor_on):
     """`monitor_on` is MindFormers' switch for its TrainingStateMonitor: beside `enable` it is
@@ -323,21 +316,23 @@ def test_enable_beside_monitor_on_works_everywhere_and_enable_wins(workdir, monk
     ):
         assert cfg.enable is enable
         assert cfg.mindformers_native["monitor_on"] is monitor_on
-    result = _cli("validate", str(path), cwd=workdir)
+    result = cli("validate", str(path), cwd=workdir)
     assert result.returncode == 0, result.stderr
     assert ("monitoring enabled" if enable else "monitoring disabled") in result.stdout
 
 
+@pytest.mark.slow  # `otel-mindformers validate` in a child process
 def test_shipped_mindformers_yaml_validates(tmp_path):
-    result = _cli("validate", str(MINDFORMERS_YAML), cwd=tmp_path)
+    result = cli("validate", str(MINDFORMERS_YAML), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert list(tmp_path.iterdir()) == [], "validate creates nothing"
 
 
+@pytest.mark.slow  # `otel-mindformers validate` in a child process
 def test_training_yaml_without_the_section_says_it_is_missing(tmp_path):
     path = tmp_path / "train.yaml"
     path.write_text("seed: 0\nrunner_config: {epochs: 1}\ncallbacks:\n  - type: MFLossMonitor\n")
-    result = _cli("validate", str(path), cwd=tmp_path)
+    result = cli("validate", str(path), cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == (
         f"invalid: {path}: no monitor_config section (its top-level keys: callbacks, runner_config, seed)"
@@ -356,7 +351,7 @@ def test_cli_validate_reports_every_problem_at_once(tmp_path):
           prometheus: {hots: 127.0.0.1}
     """)
     )
-    result = _cli("validate", str(path), cwd=tmp_path)
+    result = cli("validate", str(path), cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "invalid: monitor_config.intervall: unknown key (did you mean 'interval'?)",
@@ -371,7 +366,7 @@ def test_cli_validate_reports_every_problem_at_once(tmp_path):
           custom_monitor_callback: json.JSONDecoder
     """)
     )
-    result = _cli("validate", str(path), cwd=tmp_path)
+    result = cli("validate", str(path), cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "invalid: monitor_config.json_log_path: 'a_dir.json' is a directory; name a file",
@@ -433,7 +428,11 @@ def _check_as_nobody(cfg: MonitorConfig, cwd: Path) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("kind", list(PATH_PROBLEMS))
+@pytest.mark.parametrize(
+    "kind",
+    # Root checks the read-only cases in a forked child that has become `nobody`.
+    [pytest.param(kind, marks=pytest.mark.slow) if kind.startswith("read-only") else kind for kind in PATH_PROBLEMS],
+)
 def test_unusable_json_log_path_is_named_before_training(workdir, kind):
     path = _unusable_json_path(kind, workdir)
     if os.geteuid() == 0 and kind.startswith("read-only"):

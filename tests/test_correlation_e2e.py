@@ -20,7 +20,8 @@ from otel_mindformers.integration.environment_variables import (
 )
 from otel_mindformers.names import semconv
 from otel_mindformers.telemetry.log_bridge import AUTO_INSTRUMENTATION_VARIABLE
-from tests.support.instrumented import REPO, child_env, instrumented, run
+from tests.support.instrumented import child_env, instrumented, run
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -53,6 +53,7 @@ def test_trace_environment_is_empty_without_a_span():
     assert trace_environment() == {}
 
 
+@pytest.mark.slow  # a real child process
 def test_popen_is_left_alone_unless_asked(span, monkeypatch):
     monkeypatch.setenv("TRACEPARENT", LAUNCHER)
     assert not wrapped()
@@ -76,6 +77,7 @@ def test_wrapped_popen_hands_the_current_span_to_children(wrapped_popen, span, m
     assert out.split()[0][:-2] == span[:-2] and out.split()[1] == "y"
 
 
+@pytest.mark.slow  # a real child process
 def test_wrapped_popen_without_a_span_changes_nothing(wrapped_popen, monkeypatch):
     monkeypatch.setenv("TRACEPARENT", LAUNCHER)
     assert child_sees() == [LAUNCHER, "None"]

@@ -10,13 +10,15 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.support import prometheus as prom
 from tests.support import trainer_process
+from tests.support.paths import FAKE_BIN, RULE_FILES
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
-FAKE_BIN = Path(__file__).resolve().parent / "fixtures" / "bin"
+pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training against a real Prometheus
+
 EXPECTED = {  # alert -> hw_id it must name
     "MindformersNpuErrorCode": "npu-1",
     "MindformersDeviceThrottled": "npu-1",
@@ -28,7 +30,7 @@ TIMEOUT_S = 240.0  # a loaded 2-core machine starts the trainer slowly
 
 def shipped_rules_without_for(workdir: Path) -> list[str]:
     paths = []
-    for source in sorted((CONFIG_DIR / "rules").glob("*.yaml")):
+    for source in RULE_FILES:
         document = yaml.safe_load(source.read_text())
         for group in document["groups"]:
             for rule in group["rules"]:

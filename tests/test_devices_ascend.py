@@ -52,6 +52,7 @@ FIRST_POLL_910B_NPU1 = [
 ]
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_910b_own_device_numbers_attributes_and_snapshot(fake_npu_smi):
     readings = source(1).read()
     hbm = by_metric(readings, **{semconv.ATTR_HW_NPU_MEMORY_TYPE: "hbm"})
@@ -90,12 +91,14 @@ def test_910b_own_device_numbers_attributes_and_snapshot(fake_npu_smi):
     assert calls(fake_npu_smi) == FIRST_POLL_910B_NPU1
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_other_process_memory_is_not_ours(fake_npu_smi):
     readings = source(0).read()
     assert semconv.DEVICE_PROCESS_MEMORY not in by_metric(readings)
     assert "npu_process_memory_mb" not in readings.snapshot and readings.snapshot["npu_hbm_used_mb"] == 3197.0
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_a3_second_chip_takes_power_from_common(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
     readings = source(1).read()
@@ -114,6 +117,7 @@ def test_a3_second_chip_takes_power_from_common(fake_npu_smi, monkeypatch):
     ]
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_a3_critical_chip_without_any_power_reading(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
     readings = source(3).read()
@@ -130,6 +134,7 @@ def test_a3_critical_chip_without_any_power_reading(fake_npu_smi, monkeypatch):
     ]
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_old_driver_ddr_from_the_table(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "old_driver")
     readings = source(0).read()
@@ -140,6 +145,7 @@ def test_old_driver_ddr_from_the_table(fake_npu_smi, monkeypatch):
     assert readings.snapshot["npu_utilization"] == 0.0
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_every_chip_of_the_node_for_the_devices_command(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
     readings = AscendSource("npu-smi", 5.0, None, None, {}).read()
@@ -148,12 +154,14 @@ def test_every_chip_of_the_node_for_the_devices_command(fake_npu_smi, monkeypatc
     assert calls(fake_npu_smi).count("info -t usages -i 0") == 1  # once per NPU, not per chip
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_device_missing_from_the_table(fake_npu_smi):
     with pytest.raises(SourceError) as raised:
         source(5).read()
     assert raised.value.error_type == "parse" and "5" in str(raised.value)
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 @pytest.mark.parametrize("mode, error_type", [("exit1", "exit_status"), ("garbage", "parse")])
 def test_failing_tool(fake_npu_smi, monkeypatch, mode, error_type):
     monkeypatch.setenv("FAKE_NPU_SMI_MODE", mode)
@@ -164,12 +172,14 @@ def test_failing_tool(fake_npu_smi, monkeypatch, mode, error_type):
         assert "status 1" in str(raised.value) and "dcmi" in str(raised.value)
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_missing_tool(tmp_path):
     with pytest.raises(SourceError) as raised:
         AscendSource(str(tmp_path / "npu-smi"), 5.0, [0], 0, {}).read()
     assert raised.value.error_type == "not_found"
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_hung_tool_is_killed_with_its_children_at_the_timeout(fake_npu_smi, monkeypatch):
     # The fake runs `sleep 600` as a child: killing only the script would leave the
     # sleep holding the output pipe, and the read would wait for it.
@@ -189,6 +199,7 @@ def test_hung_tool_is_killed_with_its_children_at_the_timeout(fake_npu_smi, monk
     assert outcome[0].error_type == "timeout"
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_rank_device_follows_ascend_rt_visible_devices(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0,1")
     identity = Identity(rank=1, local_rank=1, device_id=1, device_target="Ascend")
@@ -217,6 +228,7 @@ def points_of(readings, metric):
     return [p for p in readings.points if p.metric == metric]
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_fixture_910b_faulty_npu_error_code_ecc_clock_and_identity(fake_npu_smi):
     readings = source(1).read()
     assert readings.problems == ()
@@ -244,12 +256,14 @@ def test_fixture_910b_faulty_npu_error_code_ecc_clock_and_identity(fake_npu_smi)
         assert semconv.ATTR_HW_SERIAL_NUMBER not in point.attributes  # -t board prints none
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_fixture_910b_healthy_npu_has_no_error_code(fake_npu_smi):
     readings = source(0).read()
     assert points_of(readings, semconv.HW_NPU_ERROR_CODE) == []
     assert {p.value for p in points_of(readings, semconv.HW_ERRORS)} == {0.0}
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_fixture_a3_uncorrected_errors_and_two_codes_on_the_critical_chip(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
     readings = source(3).read()
@@ -262,6 +276,7 @@ def test_fixture_a3_uncorrected_errors_and_two_codes_on_the_critical_chip(fake_n
     assert errors[("hbm", "uncorrected")] == 2.0 and errors[("ddr", "uncorrected")] == 0.0
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_fixture_disagree_table_wins_then_usages_then_common(fake_npu_smi, monkeypatch):
     # Issue 11 item 25: which npu-smi source wins when two print different values.
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "disagree")
@@ -278,6 +293,7 @@ def test_fixture_disagree_table_wins_then_usages_then_common(fake_npu_smi, monke
     assert readings.snapshot["npu_utilization"] == 47.0 and readings.snapshot["npu_power_w"] == 88.7
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_fixture_disagree_usages_wins_over_common_where_the_table_is_silent(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "disagree")
     monkeypatch.setattr(smi, "parse_table", lambda text: _without_aicore(real_parse_table(text)))
@@ -289,6 +305,7 @@ def test_fixture_disagree_usages_wins_over_common_where_the_table_is_silent(fake
     assert (aicore.value, aicore.tool) == (0.50, "npu-smi info -t usages")
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_old_driver_without_ecc_health_board_keeps_its_readings_and_names_each_query(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "old_driver")
     ascend = source(0)

@@ -3,7 +3,6 @@ PATH, exported over OTLP to a real receiver on 127.0.0.1, and written to JSON li
 
 import json
 import os
-from pathlib import Path
 
 import mindspore
 import pytest
@@ -12,15 +11,8 @@ from otel_mindformers import MonitorCallback
 from otel_mindformers.devices.base import MIB
 from otel_mindformers.names import semconv
 from tests.support import training
-
-# The chip's identity as the 910b fixture's table title and `-t board` print it.
-NPU1_IDENTITY = {
-    semconv.ATTR_HW_NAME: "NPU 1 chip 0",
-    semconv.ATTR_HW_DRIVER_VERSION: "23.0.rc3",
-    semconv.ATTR_HW_FIRMWARE_VERSION: "7.1.0.7.220",
-}
-FAKE_BIN = Path(__file__).resolve().parent / "fixtures" / "bin"
-
+from tests.support.npu_fixture import NPU1_IDENTITY
+from tests.support.paths import FAKE_BIN
 
 pytestmark = pytest.mark.slow  # real training runs
 

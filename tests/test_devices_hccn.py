@@ -3,7 +3,6 @@
 (tests/fixtures/bin/hccn_tool) for each failure mode."""
 
 import threading
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -21,8 +20,9 @@ from otel_mindformers.devices.hccn import (
     parse_stat,
 )
 from otel_mindformers.names import semconv
+from tests.support import paths
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hccn_tool"
+FIXTURES = paths.FIXTURES / "hccn_tool"
 ATTRS = {semconv.ATTR_RANK: 1, semconv.ATTR_DEVICE_ID: 1}
 
 
@@ -112,6 +112,7 @@ def test_parsers_fail_only_with_parse_errors(garbage):
 # --- HccnSource against the fake hccn_tool -----------------------------------------------------------
 
 
+@pytest.mark.slow  # runs the fake hccn_tool in a child process
 def test_fixture_910b_faulty_port_readings_with_attributes(fake_hccn_tool):
     readings = source().read()
     assert readings.problems == ()
@@ -159,6 +160,7 @@ def test_fixture_910b_faulty_port_readings_with_attributes(fake_hccn_tool):
     ]
 
 
+@pytest.mark.slow  # runs the fake hccn_tool in a child process
 def test_a_port_the_tool_does_not_know_is_a_problem_per_query_not_a_failed_poll(fake_hccn_tool):
     readings = source(devices=(0, 7)).read()  # the 910b fixture has ports 0 and 1
     assert {p.attributes[semconv.ATTR_HW_ID] for p in readings.points} == {"npu-0-roce"}
@@ -170,6 +172,7 @@ def test_a_port_the_tool_does_not_know_is_a_problem_per_query_not_a_failed_poll(
     ]
 
 
+@pytest.mark.slow  # runs the fake hccn_tool in a child process
 @pytest.mark.parametrize("mode, error_type", [("exit1", "exit_status"), ("garbage", "parse")])
 def test_failing_tool_leaves_problems_and_no_points(fake_hccn_tool, monkeypatch, mode, error_type):
     monkeypatch.setenv("FAKE_HCCN_MODE", mode)
@@ -177,6 +180,7 @@ def test_failing_tool_leaves_problems_and_no_points(fake_hccn_tool, monkeypatch,
     assert readings.points == () and {p.error_type for p in readings.problems} == {error_type}
 
 
+@pytest.mark.slow  # runs the fake hccn_tool in a child process
 def test_hung_tool_fails_the_poll_at_the_first_timeout(fake_hccn_tool, monkeypatch):
     monkeypatch.setenv("FAKE_HCCN_MODE", "hang")
     outcome = []
@@ -190,6 +194,7 @@ def test_hung_tool_fails_the_poll_at_the_first_timeout(fake_hccn_tool, monkeypat
     assert len(fake_hccn_tool.read_text().splitlines()) == 1  # one timeout per poll, not one per query
 
 
+@pytest.mark.slow  # runs the fake hccn_tool in a child process
 def test_missing_tool(tmp_path):
     with pytest.raises(SourceError) as raised:
         HccnSource(str(tmp_path / "hccn_tool"), 5.0, lambda: [0], 0, {}).read()

@@ -1,8 +1,6 @@
 """Who the job is: the parallel layout (MindSpore's auto-parallel context, MindFormers'
 parallel_config) and the software versions, as resource attributes."""
 
-import sys
-
 import mindspore
 import pytest
 import yaml
@@ -11,10 +9,9 @@ from otel_mindformers.job import layout, versions
 from otel_mindformers.job.identity import detect_identity
 from otel_mindformers.job.layout import record_mindformers_run
 from otel_mindformers.names import semconv
-from tests.support.instrumented import REPO, child_env, run
-
-CPU_RUNNER = [sys.executable, "-m", "tests.support.mindformers_cpu"]
-REFERENCE_YAML = REPO.parent / "shared" / "reference" / "mindformers-tiny-llama-cpu.yaml"
+from tests.support.instrumented import child_env, run
+from tests.support.mindformers_trainer import CPU_RUNNER, write_trainer
+from tests.support.paths import REFERENCE_YAML
 
 
 @pytest.fixture(autouse=True)
@@ -102,18 +99,6 @@ def test_software_versions_from_packages_and_ascend_version_files(tmp_path, monk
     assert semconv.ATTR_CANN_VERSION not in attributes()  # no file, no attribute
 
 
-TRAIN_SCRIPT = """
-import numpy as np
-import otel_mindformers  # noqa: F401
-from mindformers import MindFormerConfig, Trainer
-from mindspore.dataset import GeneratorDataset
-
-config = MindFormerConfig("reference.yaml")
-rows = np.random.default_rng(0).integers(0, 64, size=(4, 17), dtype=np.int32)
-Trainer(args=config, train_dataset=GeneratorDataset([(r,) for r in rows], column_names=["input_ids"]).batch(2)).train()
-"""
-
-
 @pytest.mark.slow
 def test_a_mindformers_trainer_run_exports_its_layout_on_the_resource(workdir, otlp_receiver):
     document = yaml.safe_load(REFERENCE_YAML.read_text())
@@ -121,10 +106,7 @@ def test_a_mindformers_trainer_run_exports_its_layout_on_the_resource(workdir, o
     document["monitor_config"].update(
         output_type=["otlp"], otlp={"endpoint": otlp_receiver.grpc_endpoint, "protocol": "grpc"}
     )
-    (workdir / "reference.yaml").write_text(yaml.safe_dump(document))
-    (workdir / "train.py").write_text(TRAIN_SCRIPT)
-
-    run([*CPU_RUNNER, "train.py"], child_env(), workdir)
+    run([*CPU_RUNNER, write_trainer(workdir, yaml.safe_dump(document), rows=4)], child_env(), workdir)
 
     (run_span,) = otlp_receiver.spans(semconv.SPAN_RUN)
     resource = run_span.resource

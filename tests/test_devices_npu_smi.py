@@ -1,7 +1,5 @@
 """npu-smi text parsers against recorded output of every form (tests/fixtures/npu_smi/)."""
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,8 +13,9 @@ from otel_mindformers.devices.npu_smi import (
     parse_health,
     parse_table,
 )
+from tests.support import paths
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "npu_smi"
+FIXTURES = paths.FIXTURES / "npu_smi"
 
 
 def text(name: str, pid: int = 4242) -> str:

@@ -3,10 +3,6 @@ counting and warnings, and the `otel-mindformers devices` command."""
 
 import logging
 import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -19,15 +15,11 @@ from otel_mindformers.devices.cache import ReadingCache
 from otel_mindformers.devices.poller import Poller
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
+from tests.support.cli import cli
+from tests.support.npu_fixture import NPU1_IDENTITY
+from tests.support.paths import FAKE_BIN, REPO
+from tests.support.waiting import wait_until
 
-REPO = Path(__file__).resolve().parent.parent
-# The chip's identity as the 910b fixture's table title and `-t board` print it.
-NPU1_IDENTITY = {
-    semconv.ATTR_HW_NAME: "NPU 1 chip 0",
-    semconv.ATTR_HW_DRIVER_VERSION: "23.0.rc3",
-    semconv.ATTR_HW_FIRMWARE_VERSION: "7.1.0.7.220",
-}
-FAKE_BIN = REPO / "tests" / "fixtures" / "bin"
 IDENTITY = Identity(rank=1, world_size=2, local_rank=1, node_rank=0, device_id=1, device_target="Ascend")
 
 
@@ -48,15 +40,6 @@ def collect(reader) -> dict[str, list]:
             for m in sm.metrics:
                 out.setdefault(m.name, []).extend(m.data.data_points)
     return out
-
-
-def wait_until(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def config(**device_config):
@@ -198,6 +181,7 @@ def test_nothing_to_read_is_none(started):
     assert started(config(sources=[])) is None
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_gauges_carry_the_fixture_numbers_with_rank_and_device(fake_npu_smi, reader, started):
     telemetry = started(config(sources=["ascend", "host"]), meter=reader.meter)
     assert wait_until(lambda: {"npu_hbm_used_mb", "host_rss_mb"} <= set(telemetry.snapshot()))
@@ -225,6 +209,7 @@ def test_gauges_carry_the_fixture_numbers_with_rank_and_device(fake_npu_smi, rea
     assert snapshot["host_rss_mb"] > 0
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_collections_and_snapshots_never_run_npu_smi(fake_npu_smi, reader, started):
     telemetry = started(config(sources=["ascend"], poll_interval=3600), meter=reader.meter)
     assert wait_until(lambda: telemetry.snapshot())
@@ -251,6 +236,7 @@ def test_local_rank_zero_also_reports_the_node(fake_npu_smi, reader, started):
     assert dict(cpu.attributes) == {semconv.ATTR_RANK: 0, semconv.ATTR_NODE_RANK: 3} and 0.0 <= cpu.value <= 1.0
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 @pytest.mark.parametrize("mode, error_type", [("exit1", "exit_status"), ("garbage", "parse"), ("hang", "timeout")])
 def test_failing_npu_smi_is_counted_and_warned_once(
     fake_npu_smi, reader, started, monkeypatch, caplog, mode, error_type
@@ -275,6 +261,7 @@ def test_failing_npu_smi_is_counted_and_warned_once(
     assert len(warnings) == 1 and "npu-smi" in warnings[0].getMessage()
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_a_second_run_on_the_same_meter_is_observed(fake_npu_smi, reader, started, monkeypatch):
     # The SDK returns the first registration's instrument (and callbacks) for a repeated name.
     first = started(config(sources=["ascend"]), meter=reader.meter)
@@ -287,6 +274,7 @@ def test_a_second_run_on_the_same_meter_is_observed(fake_npu_smi, reader, starte
     assert power.value == 85.6
 
 
+@pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_readings_outlive_shutdown_for_the_final_export(fake_npu_smi, reader, started):
     telemetry = started(config(sources=["ascend"]), meter=reader.meter)
     assert wait_until(lambda: telemetry.snapshot())
@@ -298,14 +286,8 @@ def test_readings_outlive_shutdown_for_the_final_export(fake_npu_smi, reader, st
 
 
 def run_cli(*args, **env):
-    environ = {**os.environ, "PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", **env}
-    return subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", "devices", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        cwd=REPO,
-        timeout=120,
+    return cli(
+        "devices", *args, env={"PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", **env}, cwd=REPO, timeout=120
     )
 
 
@@ -316,6 +298,7 @@ def line_with(out: str, *parts: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # the `devices` command in a child process
 def test_devices_command_prints_one_block_per_device_with_the_tool_of_each_reading():
     result = run_cli(FAKE_NPU_SMI_VARIANT="a3")
     assert result.returncode == 0, result.stderr
@@ -345,6 +328,7 @@ def test_devices_command_prints_one_block_per_device_with_the_tool_of_each_readi
     assert "nvml: no readings (NVMLError" in out  # nvidia-ml-py is installed, no driver here
 
 
+@pytest.mark.slow  # the `devices` command in a child process
 def test_devices_command_reports_a_broken_npu_smi(tmp_path):
     yaml = tmp_path / "m.yaml"
     yaml.write_text("monitor_config:\n  output_type: [stdout]\n  device_config:\n    sources: [ascend]\n")

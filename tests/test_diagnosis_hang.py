@@ -8,27 +8,17 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from otel_mindformers.analysis.hang_report import build_hang_report, ranks_text, render_text
 from otel_mindformers.diagnosis import records
-from tests.support.instrumented import BIN, REPO, child_env, free_port
+from tests.support.instrumented import BIN, child_env, free_port
+from tests.support.paths import REPO
+from tests.support.waiting import wait_until
 
 STEPS, BLOCK_AT = 8, 4
-
-
-def wait_until(predicate, what: str, process: subprocess.Popen | None = None, timeout: float = 180.0) -> None:
-    """Wait for a condition on files another process writes (or fail naming it)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"the job exited ({process.returncode}) before: {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        time.sleep(0.1)
 
 
 def stack_records(path: Path) -> list[dict]:
@@ -82,8 +72,20 @@ def test_hang_report_names_the_rank_that_stopped_and_its_stack(workdir):
         text=True,
     )
     try:
-        wait_until(lambda: last_logged_step(output / "train_metric_rank_0.json") == STEPS, "rank 0 finished", job)
-        wait_until(lambda: len(stack_records(output / "diagnosis_rank_1.jsonl")) == 2, "rank 1's two dumps", job)
+        wait_until(
+            lambda: last_logged_step(output / "train_metric_rank_0.json") == STEPS,
+            "rank 0 finished",
+            job,
+            timeout=180.0,
+            interval=0.1,
+        )
+        wait_until(
+            lambda: len(stack_records(output / "diagnosis_rank_1.jsonl")) == 2,
+            "rank 1's two dumps",
+            job,
+            timeout=180.0,
+            interval=0.1,
+        )
         cli = [str(BIN / "otel-mindformers"), "hang-report", str(output)]
         text = subprocess.run(cli, capture_output=True, text=True, timeout=60)
         as_json = subprocess.run([*cli, "--format", "json"], capture_output=True, text=True, timeout=60)
@@ -137,6 +139,7 @@ def dump_rank(folder: Path, rank: int, step: int, target: str) -> None:
     )
 
 
+@pytest.mark.slow  # each dump is made in a child process
 def test_ranks_with_identical_stacks_form_one_group_shown_once(tmp_path):
     # The dumping (main) thread is left out of its own dump; the worker thread's frames
     # tell the groups apart.
@@ -165,6 +168,7 @@ def test_ranks_with_identical_stacks_form_one_group_shown_once(tmp_path):
     assert text.count("in hold_in_collective") == 1 and text.count("in hold_in_data_loader") == 1
 
 
+@pytest.mark.slow  # each dump is made in a child process
 def test_the_latest_dump_of_a_rank_is_the_one_grouped(tmp_path):
     dump_rank(tmp_path, 0, 5, "data_loader")
     dump_rank(tmp_path, 0, 5, "collective")

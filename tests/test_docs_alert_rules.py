@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-RULE_FILES = sorted((REPO / "collector-config" / "rules").glob("*.yaml"))
+from tests.support.paths import REPO, RULE_FILES
+
 # Docs that list every shipped alert in a table row: | `Name` | severity | ...
 LISTS = [REPO / "docs" / "alerts.md", REPO / "collector-config" / "README.md"]
 # Names that appear in prose but are no rule: the README's hand-made test alert.

@@ -18,7 +18,8 @@ import pytest
 from otel_mindformers import MonitorCallback
 from otel_mindformers.version import __version__
 from tests.support import training
-from tests.support.instrumented import BIN, REPO, child_env
+from tests.support.instrumented import BIN, child_env
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow  # a real training, then the CLI as documented
 

@@ -3,15 +3,15 @@ LLaMA on the CPU with a `peak_tflops` override, checked against a hand calculati
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import yaml
 
 from otel_mindformers.names import training as tm
 from otel_mindformers.timing.efficiency import Eta, TransformerShape, peak_tflops
-from tests.support.instrumented import REPO, child_env, run
-from tests.test_mindformers import CPU_RUNNER, REFERENCE_SCRIPT
+from tests.support.instrumented import child_env, run
+from tests.support.jsonl import json_lines
+from tests.support.mindformers_trainer import CPU_RUNNER, write_trainer
+from tests.support.paths import REFERENCE_YAML
 
 PEAK = 0.002  # TFLOPS: a CPU-sized "peak", so the MFU is a readable number
 
@@ -64,13 +64,11 @@ def test_eta_skips_the_compile_window_and_smooths():
 
 @pytest.mark.slow
 def test_tiny_llama_mfu_and_tflops_match_a_hand_calculation(workdir):
-    config = yaml.safe_load((REPO / "tests" / "fixtures" / "mindformers-tiny-llama-cpu.yaml").read_text())
+    config = yaml.safe_load(REFERENCE_YAML.read_text())
     for callback in config["callbacks"]:
         if callback["type"] == "OtelCallback":
             callback["peak_tflops"] = PEAK
-    (workdir / "reference.yaml").write_text(yaml.safe_dump(config))
-    (workdir / "reference.py").write_text(REFERENCE_SCRIPT)
-    run([*CPU_RUNNER, "reference.py"], child_env(), workdir)
+    run([*CPU_RUNNER, write_trainer(workdir, yaml.safe_dump(config), rows=6)], child_env(), workdir)
 
     # By hand, for the YAML's LLaMA: L=2 layers, h=32, 2 heads (= KV heads), SwiGLU f=64,
     # V=64, s=16. Per token, forward: per layer QKV 2*32*96 + output 2*32*32 + FFN 2*3*32*64
@@ -78,7 +76,7 @@ def test_tiny_llama_mfu_and_tflops_match_a_hand_calculation(workdir):
     # training is 3x that.
     flops_per_token = 3 * (2 * (2 * 32 * 96 + 2 * 32 * 32 + 2 * 3 * 32 * 64 + 4 * 16 * 32) + 2 * 32 * 64)
     assert flops_per_token == 147456
-    lines = [json.loads(line) for line in (workdir / "output" / "train_metric.json").read_text().splitlines()]
+    lines = json_lines(workdir / "output" / "train_metric.json")
     assert lines
     for line in lines:
         tokens_per_second = line["samples_per_second"] * 16

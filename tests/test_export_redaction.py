@@ -5,19 +5,15 @@ error or success lines."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from otel_mindformers.config.redaction import printable_endpoint
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
+from tests.support.cli import cli
 from tests.support.instrumented import free_port
 from tests.support.reliability_worker import run
 
-REPO = Path(__file__).resolve().parent.parent
 TOKEN = "tok3n-in-the-url"
 HEADER_SECRET = "Bearer header-s3cret"
 
@@ -87,26 +83,18 @@ def test_replay_names_the_endpoint_without_credentials(tmp_path, protocol):
         )
     )
     port = free_port()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "otel_mindformers.cli",
-            "replay",
-            str(log),
-            "--endpoint",
-            f"http://svc:{TOKEN}@127.0.0.1:{port}",
-            "--protocol",
-            protocol,
-            "--timeout",
-            "1",
-            "--header",
-            f"authorization={HEADER_SECRET}",
-        ],
-        capture_output=True,
-        text=True,
+    done = cli(
+        "replay",
+        str(log),
+        "--endpoint",
+        f"http://svc:{TOKEN}@127.0.0.1:{port}",
+        "--protocol",
+        protocol,
+        "--timeout",
+        "1",
+        "--header",
+        f"authorization={HEADER_SECRET}",
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert done.returncode == 1
     (line,) = [line for line in done.stderr.splitlines() if line.strip()]

@@ -13,9 +13,9 @@ import pytest
 import tomllib
 
 from otel_mindformers.config.extras import EXTRA_OF_MODULE
+from tests.support.cli import cli
+from tests.support.paths import REPO
 from tests.support.reliability_worker import run
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _hide(tmp_path: Path, *modules: str) -> dict[str, str]:
@@ -63,19 +63,9 @@ CASES = [
 def test_validate_names_the_extra_to_install(tmp_path, section, module, message):
     config = tmp_path / "monitor.yaml"
     config.write_text(f"monitor_config: {section if section.startswith('{') else '{' + section + '}'}\n")
-    command = [sys.executable, "-m", "otel_mindformers.cli", "validate", str(config)]
-    present = subprocess.run(
-        command, cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
+    present = cli("validate", str(config), cwd=tmp_path, timeout=120)
     assert present.returncode == 0, present.stderr
-    absent = subprocess.run(
-        command,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **_hide(tmp_path, module)},
-    )
+    absent = cli("validate", str(config), cwd=tmp_path, timeout=120, env=_hide(tmp_path, module))
     assert absent.returncode == 1
     assert absent.stderr.splitlines() == [f"invalid: {message}"]
 
@@ -133,12 +123,5 @@ def test_no_optional_module_is_needed_to_import_the_package_or_its_cli(tmp_path)
         env=run_env,
     )
     assert imported.returncode == 0, imported.stderr[-2000:]
-    helped = subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", "--help"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    helped = cli("--help", cwd=tmp_path, timeout=120, env=env)
     assert helped.returncode == 0, helped.stderr[-2000:]

@@ -9,12 +9,11 @@ on their output folder as a user would, name rank 1 and the step.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
 
+from tests.support.cli import cli_output as _cli
 from tests.support.trainer_process import log_tail, spawn
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -47,14 +46,6 @@ def _train_two_ranks(tmp_path, nonfinite_check: str):
     for workdir, process in ranks:
         assert process.wait(timeout=300) == 0, log_tail(workdir)
     return logs
-
-
-def _cli(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", *args], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_the_rank_that_goes_nan_first_is_named_with_its_step(tmp_path):

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "otel_mindformers"
+from tests.support.paths import REPO
+
+PACKAGE = REPO / "otel_mindformers"
 ROOT = "otel_mindformers"
 
 # Bottom first. `version` imports nothing and is read by every layer.

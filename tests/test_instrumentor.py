@@ -26,10 +26,8 @@ from otel_mindformers.names import training as tm
 from otel_mindformers.telemetry.otlp_in_place import InPlaceOTLPLogExporter, InPlaceOTLPSpanExporter
 from tests.support import training
 from tests.support.in_memory import Capture as InMemoryCapture
-from tests.support.instrumented import LAUNCHER_SPAN_ID, REPO, TRACE_ID, TRACEPARENT, child_env, instrumented, run
-
-PLAIN_TRAIN = str(REPO / "examples" / "plain_train.py")
-
+from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT, child_env, instrumented, run
+from tests.support.paths import PLAIN_TRAIN
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -236,7 +234,7 @@ def test_opentelemetry_instrument_monitors_an_unmodified_script(workdir, otlp_re
         TRACEPARENT=TRACEPARENT,
         OTEL_RESOURCE_ATTRIBUTES="deployment.environment=ci",
     )
-    result = run(instrumented("python", PLAIN_TRAIN, "--steps", "12"), env, workdir)
+    result = run(instrumented("python", str(PLAIN_TRAIN), "--steps", "12"), env, workdir)
     assert "training finished" in result.stdout
 
     assert otlp_receiver.wait_for(lambda rx: rx.spans(semconv.SPAN_RUN) and rx.points(tm.instrument_name(tm.LOSS)))
@@ -264,7 +262,7 @@ def test_opentelemetry_instrument_monitors_an_unmodified_script(workdir, otlp_re
 
 def test_disabled_instrumentation_sends_nothing(workdir, otlp_receiver):
     env = child_env(otlp_receiver, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="mindformers")
-    result = run(instrumented("python", PLAIN_TRAIN, "--steps", "4"), env, workdir)
+    result = run(instrumented("python", str(PLAIN_TRAIN), "--steps", "4"), env, workdir)
     assert "training finished" in result.stdout
     assert otlp_receiver.spans() == [] and otlp_receiver.points() == []
     assert not (workdir / "output" / "train_metric.json").exists()

@@ -6,9 +6,7 @@ it runs in a temp dir (`workdir`).
 """
 
 import copy
-import json
 import re
-import sys
 
 import pytest
 import yaml
@@ -20,12 +18,11 @@ from otel_mindformers.integration import mindformers_glue
 from otel_mindformers.integration.instrumentor import MindFormersInstrumentor
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
-from tests.support.instrumented import REPO, child_env, instrumented, run
-
-EXAMPLES = REPO / "examples"
-ARTICLE_YAML = EXAMPLES / "mindformers_tiny_llama.yaml"
-CPU_RUNNER = [sys.executable, "-m", "tests.support.mindformers_cpu"]
-
+from tests.support.instrumented import child_env, instrumented, run
+from tests.support.jsonl import json_lines
+from tests.support.mindformers_trainer import CPU_RUNNER, write_trainer
+from tests.support.paths import EXAMPLES, REFERENCE_YAML
+from tests.support.paths import MINDFORMERS_YAML as ARTICLE_YAML
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -161,7 +158,7 @@ def test_the_article_main_code_trains_a_tiny_llama_with_monitoring(workdir):
     output = result.stdout + result.stderr
     assert "monitoring on, every 2 steps" in output
 
-    lines = [json.loads(line) for line in (workdir / "output" / "train_metric.json").read_text().splitlines()]
+    lines = json_lines(workdir / "output" / "train_metric.json")
     records = [line for line in lines if "epoch" in line]  # ours; the custom monitor's have no epoch
     custom = [line for line in lines if "epoch" not in line]
     assert [r["step"] for r in records] == [1, 2, 4]
@@ -191,17 +188,6 @@ def test_the_article_main_code_trains_a_tiny_llama_with_monitoring(workdir):
     assert "weight_norm" in output
 
 
-ZERO_CODE_SCRIPT = """
-import numpy as np
-from mindformers import MindFormerConfig, Trainer
-from mindspore.dataset import GeneratorDataset
-
-config = MindFormerConfig("config.yaml")
-rows = np.random.default_rng(0).integers(0, 64, size=(4, 17), dtype=np.int32)
-Trainer(args=config, train_dataset=GeneratorDataset([(r,) for r in rows], column_names=["input_ids"]).batch(2)).train()
-"""
-
-
 def test_zero_code_trainer_with_the_callback_listed_in_yaml(workdir, otlp_receiver):
     """opentelemetry-instrument + a YAML `callbacks: - type: MonitorCallback`: one callback, not two."""
     document = yaml.safe_load(ARTICLE_YAML.read_text())
@@ -210,15 +196,14 @@ def test_zero_code_trainer_with_the_callback_listed_in_yaml(workdir, otlp_receiv
     for key in ("custom_monitor_callback", "monitor_on", "dump_path", "weight_state_format"):
         section.pop(key)
     document["monitor_config"] = {**section, "output_type": ["json_file"]}
-    (workdir / "config.yaml").write_text(yaml.safe_dump(document))
-    (workdir / "article.py").write_text(ZERO_CODE_SCRIPT)
+    script = write_trainer(workdir, yaml.safe_dump(document), rows=4, register=False)
 
-    run(instrumented(*CPU_RUNNER, "article.py"), child_env(otlp_receiver, OTEL_SERVICE_NAME="tiny-llama"), workdir)
+    run(instrumented(*CPU_RUNNER, script), child_env(otlp_receiver, OTEL_SERVICE_NAME="tiny-llama"), workdir)
 
     (run_span,) = otlp_receiver.spans(semconv.SPAN_RUN)
     assert run_span.resource["service.name"] == "tiny-llama"
     assert sorted(s.attributes[semconv.ATTR_STEP] for s in otlp_receiver.spans(semconv.SPAN_STEP)) == [1, 2]
-    lines = [json.loads(line) for line in (workdir / "output" / "train_metric.json").read_text().splitlines()]
+    lines = json_lines(workdir / "output" / "train_metric.json")
     assert [line["step"] for line in lines] == [1, 2]
     exported = {p.metric for p in otlp_receiver.points()}
     assert {
@@ -229,27 +214,12 @@ def test_zero_code_trainer_with_the_callback_listed_in_yaml(workdir, otlp_receiv
     } <= exported
 
 
-REFERENCE_SCRIPT = """
-import numpy as np
-import otel_mindformers  # noqa: F401  (registers OtelCallback / MonitorCallback with MindFormers)
-from mindformers import MindFormerConfig, Trainer
-from mindspore.dataset import GeneratorDataset
-
-config = MindFormerConfig("reference.yaml")
-rows = np.random.default_rng(0).integers(0, 64, size=(6, 17), dtype=np.int32)
-Trainer(args=config, train_dataset=GeneratorDataset([(r,) for r in rows], column_names=["input_ids"]).batch(2)).train()
-"""
-
-
 def test_the_shared_reference_yaml_with_its_otelcallback_entry_trains(workdir):
     """The project's reference MindFormers config, verbatim: `callbacks: - type: OtelCallback`
     with `service_name`, and a native-keys-only `monitor_config` (monitor_on, step_interval: 1)."""
-    reference = EXAMPLES.parent / "tests" / "fixtures" / "mindformers-tiny-llama-cpu.yaml"
-    (workdir / "reference.yaml").write_text(reference.read_text())
-    (workdir / "reference.py").write_text(REFERENCE_SCRIPT)
-    result = run([*CPU_RUNNER, "reference.py"], child_env(), workdir)
-    ours = [l for l in result.stdout.splitlines() if l.startswith("[otel_mindformers]")]
-    assert [int(re.search(r"step (\d+)", l)[1]) for l in ours] == [1, 2, 3]  # once per step: one callback
-    lines = [json.loads(l) for l in (workdir / "output" / "train_metric.json").read_text().splitlines()]
-    assert [l["step"] for l in lines] == [1, 2, 3]
-    assert all({"loss", "grad_norm", "loss_scale", "overflow"} <= set(l) for l in lines)
+    result = run([*CPU_RUNNER, write_trainer(workdir, REFERENCE_YAML.read_text(), rows=6)], child_env(), workdir)
+    ours = [line for line in result.stdout.splitlines() if line.startswith("[otel_mindformers]")]
+    assert [int(re.search(r"step (\d+)", line)[1]) for line in ours] == [1, 2, 3]  # once per step: one callback
+    lines = json_lines(workdir / "output" / "train_metric.json")
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    assert all({"loss", "grad_norm", "loss_scale", "overflow"} <= set(line) for line in lines)

@@ -21,6 +21,7 @@ from otel_mindformers.model_state import LocalNormTrainOneStepCell
 from otel_mindformers.model_state.parameters import ParameterFilter, kind_of, layer_of
 from otel_mindformers.names import model_state as specs
 from otel_mindformers.names import semconv
+from tests.support.jsonl import json_lines as lines
 from tests.support.readbacks import record_readbacks
 
 BATCH = 4
@@ -72,10 +73,6 @@ def otlp_config(receiver, workdir, **extra):
         "otlp": {"endpoint": receiver.grpc_endpoint, "export_interval": 0.2},
         **extra,
     }
-
-
-def lines(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 # --- names ---------------------------------------------------------------------------------------

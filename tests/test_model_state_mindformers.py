@@ -4,10 +4,8 @@ and per kind, equal to MindFormers' numbers; `target` limits the per-parameter s
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import sys
 from collections import defaultdict
 
 import numpy as np
@@ -17,21 +15,13 @@ import yaml
 from otel_mindformers.model_state.parameters import kind_of, layer_of
 from otel_mindformers.names import model_state as specs
 from otel_mindformers.names import training as tm
-from tests.support.instrumented import REPO, child_env, instrumented, run
+from tests.support.instrumented import child_env, instrumented, run
+from tests.support.jsonl import json_lines
+from tests.support.mindformers_trainer import CPU_RUNNER, write_trainer
+from tests.support.paths import REFERENCE_YAML
 
-REFERENCE = REPO / "tests" / "fixtures" / "mindformers-tiny-llama-cpu.yaml"
-CPU_RUNNER = [sys.executable, "-m", "tests.support.mindformers_cpu"]
 pytestmark = pytest.mark.slow
 
-SCRIPT = """
-import numpy as np
-from mindformers import MindFormerConfig, Trainer
-from mindspore.dataset import GeneratorDataset
-
-config = MindFormerConfig("config.yaml")
-rows = np.random.default_rng(0).integers(0, 64, size=(6, 17), dtype=np.int32)
-Trainer(args=config, train_dataset=GeneratorDataset([(r,) for r in rows], column_names=["input_ids"]).batch(2)).train()
-"""
 # MindFormers' TrainingStateMonitor log lines: `step:[    2/    3] adam_m_norm/<param>: 0.0123`
 _STATE_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\] ([\w./]+): ([-+0-9.eE]+)$", re.M)
 # MFLossMonitor prints the 7-tuple's local norms (squared, per parameter) once per step.
@@ -43,7 +33,7 @@ def _l2(values):
 
 
 def test_mindformers_state_readings_reach_otel_equal_to_its_own_log(workdir, otlp_receiver):
-    document = yaml.safe_load(REFERENCE.read_text())
+    document = yaml.safe_load(REFERENCE_YAML.read_text())
     document["runner_wrapper"]["local_norm"] = True  # the 7-tuple
     document["monitor_config"].update(
         optimizer_state_format=["log"],
@@ -51,16 +41,15 @@ def test_mindformers_state_readings_reach_otel_equal_to_its_own_log(workdir, otl
         target=["layers.1.attention"],
         output_type=["stdout", "json_file"],
     )
-    (workdir / "config.yaml").write_text(yaml.safe_dump(document))
-    (workdir / "train.py").write_text(SCRIPT)
-    result = run(instrumented(*CPU_RUNNER, "train.py"), child_env(otlp_receiver), workdir)
+    script = write_trainer(workdir, yaml.safe_dump(document), rows=6, register=False)
+    result = run(instrumented(*CPU_RUNNER, script), child_env(otlp_receiver), workdir)
     log = result.stdout + result.stderr
 
     logged = defaultdict(dict)  # step -> tag -> value, as MindFormers wrote them
     for step, tag, value in _STATE_LINE.findall(log):
         logged[int(step)][tag] = float(value)
-    lines = [json.loads(l) for l in (workdir / "output" / "train_metric.json").read_text().splitlines()]
-    assert [l["step"] for l in lines] == [1, 2, 3]
+    lines = json_lines(workdir / "output" / "train_metric.json")
+    assert [line["step"] for line in lines] == [1, 2, 3]
     for line in lines:
         mine, theirs = line["model_state"], logged[line["step"]]
         assert line[tm.WEIGHT_NORM] == pytest.approx(theirs["weight_norm"], rel=1e-6)

@@ -3,11 +3,10 @@ dependencies, registered markers."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import tomllib
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 

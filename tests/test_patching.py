@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from tests.support.instrumented import REPO, child_env, instrumented, run
+from tests.support.instrumented import child_env, instrumented, run
+from tests.support.paths import MINDFORMERS_YAML as ARTICLE_YAML
 
 pytestmark = pytest.mark.slow  # fresh interpreters importing MindSpore / MindFormers
 
-ARTICLE_YAML = REPO / "examples" / "mindformers_tiny_llama.yaml"
 
 # Prints which of the patch points are not the library's own, after importing both libraries.
 PATCH_REPORT = f"""

@@ -11,8 +11,8 @@ import otel_mindformers
 from otel_mindformers.names import semconv
 from otel_mindformers.names.phases import ATTR_PHASE, PHASE_DURATION
 from tests.support import training
+from tests.support.configs import config
 from tests.support.in_memory import Capture
-from tests.test_callback import config
 
 pytestmark = pytest.mark.slow  # real training runs
 

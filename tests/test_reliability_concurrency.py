@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import EXAMPLES, REPO
 from tests.support.reliability_worker import run, spawn
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
 RANKS = 8
 STEPS = 60
 

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers.analysis.logs import read_logs
+from tests.support.paths import EXAMPLES, REPO
 from tests.support.reliability_worker import spawn
 
 
@@ -50,8 +51,7 @@ def test_kill_9_mid_run_leaves_complete_lines(tmp_path, round_):
         "report": str(tmp_path / "report.json"),
         "at": {"30": [["touch", str(marker)]]},
     }
-    examples = Path(__file__).resolve().parent.parent / "examples"
-    process = spawn(spec, tmp_path, env={"PYTHONPATH": f"{examples}:{Path(__file__).resolve().parent.parent}"})
+    process = spawn(spec, tmp_path, env={"PYTHONPATH": f"{EXAMPLES}:{REPO}"})
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and process.poll() is None and time.monotonic() < deadline:

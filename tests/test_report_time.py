@@ -14,20 +14,13 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers.names import training as tm
-from tests.support.trainer_process import REPO_ROOT
+from tests.support.cli import cli_output
+from tests.support.paths import pythonpath_with_repo
 
 pytestmark = pytest.mark.slow  # two real trainings in child processes
 
 # Seconds each rank's dataset sleeps before a batch: longer than a step here, so the steps wait.
 SLEEPS = {0: 0.15, 1: 0.5}
-
-
-def cli(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", "report", *args], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +34,7 @@ def job(tmp_path_factory):
     checkpoint = root / "init.ckpt"
     ms.save_checkpoint(build_net(), str(checkpoint))
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = pythonpath_with_repo(env.get("PYTHONPATH"))
     env["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
     children = {}
     for rank, sleep in SLEEPS.items():
@@ -70,7 +63,7 @@ def job(tmp_path_factory):
             stderr=subprocess.STDOUT,
             text=True,
         )
-    for rank, child in children.items():
+    for child in children.values():
         output, _ = child.communicate(timeout=600)
         assert child.returncode == 0, output[-3000:]
     measured = {rank: json.loads((root / f"rank{rank}" / "measured.json").read_text()) for rank in SLEEPS}
@@ -83,7 +76,7 @@ def _last_line(logs: Path, rank: int) -> dict:
 
 def test_report_json_gives_each_rank_its_seconds_by_phase_as_its_own_clocks_measured(job):
     logs, measured = job
-    report = json.loads(cli(str(logs), "--format", "json"))
+    report = json.loads(cli_output("report", str(logs), "--format", "json"))
     by_label = {series["label"]: series["time"] for series in report["series"]}
     assert set(by_label) == {"rank 0", "rank 1"}
     for rank, own in measured.items():
@@ -122,8 +115,8 @@ def _cell(seconds: float, wall: float) -> str:
 
 def test_report_text_and_markdown_tables_say_which_rank_lost_how_much_to_what(job):
     logs, _ = job
-    report = json.loads(cli(str(logs), "--format", "json"))
-    text, markdown = cli(str(logs)), cli(str(logs), "--format", "markdown")
+    report = json.loads(cli_output("report", str(logs), "--format", "json"))
+    text, markdown = cli_output("report", str(logs)), cli_output("report", str(logs), "--format", "markdown")
     title = "Where the time went per series (seconds lost by phase, share of wall time)"
     text_rows = text.split(title)[1].splitlines()
     header = text_rows[1].split()
@@ -154,8 +147,8 @@ def test_a_log_two_runs_wrote_adds_up_both_runs(job, tmp_path):
     lines = (logs / "m_rank_1.json").read_text()
     twice = tmp_path / "m_rank_1.json"
     twice.write_text(lines + lines)
-    (once,) = json.loads(cli(str(logs / "m_rank_1.json"), "--format", "json"))["series"]
-    (both,) = json.loads(cli(str(twice), "--format", "json"))["series"]
+    (once,) = json.loads(cli_output("report", str(logs / "m_rank_1.json"), "--format", "json"))["series"]
+    (both,) = json.loads(cli_output("report", str(twice), "--format", "json"))["series"]
     assert both["time"]["wall_s"] == pytest.approx(2 * once["time"]["wall_s"])
     for phase, seconds in once["time"]["lost_s"].items():
         assert both["time"]["lost_s"][phase] == pytest.approx(2 * seconds)

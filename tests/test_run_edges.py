@@ -7,7 +7,6 @@ return (any value of any shape in any position).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -21,10 +20,7 @@ from mindspore.train.callback import RunContext, _InternalCallbackParam
 
 from otel_mindformers import ConfigError, MonitorCallback
 from tests.support import monitors, training
-
-
-def lines(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+from tests.support.jsonl import json_lines as lines
 
 
 def monitor_threads() -> set[str]:

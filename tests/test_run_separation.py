@@ -8,7 +8,6 @@ the result with the article's own script, the analysis CLI's reader and TensorBo
 
 from __future__ import annotations
 
-import json
 import runpy
 from pathlib import Path
 
@@ -17,12 +16,12 @@ import pytest
 from otel_mindformers import MonitorCallback
 from otel_mindformers.analysis.logs import read_logs
 from tests.support import training
+from tests.support.jsonl import json_lines as lines
+from tests.support.paths import EXAMPLES
 from tests.support.permissions import obey_file_permissions
 from tests.support.reliability_worker import spawn
 
 pytestmark = pytest.mark.slow
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def monitor(workdir: Path, **overrides) -> MonitorCallback:
@@ -52,10 +51,6 @@ def resume(callback: MonitorCallback, from_step: int, steps: int) -> None:
     model._train(
         1, training.build_dataset(steps), callbacks=[callback], dataset_sink_mode=False, initial_step=from_step
     )
-
-
-def lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def ours(path: Path) -> list[int]:

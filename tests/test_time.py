@@ -3,7 +3,6 @@ checkpoint phases, ETA."""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -19,10 +18,11 @@ from otel_mindformers.names import training as tm
 from otel_mindformers.names.phases import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
 from otel_mindformers.timing.accounting import DATA_WAIT_SPAN_SECONDS
 from tests.support import training
+from tests.support.configs import config
 from tests.support.in_memory import Capture
+from tests.support.jsonl import json_lines as _lines
 from tests.support.timed_fit import TimedCheckpoint
 from tests.support.training import Faults
-from tests.test_callback import config
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -42,10 +42,6 @@ class _StepTimes(Callback):
 
     def on_train_step_end(self, run_context):
         self.ends.append(time.perf_counter())
-
-
-def _lines(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_data_wait_spans_match_the_sleep_and_goodput_matches_the_steps(tmp_path):

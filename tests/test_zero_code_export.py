@@ -15,11 +15,11 @@ import pytest
 
 from otel_mindformers.names import semconv
 from tests.support.blackhole import Blackhole
-from tests.support.instrumented import REPO, child_env, free_port, instrumented, run
+from tests.support.instrumented import child_env, free_port, instrumented, run
+from tests.support.paths import PLAIN_TRAIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training under opentelemetry-instrument
 
-PLAIN_TRAIN = REPO / "examples" / "plain_train.py"
 SHUTDOWN_TIMEOUT = 1.0
 EXPORT_TIMEOUT = 30  # OTEL_EXPORTER_OTLP_TIMEOUT, seconds: what exit must not wait for
 
@@ -32,9 +32,6 @@ print("TRAINED", time.time(), flush=True)
 """
 
 SDK_NOISE = ("Transient error", "Failed to export", "Exception while exporting", "Queue full")
-
-
-pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training against a backend process
 
 
 def _train(workdir, endpoint: str, monitor_config: dict, **env: str):

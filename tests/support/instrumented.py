@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 BIN = Path(sys.executable).parent
 # A launcher's span, handed down in the environment (the OTel environment-carrier spec).
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"

@@ -213,7 +213,7 @@ class OtlpReceiver:
                                 end_time_unix_nano=span.end_time_unix_nano,
                                 status_code=span.status.code,
                                 events=[(e.name, attributes(e.attributes)) for e in span.events],
-                                links=[(l.trace_id.hex(), l.span_id.hex()) for l in span.links],
+                                links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
                             )
                         )
         return out

@@ -30,7 +30,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import pythonpath_with_repo
+
 _HOOKS = ("on_train_begin", "on_train_epoch_begin", "on_train_step_end", "on_train_epoch_end", "on_train_end")
 
 
@@ -39,7 +40,7 @@ def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None, **popen: obj
     full_env = {
         **os.environ,
         "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": pythonpath_with_repo(os.environ.get("PYTHONPATH")),
         **(env or {}),
     }
     return subprocess.Popen(

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import pythonpath_with_repo
 
 
 def spawn(
@@ -33,7 +33,7 @@ def spawn(
     parent's OTEL_* variables are not passed on, so only `config` decides the exporters."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     child_env.update(env or {})
-    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
+    child_env["PYTHONPATH"] = pythonpath_with_repo(child_env.get("PYTHONPATH"))
     child_env.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
     argv = [sys.executable, "-m", "tests.support.trainer_process", str(config), "--steps", str(steps)]
     if stop_file is not None:
