@@ -104,7 +104,7 @@ def test_model_train_with_a_transformer_config_reports_tokens_per_second_from_it
         }
     )
     training.train([callback], steps=10, model_config=llama)
-    lines = [json.loads(line) for line in (workdir / "output" / "train_metric.json").read_text().splitlines()]
+    lines = json_lines(workdir / "output" / "train_metric.json")
     assert lines
     for line in lines:
         assert line[tm.TOKENS_PER_SECOND] == pytest.approx(line[tm.SAMPLES_PER_SECOND] * 16, rel=1e-9)
