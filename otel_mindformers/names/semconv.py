@@ -11,6 +11,7 @@ from __future__ import annotations
 from otel_mindformers.names import model_state as model_state_specs
 from otel_mindformers.names import phases as phase_names
 from otel_mindformers.names import training as training_metrics
+from otel_mindformers.names.captures import CAPTURE_METRICS
 from otel_mindformers.names.diagnosis import DIAGNOSIS_METRICS
 from otel_mindformers.names.phases import PHASE_DURATION
 from otel_mindformers.names.spec import Kind, MetricSpec
@@ -90,7 +91,7 @@ ALERT_NOTIFICATIONS = MetricSpec(
     "Alert notifications by notifier and outcome (delivered, failed after retries, dropped).",
 )
 
-ALERT_METRICS: tuple[MetricSpec, ...] = (ALERTS, ALERT_NOTIFICATIONS)
+ALERT_METRICS: tuple[MetricSpec, ...] = (ALERTS, ALERT_NOTIFICATIONS, *CAPTURE_METRICS)
 
 
 # --- devices (devices/) ------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Cost model:
 - every step: `on_train_step_begin` reads the clock and adds the gap since the previous
   step's end to the data wait; `on_train_step_end` reads the clock, stores the step number,
-  checks one pending-stop attribute, compares the step with the next sampled one, and
+  checks one pending-stop and one capture attribute, compares the step with the next sampled one, and
   returns — no device readback, no allocation, no I/O;
 - sampled steps (every `interval`-th step, the first, and the last — taken at train end):
   one readback of the step's outputs, a StepRecord with the window's clock readings, and
@@ -133,6 +133,8 @@ class MonitorCallback(Callback):
         if run.stop_pending is not None:
             run.honour_stop(run_context)
             self.stop_reason = run.stop_reason
+        if run.captures.active:  # a profile capture starts or steps at this boundary
+            run.captures.on_step_end(step)
 
     def on_eval_begin(self, run_context: Any) -> None:
         if self._run is not None:  # Model.fit's validation; a Model.eval outside training is no phase
