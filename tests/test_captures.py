@@ -309,3 +309,19 @@ def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
     assert f"picked up capture request {info['request_id']}" in worker_log
     assert "picked up capture request" not in (workdir / "msrun_log" / "worker_0.log").read_text()
     assert os.path.exists(captures / names.CONTROL_FILE)
+
+
+def test_deferred_analysis_leaves_raw_data_that_the_command_analyses(workdir, capsys):
+    run = Run(
+        workdir,
+        {"alert_interval": 1, "loss_threshold": 0.0, "loss_spike": {"enable": False}},
+        {"rules": ["loss_threshold"], "kinds": ["profile"], "profile_steps": 2, "analysis": "deferred"},
+    )
+    train([run.callback], steps=8)
+    (folder,) = run.folders()
+    info = manifest(folder)
+    assert info["status"] == "raw" and not list(folder.glob("profile/*/ASCEND_PROFILER_OUTPUT"))
+    assert cli_main(["capture", "--analyse", str(run.captures)]) == 0
+    assert "analysed" in capsys.readouterr().out
+    by_step, _ = ops_by_step(wait_for_trace(folder, timeout=1), info["step_windows_ns"])
+    assert sorted(by_step) == [info["first_step"], info["first_step"] + 1] and all(by_step.values())

@@ -8,6 +8,7 @@ the README's name table and the collector rules' consistency test read.
 
 from __future__ import annotations
 
+from otel_mindformers.names import captures as capture_names
 from otel_mindformers.names import model_state as model_state_specs
 from otel_mindformers.names import phases as phase_names
 from otel_mindformers.names import training as training_metrics
@@ -25,6 +26,12 @@ ATTR_LAYER = model_state_specs.ATTR_LAYER
 ATTR_KIND = model_state_specs.ATTR_KIND
 ATTR_PARAMETER = model_state_specs.ATTR_PARAMETER
 ATTR_LOSS = model_state_specs.ATTR_LOSS
+# Capture attributes (names/captures.py): the kind, folder, trigger and outcome of a capture.
+ATTR_CAPTURE_KIND = capture_names.ATTR_CAPTURE_KIND
+ATTR_CAPTURE_PATH = capture_names.ATTR_CAPTURE_PATH
+ATTR_CAPTURE_TRIGGER = capture_names.ATTR_CAPTURE_TRIGGER
+ATTR_CAPTURE_OUTCOME = capture_names.ATTR_CAPTURE_OUTCOME
+ATTR_CAPTURE_STEPS = capture_names.ATTR_CAPTURE_STEPS
 
 
 # --- resource / point attribute keys -------------------------------------------------
