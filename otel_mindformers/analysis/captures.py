@@ -4,6 +4,7 @@ deferred profiles; and the captures section of `otel-mindformers report --captur
     otel-mindformers capture --steps 5 --ranks 0,3 DIR   # ranks 0 and 3 profile 5 steps
     otel-mindformers capture --list DIR
     otel-mindformers capture --analyse DIR                # profiles taken with analysis: deferred
+    otel-mindformers capture --plot trace.png DIR         # the newest trace, step by step
 
 DIR is `alert_config.capture.path` of the job (runs watch it with `on_demand: true`).
 """
@@ -49,6 +50,7 @@ def add_command(commands: argparse._SubParsersAction) -> None:
     action = capture.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="list the captures under DIR")
     action.add_argument("--analyse", action="store_true", help="analyse the profiles taken with `analysis: deferred`")
+    action.add_argument("--plot", metavar="PNG", help="draw the newest analysed capture's operators, step by step")
     capture.add_argument("--steps", type=_positive, default=5, help="steps to profile (default 5)")
     capture.add_argument("--ranks", type=_ranks, default=None, metavar="0,3", help="ranks that capture (default all)")
     capture.add_argument(
@@ -92,6 +94,8 @@ def _capture(args: argparse.Namespace) -> int:
         return 0
     if args.analyse:
         return _analyse(Path(args.dir))
+    if args.plot:
+        return _plot(args.dir, args.plot)
     request = store.write_request(args.dir, steps=args.steps, ranks=args.ranks, kinds=args.kinds)
     who = (
         "every rank"
@@ -143,6 +147,18 @@ def _analyse(root: Path) -> int:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no trace written"]
             print(f"error: {folder}: {tail[0]}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _plot(root: str, output: str) -> int:
+    analysed = [m for m in store.list_captures(root) if m["traces"]]
+    if not analysed:
+        print(f"error: no analysed profile under {root}", file=sys.stderr)
+        return 1
+    from otel_mindformers.analysis.capture_plot import plot_capture  # matplotlib loads only here
+
+    newest = analysed[-1]
+    print(f"wrote {plot_capture(newest, Path(newest['traces'][0]), output)} ({newest['folder']})")
+    return 0
 
 
 def _size(count: int) -> str:

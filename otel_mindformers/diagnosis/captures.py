@@ -105,7 +105,7 @@ class CaptureController:
         self._point_attributes = identity.point_attributes()
         self._lock = threading.Lock()
         self._training_ident = threading.get_ident()
-        self._root = Path(config.path)
+        self._root = Path(config.path).absolute()  # notifications are read elsewhere
         self._rank_root = store.rank_folder(self._root, identity.rank)
         self._all_rules = names.ALL_RULES in config.rules
         self._rules = frozenset(config.rules)
