@@ -199,7 +199,7 @@ def test_max_captures_bounds_a_run(workdir):
     assert [manifest(f)["step"] for f in run.folders()] == [1, 2]
 
 
-def _child(workdir, capture_path, *flags, writable=True):
+def _child(workdir, capture_path, *flags, writable=True, alerts=None, capture=None):
     config = {
         "interval": 1,
         "grad_monitor": False,
@@ -210,7 +210,8 @@ def _child(workdir, capture_path, *flags, writable=True):
             "stall_timeout": None,
             "loss_spike": {"warmup": 5},
             "step_time_regression": {"enable": False},
-            "capture": {"rules": ["loss_spike"], "profile_steps": 2, "path": str(capture_path)},
+            **(alerts or {}),
+            "capture": {"rules": ["loss_spike"], "profile_steps": 2, "path": str(capture_path), **(capture or {})},
         },
     }
     path = workdir / "config.json"
@@ -233,10 +234,18 @@ def test_unwritable_capture_path_warns_once_and_the_rule_still_alerts(workdir):
     captures.mkdir()
     captures.chmod(0o555)
     try:
-        result = _child(workdir, captures, writable=False)
+        # Every step's loss is over the threshold, and there is no cooldown: 30 attempts.
+        result = _child(
+            workdir,
+            captures,
+            writable=False,
+            alerts={"alert_interval": 1, "loss_threshold": 0.0},
+            capture={"rules": ["loss_spike", "loss_threshold"], "cooldown_steps": 0, "max_captures": 100},
+        )
     finally:
         captures.chmod(0o755)
     assert result["lines"] == 30 and [SPIKE, "loss_spike"] in result["fired"]
+    assert sum(rule == "loss_threshold" for _, rule in result["fired"]) == 30
     about = [w for w in result["warnings"] if "capture" in w and "cannot write" in w]
     assert len(about) == 1, result["warnings"]
     assert not list(captures.iterdir())

@@ -150,6 +150,8 @@ def test_watcher_ignores_an_old_request_and_sees_each_new_one_once(tmp_path):
     old = capture_store.write_request(tmp_path, steps=5, ranks=None, kinds=["stacks"])
     watcher = capture_store.RequestWatcher(tmp_path)
     assert watcher.poll() is None  # there before the run: answered, or another run's
+    os.utime(tmp_path / names.CONTROL_FILE, ns=(10**9, 10**9))  # touched (a copy, a sync): still old
+    assert watcher.poll() is None
     new = capture_store.write_request(tmp_path, steps=3, ranks=[1], kinds=["profile"])
     assert new["id"] != old["id"]
     seen = watcher.poll()
