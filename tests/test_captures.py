@@ -14,21 +14,14 @@ import sys
 import time
 
 import pytest
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_mindformers.cli import main as cli_main
 from otel_mindformers.diagnosis import capture_store
 from otel_mindformers.names import captures as names
 from otel_mindformers.runtime.callback import MonitorCallback
 from tests.support.capture_trace import manifest, ops_by_step, wait_for_trace
+from tests.support.in_memory import Capture
 from tests.support.instrumented import BIN, REPO, child_env, free_port
-from tests.support.metrics import counter_values
 from tests.support.permissions import obey_file_permissions
 from tests.support.training import Faults, train
 from tests.support.webhook_receiver import WebhookReceiver
@@ -45,13 +38,7 @@ class Run:
     def __init__(self, workdir, alert_section, capture_section):
         self.json_path = workdir / "train_metric.json"
         self.captures = workdir / "captures"
-        self.spans = InMemorySpanExporter()
-        self.metrics = InMemoryMetricReader()
-        tracer_provider = TracerProvider()
-        tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
-        self.logs = InMemoryLogRecordExporter()
-        logger_provider = LoggerProvider()
-        logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.logs))
+        self.telemetry = Capture()
         self.callback = MonitorCallback(
             {
                 "interval": 1,
@@ -65,9 +52,7 @@ class Run:
                     "capture": {"path": str(self.captures), **capture_section},
                 },
             },
-            tracer_provider=tracer_provider,
-            meter_provider=MeterProvider(metric_readers=[self.metrics]),
-            logger_provider=logger_provider,
+            **self.telemetry.providers(),
         )
 
     def lines(self):
@@ -77,18 +62,13 @@ class Run:
         return capture_store.capture_folders(self.captures / "rank_0")
 
     def step_span(self, step):
-        for span in self.spans.get_finished_spans():
-            if span.name == "mindformers.train.step" and span.attributes.get("training.step") == step:
+        for span in self.telemetry.finished("mindformers.train.step"):
+            if span.attributes.get("training.step") == step:
                 return span
         raise AssertionError(f"no step span {step}")
 
-    def gauge(self, name):
-        for resource in self.metrics.get_metrics_data().resource_metrics:
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    if metric.name == name:
-                        return [point.value for point in metric.data.data_points]
-        return []
+    def points(self, name):
+        return {tuple(sorted(p.attributes.items())): p.value for p in self.telemetry.points().get(name, [])}
 
 
 def test_loss_spike_profiles_the_next_steps_and_names_the_capture_everywhere(workdir, capsys):
@@ -116,7 +96,7 @@ def test_loss_spike_profiles_the_next_steps_and_names_the_capture_everywhere(wor
     # The spike score rose, and its rule fired once (the second spike kept it above 0).
     score_alerts = [b for b in firing if b["rule"] == "loss_spike_score"]
     assert [b["step"] for b in score_alerts] == [SPIKE]
-    assert run.gauge(names.LOSS_SPIKE_SCORE.name)[-1] > 0
+    assert list(run.points(names.LOSS_SPIKE_SCORE.name).values())[-1] > 0
     spikes = [b for b in firing if b["rule"] == "loss_spike"]
     assert [b["step"] for b in spikes][:2] == [SPIKE, SPIKE + 5]
 
@@ -154,9 +134,9 @@ def test_loss_spike_profiles_the_next_steps_and_names_the_capture_everywhere(wor
     assert capture_event[names.ATTR_CAPTURE_TRIGGER] == "loss_spike"
     (alert_event,) = [a for name, a in events if a.get("training.alert.rule") == "loss_spike"]
     assert alert_event[names.ATTR_CAPTURE_PATH] == str(folder)
-    records = [d.log_record for d in run.logs.get_finished_logs() if d.log_record.event_name == names.EVENT_CAPTURE]
+    records = [r for r in run.telemetry.log_records() if r.event_name == names.EVENT_CAPTURE]
     assert len(records) == 1 and str(folder) in records[0].body
-    taken = counter_values(run.metrics, names.CAPTURES.name)
+    taken = run.points(names.CAPTURES.name)
     assert {
         dict(k)[names.ATTR_CAPTURE_KIND] for k, v in taken.items() if ("training.capture.outcome", "taken") in k
     } == set(names.KINDS)
