@@ -314,3 +314,20 @@ def test_deferred_analysis_leaves_raw_data_that_the_command_analyses(workdir, ca
     assert "analysed" in capsys.readouterr().out
     by_step, _ = ops_by_step(wait_for_trace(folder, timeout=1), info["step_windows_ns"])
     assert sorted(by_step) == [info["first_step"], info["first_step"] + 1] and all(by_step.values())
+
+
+def test_graph_mode_profile_holds_the_compiled_graphs_operators(workdir):
+    import mindspore as ms
+
+    run = Run(
+        workdir,
+        {"alert_interval": 1, "loss_threshold": 0.0, "loss_spike": {"enable": False}},
+        {"rules": ["loss_threshold"], "kinds": ["profile"], "profile_steps": 2},
+    )
+    train([run.callback], steps=8, mode=ms.GRAPH_MODE)
+    (folder,) = run.folders()
+    info = manifest(folder)
+    by_step, _ = ops_by_step(wait_for_trace(folder), info["step_windows_ns"])
+    assert len(by_step) == 2 and all(by_step.values())
+    # GRAPH mode names operators by their place in the network.
+    assert any("MatMul" in name and "/" in name for ops in by_step.values() for name in ops)

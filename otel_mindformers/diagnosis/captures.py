@@ -237,18 +237,22 @@ class CaptureController:
                 )
                 return None
             manifest = self._manifest(folder, trigger, step, kinds, steps, request_id)
-            taken = []
-            if names.KIND_STACKS in kinds and self._write_stacks(folder):
-                taken.append(names.KIND_STACKS)
-            if names.KIND_BATCH in kinds and self._write_batch(folder, step):
-                taken.append(names.KIND_BATCH)
+            profile = None
             if names.KIND_PROFILE in kinds and self._profiler is not None:
                 manifest["status"] = "waiting"
-                self._profile = _Profile(folder, manifest, steps)
-                self.active = True
-                taken.append(names.KIND_PROFILE)
-            manifest["kinds"] = taken
-            self._write_manifest(folder, manifest)
+                profile = self._profile = _Profile(folder, manifest, steps)  # in flight from here
+        # The files outside the lock: the training thread never waits for them.
+        taken = []
+        if names.KIND_STACKS in kinds and self._write_stacks(folder):
+            taken.append(names.KIND_STACKS)
+        if names.KIND_BATCH in kinds and self._write_batch(folder, step):
+            taken.append(names.KIND_BATCH)
+        if profile is not None:
+            taken.append(names.KIND_PROFILE)
+        manifest["kinds"] = taken
+        self._write_manifest(folder, manifest)
+        if profile is not None:
+            self.active = True  # the training thread starts it at its next step end
         self._announce(folder, trigger, step, taken, steps, span)
         return str(folder)
 
