@@ -106,6 +106,9 @@ def list_captures(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
             manifest["folder"] = str(folder)
             manifest["bytes"] = folder_bytes(folder)
             manifest["traces"] = [str(p) for p in traces(folder)]
+            if manifest.get("status") in ("analysing", "raw") and manifest["traces"]:
+                # The run ended before its finishing thread saw the trace, or `--analyse` ran.
+                manifest["status"] = "analysed"
             found.append(manifest)
     found.sort(key=lambda m: (m.get("time_stamp") or 0, m.get("rank") or 0))
     return found

@@ -309,7 +309,6 @@ class MonitorRun:
 
         if self.timeline is not None:
             self.timeline.close()
-        _quietly(self.captures.close)
         self.end_epoch()
         # The pipeline drains first, so a rule's stop reason and the last lines land before
         # the run span ends and the providers flush.
@@ -317,6 +316,7 @@ class MonitorRun:
             if self._ended_at is not None:  # compile settled, the run's time breakdown
                 self.pipeline.end_run(self._ended_at)
             self.pipeline.close(max(remaining(), LOCAL_DRAIN_SECONDS))
+        _quietly(self.captures.close)  # after the pipeline: no request comes in behind it
         if self._state_reader is not None:
             self._state_reader.close()
             self._state_reader = None
