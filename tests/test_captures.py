@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from mindspore.train import Callback
 
 from otel_mindformers.cli import main as cli_main
 from otel_mindformers.diagnosis import capture_store
@@ -331,3 +332,54 @@ def test_graph_mode_profile_holds_the_compiled_graphs_operators(workdir):
     assert len(by_step) == 2 and all(by_step.values())
     # GRAPH mode names operators by their place in the network.
     assert any("MatMul" in name and "/" in name for ops in by_step.values() for name in ops)
+
+
+class RequestAt(Callback):
+    """Asks for an on-demand capture from inside the job, at the end of `step`."""
+
+    def __init__(self, root, step, ranks):
+        self.root, self.step, self.ranks = root, step, ranks
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args()["cur_step_num"] == self.step:
+            capture_store.write_request(self.root, steps=2, ranks=self.ranks, kinds=["profile", "batch"])
+
+
+def test_on_demand_request_is_taken_at_the_next_sampled_step_and_recorded_on_its_span(workdir):
+    run = Run(workdir, {"loss_spike": {"enable": False}}, {"on_demand": True, "rules": []})
+    train([run.callback, RequestAt(run.captures, 5, [0]), RequestAt(run.captures, 12, [3])], steps=20)
+    (folder,) = run.folders()  # the second request was for rank 3 only
+    info = manifest(folder)
+    assert info["trigger"] == names.TRIGGER_ON_DEMAND and 5 <= info["step"] <= 7, info
+    assert sorted(info["kinds"]) == ["batch", "profile"] and info["last_step"] - info["first_step"] == 1
+    (event,) = [e for e in run.step_span(info["step"]).events if e.name == names.EVENT_CAPTURE]
+    assert event.attributes[names.ATTR_CAPTURE_PATH] == str(folder)
+    assert event.attributes[names.ATTR_CAPTURE_TRIGGER] == names.TRIGGER_ON_DEMAND
+
+
+class SlowSteps(Callback):
+    def __init__(self, steps, seconds):
+        self.steps, self.seconds = steps, seconds
+
+    def on_train_step_begin(self, run_context):
+        if run_context.original_args()["cur_step_num"] in self.steps:
+            time.sleep(self.seconds)
+
+
+def test_throughput_drop_fires_against_the_runs_baseline_in_real_training(workdir):
+    run = Run(
+        workdir,
+        {
+            "loss_spike": {"enable": False},
+            "step_time_regression": {"enable": False},
+            "throughput_drop": {"enable": True, "drop": 0.8, "baseline": 5, "warmup": 3},
+        },
+        {"rules": ["throughput_drop"], "kinds": ["batch"]},
+    )
+    # Steps 20-22 take 2 s more (a slow device, a straggler): far below a fifth of the baseline's
+    # samples per second, while this shared machine's noise stays above it.
+    train([run.callback, SlowSteps({20, 21, 22}, 2.0)], steps=26)
+    fired = [line["step"] for line in run.lines() if "throughput_drop" in line.get("alerts", [])]
+    # This shared machine's own hiccups can cross the limit too: the slowed steps must.
+    assert {20, 21, 22} <= set(fired), fired
+    assert [manifest(f)["step"] for f in run.folders()] == fired[:1]  # then the cooldown
