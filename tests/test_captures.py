@@ -315,6 +315,13 @@ def test_deferred_analysis_leaves_raw_data_that_the_command_analyses(workdir, ca
     assert "analysed" in capsys.readouterr().out
     by_step, _ = ops_by_step(wait_for_trace(folder, timeout=1), info["step_windows_ns"])
     assert sorted(by_step) == [info["first_step"], info["first_step"] + 1] and all(by_step.values())
+    # The timeline PNG of docs/captures.md, from the analysed trace.
+    assert cli_main(["capture", "--plot", str(workdir / "trace.png"), str(run.captures)]) == 0
+    assert (workdir / "trace.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    assert cli_main(["capture", "--list", "--format", "json", str(run.captures)]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["status"] == "analysed"  # the command's trace, seen by the listing
 
 
 def test_graph_mode_profile_holds_the_compiled_graphs_operators(workdir):

@@ -204,3 +204,12 @@ def test_capture_command_refuses_bad_arguments(tmp_path, argv):
     with pytest.raises(SystemExit):
         cli_main(["capture", *argv, str(tmp_path)])
     assert not (tmp_path / names.CONTROL_FILE).exists()
+
+
+def test_report_json_gains_a_captures_key(tmp_path):
+    from otel_mindformers.analysis.captures import with_captures
+
+    _capture(tmp_path / "rank_0", "20261201T000000-step00000007-loss_spike", 10)
+    body = json.loads(with_captures('{"series": []}', str(tmp_path), "json"))
+    assert body["series"] == [] and [c["step"] for c in body["captures"]] == [1]
+    assert "## Captures" in with_captures("# report\n", str(tmp_path), "markdown")
