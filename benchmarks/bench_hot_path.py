@@ -154,6 +154,7 @@ def measure(
     outputs: tuple[str, ...] = ALL_OUTPUTS,
     protocol: str = "grpc",
     work: Callable[[], None] = lambda: None,
+    captures: bool = False,
 ) -> dict[str, float]:
     config = {
         "interval": interval,
@@ -162,6 +163,8 @@ def measure(
         "tensorboard_path": str(folder / f"tb_{shape}"),
         "otlp": {"endpoint": endpoint, "protocol": protocol},
     }
+    if captures:  # watching for on-demand requests (docs/captures.md), none made
+        config["alert_config"] = {"capture": {"on_demand": True, "path": str(folder / "captures")}}
     callback = MonitorCallback(config)
     params = _cb_params(shape, steps)
     run_context = RunContext(params)
@@ -232,6 +235,9 @@ def main() -> None:
     parser.add_argument(
         "--outputs", default=",".join(ALL_OUTPUTS), help="comma-separated output_type list (default: all, with OTLP)"
     )
+    parser.add_argument(
+        "--captures", action="store_true", help="with alert_config.capture.on_demand on (no request made)"
+    )
     args = parser.parse_args()
     outputs = tuple(filter(None, args.outputs.split(",")))
     ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -255,7 +261,17 @@ def main() -> None:
         device_seconds = args.device_step_ms / 1000.0
         device_step = (lambda: time.sleep(device_seconds)) if device_seconds > 0 else (lambda: None)
         for shape in ("scalar", "tuple5"):
-            r = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs, args.protocol, device_step)
+            r = measure(
+                shape,
+                args.steps,
+                args.interval,
+                endpoint,
+                Path(folder),
+                outputs,
+                args.protocol,
+                device_step,
+                args.captures,
+            )
             # A second pass for the slowdown: the work would inflate the hook times above
             # (the hook waits for the GIL too), so they are measured without it.
             with_work = measure(shape, args.steps, args.interval, endpoint, Path(folder), outputs, args.protocol, work)[

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from otel_mindformers.analysis.captures import add_command as add_capture_command
 from otel_mindformers.analysis.commands import add_commands as add_analysis_commands
 from otel_mindformers.analysis.hang_report import add_command as add_hang_report_command
 from otel_mindformers.config import ConfigError, load_monitor_config
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analysis_commands(commands)
     add_devices_command(commands)
     add_hang_report_command(commands)
+    add_capture_command(commands)
     return parser
 
 

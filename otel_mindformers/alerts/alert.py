@@ -33,6 +33,7 @@ class Alert:
     time_stamp: float
     value: float | None = None
     threshold: float | None = None
+    capture: str | None = None  # the folder of the evidence taken when it fired (docs/captures.md)
 
     def title(self) -> str:
         return f"[{self.status.upper()}] {self.rule} ({self.severity}) · rank {self.rank} · step {self.step}"
@@ -45,6 +46,7 @@ class Alert:
                 self.detail,
                 f"job: {self.job} · rank {self.rank}/{self.world_size} · host {self.host}",
                 f"value: {format_number(self.value)} · threshold: {format_number(self.threshold)}",
+                *((f"capture: {self.capture}",) if self.capture else ()),
             )
         )
 
@@ -73,4 +75,6 @@ class Alert:
         }
         if nonfinite:
             body["nonfinite"] = nonfinite
+        if self.capture:
+            body["capture"] = self.capture
         return body

@@ -10,6 +10,7 @@ thread.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -30,8 +31,10 @@ from otel_mindformers.alerts.watchdog import StallWatchdog, StepProgress
 from otel_mindformers.config import AlertConfig
 from otel_mindformers.core.deadline import Deadline
 from otel_mindformers.core.record import StepRecord
+from otel_mindformers.diagnosis.captures import NO_CAPTURES
 from otel_mindformers.diagnosis.dumps import StackDump, StackDumper
 from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import captures as capture_names
 from otel_mindformers.names import diagnosis, semconv
 from otel_mindformers.names import training as metrics
 from otel_mindformers.telemetry.instruments import create_instrument
@@ -141,6 +144,7 @@ class AlertEngine:
         job: str,
         reports_training: bool,
         json_log_path: str,
+        captures: Any = NO_CAPTURES,
     ) -> AlertEngine | None:
         """The running engine, or None when `alert_config.enable_alert` is off.
 
@@ -148,7 +152,7 @@ class AlertEngine:
         "training started", so the watchdog arms at the first step that finishes after it.
         `job` names the job in notifications (the identity's job id wins); `reports_training`
         says whether this rank sends run-completed notices; stack dumps go beside
-        `json_log_path`.
+        `json_log_path`; `captures` (diagnosis/captures.py) takes evidence when a rule fires.
         """
         if not alerts.enable_alert:
             return None
@@ -160,6 +164,7 @@ class AlertEngine:
             job=job,
             reports_training=reports_training,
             json_log_path=json_log_path,
+            captures=captures,
         )
 
     def __init__(
@@ -172,6 +177,7 @@ class AlertEngine:
         job: str,
         reports_training: bool,
         json_log_path: str,
+        captures: Any = NO_CAPTURES,
     ) -> None:
         # evaluate() runs on the pipeline's worker thread, raise_alert() on the training
         # thread and the stall callbacks on the watchdog's: one lock keeps the rate limiter
@@ -180,7 +186,10 @@ class AlertEngine:
         self._identity = identity
         self._job = identity.job_id or job
         self._progress = progress
-        self._rules = build_rules(alerts)
+        self._captures = captures
+        self._point_attributes = identity.point_attributes()
+        spike_score = create_instrument(telemetry.meter, capture_names.LOSS_SPIKE_SCORE)
+        self._rules = build_rules(alerts, lambda score: spike_score.set(score, self._point_attributes))
         self._limiter = RateLimiter(alerts.alert_interval)
         self._stop_on_nonfinite = alerts.stop_on_nonfinite
         self._stop_after = alerts.stop_after_anomalous_steps
@@ -188,7 +197,6 @@ class AlertEngine:
         self._stop_reason: str | None = None
         self._otel_logger = telemetry.logger
         self._counter = create_instrument(telemetry.meter, semconv.ALERTS)
-        self._point_attributes = identity.point_attributes()
         self._counter_attributes: dict[tuple[str, str], dict[str, Any]] = {}
         notifiers = build_notifiers(alerts.notifiers)
         self._delivery = (
@@ -296,6 +304,7 @@ class AlertEngine:
     # --- recording -----------------------------------------------------------------------
     def _fire(self, rule: str, severity: str, finding: Finding, step: int, span: Span | None) -> None:
         self._count(rule, severity)
+        capture = self._captures.on_alert(rule, step, span)
         if span is not None and span.is_recording():
             attributes: dict[str, Any] = {
                 semconv.ATTR_ALERT_RULE: rule,
@@ -307,9 +316,12 @@ class AlertEngine:
             if _attribute(finding.threshold):
                 attributes[semconv.ATTR_ALERT_THRESHOLD] = finding.threshold
             attributes.update(finding.attributes)  # e.g. the layer a grad-norm spike came from
+            if capture:
+                attributes[capture_names.ATTR_CAPTURE_PATH] = capture
             span.add_event(semconv.EVENT_ALERT, attributes)
         if self._limiter.fire(rule, step):
-            self._notify(self._alert(rule, severity, FIRING, step, finding.detail, finding.value, finding.threshold))
+            alert = self._alert(rule, severity, FIRING, step, finding.detail, finding.value, finding.threshold)
+            self._notify(dataclasses.replace(alert, capture=capture) if capture else alert)
 
     def _count(self, rule: str, severity: str) -> None:
         attributes = self._counter_attributes.get((rule, severity))
@@ -385,18 +397,18 @@ class AlertEngine:
         self._stall_dump = dump = self.stacks.dump(diagnosis.REASON_STALL, idle_seconds=idle)
         rank = self._identity.rank
         self._count(STALL, CRITICAL)
-        self._notify(
-            self._alert(
-                STALL,
-                CRITICAL,
-                FIRING,
-                last_step,
-                f"rank {rank}: no training step finished for {idle:.1f} s; "
-                f"stalled after step {last_step}; {dump.headline()}",
-                idle,
-                self._stall_timeout,
-            )
+        capture = self._captures.on_alert(STALL, last_step, None)
+        alert = self._alert(
+            STALL,
+            CRITICAL,
+            FIRING,
+            last_step,
+            f"rank {rank}: no training step finished for {idle:.1f} s; "
+            f"stalled after step {last_step}; {dump.headline()}",
+            idle,
+            self._stall_timeout,
         )
+        self._notify(dataclasses.replace(alert, capture=capture) if capture else alert)
 
     @_serialized
     def _on_resume(self, step: int) -> None:

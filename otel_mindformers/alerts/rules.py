@@ -13,7 +13,7 @@ import dataclasses
 import math
 import statistics
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
@@ -21,6 +21,7 @@ from otel_mindformers.alerts.alert import CRITICAL, WARNING, format_number
 from otel_mindformers.config import AlertConfig
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.model_state.movement import GradNormMovement
+from otel_mindformers.names import captures as capture_names
 from otel_mindformers.names import training as metrics
 
 NONFINITE = "nonfinite"
@@ -31,6 +32,9 @@ GRAD_NORM_SPIKE = "grad_norm_spike"
 OVERFLOW_STREAK = "overflow_streak"
 STEP_TIME_REGRESSION = "step_time_regression"
 STALL = "stall"
+LOSS_SPIKE_SCORE = capture_names.RULE_LOSS_SPIKE_SCORE
+CO_SPIKE = capture_names.RULE_CO_SPIKE
+THROUGHPUT_DROP = capture_names.RULE_THROUGHPUT_DROP
 
 # MAD × 1.4826 estimates the standard deviation of normally distributed values.
 MAD_TO_SIGMA = 1.4826
@@ -262,7 +266,164 @@ class OverflowStreakRule:
         )
 
 
-def build_rules(config: AlertConfig) -> list[Rule]:
+class SpikeScoreRule:
+    """OLMo 2's loss spike score: the share of the last `window` sampled losses that were
+    more than `sigma` standard deviations above the mean of the `window` losses before them.
+
+    The score is handed to `on_score` on every judged step (the gauge dashboards plot). The
+    rule fires once when the score rises above `threshold`, stays quiet (NO_DATA: nothing
+    new to judge) while it remains above, and resolves when it falls back. Mean and
+    variance are running sums over the window: a few float operations per sampled step.
+    """
+
+    name = LOSS_SPIKE_SCORE
+    severity = WARNING
+
+    def __init__(
+        self,
+        sigma: float,
+        window: int,
+        warmup: int,
+        threshold: float,
+        on_score: Callable[[float], None] | None = None,
+    ) -> None:
+        self._sigma = sigma
+        self._warmup = warmup
+        self._threshold = threshold
+        self._on_score = on_score
+        self._values: deque[float] = deque(maxlen=window)
+        self._flags: deque[bool] = deque(maxlen=window)
+        self._sum = 0.0
+        self._squares = 0.0
+        self._outliers = 0
+        self._above = False
+        self.score: float | None = None
+
+    def _push(self, value: float, outlier: bool | None) -> None:
+        values = self._values
+        if len(values) == values.maxlen:
+            oldest = values[0]
+            self._sum -= oldest
+            self._squares -= oldest * oldest
+        values.append(value)
+        self._sum += value
+        self._squares += value * value
+        if outlier is not None:
+            if len(self._flags) == self._flags.maxlen and self._flags[0]:
+                self._outliers -= 1
+            self._flags.append(outlier)
+            self._outliers += outlier
+
+    def check(self, record: StepRecord) -> Verdict:
+        value = _number(record, metrics.LOSS)
+        if value is None or not math.isfinite(value):
+            return NO_DATA
+        count = len(self._values)
+        if count < self._warmup:
+            self._push(value, None)
+            return None
+        mean = self._sum / count
+        sigma = math.sqrt(max(self._squares / count - mean * mean, 0.0))
+        limit = mean + self._sigma * sigma
+        outlier = value > limit and value - mean > 1e-12 * abs(mean)
+        self._push(value, outlier)
+        self.score = score = self._outliers / len(self._flags)
+        if self._on_score is not None:
+            self._on_score(score)
+        if score <= self._threshold:
+            self._above = False
+            return None
+        if self._above:
+            return NO_DATA  # still above: notified when it rose, resolved when it falls
+        self._above = True
+        return Finding(
+            metrics.LOSS,
+            score,
+            self._threshold,
+            f"loss spike score {score:.3g} > {self._threshold:g}: {self._outliers} of the last "
+            f"{len(self._flags)} sampled losses were more than {self._sigma:g} sigma above their rolling "
+            f"mean (latest loss {format_number(value)}, mean {format_number(mean)}, limit {format_number(limit)})",
+            {"training.loss": value},
+        )
+
+
+class CoSpikeRule:
+    """Loss and grad norm both spiking, each against its own rolling baseline, within
+    `within` sampled steps of each other; one finding per co-spike."""
+
+    name = CO_SPIKE
+    severity = WARNING
+
+    def __init__(self, zscore: float, window: int, warmup: int, within: int) -> None:
+        self._loss = SpikeRule(CO_SPIKE, metrics.LOSS, zscore, window, warmup)
+        self._grad = SpikeRule(CO_SPIKE, metrics.GRAD_NORM, zscore, window, warmup)
+        self._within = within
+        self._index = 0
+        self._last: dict[str, tuple[int, Finding]] = {}
+
+    def check(self, record: StepRecord) -> Verdict:
+        verdicts = {metrics.LOSS: self._loss.check(record), metrics.GRAD_NORM: self._grad.check(record)}
+        if all(v is NO_DATA for v in verdicts.values()):
+            return NO_DATA
+        self._index += 1
+        fresh = False
+        for metric, verdict in verdicts.items():
+            if isinstance(verdict, Finding):
+                self._last[metric] = (self._index, verdict)
+                fresh = True
+        loss, grad = self._last.get(metrics.LOSS), self._last.get(metrics.GRAD_NORM)
+        if not (fresh and loss and grad and abs(loss[0] - grad[0]) <= self._within):
+            return None
+        self._last.clear()  # one co-spike, one finding
+        return Finding(
+            metrics.LOSS,
+            loss[1].value,
+            loss[1].threshold,
+            f"loss and grad norm spiked together: {loss[1].detail}; {grad[1].detail}",
+            {"training.grad_norm": grad[1].value or 0.0, "training.grad_norm.limit": grad[1].threshold or 0.0},
+        )
+
+
+class ThroughputDropRule:
+    """`metric` (samples / tokens per second, MFU) more than `drop` below the run's own
+    baseline: the median of its first `baseline` values once `warmup` values were skipped."""
+
+    name = THROUGHPUT_DROP
+    severity = WARNING
+
+    def __init__(self, metric: str, drop: float, baseline: int, warmup: int) -> None:
+        self._metric = metric
+        self._drop = drop
+        self._size = baseline
+        self._skip = warmup
+        self._collected: list[float] = []
+        self._baseline: float | None = None
+
+    def check(self, record: StepRecord) -> Verdict:
+        value = _number(record, self._metric)
+        if value is None or not math.isfinite(value):
+            return NO_DATA
+        if self._baseline is None:
+            if self._skip > 0:
+                self._skip -= 1
+            else:
+                self._collected.append(value)
+                if len(self._collected) == self._size:
+                    self._baseline = statistics.median(self._collected)
+            return None
+        limit = (1.0 - self._drop) * self._baseline
+        if value >= limit:
+            return None
+        return Finding(
+            self._metric,
+            value,
+            limit,
+            f"{self._metric} {format_number(value)} is {100 * (1 - value / self._baseline):.0f}% below the "
+            f"run's baseline {format_number(self._baseline)} (limit {format_number(limit)}, drop {self._drop:g})",
+        )
+
+
+def build_rules(config: AlertConfig, on_spike_score: Callable[[float], None] | None = None) -> list[Rule]:
     """The enabled rules, in the order their findings are reported."""
     rules: list[Rule] = []
     if config.nonfinite:
@@ -282,4 +443,13 @@ def build_rules(config: AlertConfig) -> list[Rule]:
     regression = config.step_time_regression
     if regression.enable:
         rules.append(StepTimeRegressionRule(regression.factor, regression.window, regression.warmup))
+    score = config.loss_spike_score
+    if score.enable:
+        rules.append(SpikeScoreRule(score.sigma, score.window, score.warmup, score.threshold, on_spike_score))
+    co_spike = config.co_spike
+    if co_spike.enable:
+        rules.append(CoSpikeRule(co_spike.zscore, co_spike.window, co_spike.warmup, co_spike.within))
+    drop = config.throughput_drop
+    if drop.enable:
+        rules.append(ThroughputDropRule(drop.metric, drop.drop, drop.baseline, drop.warmup))
     return rules

@@ -45,6 +45,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="name series whose median step time exceeds the median of all series "
         "by more than this fraction (default 0.10)",
     )
+    report.add_argument(
+        "--captures", metavar="DIR", help="also list the captures under DIR (alert_config.capture.path)"
+    )
     report.set_defaults(func=_report)
 
     replay = commands.add_parser(
@@ -149,7 +152,12 @@ def _report(args: argparse.Namespace) -> int:
 
     report = report_logs(args.logs, args.straggler_threshold)
     _note_damaged_tails(location for summary in report.series for location in summary.damaged_tails)
-    sys.stdout.write(render(report, args.format))
+    text = render(report, args.format)
+    if getattr(args, "captures", None):
+        from otel_mindformers.analysis.captures import with_captures
+
+        text = with_captures(text, args.captures, args.format)
+    sys.stdout.write(text)
     return 0
 
 

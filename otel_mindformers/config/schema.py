@@ -39,7 +39,8 @@ from otel_mindformers.config.limits import (
     OUTPUT_TYPES,
 )
 from otel_mindformers.config.redaction import redact_url
-from otel_mindformers.names.training import KNOWN_METRICS
+from otel_mindformers.names import captures as capture_names
+from otel_mindformers.names.training import KNOWN_METRICS, MFU, SAMPLES_PER_SECOND, TOKENS_PER_SECOND
 
 
 def _key(
@@ -105,6 +106,75 @@ class StepTimeRuleConfig(_Section):
 
 
 @dataclasses.dataclass(repr=False)
+class SpikeScoreRuleConfig(_Section):
+    """OLMo 2's spike score: the share of the last `window` sampled losses that were more
+    than `sigma` standard deviations above the rolling mean of the `window` before them.
+    Exported as `mindformers.train.loss.spike_score`; the rule fires when the score rises
+    above `threshold` and resolves when it falls back to it."""
+
+    enable: bool = _key(default=False)
+    sigma: float = _key(default=7.0, check=_at_least(0.1))
+    window: int = _key(default=100, check=_at_least(3, 1_000_000))
+    warmup: int = _key(default=20, check=_at_least(2))
+    threshold: float = _key(default=0.0, check=_at_least(0.0, 1.0))
+
+
+@dataclasses.dataclass(repr=False)
+class CoSpikeRuleConfig(_Section):
+    """Loss and grad norm both spiking (`zscore` robust sigma above their rolling medians)
+    within `within` sampled steps of each other."""
+
+    enable: bool = _key(default=False)
+    zscore: float = _key(default=6.0, check=_at_least(0.0))
+    window: int = _key(default=100, check=_at_least(3, 1_000_000))
+    warmup: int = _key(default=20, check=_at_least(1))
+    within: int = _key(default=0, check=_at_least(0, 1000))
+
+
+THROUGHPUT_METRICS = (SAMPLES_PER_SECOND, TOKENS_PER_SECOND, MFU)
+
+
+@dataclasses.dataclass(repr=False)
+class ThroughputDropRuleConfig(_Section):
+    """`metric` more than `drop` (a fraction) below the run's own baseline: the median of its
+    first `baseline` sampled values after `warmup` (compile and warm-up steps) were skipped.
+    The baseline stays fixed, so a slow decline is seen (a rolling median would follow it)."""
+
+    enable: bool = _key(default=False)
+    metric: str = _key(default=SAMPLES_PER_SECOND, check=_one_of(THROUGHPUT_METRICS))
+    drop: float = _key(default=0.3, check=_at_least(0.01, 0.99))
+    baseline: int = _key(default=10, check=_at_least(1, 100_000))
+    warmup: int = _key(default=3, check=_at_least(0))
+
+
+CAPTURE_ANALYSIS = ("async", "deferred")
+
+
+@dataclasses.dataclass(repr=False)
+class CaptureConfig(_Section):
+    """`alert_config.capture`: evidence taken when a rule in `rules` fires, or on demand
+    (`otel-mindformers capture` writes a request into `path`, which `on_demand` watches).
+    See docs/captures.md."""
+
+    rules: list[str] = _key(factory=list, check=_one_of((*capture_names.BUILTIN_RULES, capture_names.ALL_RULES)))
+    kinds: list[str] = _key(factory=lambda: list(capture_names.KINDS), check=_one_of(capture_names.KINDS))
+    profile_steps: int = _key(default=5, check=_at_least(1, 1000))
+    cooldown_steps: int = _key(default=200, check=_at_least(0))
+    max_captures: int = _key(default=10, check=_at_least(1))
+    max_bytes: int = _key(default=2_000_000_000, check=_at_least(0))
+    path: str = _key(default="./output/captures", check=_check_output_path)
+    on_demand: bool = _key(default=False)
+    # async: the profiler's analysis runs in its own process as the capture ends; deferred:
+    # raw data only, analysed later by `otel-mindformers capture --analyse`.
+    analysis: str = _key(default="async", check=_one_of(CAPTURE_ANALYSIS))
+    batch_crc32: bool = _key(default=False)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.rules) or self.on_demand
+
+
+@dataclasses.dataclass(repr=False)
 class AlertConfig(_Section):
     """`monitor_config.alert_config`: in-process anomaly rules (see docs/alerts.md).
 
@@ -122,6 +192,10 @@ class AlertConfig(_Section):
     grad_norm_spike: SpikeRuleConfig = _key(factory=SpikeRuleConfig)
     overflow_streak: Union[int, None] = _key(default=10, check=_at_least(1))
     step_time_regression: StepTimeRuleConfig = _key(factory=StepTimeRuleConfig)
+    loss_spike_score: SpikeScoreRuleConfig = _key(factory=SpikeScoreRuleConfig)
+    co_spike: CoSpikeRuleConfig = _key(factory=CoSpikeRuleConfig)
+    throughput_drop: ThroughputDropRuleConfig = _key(factory=ThroughputDropRuleConfig)
+    capture: CaptureConfig = _key(factory=CaptureConfig)
     stall_timeout: Union[float, None] = _key(default=1800.0, check=_seconds(0.001))
     stop_on_nonfinite: bool = _key(default=True)
     stop_after_anomalous_steps: Union[int, None] = _key(default=None, check=_at_least(1))

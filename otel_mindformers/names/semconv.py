@@ -8,9 +8,11 @@ docs/telemetry.md's name tables and the collector rules' consistency test read.
 
 from __future__ import annotations
 
+from otel_mindformers.names import captures as capture_names
 from otel_mindformers.names import model_state as model_state_specs
 from otel_mindformers.names import phases as phase_names
 from otel_mindformers.names import training as training_metrics
+from otel_mindformers.names.captures import CAPTURE_METRICS
 from otel_mindformers.names.diagnosis import DIAGNOSIS_METRICS
 from otel_mindformers.names.phases import PHASE_DURATION
 from otel_mindformers.names.spec import Kind, MetricSpec
@@ -24,6 +26,12 @@ ATTR_LAYER = model_state_specs.ATTR_LAYER
 ATTR_KIND = model_state_specs.ATTR_KIND
 ATTR_PARAMETER = model_state_specs.ATTR_PARAMETER
 ATTR_LOSS = model_state_specs.ATTR_LOSS
+# Capture attributes (names/captures.py): the kind, folder, trigger and outcome of a capture.
+ATTR_CAPTURE_KIND = capture_names.ATTR_CAPTURE_KIND
+ATTR_CAPTURE_PATH = capture_names.ATTR_CAPTURE_PATH
+ATTR_CAPTURE_TRIGGER = capture_names.ATTR_CAPTURE_TRIGGER
+ATTR_CAPTURE_OUTCOME = capture_names.ATTR_CAPTURE_OUTCOME
+ATTR_CAPTURE_STEPS = capture_names.ATTR_CAPTURE_STEPS
 
 
 # --- resource / point attribute keys -------------------------------------------------
@@ -90,7 +98,7 @@ ALERT_NOTIFICATIONS = MetricSpec(
     "Alert notifications by notifier and outcome (delivered, failed after retries, dropped).",
 )
 
-ALERT_METRICS: tuple[MetricSpec, ...] = (ALERTS, ALERT_NOTIFICATIONS)
+ALERT_METRICS: tuple[MetricSpec, ...] = (ALERTS, ALERT_NOTIFICATIONS, *CAPTURE_METRICS)
 
 
 # --- devices (devices/) ------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """`MonitorCallback`: the MindSpore Callback that turns training steps into telemetry.
 
-Every step only reads clocks; a sampled step adds one readback of its outputs (on
+Every step only reads clocks (and one capture attribute); a sampled step adds one readback of its outputs (on
 `report_ranks`) and one put on the pipeline's bounded queue, whose worker thread
 (pipeline.py) does the rest. The cost model and its measurements: docs/performance.md.
 
@@ -126,6 +126,8 @@ class MonitorCallback(Callback):
         if run.stop_pending is not None:
             run.honour_stop(run_context)
             self.stop_reason = run.stop_reason
+        if run.captures.active:  # a profile capture starts or steps at this boundary
+            run.captures.on_step_end(step)
 
     def on_eval_begin(self, run_context: Any) -> None:
         if self._run is not None:  # Model.fit's validation; a Model.eval outside training is no phase

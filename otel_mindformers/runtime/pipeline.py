@@ -27,6 +27,7 @@ from opentelemetry.trace import Link, Span
 from otel_mindformers.core import recording
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.core.workers import BoundedWorker
+from otel_mindformers.diagnosis.captures import NO_CAPTURES
 from otel_mindformers.outputs.base import SinkFanout
 from otel_mindformers.telemetry.instruments import TrainingInstruments
 from otel_mindformers.telemetry.lazy_span import LazySpan
@@ -75,6 +76,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         on_stop_request: Callable[[str], None],
         phases: PhaseRecorder | None = None,
         step_ids: StepSpanIds | None = None,
+        captures: Any = NO_CAPTURES,
         max_queue: int = 1024,
     ) -> None:
         self._tracer = tracer
@@ -90,6 +92,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._on_stop_request = on_stop_request
         self._phases = phases
         self._step_ids = step_ids
+        self._captures = captures
         self._stop_requested = False
         self.dropped = 0
         super().__init__("otel-mindformers-steps", max_queue)
@@ -139,6 +142,7 @@ class SampledStepPipeline(BoundedWorker[object]):
             if record.nonfinite():
                 span.set_status(fields.status)
             reason = self._alerts.evaluate(record, span) if self._alerts is not None else None
+            self._captures.on_sampled_step(record.step, span)  # an on-demand request: one stat
         span.end(end_time=_ns(fields.end_time))
         if self._phases is not None:
             for interval in record.phases:  # start-up, compile, data wait: spans from timestamps

@@ -25,6 +25,7 @@ from otel_mindformers.config import MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.deadline import Deadline
 from otel_mindformers.core.record import StepRecord
+from otel_mindformers.diagnosis.captures import NO_CAPTURES, CaptureController
 from otel_mindformers.diagnosis.heartbeat import Heartbeat
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
 from otel_mindformers.job.identity import Identity, detect_identity
@@ -95,6 +96,8 @@ class MonitorRun:
         self.clock = StepClock()
         self.clock.step, self.clock.last_step_end = first_step, self.wall_clock.perf0
         self.stop_pending: str | None = None  # set by the pipeline's worker thread
+        # Captures (diagnosis/captures.py): the training thread reads `captures.active`.
+        self.captures: Any = NO_CAPTURES
         self.stop_reason: str | None = None
         # What has started, so a failed start or the end closes exactly that.
         self.telemetry: Any = None
@@ -137,6 +140,7 @@ class MonitorRun:
         first_step, wall_clock = self._first_step, self.wall_clock
 
         self.devices = self._start_devices()
+        self.captures = CaptureController.start(config.alert_config.capture, identity, telemetry, cb_params)
         # After the clock is set: the stall watchdog arms at the first step finished after it.
         self.alerts = self._start_alerts()
         self.run_span = telemetry.tracer.start_span(
@@ -180,6 +184,7 @@ class MonitorRun:
             on_stop_request=self._request_stop,
             phases=self.timeline.recorder,
             step_ids=step_ids,
+            captures=self.captures,
         )
         self.logs = LogBridge.start(
             config.logs, telemetry.logger_provider, RunCorrelation(identity.rank, self.clock, self.cadence, step_ids)
@@ -205,6 +210,7 @@ class MonitorRun:
             job=service_name(config.telemetry),
             reports_training=config.reports_training_metrics(self.identity.rank),
             json_log_path=config.json_log_path,
+            captures=self.captures,
         )
 
     # --- epochs (training thread, once per epoch) ---------------------------------------------
@@ -236,6 +242,7 @@ class MonitorRun:
         if self._first_nonfinite is not None:
             local = self._local_reader.read(cb_params, step) if self._local_reader is not None else values
             self._first_nonfinite.check(step, local, self.run_span)
+        self.captures.note_batch(cb_params, step)
         loss = values.get(tm.LOSS)
         if self._stop_on_nonfinite_loss and loss is not None and not math.isfinite(loss):
             self.stop_pending = f"non-finite loss ({loss}) at step {step}"
@@ -309,6 +316,7 @@ class MonitorRun:
             if self._ended_at is not None:  # compile settled, the run's time breakdown
                 self.pipeline.end_run(self._ended_at)
             self.pipeline.close(max(remaining(), LOCAL_DRAIN_SECONDS))
+        _quietly(self.captures.close)  # after the pipeline: no request comes in behind it
         if self._state_reader is not None:
             self._state_reader.close()
             self._state_reader = None

@@ -1,0 +1,215 @@
+"""The capture triggers and machinery on their own: the spike score, co-spike and
+throughput-drop rules, `alert_config.capture`'s checks, the request file and its watcher,
+the disk bound, the notification's path, and the `capture` command's request and list."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from otel_mindformers.alerts import rules
+from otel_mindformers.alerts.alert import Alert
+from otel_mindformers.alerts.rules import NO_DATA, Finding
+from otel_mindformers.cli import main as cli_main
+from otel_mindformers.config import ConfigError, load_monitor_config
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.diagnosis import capture_store
+from otel_mindformers.names import captures as names
+
+
+def rec(step, **values):
+    return StepRecord(step=step, epoch=1, rank=0, time_stamp=0.0, values=values)
+
+
+def noisy(n, level=1.0, wiggle=0.01):
+    return [level + wiggle * ((i * 7) % 5 - 2) for i in range(n)]
+
+
+# --- the spike score ---------------------------------------------------------------------------
+def test_spike_score_rises_fires_once_stays_quiet_then_resolves():
+    seen = []
+    rule = rules.SpikeScoreRule(sigma=5.0, window=10, warmup=5, threshold=0.0, on_score=seen.append)
+    losses = noisy(8) + [5.0] + noisy(3) + [5.0] + noisy(12)
+    verdicts = [rule.check(rec(i + 1, loss=v)) for i, v in enumerate(losses)]
+    fired = [i + 1 for i, v in enumerate(verdicts) if isinstance(v, Finding)]
+    assert fired == [9]  # the first spike; the second comes while the score is still above 0
+    assert verdicts[9] is NO_DATA and verdicts[12] is NO_DATA
+    assert verdicts[-1] is None  # both spikes left the window: resolved
+    # Two outliers among the 8 points judged so far (the score's window is not full yet).
+    assert max(seen) == pytest.approx(2 / 8) and seen[-1] == 0.0
+    assert verdicts[8].value == pytest.approx(1 / 4) and "1 of the last 4 sampled" in verdicts[8].detail
+
+
+def test_spike_score_judges_nothing_before_warmup_nor_nan():
+    rule = rules.SpikeScoreRule(sigma=3.0, window=10, warmup=5, threshold=0.0)
+    assert [rule.check(rec(i, loss=v)) for i, v in enumerate([1.0, 9.0, 1.0])] == [None] * 3
+    assert rule.check(rec(4, loss=float("nan"))) is NO_DATA
+    assert rule.score is None
+
+
+def test_a_falling_loss_is_no_spike():
+    rule = rules.SpikeScoreRule(sigma=3.0, window=20, warmup=5, threshold=0.0)
+    assert not any(isinstance(rule.check(rec(i, loss=10.0 / i)), Finding) for i in range(1, 60))
+
+
+# --- co-spike ------------------------------------------------------------------------------------
+def test_co_spike_needs_loss_and_grad_norm_together():
+    rule = rules.CoSpikeRule(zscore=6.0, window=20, warmup=5, within=0)
+    base = [rule.check(rec(i, loss=v, grad_norm=v)) for i, v in enumerate(noisy(8), 1)]
+    assert all(v is None for v in base)
+    assert rule.check(rec(9, loss=5.0, grad_norm=1.0)) is None  # the loss alone
+    assert rule.check(rec(10, loss=1.0, grad_norm=5.0)) is None  # the grad norm alone, a step later
+    both = rule.check(rec(11, loss=5.0, grad_norm=6.0))
+    assert isinstance(both, Finding) and both.value == 5.0 and both.attributes["training.grad_norm"] == 6.0
+    assert "loss and grad norm spiked together" in both.detail
+    assert rule.check(rec(12, loss=float("nan"))) is NO_DATA  # neither value to judge
+
+
+def test_co_spike_within_a_window_of_sampled_steps():
+    rule = rules.CoSpikeRule(zscore=6.0, window=20, warmup=5, within=1)
+    for i, v in enumerate(noisy(8), 1):
+        rule.check(rec(i, loss=v, grad_norm=v))
+    assert rule.check(rec(9, loss=5.0, grad_norm=1.0)) is None
+    assert isinstance(rule.check(rec(10, loss=1.0, grad_norm=5.0)), Finding)
+
+
+# --- throughput drop -------------------------------------------------------------------------------
+def test_throughput_drop_against_the_runs_own_baseline():
+    rule = rules.ThroughputDropRule("samples_per_second", drop=0.3, baseline=4, warmup=2)
+    warm = [rule.check(rec(i, samples_per_second=v)) for i, v in enumerate([10, 20, 100, 102, 98, 100], 1)]
+    assert warm == [None] * 6
+    assert rule.check(rec(7, samples_per_second=75.0)) is None  # 25% down: within
+    slow = rule.check(rec(8, samples_per_second=60.0))
+    assert isinstance(slow, Finding) and slow.threshold == pytest.approx(70.0) and "40% below" in slow.detail
+    assert rule.check(rec(9)) is NO_DATA
+
+
+def test_build_rules_adds_the_new_rules_when_enabled():
+    config = load_monitor_config(
+        {
+            "alert_config": {
+                "loss_spike_score": {"enable": True},
+                "co_spike": {"enable": True},
+                "throughput_drop": {"enable": True, "metric": "mfu"},
+            }
+        }
+    ).alert_config
+    built = [r.name for r in rules.build_rules(config)]
+    assert built[-3:] == [names.RULE_LOSS_SPIKE_SCORE, names.RULE_CO_SPIKE, names.RULE_THROUGHPUT_DROP]
+    assert set(built) <= set(names.BUILTIN_RULES)
+    assert names.RULE_LOSS_SPIKE_SCORE not in [r.name for r in rules.build_rules(load_monitor_config({}).alert_config)]
+
+
+# --- config ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        (
+            {"capture": {"rules": ["loss_spik"]}},
+            r"capture\.rules: unknown value 'loss_spik' \(did you mean 'loss_spike'",
+        ),
+        ({"capture": {"kinds": ["trace"]}}, r"capture\.kinds: unknown value 'trace'"),
+        ({"capture": {"profile_steps": 0}}, r"capture\.profile_steps: must be >= 1"),
+        ({"capture": {"analysis": "later"}}, r"capture\.analysis: unknown value 'later'"),
+        ({"capture": {"max_bytes": -1}}, r"capture\.max_bytes: must be >= 0"),
+        ({"capture": {"path": " "}}, r"capture\.path: must name a path"),
+        ({"throughput_drop": {"metric": "loss"}}, r"throughput_drop\.metric: unknown value 'loss'"),
+        ({"throughput_drop": {"drop": 1.5}}, r"throughput_drop\.drop: must be <= 0\.99"),
+        ({"loss_spike_score": {"threshold": 2}}, r"loss_spike_score\.threshold: must be <= 1\.0"),
+    ],
+)
+def test_bad_capture_and_rule_keys_name_the_key(section, message):
+    with pytest.raises(ConfigError, match=message):
+        load_monitor_config({"alert_config": section})
+
+
+def test_the_issues_yaml_shape_loads():
+    capture = load_monitor_config(
+        {
+            "alert_config": {
+                "capture": {
+                    "rules": ["loss_spike", "step_time_regression"],
+                    "kinds": ["profile", "stacks", "batch"],
+                    "profile_steps": 5,
+                    "cooldown_steps": 200,
+                    "max_captures": 10,
+                    "max_bytes": 2000000000,
+                    "path": "./output/captures",
+                }
+            }
+        }
+    ).alert_config.capture
+    assert capture.enabled and capture.max_bytes == 2_000_000_000 and capture.analysis == "async"
+    assert not load_monitor_config({}).alert_config.capture.enabled
+
+
+# --- the request file, the disk bound ------------------------------------------------------------------
+def test_watcher_ignores_an_old_request_and_sees_each_new_one_once(tmp_path):
+    old = capture_store.write_request(tmp_path, steps=5, ranks=None, kinds=["stacks"])
+    watcher = capture_store.RequestWatcher(tmp_path)
+    assert watcher.poll() is None  # there before the run: answered, or another run's
+    os.utime(tmp_path / names.CONTROL_FILE, ns=(10**9, 10**9))  # touched (a copy, a sync): still old
+    assert watcher.poll() is None
+    new = capture_store.write_request(tmp_path, steps=3, ranks=[1], kinds=["profile"])
+    assert new["id"] != old["id"]
+    seen = watcher.poll()
+    assert seen == new and watcher.poll() is None
+    assert capture_store.wanted_by(seen, 1) and not capture_store.wanted_by(seen, 0)
+    (tmp_path / names.CONTROL_FILE).write_text("{not json")
+    os.utime(tmp_path / names.CONTROL_FILE, ns=(1, 1))
+    assert watcher.poll() is None
+
+
+def _capture(rank_root, name, size):
+    folder = rank_root / name
+    folder.mkdir(parents=True)
+    (folder / names.MANIFEST_FILE).write_text(json.dumps({"step": 1, "rank": 0, "time_stamp": 1.0}))
+    (folder / "data").write_bytes(b"x" * size)
+    return folder
+
+
+def test_make_room_removes_the_oldest_until_the_rest_fit(tmp_path):
+    folders = [_capture(tmp_path, f"2026120{i}T000000-step0000000{i}-loss_spike", 1000) for i in range(1, 5)]
+    removed = capture_store.make_room(tmp_path, 2500)
+    assert removed == folders[:2]
+    assert capture_store.capture_folders(tmp_path) == folders[2:]
+    assert capture_store.make_room(tmp_path, 0) == []
+
+
+# --- the notification, the command ------------------------------------------------------------------------
+def test_the_notification_carries_the_capture_path():
+    alert = Alert("loss_spike", "warning", "firing", 15, "loss spiked", "job", 0, 1, "host", 0.0, 9.0, 3.0, "/c/x")
+    assert alert.to_json_dict()["capture"] == "/c/x" and alert.text().endswith("capture: /c/x")
+    plain = Alert("loss_spike", "warning", "firing", 15, "loss spiked", "job", 0, 1, "host", 0.0)
+    assert "capture" not in plain.to_json_dict() and "capture" not in plain.text()
+
+
+def test_capture_command_writes_a_request_and_lists(tmp_path, capsys):
+    assert cli_main(["capture", "--steps", "4", "--ranks", "3,0", "--kinds", "profile,batch", str(tmp_path)]) == 0
+    request = json.loads((tmp_path / names.CONTROL_FILE).read_text())
+    assert (request["steps"], request["ranks"], request["kinds"]) == (4, [0, 3], ["profile", "batch"])
+    assert f"request {request['id']}" in capsys.readouterr().out
+    assert cli_main(["capture", "--list", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "captures: none\n"
+    _capture(tmp_path / "rank_0", "20261201T000000-step00000001-loss_spike", 10)
+    assert cli_main(["capture", "--list", "--format", "json", str(tmp_path)]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["step"] == 1 and listed["bytes"] > 10
+
+
+@pytest.mark.parametrize("argv", [["--ranks", "a"], ["--ranks", "-1"], ["--steps", "0"], ["--kinds", "trace"]])
+def test_capture_command_refuses_bad_arguments(tmp_path, argv):
+    with pytest.raises(SystemExit):
+        cli_main(["capture", *argv, str(tmp_path)])
+    assert not (tmp_path / names.CONTROL_FILE).exists()
+
+
+def test_report_json_gains_a_captures_key(tmp_path):
+    from otel_mindformers.analysis.captures import with_captures
+
+    _capture(tmp_path / "rank_0", "20261201T000000-step00000007-loss_spike", 10)
+    body = json.loads(with_captures('{"series": []}', str(tmp_path), "json"))
+    assert body["series"] == [] and [c["step"] for c in body["captures"]] == [1]
+    assert "## Captures" in with_captures("# report\n", str(tmp_path), "markdown")
