@@ -155,7 +155,7 @@ def test_the_wheel_installs_into_a_clean_venv_and_its_cli_runs_there(tmp_path):
     installed = _pip(python, "install", str(wheel), cwd=tmp_path)
     assert installed.returncode == 0, installed.stderr[-3000:]
     absent = subprocess.run(
-        [str(python), "-c", "import importlib.util as u; print([m for m in %r if u.find_spec(m)])" % (TRAINING_STACK,)],
+        [str(python), "-c", f"import importlib.util as u; print([m for m in {TRAINING_STACK!r} if u.find_spec(m)])"],
         capture_output=True,
         text=True,
         timeout=60,
