@@ -148,7 +148,7 @@ def test_the_wheel_installs_into_a_clean_venv_and_its_cli_runs_there(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
     # pip 23.2 (Python 3.11's bundled pip) cannot resolve the OTLP JSON exporter's pins
-    # (see docs/install.md): the README says to upgrade pip first, as here.
+    # (docs/install.md): the README says to upgrade pip first, as here.
     upgraded = _pip(python, "install", "--upgrade", "pip", cwd=tmp_path)
     if upgraded.returncode != 0:
         unavailable(f"the package registry is not reachable from here: {upgraded.stderr.strip()[-500:]}")
