@@ -103,3 +103,22 @@ def test_code_path_model_train_exports_its_parallel_mode(workdir, otlp_receiver)
     )
     run(["python", "-m", "tests.support.trainer_process", "monitor.yaml", "--steps", "4"], child_env(), workdir)
     _assert_layout(otlp_receiver, PLAIN_LAYOUT)
+
+
+def test_zero_code_trainer_refuses_to_train_with_an_invalid_monitor_config(workdir, otlp_receiver):
+    """docs/zero_code.md: one bad key in OTEL_PYTHON_MINDFORMERS_CONFIG is said at start-up
+    and stops the Trainer's run before its first step, as `Model.train`'s (test_instrumentor)."""
+    import subprocess
+
+    _trainer_files(workdir, otlp_receiver, zero_code=True)
+    (workdir / "bad.yaml").write_text("monitor_config:\n  logs: {enable: true, levle: INFO}\n")
+    env = child_env(otlp_receiver, OTEL_PYTHON_MINDFORMERS_CONFIG=str(workdir / "bad.yaml"))
+    done = subprocess.run(
+        instrumented(*CPU_RUNNER, "train.py"), env=env, cwd=workdir, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode != 0
+    refusal = f"OTEL_PYTHON_MINDFORMERS_CONFIG={workdir / 'bad.yaml'} is invalid, so training is refused"
+    assert done.stderr.count(refusal) >= 2, done.stderr[-3000:]  # logged at start, raised by the run
+    assert "monitor_config.logs.levle: unknown key (did you mean 'level'?)" in done.stderr
+    assert "ConfigError" in done.stderr
+    assert not list(workdir.rglob("train_metric*.json"))  # no step ran under our callback
