@@ -132,6 +132,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
         `tracer_provider`, `meter_provider`, `logger_provider`."""
         if os.environ.get("MS_ROLE") == "MS_SCHED":
             return
+        config: MonitorConfig | None
         if kwargs.get("config") is not None:
             config = load_monitor_config(kwargs["config"])
         else:
