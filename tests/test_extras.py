@@ -156,6 +156,14 @@ BROKEN = {
 }
 
 
+def _validate(tmp_path: Path, section: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`otel-mindformers validate` of a file holding `monitor_config: {section}`."""
+    config = tmp_path / "monitor.yaml"
+    config.write_text(f"monitor_config: {{{section}}}\n")
+    command = [sys.executable, "-m", "otel_mindformers.cli", "validate", str(config)]
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+
+
 def _broken(tmp_path: Path, package: str, body: str) -> dict[str, str]:
     """A real package on PYTHONPATH, ahead of the installed one, whose import raises."""
     site = tmp_path / "broken"
@@ -183,16 +191,7 @@ def test_a_tensorboardx_that_fails_on_import_turns_the_output_off_and_training_r
     assert "pip install 'otel-mindformers[tensorboard]'" in warnings[0]
     assert len((tmp_path / "output" / "train_metric.json").read_text().splitlines()) == 4
 
-    config = tmp_path / "monitor.yaml"
-    config.write_text("monitor_config: {output_type: [tensorboard]}\n")
-    validated = subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", "validate", str(config)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env},
-    )
+    validated = _validate(tmp_path, "output_type: [tensorboard]", {**os.environ, **env})
     assert validated.returncode == 1
     (line,) = validated.stderr.splitlines()
     assert line.startswith(
@@ -226,16 +225,8 @@ BROKEN_ELSEWHERE = [
 def test_any_broken_optional_package_is_one_warning_and_one_validate_line(tmp_path, package, kind, section, warned):
     error, body = BROKEN[kind]
     env = {**os.environ, **_broken(tmp_path, package, body)}
+    validated = _validate(tmp_path, section, env)
     config = tmp_path / "monitor.yaml"
-    config.write_text(f"monitor_config: {{{section}}}\n")
-    validated = subprocess.run(
-        [sys.executable, "-m", "otel_mindformers.cli", "validate", str(config)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
     assert validated.returncode == 1, validated.stdout
     (line,) = validated.stderr.splitlines()
     assert f"needs {package}, which fails on import ({error}: " in line
