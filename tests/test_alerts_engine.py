@@ -22,6 +22,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_mindformers.config import load_monitor_config
 from otel_mindformers.core.record import StepRecord
+from otel_mindformers.diagnosis import records
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.runtime.custom_monitors import BaseMonitor
 from otel_mindformers.telemetry.providers import build_telemetry
@@ -284,3 +285,50 @@ def test_stall_and_its_resolved_notice_reach_the_console_without_logging_setup(t
     )
     assert result.returncode == 0, result.stderr
     assert "[FIRING] stall" in result.stderr and "[RESOLVED] stall" in result.stderr
+
+
+def test_the_watchdog_rearms_after_a_resume_for_a_second_stall_of_the_same_run():
+    """Driven check by check (no thread, no sleeps): stall, its second threshold, resume,
+    then a second stall gets both thresholds again."""
+    import types
+
+    from otel_mindformers.alerts.watchdog import StallWatchdog
+
+    timeout = 1.0
+    progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
+    calls = []
+    watchdog = StallWatchdog(
+        progress, timeout, lambda step, idle, threshold: calls.append(("stall", step, threshold)),
+        lambda step: calls.append(("resume", step)),
+    )  # fmt: skip
+
+    def stalled_at(step):
+        progress.step, progress.last_step_end = step, time.perf_counter() - 10 * timeout
+
+    stalled_at(5)
+    for _ in range(3):
+        watchdog._check(final=False)
+    progress.step, progress.last_step_end = 6, time.perf_counter()
+    watchdog._check(final=False)
+    stalled_at(9)
+    for _ in range(3):
+        watchdog._check(final=False)
+    assert calls == [
+        ("stall", 5, 1), ("stall", 5, 2), ("resume", 6),
+        ("stall", 9, 1), ("stall", 9, 2),
+    ]  # fmt: skip
+
+
+def test_a_second_stall_after_a_resume_alerts_again():
+    with WebhookReceiver() as receiver:
+        h = Harness({"stall_timeout": 0.3, "notifiers": [{"type": "webhook", "url": receiver.url()}]})
+        h.progress.step, h.progress.last_step_end = 41, time.perf_counter()
+        receiver.wait_for(1)  # the first stall
+        h.progress.step, h.progress.last_step_end = 42, time.perf_counter()  # resumes, then stalls again
+        bodies = [r.body for r in receiver.wait_for(3)]
+        h.engine.shutdown(5.0)
+    assert [(b["status"], b["step"]) for b in bodies[:3]] == [("firing", 41), ("resolved", 42), ("firing", 42)]
+    assert h.alert_counts() == {("stall", "critical"): 2}
+    # Each stall dumped the stacks again (at its first threshold at least).
+    dumps = [r for r in records.read(h.engine.stacks.path) if r["kind"] == records.KIND_STACKS]
+    assert {r["step"] for r in dumps if r["reason"] == "stall"} == {41, 42}

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from otel_mindformers import ConfigError, MonitorConfig, load_monitor_config
-from otel_mindformers.config import OTLP_PROTOCOLS
+from otel_mindformers.config import OTLP_PROTOCOLS, parse_monitor_config
 from otel_mindformers.integration.instrumentor import _config_from_environment
 from otel_mindformers.outputs.paths import check_output_paths, prepare_output_paths
 from otel_mindformers.runtime.custom_monitors import load_monitor_class
@@ -457,3 +457,56 @@ def test_tensorboard_path_that_is_a_file_is_named(workdir):
         ConfigError, match=r"monitor_config.tensorboard_path: 'tb/rank_0' exists and is not a directory"
     ):
         prepare_output_paths(cfg)
+
+
+def _sections(cls, path=()):
+    """(YAML path, section class) of every nested section of `cls`."""
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        tp = hints[field.name]
+        if dataclasses.is_dataclass(tp):
+            yield (*path, field.name), tp
+            yield from _sections(tp, (*path, field.name))
+
+
+def test_every_section_with_a_switch_takes_a_bool_for_it():
+    """`logs: true` as the article writes its switches (`grad_monitor: True`): a section whose
+    switch is `enable` (or its declared SWITCH, `alert_config.enable_alert`) reads a bool as
+    that switch; a section without one still wants a mapping."""
+    from otel_mindformers.config.coercion import switch_of
+
+    switched = []
+    for path, section in _sections(MonitorConfig):
+        for value in (True, False):
+            raw: dict = value
+            for key in reversed(path):
+                raw = {key: raw}
+            switch = switch_of(section)
+            if switch is None:
+                with pytest.raises(ConfigError, match=rf"monitor_config\.{'.'.join(path)}: expected a mapping"):
+                    parse_monitor_config(raw)
+                continue
+            parsed = parse_monitor_config(raw)
+            for key in path:
+                parsed = getattr(parsed, key)
+            assert getattr(parsed, switch) is value, path
+            switched.append(".".join(path))
+    assert sorted(set(switched)) == [
+        "alert_config",
+        "alert_config.co_spike",
+        "alert_config.grad_norm_spike",
+        "alert_config.loss_spike",
+        "alert_config.loss_spike_score",
+        "alert_config.step_time_regression",
+        "alert_config.throughput_drop",
+        "logs",
+    ]
+    assert parse_monitor_config(False).enable is False  # `monitor_config: false`
+
+
+def test_logs_true_in_a_yaml_file(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text("monitor_config:\n  logs: true\n  alert_config: {enable_alert: true, loss_spike: false}\n")
+    config = load_monitor_config(str(path))
+    assert config.logs.enable is True
+    assert config.alert_config.enable_alert is True and config.alert_config.loss_spike.enable is False

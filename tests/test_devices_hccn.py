@@ -205,3 +205,14 @@ def test_found_on_path_else_where_the_driver_installs_it(fake_npu_smi, monkeypat
     assert locate_hccn_tool().endswith("tests/fixtures/bin/hccn_tool")
     monkeypatch.setenv("PATH", str(tmp_path))
     assert locate_hccn_tool() == DRIVER_HCCN_TOOL
+
+
+@pytest.mark.slow  # runs the fake hccn_tool in a child process
+def test_a_port_whose_net_health_is_init_reads_as_healthy(fake_hccn_tool, monkeypatch):
+    """`Init`: detection is not configured on the port (A3 device 2 in the fixtures), not a
+    fault; read as npu-exporter counts it, so no cluster of such ports looks failed."""
+    monkeypatch.setenv("FAKE_HCCN_VARIANT", "a3")
+    readings = source(devices=(2,), own=2).read()
+    states = {p.attributes[semconv.ATTR_HW_STATE]: p.value for p in readings.points if p.metric == semconv.HW_STATUS}
+    assert states == {"ok": 1.0, "degraded": 0.0, "predicted_failure": 0.0, "failed": 0.0}
+    assert readings.snapshot["roce_net_healthy"] == 1.0

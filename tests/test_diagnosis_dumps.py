@@ -222,3 +222,18 @@ def test_the_first_bad_rank_across_a_job_is_named_by_both_reports(tmp_path, caps
     assert report_findings([summary]) == ["first non-finite value at step 12: rank 3 (grad_norm); rank 517 (loss)"]
     assert main(["report", str(tmp_path)]) == 0
     assert "first non-finite value at step 12: rank 3 (grad_norm); rank 517 (loss)" in capsys.readouterr().out
+
+
+def test_a_dump_records_when_the_last_step_finished_not_when_it_was_taken(tmp_path):
+    """The hang report orders ranks by `last_step_time`: it is the progress's last step end
+    (here 30 s before the dump), on the wall clock."""
+    progress = types.SimpleNamespace(step=4, last_step_end=time.perf_counter() - 30.0, phase="step")
+    path = tmp_path / "diagnosis_rank_0.jsonl"
+    before = time.time()
+    StackDumper(Identity(rank=0, world_size=2, host_name="n"), LoggerProvider().get_logger("t"), progress, path).dump(
+        "stall"
+    )
+    (record,) = records.read(path)
+    assert record["time_stamp"] >= before
+    assert record["time_stamp"] - record["last_step_time"] == pytest.approx(30.0, abs=1.0)
+    assert record["step"] == 4

@@ -195,3 +195,23 @@ def test_a_damaged_last_line_is_skipped_and_nothing_to_report_is_one_error(tmp_p
 @pytest.mark.parametrize("ranks, text", [([0, 1, 2, 5, 7, 8], "0-2, 5, 7-8"), ([3], "3"), ([], "")])
 def test_ranks_are_shown_as_ranges(ranks, text):
     assert ranks_text(ranks) == text
+
+
+def test_behind_seconds_is_how_long_before_the_leader_a_rank_last_finished_a_step(tmp_path):
+    """From the dumps' `last_step_time` (when each rank last finished a step), not the dumps'
+    own `time_stamp` (when the dump was taken, about the same on every rank), and positive
+    for the rank that is behind."""
+    for rank, step, last_step_time, dumped in ((0, 10, 1000.0, 2000.0), (1, 7, 940.0, 2003.0)):
+        records.append(
+            records.diagnosis_path(str(tmp_path / "train_metric.json"), rank),
+            {
+                "kind": records.KIND_STACKS, "time_stamp": dumped, "rank": rank, "world_size": 2, "host": "n",
+                "pid": 1, "reason": "stall", "phase": "step", "step": step, "last_step_time": last_step_time,
+                "idle_seconds": None, "verdict": None, "threads": [], "omitted_threads": 0,
+            },
+        )  # fmt: skip
+    report = build_hang_report([tmp_path])
+    leader, behind = report.heartbeats
+    assert (leader.rank, leader.time_stamp, leader.behind_steps, leader.behind_seconds) == (0, 1000.0, 0, None)
+    assert (behind.rank, behind.time_stamp, behind.behind_steps, behind.behind_seconds) == (1, 940.0, 3, 60.0)
+    assert report.behind == [behind]

@@ -27,6 +27,27 @@ def test_dense_formula_is_6n_plus_12lhs():
     assert shape.training_flops_per_token() - output_layer == 6 * 12 * layers * hidden**2 + 12 * layers * hidden * seq
 
 
+def test_grouped_query_attention_counts_the_kv_heads_it_has():
+    """LLaMA-2 70B: 64 query heads share 8 key/value heads. Its matrices per layer are q and o
+    (h x h), k and v (h x kv_heads * head_dim) and SwiGLU's three (h x ffn): the FLOPs are
+    6 x those parameters per token plus attention, and the matrices sum to its 69 B."""
+    import types
+
+    from otel_mindformers.timing.efficiency import shape_of
+
+    config = types.SimpleNamespace(
+        num_layers=80, hidden_size=8192, num_heads=64, n_kv_heads=8, intermediate_size=28672,
+        vocab_size=32000, seq_length=4096,
+    )  # fmt: skip
+    shape = shape_of(config)
+    assert shape.kv_heads == 8
+    h, head, layers = 8192, 8192 // 64, 80
+    per_layer = 2 * h * h + 2 * h * 8 * head + 3 * h * 28672
+    assert layers * per_layer + h * 32000 == pytest.approx(68.98e9, rel=0.005)
+    expected = 3 * (layers * (2 * per_layer + 4 * 4096 * h) + 2 * h * 32000)
+    assert shape.training_flops_per_token() == expected
+
+
 def test_moe_counts_active_experts_only():
     dense = TransformerShape(layers=2, hidden=64, heads=4, kv_heads=4, ffn=128, vocab=100, seq_length=32)
     moe = TransformerShape(

@@ -100,3 +100,11 @@ def test_replay_names_the_endpoint_without_credentials(tmp_path, protocol):
     (line,) = [line for line in done.stderr.splitlines() if line.strip()]
     assert f"http://***@127.0.0.1:{port}" in line, line
     assert TOKEN not in done.stdout + done.stderr and "header-s3cret" not in done.stdout + done.stderr
+
+
+def test_a_url_quoted_header_secret_is_masked_too():
+    """An HTTP library quotes a header value into a URL or a repr: `Bearer%20header-s3cret`."""
+    reporter = ExportErrorReporter("http://127.0.0.1:4318", secrets=[HEADER_SECRET], announce=False)
+    reporter.report("Failed to export to http://127.0.0.1:4318/v1/traces?auth=Bearer%20header-s3cret: 401")
+    assert reporter.first_failure == "Failed to export to http://127.0.0.1:4318/v1/traces?auth=***: 401"
+    assert "s3cret" not in reporter.first_failure

@@ -125,3 +125,112 @@ def test_no_optional_module_is_needed_to_import_the_package_or_its_cli(tmp_path)
     assert imported.returncode == 0, imported.stderr[-2000:]
     helped = cli("--help", cwd=tmp_path, timeout=120, env=env)
     assert helped.returncode == 0, helped.stderr[-2000:]
+
+
+# An installed package that fails on import, as users meet it: its own ImportError, or the
+# protobuf mismatch's TypeError (raised from a generated _pb2 module, several lines long).
+BROKEN = {
+    "import-error": ("ImportError", "raise ImportError('cannot import name _C from partially initialised module')"),
+    "protobuf-mismatch": (
+        "TypeError",
+        "raise TypeError('Descriptors cannot be created directly.\\n"
+        "If this call came from a _pb2.py file, your generated code is out of date')",
+    ),
+}
+
+
+def _validate(tmp_path: Path, section: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`otel-mindformers validate` of a file holding `monitor_config: {section}`."""
+    config = tmp_path / "monitor.yaml"
+    config.write_text(f"monitor_config: {{{section}}}\n")
+    command = [sys.executable, "-m", "otel_mindformers.cli", "validate", str(config)]
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+
+
+def _broken(tmp_path: Path, package: str, body: str) -> dict[str, str]:
+    """A real package on PYTHONPATH, ahead of the installed one, whose import raises."""
+    site = tmp_path / "broken"
+    (site / package).mkdir(parents=True)
+    (site / package / "__init__.py").write_text(body + "\n")
+    return {"PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", BROKEN)
+def test_a_tensorboardx_that_fails_on_import_turns_the_output_off_and_training_runs_on(tmp_path, kind):
+    error, body = BROKEN[kind]
+    env = _broken(tmp_path, "tensorboardX", body)
+    spec = {
+        "config": {"interval": 1, "output_type": ["tensorboard", "json_file"]},
+        "steps": 4,
+        "report": str(tmp_path / "report.json"),
+        "log_level": "WARNING",
+    }
+    process, _ = run(spec, tmp_path, env=env)
+    assert process.returncode == 0, process.stderr[-3000:]
+    warnings = [line for line in process.stderr.splitlines() if "tensorboard" in line.lower()]
+    assert len(warnings) == 1, process.stderr[-3000:]
+    assert f"tensorboardX fails on import ({error}: " in warnings[0]
+    assert "pip install 'otel-mindformers[tensorboard]'" in warnings[0]
+    assert len((tmp_path / "output" / "train_metric.json").read_text().splitlines()) == 4
+
+    validated = _validate(tmp_path, "output_type: [tensorboard]", {**os.environ, **env})
+    assert validated.returncode == 1
+    (line,) = validated.stderr.splitlines()
+    assert line.startswith(
+        f"invalid: monitor_config.output_type: tensorboard needs tensorboardX, which fails on import ({error}: "
+    )
+    assert line.endswith("): pip install 'otel-mindformers[tensorboard]'")
+
+
+# Every other optional package, broken, in the code path that imports it. psutil breaks
+# with an ImportError only: the OpenTelemetry SDK (and MindSpore) import it too, and
+# survive nothing else.
+BROKEN_ELSEWHERE = [
+    (
+        "prometheus_client",
+        "protobuf-mismatch",
+        "output_type: [prometheus], prometheus: {port: 0}",
+        "the prometheus output",
+    ),
+    (
+        "psutil",
+        "import-error",
+        "device_monitor: true, device_config: {sources: [host]}",
+        "readings from psutil are off",
+    ),
+    ("pynvml", "protobuf-mismatch", "device_monitor: true, device_config: {sources: [nvidia]}", "from pynvml are off"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("package, kind, section, warned", BROKEN_ELSEWHERE, ids=[c[0] for c in BROKEN_ELSEWHERE])
+def test_any_broken_optional_package_is_one_warning_and_one_validate_line(tmp_path, package, kind, section, warned):
+    error, body = BROKEN[kind]
+    env = {**os.environ, **_broken(tmp_path, package, body)}
+    validated = _validate(tmp_path, section, env)
+    config = tmp_path / "monitor.yaml"
+    assert validated.returncode == 1, validated.stdout
+    (line,) = validated.stderr.splitlines()
+    assert f"needs {package}, which fails on import ({error}: " in line
+    # The run side: the component that imports the package, built as a run builds it.
+    script = (
+        "import logging; logging.basicConfig(level=logging.WARNING)\n"
+        "from otel_mindformers.config import load_monitor_config\n"
+        f"config = load_monitor_config({str(config)!r})\n"
+        "from otel_mindformers.devices.selection import build_sources\n"
+        "from otel_mindformers.telemetry.providers import _prometheus_reader\n"
+        "from otel_mindformers.job.identity import Identity\n"
+        "identity = Identity(rank=0, world_size=1, host_name='n')\n"
+        "if config.device_monitor:\n"
+        "    print([type(s).__name__ for s in build_sources(config.device_config, None)])\n"
+        "else:\n"
+        "    print(_prometheus_reader(config, identity))\n"
+    )
+    built = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (warning,) = [line for line in built.stderr.splitlines() if warned in line]
+    assert f"{package} fails on import ({error}: " in warning
+    assert "pip install 'otel-mindformers[" in warning

@@ -64,3 +64,22 @@ def test_the_rank_that_goes_nan_first_is_named_with_its_step(tmp_path):
 def test_without_the_check_the_nan_on_a_silent_rank_goes_unnamed(tmp_path):
     logs = _train_two_ranks(tmp_path, "reporting_ranks")
     assert "first non-finite" not in _cli("report", str(logs))
+
+
+def test_from_json_logs_alone_the_first_bad_rank_is_at_the_first_nonfinite_step(tmp_path, capsys):
+    """No diagnosis files: each rank's log says which steps were non-finite; the report names
+    the earliest step of all, and only the ranks bad at that step."""
+    from otel_mindformers.cli import main
+
+    for rank, steps in ((0, (13, 14, 15)), (1, (12, 16)), (2, ())):
+        lines = []
+        for step in range(10, 17):
+            bad = step in steps
+            line = {"time_stamp": float(step), "step": step, "epoch": 1, "rank": rank, "loss": None if bad else 1.0}
+            if bad:
+                line["nonfinite"] = ["loss"]
+            lines.append(json.dumps(line))
+        (tmp_path / f"train_metric_rank_{rank}.json").write_text("\n".join(lines) + "\n")
+    assert main(["report", str(tmp_path)]) == 0
+    (finding,) = [line for line in capsys.readouterr().out.splitlines() if "first non-finite" in line]
+    assert finding.strip().endswith("first non-finite value at step 12: rank 1 (a logged value)")

@@ -170,20 +170,27 @@ def test_msrun_scheduler_is_left_alone(workdir, monkeypatch, capture, tmp_path):
         otel_mindformers.uninstrument()
 
 
-def test_invalid_environment_config_is_reported_once_and_training_runs(workdir, monkeypatch, caplog, capture):
+def test_an_invalid_environment_config_is_said_at_start_and_refuses_training(workdir, monkeypatch, caplog, capture):
+    """docs/zero_code.md: one bad key neither silences monitoring nor is skipped quietly.
+    instrument() says it at once (and raises nothing, so the other instrumentors load);
+    the training run raises the same ConfigError before its first step, as in code."""
     bad = workdir / "monitor.yaml"
     bad.write_text("monitor_config:\n  intervl: 5\n")
     monkeypatch.setenv("OTEL_PYTHON_MINDFORMERS_CONFIG", str(bad))
     with caplog.at_level(logging.ERROR, logger="otel_mindformers"):
         try:
             otel_mindformers.instrument(**capture.providers())
-            training.train([], steps=2)
+            (message,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+            with pytest.raises(ConfigError) as refused:
+                training.train([], steps=2)
         finally:
             otel_mindformers.uninstrument()
-    (message,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert "OTEL_PYTHON_MINDFORMERS_CONFIG" in message and "monitor_config.intervl" in message
-    assert "did you mean 'interval'" in message
+    assert str(refused.value) == message
+    assert refused.value.problems == ["monitor_config.intervl: unknown key (did you mean 'interval'?)"]
+    assert f"OTEL_PYTHON_MINDFORMERS_CONFIG={bad} is invalid, so training is refused" in message
+    assert "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=mindformers" in message
     assert capture.runs() == []
+    training.train([], steps=1)  # uninstrumented again: nothing left behind
 
 
 def test_invalid_config_in_code_raises(workdir):

@@ -237,3 +237,26 @@ def test_report_and_plot_show_the_layers_and_parameters_with_the_largest_norms(w
     without = plot(read_logs([str(workdir / "old.json")]), workdir / "without.png")
     # The per-layer panels add a third row of panels.
     assert Image.open(plain).size[1] == pytest.approx(Image.open(without).size[1] * 1.5, rel=0.02)
+
+
+def test_the_grad_norm_spike_names_the_layer_and_parameter_that_rose_most_not_the_largest():
+    """Layer 0 holds the largest norm throughout; layer 1's rose most between the samples."""
+    from otel_mindformers.alerts.rules import GradNormSpikeRule
+    from otel_mindformers.core.record import StepRecord
+    from otel_mindformers.model_state.state import FamilyReadings, ModelState
+    from otel_mindformers.names.model_state import ATTR_LAYER, ATTR_PARAMETER, GRAD_NORM
+
+    names = ["model.layers.0.attention.wq.weight", "model.layers.1.attention.wq.weight"]
+
+    def record(step, norms, grad_norm):
+        state = ModelState(families={GRAD_NORM: FamilyReadings(names, [n * n for n in norms])})
+        return StepRecord(
+            step=step, epoch=1, rank=0, time_stamp=float(step), values={"grad_norm": grad_norm}, model_state=state
+        )
+
+    rule = GradNormSpikeRule(zscore=3.0, window=10, warmup=3)
+    for step in range(1, 6):
+        assert rule.check(record(step, [10.0, 1.0], 1.0 + 0.01 * step)) is None
+    finding = rule.check(record(6, [10.5, 6.0], 50.0))
+    assert finding.attributes == {ATTR_LAYER: "1", ATTR_PARAMETER: names[1]}
+    assert finding.detail.endswith(f"moved most: layer 1, {names[1]}")

@@ -153,6 +153,11 @@ def _varied_log_records() -> list:
                 except ValueError:
                     logger.exception("save failed")
                 logger.critical("")
+                # An event record, as stack dumps, alerts and first non-finite values emit.
+                provider.get_logger(f"otel_mindformers.{name}").emit(
+                    severity_text="WARNING", body="rank 0 thread stacks", attributes={"training.step": 3},
+                    event_name="mindformers.stacks",
+                )  # fmt: skip
             finally:
                 logger.removeHandler(handler)
     return list(kept.get_finished_logs())
@@ -160,9 +165,11 @@ def _varied_log_records() -> list:
 
 def test_the_in_place_log_request_is_the_sdks_byte_for_byte():
     records = _varied_log_records()
-    assert len(records) == 2 * 2 * 5
-    ours = otlp_in_place.encode_logs(records).SerializeToString()
-    assert ours == sdk_encode_logs(records).SerializeToString()
+    assert len(records) == 2 * 2 * 6
+    ours = otlp_in_place.encode_logs(records)
+    assert ours.SerializeToString() == sdk_encode_logs(records).SerializeToString()
+    events = [r.event_name for rl in ours.resource_logs for sl in rl.scope_logs for r in sl.log_records]
+    assert events.count("mindformers.stacks") == 4
 
 
 def test_the_grpc_log_exporter_sends_the_in_place_request(otlp_receiver, monkeypatch):

@@ -335,3 +335,15 @@ def test_otlp_over_tls_honours_the_certificate_variable(tmp_path, certificate, p
         assert (
             len([line for line in process.stderr.splitlines() if line.startswith("otel_mindformers: OTLP export")]) == 1
         )
+
+
+@pytest.mark.parametrize("control", ["\r", "\x00", "\x7f", "\t"], ids=["CR", "NUL", "DEL", "TAB"])
+def test_a_header_value_with_a_control_character_is_refused_without_echoing_it(workdir, control):
+    """A CR ends the header (request smuggling), NUL and DEL are no valid header octets; a
+    tab is refused too (any control character). The key is named, the value never shown."""
+    with pytest.raises(ConfigError) as raised:
+        load_monitor_config({"otlp": {"headers": {"authorization": f"Bearer {HEADER_SECRET}{control}x"}}})
+    assert raised.value.problems == [
+        "monitor_config.otlp.headers.authorization: contains a control character such as a line break (value not shown)"
+    ]
+    _assert_no_secret("a ConfigError", str(raised.value))

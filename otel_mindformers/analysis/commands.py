@@ -11,6 +11,7 @@ from pathlib import Path
 
 from otel_mindformers.analysis.logs import AnalysisError, Location, Series, read_logs, replay_problems
 from otel_mindformers.config import OTLP_PROTOCOLS
+from otel_mindformers.config.extras import TENSORBOARD_MODULES, import_optional, install_hint
 
 _LOGS_HELP = (
     "JSON-lines logs: files, globs or folders (a folder finds every *_rank_*.json in it); "
@@ -122,21 +123,23 @@ def _one_line_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[
             return command(args)
         except AnalysisError as exc:
             print(f"error: {exc}", file=sys.stderr)
-        except ModuleNotFoundError as exc:
-            extra = _EXTRA_FOR_MODULE.get(exc.name or "")
-            if extra is None:
-                raise
-            print(f"error: {args.command} needs {exc.name}: pip install 'otel-mindformers[{extra}]'", file=sys.stderr)
         return 1
 
     return run
 
 
-_EXTRA_FOR_MODULE = {"matplotlib": "analysis", "tensorboardX": "tensorboard"}
+def _require(command: str, modules: Iterable[str]) -> None:
+    """An optional package the command needs, missing or failing on import: one line naming
+    it, the error and the extra."""
+    for module in modules:
+        _, problem = import_optional(module)
+        if problem is not None:
+            raise AnalysisError(f"{command} needs {module}, which {problem}: {install_hint(module)}")
 
 
 @_one_line_errors
 def _plot(args: argparse.Namespace) -> int:
+    _require("plot", ("matplotlib", "matplotlib.figure"))
     from otel_mindformers.analysis.plot import plot  # matplotlib loads only for this command
 
     series = _read(args)
@@ -188,6 +191,7 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"error: nothing sent: {len(problems)} record(s) cannot be replayed", file=sys.stderr)
         return 1
     if args.tensorboard:
+        _require("replay --tensorboard", TENSORBOARD_MODULES)
         result = replay.replay_tensorboard(series, args.tensorboard)
         print(
             f"wrote {result.points} scalars of {result.records} records "

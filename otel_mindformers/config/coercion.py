@@ -21,6 +21,15 @@ def keys_of(config: Any) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(config).items() if k not in type(config).INTERNAL_FIELDS}
 
 
+def switch_of(section: type) -> str | None:
+    """The key that turns a section on and off (`enable`, or the section's `SWITCH`): a
+    bool written in the section's place sets it (`logs: true` is `logs: {enable: true}`)."""
+    declared = getattr(section, "SWITCH", None)
+    if declared is not None:
+        return declared
+    return "enable" if any(f.name == "enable" for f in dataclasses.fields(section)) else None
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
@@ -140,6 +149,9 @@ def _hide_value(problem: str) -> str:
 def parse_section(cls: type, raw: Any, path: str):
     if raw is None:
         raw = {}
+    switch = switch_of(cls)
+    if isinstance(raw, bool) and switch is not None:
+        raw = {switch: raw}  # `logs: true`, `loss_spike: false`, `monitor_config: false`
     if not isinstance(raw, Mapping):
         # The type only: a notifier written as a bare URL string must not be echoed.
         raise ConfigError(f"{path}: expected a mapping of keys, got a {type(raw).__name__}")

@@ -183,6 +183,8 @@ class AlertConfig(_Section):
     Counts of "steps" in rules (warm-up, windows, streaks) are sampled steps.
     """
 
+    SWITCH: ClassVar[str] = "enable_alert"  # `alert_config: true` (the article's switch)
+
     enable_alert: bool = _key(default=False)
     loss_threshold: Union[float, None] = _key(default=None, check=_at_least(0.0))
     alert_interval: int = _key(default=50, check=_at_least(1))

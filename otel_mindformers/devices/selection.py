@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import shutil
 import sys
 from types import ModuleType
 
 from otel_mindformers.config import DeviceConfig
+from otel_mindformers.config.extras import import_optional, install_hint
 from otel_mindformers.devices.ascend import AscendSource
 from otel_mindformers.devices.base import Source, physical_device
 from otel_mindformers.devices.hccn import HccnSource, locate_hccn_tool
@@ -70,9 +70,11 @@ def _ascend_device(identity: Identity | None) -> int | None:
 
 
 def _optional_module(name: str, required: bool) -> ModuleType | None:
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        if required:
-            _logger.warning("otel_mindformers: device readings from %s are off: %s", name, exc)
-        return None
+    """The module, or None (with one warning if `required`) when it is missing or fails on
+    import, whatever it raises."""
+    module, problem = import_optional(name)
+    if problem is not None and required:
+        _logger.warning(
+            "otel_mindformers: device readings from %s are off: %s %s; %s", name, name, problem, install_hint(name)
+        )
+    return module

@@ -67,6 +67,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
     _registered = False  # register() called and not undone: patch MindFormers when imported
     _registered_by_instrument = False  # instrument() registered it, so uninstrument() unregisters
     _settings: ZeroCode | None = None  # set while instrumented
+    _config_error: ConfigError | None = None  # OTEL_PYTHON_MINDFORMERS_CONFIG is invalid: training is refused
     _mindformers: Patches | None = None  # what patching MindFormers changed
     _mindspore: Patches | None = None  # MindSpore's load_checkpoint (checkpoint_load.py)
     _model: Patches | None = None  # what patching mindspore.train.Model changed
@@ -114,6 +115,8 @@ class MindFormersInstrumentor(BaseInstrumentor):
             self._mindformers = mindformers_glue.patch_mindformers(self._training_process)
 
     def _training_process(self, wrapped: Callable, _instance: Any, args: tuple, kwargs: dict) -> Any:
+        if self._config_error is not None:
+            raise self._config_error
         bound = inspect.signature(wrapped).bind(*args, **kwargs)
         mindformers_glue.with_one_monitor(bound, self._settings)
         token = mindformers_glue.TRAINER_RUNNING.set(True)
@@ -129,6 +132,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
         `tracer_provider`, `meter_provider`, `logger_provider`."""
         if os.environ.get("MS_ROLE") == "MS_SCHED":
             return
+        config: MonitorConfig | None
         if kwargs.get("config") is not None:
             config: MonitorConfig | None = load_monitor_config(kwargs["config"])
         else:
@@ -136,14 +140,10 @@ class MindFormersInstrumentor(BaseInstrumentor):
                 config = _config_from_environment()
             except ConfigError as exc:
                 # Under opentelemetry-instrument an exception here would also skip every other
-                # instrumentor: say it once and let training run unmonitored.
-                _logger.error(
-                    "otel_mindformers: %s=%s is invalid, training runs without monitoring: %s",
-                    OTEL_PYTHON_MINDFORMERS_CONFIG,
-                    os.environ[OTEL_PYTHON_MINDFORMERS_CONFIG],
-                    exc,
-                )
-                return
+                # instrumentor (and stop a process that never trains): say it now, and refuse
+                # the training run itself, as the code path refuses a bad config.
+                config, self._config_error = None, _refusal(exc)
+                _logger.error("%s", self._config_error)
         self._settings = ZeroCode(config=config, providers={name: kwargs.get(name) for name in _PROVIDERS})
         self._registered_by_instrument = self.register()
         self._when_imported("mindspore.train.model", self._patch_model)
@@ -154,6 +154,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
 
     def _uninstrument(self, **kwargs: Any) -> None:
         self._settings = None
+        self._config_error = None
         if self._model is not None:
             self._model.undo()
             self._model = None
@@ -176,6 +177,8 @@ class MindFormersInstrumentor(BaseInstrumentor):
         settings = self._settings
         if settings is None or mindformers_glue.inside_trainer():
             return wrapped(*args, **kwargs)
+        if self._config_error is not None:
+            raise self._config_error
         from otel_mindformers.runtime.callback import MonitorCallback
 
         bound = inspect.signature(wrapped).bind(*args, **kwargs)
@@ -193,6 +196,18 @@ class MindFormersInstrumentor(BaseInstrumentor):
             return
         self._hooked = self._hooked | {module}
         wrapt.register_post_import_hook(patch, module)  # runs now if already imported
+
+
+def _refusal(exc: ConfigError) -> ConfigError:
+    """The error every training run of the process raises before its first step."""
+    path = os.environ[OTEL_PYTHON_MINDFORMERS_CONFIG]
+    refusal = ConfigError(*exc.problems)
+    refusal.args = (
+        f"otel_mindformers: {OTEL_PYTHON_MINDFORMERS_CONFIG}={path} is invalid, so training is refused before "
+        f"its first step (check it with `otel-mindformers validate {path}`; to train without monitoring, set "
+        f"{OTEL_PYTHON_DISABLED_INSTRUMENTATIONS}=mindformers): {exc}",
+    )
+    return refusal
 
 
 def _config_from_environment() -> MonitorConfig | None:

@@ -17,8 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from otel_mindformers.model_state.parameters import KINDS, ParameterFilter, kind_of, layer_of
 from otel_mindformers.names.model_state import (
     FAMILIES,
@@ -47,6 +45,8 @@ def _finite(value: float) -> float | None:
 
 
 def summarise_family(readings: FamilyReadings, selection: ParameterFilter) -> Summary:
+    import numpy as np  # the live path only (MindSpore brings numpy); the CLI reads summaries without it
+
     squares = np.asarray(readings.squares, dtype=np.float64).reshape(-1)
     names = list(readings.names)[: squares.size]
     by_layer: dict[str, float] = defaultdict(float)

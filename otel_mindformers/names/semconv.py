@@ -100,6 +100,19 @@ ALERT_NOTIFICATIONS = MetricSpec(
 
 ALERT_METRICS: tuple[MetricSpec, ...] = (ALERTS, ALERT_NOTIFICATIONS, *CAPTURE_METRICS)
 
+# --- the job (job/) ----------------------------------------------------------------------
+# Under `opentelemetry-instrument` the SDK builds the resource before MindSpore is imported
+# and before a MindFormers Trainer reads its YAML, so the parallel layout cannot ride on the
+# resource there. Like Prometheus' target_info, this gauge carries it as attributes from
+# the run's start, on every path: join it to any series on `training.rank`.
+JOB_INFO = MetricSpec(
+    "mindformers.job.info",
+    Kind.OBSERVABLE_GAUGE,
+    "",  # no unit: the series is `mindformers_job_info` in both Prometheus flavours, like target_info
+    "Always 1; its attributes are the rank's job: parallel layout, batch and sequence sizes, software versions.",
+)
+JOB_METRICS: tuple[MetricSpec, ...] = (JOB_INFO,)
+
 
 # --- devices (devices/) ------------------------------------------------------------------
 # Hardware series follow the OTel hardware semantic conventions (hw.*). Ascend NPUs have no
@@ -213,14 +226,21 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(
 
 def all_metrics() -> tuple[MetricSpec, ...]:
     """Every metric the package can emit (training, device, alert and self metrics)."""
-    return training_metrics.INSTRUMENTS + (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS
+    return (
+        training_metrics.INSTRUMENTS
+        + (PHASE_DURATION,)
+        + DIAGNOSIS_METRICS
+        + ALERT_METRICS
+        + JOB_METRICS
+        + DEVICE_METRICS
+    )
 
 
 def markdown_table() -> str:
     """docs/telemetry.md's table of the metrics beside the training table (diagnosis, alert,
     device, host and self metrics), generated from the specs above."""
     lines = ["| metric | kind | unit | meaning |", "|---|---|---|---|"]
-    for spec in (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS:
+    for spec in (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + JOB_METRICS + DEVICE_METRICS:
         unit = f"`{spec.unit}`" if spec.unit else ""
         lines.append(f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | {unit} | {spec.description} |")
     return "\n".join(lines)

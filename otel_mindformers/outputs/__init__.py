@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from otel_mindformers.config import OutputsConfig
-from otel_mindformers.config.extras import output_off_warning
+from otel_mindformers.config.extras import TENSORBOARD_MODULES, output_off_warning
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.outputs import jsonl, tensorboard
 from otel_mindformers.outputs.base import OutputSink, SinkFanout
@@ -35,7 +35,7 @@ def build_sinks(
             jsonl.set_previous_run_aside(path)
         sinks.append(JsonLinesSink(path, config.log_rotation))
     if "tensorboard" in kinds:
-        unavailable = output_off_warning("tensorboard", ("tensorboardX",))
+        unavailable = output_off_warning("tensorboard", TENSORBOARD_MODULES)
         if unavailable:  # an optional extra: training goes on without this output
             _logger.warning(unavailable)
         else:

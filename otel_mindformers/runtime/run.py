@@ -38,6 +38,7 @@ from otel_mindformers.runtime.extract import OutputReader
 from otel_mindformers.runtime.pipeline import SampledStepPipeline
 from otel_mindformers.runtime.state_reader import StateReader
 from otel_mindformers.telemetry.instruments import TrainingInstruments
+from otel_mindformers.telemetry.job_info import JobInfo
 from otel_mindformers.telemetry.log_bridge import LogBridge, RunCorrelation
 from otel_mindformers.telemetry.providers import build_telemetry, service_name
 from otel_mindformers.telemetry.step_ids import StepSpanIds
@@ -170,6 +171,7 @@ class MonitorRun:
         )  # fmt: skip
         # Every rank's heartbeat, read by the metric reader's thread from the clock.
         Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
+        JobInfo(telemetry.meter, identity)  # the layout, where the resource could not carry it
         step_ids = StepSpanIds.install(telemetry.tracer)
         self.pipeline = SampledStepPipeline(
             tracer=telemetry.tracer,

@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_mindformers.config import OtlpConfig, TelemetryConfig
-from otel_mindformers.config.extras import output_off_warning
+from otel_mindformers.config.extras import PROMETHEUS_MODULES, output_off_warning
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
@@ -232,7 +232,7 @@ def metric_temporality(choice: str) -> dict[type, AggregationTemporality]:
 def _prometheus_reader(config: TelemetryConfig, identity: Identity) -> tuple[MetricReader, Callable[[], None]] | None:
     """A reader served on `prometheus.host:port`; None (with one warning) if it cannot listen
     or its extra is not installed."""
-    unavailable = output_off_warning("prometheus", ("opentelemetry.exporter.prometheus", "prometheus_client"))
+    unavailable = output_off_warning("prometheus", PROMETHEUS_MODULES)
     if unavailable:  # an optional extra: training goes on without this output
         _logger.warning(unavailable)
         return None

@@ -22,8 +22,7 @@ from __future__ import annotations
 import statistics
 from typing import NamedTuple
 
-import psutil
-
+from otel_mindformers.config.extras import import_optional
 from otel_mindformers.core.clock import WallClock
 from otel_mindformers.core.record import PhaseInterval, StepRecord
 from otel_mindformers.names import phases as phase_names
@@ -48,6 +47,9 @@ def _run_origin(run_start_wall: float) -> float:
     if _process_started:
         return run_start_wall
     _process_started = True
+    psutil, _ = import_optional("psutil")  # MindSpore needs it; without it start-up counts from the run
+    if psutil is None:
+        return run_start_wall
     try:
         return min(psutil.Process().create_time(), run_start_wall)
     except (psutil.Error, OSError):  # no process table: start-up is unknown, count from the run

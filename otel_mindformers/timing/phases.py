@@ -179,10 +179,13 @@ class phase:
                 phase_names.SPAN_PREFIX + self.name,
                 context=context,
                 attributes=recorder.span_attributes(self.name, self.attributes),
+                start_time=int(start_wall * 1e9),
             )
         else:
             span = trace.get_tracer("otel_mindformers").start_span(
-                phase_names.SPAN_PREFIX + self.name, attributes={**self.attributes, phase_names.ATTR_PHASE: self.name}
+                phase_names.SPAN_PREFIX + self.name,
+                attributes={**self.attributes, phase_names.ATTR_PHASE: self.name},
+                start_time=int(start_wall * 1e9),
             )
         use = trace.use_span(span, end_on_exit=False, record_exception=True, set_status_on_exception=True)
         use.__enter__()
@@ -202,7 +205,9 @@ class phase:
         try:
             use.__exit__(exc_type, exc, tb)  # records the exception and the error status
         finally:
-            span.end()
+            # The span lasts exactly the seconds the ledger counts: its own clock reads would
+            # be a few calls away from ours (milliseconds on a loaded machine).
+            span.end(end_time=int((start_wall + seconds) * 1e9))
             _open_phase.reset(token)
             if previous_phase is not None:
                 recorder.clock.phase = previous_phase

@@ -12,7 +12,8 @@ MonitorCallback's hook of that step:
 - ["raise", message]         raise RuntimeError(message) from the training loop;
 - ["fsize", extra_bytes]     cap this process's file size (RLIMIT_FSIZE) at the smallest output
                              file's current size plus extra_bytes: the disk is "full" from now on;
-- ["memory"]                 record Python's traced memory (tracemalloc runs from step 1).
+- ["memory"]                 record Python's traced memory after a full collection (tracemalloc
+                             runs from step 1) and the spans alive (`spans`: step -> count).
 
 The report holds `hook_seconds` (hook name -> every call's duration), `memory`
 (step -> traced bytes), `last_step_end` and `returned` (time.time() stamps) and `error`.
@@ -20,6 +21,7 @@ The report holds `hook_seconds` (hook name -> every call's duration), `memory`
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -121,7 +123,14 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
                     size = min((p.stat().st_size for p in folder.rglob("*") if p.is_file()), default=0)
                     resource.setrlimit(resource.RLIMIT_FSIZE, (size + args[0], resource.RLIM_INFINITY))
                 elif kind == "memory":
+                    # Cyclic garbage waits for the collector's thresholds: collected first, it
+                    # no longer adds megabytes at random steps to what is measured.
+                    gc.collect()
                     self._report["memory"][str(step)] = tracemalloc.get_traced_memory()[0]
+                    from opentelemetry.sdk.trace import ReadableSpan
+
+                    alive = sum(issubclass(type(o), ReadableSpan) for o in gc.get_objects())  # type(): proxies too
+                    self._report["spans"][str(step)] = alive
                 else:
                     raise ValueError(f"unknown action {kind!r}")
 
@@ -136,7 +145,7 @@ def main(spec: dict) -> None:
 
     if "log_level" in spec:
         logging.basicConfig(level=spec["log_level"])
-    report: dict = {"hook_seconds": {}, "memory": {}, "error": None}
+    report: dict = {"hook_seconds": {}, "memory": {}, "spans": {}, "error": None}
     actions = {int(step): acts for step, acts in spec.get("at", {}).items()}
     callback = timed_hooks(MonitorCallback(spec.get("config", {})), report["hook_seconds"])
     json_path = Path(callback.config.json_log_path)

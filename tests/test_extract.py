@@ -1,0 +1,35 @@
+"""Reading the step's outputs back to the host (runtime/extract.py) on real MindSpore tensors."""
+
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from otel_mindformers.names import training as tm
+from otel_mindformers.runtime.extract import OutputReader, to_host
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ms.Tensor(np.array([1.0, 2.0, 6.0], dtype=np.float32)),  # a per-micro-batch loss
+        ms.Tensor(np.array([[1.0, 2.0], [3.0, 6.0]], dtype=np.float32) * 0.75 + 0.25 * 3.0),
+        np.array([0.5, 5.5, 3.0]),
+    ],
+    ids=["micro-batches", "2-d", "numpy"],
+)
+def test_a_multi_element_loss_is_its_mean(value):
+    assert to_host(value) == pytest.approx(3.0)
+
+
+def test_the_recorded_loss_of_a_per_micro_batch_output_is_their_mean():
+    loss = ms.Tensor(np.array([2.0, 4.0, 9.0], dtype=np.float32))
+    outputs = OutputReader([tm.LOSS], False)
+    assert outputs.read({"net_outputs": (loss, ms.Tensor(False), ms.Tensor(1024.0))}, step=1)[tm.LOSS] == 5.0
+
+
+def test_a_one_element_tensor_and_an_empty_one():
+    assert to_host(ms.Tensor(np.array([[2.5]], dtype=np.float32))) == 2.5
+    with pytest.raises(ValueError, match="empty"):
+        to_host(np.array([]))
