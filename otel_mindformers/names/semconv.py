@@ -14,6 +14,7 @@ from otel_mindformers.names import training as training_metrics
 from otel_mindformers.names.diagnosis import DIAGNOSIS_METRICS
 from otel_mindformers.names.phases import PHASE_DURATION
 from otel_mindformers.names.spec import Kind, MetricSpec
+from otel_mindformers.names.stragglers import STRAGGLER_METRICS
 
 INSTRUMENTATION_NAME = "otel_mindformers"
 
@@ -205,7 +206,14 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(
 
 def all_metrics() -> tuple[MetricSpec, ...]:
     """Every metric the package can emit (training, device, alert and self metrics)."""
-    return training_metrics.INSTRUMENTS + (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS
+    return (
+        training_metrics.INSTRUMENTS
+        + (PHASE_DURATION,)
+        + DIAGNOSIS_METRICS
+        + STRAGGLER_METRICS
+        + ALERT_METRICS
+        + DEVICE_METRICS
+    )
 
 
 def markdown_table() -> str:
