@@ -42,12 +42,12 @@ WAIT = 300.0
 
 
 def rules_for_test(workdir: Path) -> Path:
-    """The shipped straggler rules with the test's windows: 5m -> 20s, 1h -> 3m, no `for`."""
+    """The shipped straggler rules with the test's windows: 5m -> 30s, 1h -> 3m, no `for`."""
     document = yaml.safe_load(RULES.read_text())
     for group in document["groups"]:
         for rule in group["rules"]:
             rule.pop("for", None)
-            rule["expr"] = re.sub(r"\[5m\]", "[20s]", rule["expr"])
+            rule["expr"] = re.sub(r"\[5m\]", "[30s]", rule["expr"])
             rule["expr"] = re.sub(r"\[1h\]", "[3m]", rule["expr"])
     path = workdir / "rules.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -142,6 +142,7 @@ def run_job(workdir: Path, *worker_args: str):
 
     @contextmanager
     def running():
+        workdir.mkdir(parents=True, exist_ok=True)
         with ExitStack() as stack:
             otlp = stack.enter_context(OtlpReceiver())
             process, stop_file, targets = start_job(workdir, otlp, *worker_args)
@@ -178,16 +179,29 @@ def test_the_rank_whose_data_is_slow_is_named_live_and_by_the_report(tmp_path):
         assert events and {attrs["training.rank"] for attrs in events} == {1}
         report = job.report()
         text = job.report_text()
+    print(f"the alert as it fired:\n{json.dumps(firing, indent=2)}\nthe report:\n{text}")  # for docs/stragglers.md (-s)
     verdict = report["bottleneck"]
     top = verdict["bottleneck"]
     assert (top["rank"], top["section"]) == (1, names.SECTION_DATA_WAIT)
     assert [loss["rank"] for loss in verdict["losses"] if loss["share_of_job"] > verdict["threshold"]] == [1]
-    # The sleeps explain, per step, the batch's sleep beyond the healthy job's own step time.
-    explained = verdict["steps"] * (BATCH * SLEEP_PER_SAMPLE - healthy_ms / 1000)
-    assert top["lost_s"] == pytest.approx(explained, rel=0.2), (top, explained, healthy_ms)
+    # The sleeps explain, per step, the batch's sleep less what rank 1's source slept while
+    # rank 1 itself was inside its step (the prefetch overlaps the two).
+    windows = [line["sections"] for line in _lines(tmp_path / "slow", 1) if "sections" in line]
+    overlapped = sum(window[names.SECTION_IN_STEP] for window in windows)
+    explained = sum(window["steps"] for window in windows) * BATCH * SLEEP_PER_SAMPLE - overlapped
+    assert verdict["steps"] == sum(window["steps"] for window in windows)
+    assert top["lost_s"] == pytest.approx(explained, rel=0.2), (top, explained)
+    # Against the healthy job's pace (another run, so another load on this machine): the
+    # same order, not 20 %.
+    assert 0.5 < top["lost_s"] / (verdict["steps"] * (BATCH * SLEEP_PER_SAMPLE - healthy_ms / 1000)) < 2
     # The job's useful time is what the slow rank's steps took, not rank 0's waiting.
     assert verdict["job_goodput"] < 0.5
     assert "no stragglers" not in text and "bottleneck: rank 1, data_wait" in text, text
+
+
+def _lines(workdir: Path, rank: int) -> list[dict]:
+    path = workdir / "output" / f"train_metric_rank_{rank}.json"
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 _HEALTHY: dict[str, float] = {}
@@ -197,7 +211,6 @@ def _healthy_step_ms(workdir: Path) -> float:
     """The same job with no slow rank: nothing fires, nothing is named; its median step time."""
     if "ms" in _HEALTHY:
         return _HEALTHY["ms"]
-    workdir.mkdir(parents=True)
     with run_job(workdir) as job:
         # 20 evaluations of both ranks' data-wait share in Prometheus, and 10 windows each.
         query = 'count_over_time(job_training_rank_training_section:mindformers_rank_section_time:share5m{training_section="data_wait"}[1m])'

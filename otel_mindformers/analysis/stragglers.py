@@ -16,7 +16,7 @@ wait. Over the windows every rank logged (the same sampled steps):
 
 The bottleneck is the rank and section with the largest loss, named when it exceeds
 `threshold` of the job's wall time. Without one, a rank whose in-step time per step rose
-against its own first windows (the individual score) is named, with what host clocks cannot
+against its earlier windows (the individual score) is named, with what host clocks cannot
 tell apart: a slow compute rank and a slow link look alike.
 """
 
@@ -30,8 +30,8 @@ from otel_mindformers.names import stragglers as names
 from otel_mindformers.timing.sections import STEPS_KEY, WINDOW_KEY
 
 DEFAULT_THRESHOLD = 0.05  # of the job's wall time
-RISE = 1.5  # in-step time per step against the rank's own first windows
-BASELINE_WINDOWS = 3
+RISE = 2.0  # in-step time per step of the last windows against the rank's earlier ones
+LAST_WINDOWS = 3
 _LOSS_SECTIONS = (names.SECTION_DATA_WAIT, names.SECTION_CHECKPOINT, names.SECTION_EVALUATION, names.SECTION_OTHER)
 _COLUMNS = (names.SECTION_DATA_WAIT, names.SECTION_IN_STEP, *_LOSS_SECTIONS[1:], WINDOW_KEY, STEPS_KEY)
 TELL_APART = (
@@ -150,15 +150,15 @@ def verdict(
 
 
 def _rises(tables, common: list[int]) -> list[StepRise]:
-    """Ranks whose in-step time per step in their last windows rose past RISE times their
-    first steady windows' (the individual score), largest first."""
-    if len(common) < 2 * BASELINE_WINDOWS:
+    """Ranks whose in-step time per step in their last windows rose past RISE times the
+    median of their earlier windows (the individual score), largest first."""
+    if len(common) < 2 * LAST_WINDOWS:
         return []
     rises = []
     for label, rank, table in tables:
         per_step = [table[step][_IN_STEP] / max(table[step][_STEPS], 1.0) for step in common]
-        baseline = statistics.median(per_step[:BASELINE_WINDOWS])
-        latest = statistics.median(per_step[-BASELINE_WINDOWS:])
+        baseline = statistics.median(per_step[:-LAST_WINDOWS])
+        latest = statistics.median(per_step[-LAST_WINDOWS:])
         if baseline > 0 and latest / baseline > RISE:
             rises.append(StepRise(label, rank, latest / baseline, baseline * 1000, latest * 1000))
     return sorted(rises, key=lambda rise: rise.ratio, reverse=True)
@@ -201,7 +201,7 @@ def lines(result: Verdict | None) -> list[str]:
             f"{rise.label} ({rise.baseline_ms:.1f} -> {rise.latest_ms:.1f} ms per step, {rise.ratio:.2f}x)"
             for rise in result.rises
         )
-        out.append(f"in-step time rose against the rank's own first windows, no data wait to explain it: {named}")
+        out.append(f"in-step time rose against the rank's own earlier windows, no data wait to explain it: {named}")
         out.append(f"cannot tell apart: {result.note}")
         return out
     out.append(f"no rank holds the job back: no rank lost over {result.threshold:.0%} of the job's wall time")
@@ -218,7 +218,9 @@ def findings(result: Verdict | None) -> list[str]:
             f"{top.label}: holds the job back in {top.section}, the job lost {_seconds(top.lost_s)} "
             f"({top.share_of_job:.1%} of its wall time) to it"
         ]
-    return [f"{rise.label}: in-step time rose {rise.ratio:.2f}x against its own first windows" for rise in result.rises]
+    return [
+        f"{rise.label}: in-step time rose {rise.ratio:.2f}x against its own earlier windows" for rise in result.rises
+    ]
 
 
 __all__ = ["DEFAULT_THRESHOLD", "TITLE", "SectionHistory", "Verdict", "findings", "lines", "verdict"]

@@ -221,12 +221,12 @@ class StragglerConfig(_Section):
     the in-process signal stay). The signal fires after `windows` consecutive sampled windows
     in which the rank waited for its data more than `data_share` of the window's wall time,
     or its in-step time per step exceeded `step_rise` times its own baseline (the median of
-    its first `windows` steady windows)."""
+    its earlier windows)."""
 
     section_series: str = _key(default="rank", check=_one_of(("rank", "node", "off")))
     signal: bool = _key(default=True)
     data_share: float = _key(default=0.2, check=_between(0.0, 1.0))
-    step_rise: float = _key(default=1.5, check=_at_least(1.0))
+    step_rise: float = _key(default=2.0, check=_at_least(1.0))
     windows: int = _key(default=3, check=_at_least(1, 1000))
 
 

@@ -9,7 +9,7 @@ learns the job's pace inside the gradient all-reduce, so
   the others wait for: the healthy ranks spend that time inside their step instead, and
   their data wait stays small (the *relative* signal, section `data_wait`);
 - a rank whose in-step time per step rises past `step_rise` times its own baseline (the
-  median of its first `windows` steady windows) slowed down, or waits for a rank that did
+  median of its earlier windows, up to HISTORY of them) slowed down, or waits for a rank that did
   (the *individual* signal, section `in_step`). From host clocks a slow compute rank and a
   slow link look alike; the signal says so and points to device readings and a profiler
   capture.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections import deque
 from typing import Any
 
 from opentelemetry._logs import SeverityNumber
@@ -38,6 +39,8 @@ from otel_mindformers.telemetry.instruments import create_instrument
 from otel_mindformers.timing.sections import STEPS_KEY, WINDOW_KEY
 
 _logger = logging.getLogger(__name__)
+
+HISTORY = 100  # windows the individual score's baseline is the median of
 
 # What tells a slow compute rank from a slow link when host clocks cannot (docs/stragglers.md).
 TELL_APART = (
@@ -69,6 +72,7 @@ class RankSections:
         self._series = None
         if config.section_series != "off":
             self._series = create_instrument(meter, names.SECTION_TIME).add
+            self._steps = create_instrument(meter, names.SECTION_STEPS).add
             self._attributes = (
                 identity.point_attributes() if config.section_series == "rank" else identity.node_attributes()
             )
@@ -76,7 +80,8 @@ class RankSections:
         self._otel_logger = otel_logger
         self._data = _Streak(config.windows)
         self._rise = _Streak(config.windows)
-        self._baseline: list[float] = []
+        self._history: deque[float] = deque(maxlen=HISTORY)  # in-step seconds per step, by window
+        self._streak: list[float] = []  # the windows of the current rise, kept out of the baseline
 
     def observe(self, record: StepRecord, span: Span | None) -> None:
         sections = record.sections
@@ -87,6 +92,7 @@ class RankSections:
                 seconds = sections.get(section)
                 if seconds:
                     self._series(seconds, {**self._attributes, names.ATTR_SECTION: section})
+            self._steps(int(sections[STEPS_KEY]), self._attributes)
         if self._counter is not None:
             self._check(record, sections, span)
 
@@ -104,17 +110,25 @@ class RankSections:
                 "the other ranks wait for it inside their step",
             )  # fmt: skip
         per_step = sections[names.SECTION_IN_STEP] / steps
-        if len(self._baseline) < config.windows:
-            if share <= config.data_share:  # a baseline of steps, not of waits for data
-                self._baseline.append(per_step)
+        if share > config.data_share:  # a baseline of steps, not of waits for data
             return
-        baseline = statistics.median(self._baseline)
+        if len(self._history) < config.windows:
+            self._history.append(per_step)
+            return
+        baseline = statistics.median(self._history)
         ratio = per_step / baseline if baseline > 0 else 0.0
-        if self._rise.update(ratio > config.step_rise and share <= config.data_share):
+        rising = ratio > config.step_rise
+        if rising:
+            self._streak.append(per_step)
+        else:  # the streak's windows join the history once it ends
+            self._history.extend(self._streak)
+            self._streak.clear()
+            self._history.append(per_step)
+        if self._rise.update(rising):
             self._signal(
                 record, span, names.SECTION_IN_STEP, names.SCORE_INDIVIDUAL, {names.ATTR_RATIO: ratio},
                 f"rank {self._identity.rank}: in-step time {per_step * 1000:.1f} ms per step, {ratio:.2f}x its own "
-                f"baseline of {baseline * 1000:.1f} ms for {config.windows} sampled window(s), with no data wait "
+                f"median of {baseline * 1000:.1f} ms for {config.windows} sampled window(s), with no data wait "
                 f"to explain it; {TELL_APART}",
             )  # fmt: skip
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from otel_mindformers.names import model_state as model_state_specs
 from otel_mindformers.names import phases as phase_names
+from otel_mindformers.names import stragglers as straggler_names
 from otel_mindformers.names import training as training_metrics
 from otel_mindformers.names.diagnosis import DIAGNOSIS_METRICS
 from otel_mindformers.names.phases import PHASE_DURATION
@@ -25,6 +26,9 @@ ATTR_LAYER = model_state_specs.ATTR_LAYER
 ATTR_KIND = model_state_specs.ATTR_KIND
 ATTR_PARAMETER = model_state_specs.ATTR_PARAMETER
 ATTR_LOSS = model_state_specs.ATTR_LOSS
+# The section of a rank's section time and straggler signal (names/stragglers.py).
+ATTR_SECTION = straggler_names.ATTR_SECTION
+ATTR_STRAGGLER_SCORE = straggler_names.ATTR_SCORE
 
 
 # --- resource / point attribute keys -------------------------------------------------

@@ -33,6 +33,13 @@ SECTION_TIME = MetricSpec(
     "and communication, waiting for other ranks included), checkpoint, evaluation, other phases. Its rate is "
     "the section's share of wall time.",
 )
+SECTION_STEPS = MetricSpec(
+    "mindformers.rank.section.steps",
+    Kind.COUNTER,
+    "{step}",
+    "Steps of the windows mindformers.rank.section.time covers: in_step seconds over these are the rank's "
+    "in-step time per step.",
+)
 STRAGGLER_SIGNALS = MetricSpec(
     "mindformers.rank.straggler.signals",
     Kind.COUNTER,
@@ -40,6 +47,6 @@ STRAGGLER_SIGNALS = MetricSpec(
     "Times this rank found itself holding the job back, by training.section and training.straggler.score "
     "(relative: it waits for its data; individual: its in-step time rose against its own history).",
 )
-STRAGGLER_METRICS: tuple[MetricSpec, ...] = (SECTION_TIME, STRAGGLER_SIGNALS)
+STRAGGLER_METRICS: tuple[MetricSpec, ...] = (SECTION_TIME, SECTION_STEPS, STRAGGLER_SIGNALS)
 
 EVENT_STRAGGLER = "mindformers.straggler"
