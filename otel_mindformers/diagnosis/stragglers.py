@@ -35,6 +35,7 @@ from otel_mindformers.core.record import StepRecord
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from otel_mindformers.names import stragglers as names
+from otel_mindformers.telemetry.events import record_event
 from otel_mindformers.telemetry.instruments import create_instrument
 from otel_mindformers.timing.sections import STEPS_KEY, WINDOW_KEY
 
@@ -138,15 +139,7 @@ class RankSections:
         attributes = {**self._identity.point_attributes(), names.ATTR_SECTION: section, names.ATTR_SCORE: score}
         self._counter.add(1, attributes)
         event = {**attributes, **extra, semconv.ATTR_STEP: record.step, "message": message}
-        if span is not None:
-            span.add_event(names.EVENT_STRAGGLER, event)
-        self._otel_logger.emit(
-            severity_number=SeverityNumber.WARN,
-            severity_text="WARN",
-            body=message,
-            attributes=event,
-            event_name=names.EVENT_STRAGGLER,
-        )
+        record_event(span, self._otel_logger, names.EVENT_STRAGGLER, message, event, SeverityNumber.WARN)
         record.stragglers.append(section)
         _logger.warning("otel_mindformers: %s", message)
 

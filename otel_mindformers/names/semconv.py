@@ -224,7 +224,7 @@ def markdown_table() -> str:
     """The README's table of the metrics beside the training table (diagnosis, alert,
     device, host and self metrics), generated from the specs above."""
     lines = ["| metric | kind | unit | meaning |", "|---|---|---|---|"]
-    for spec in (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS:
+    for spec in (PHASE_DURATION,) + DIAGNOSIS_METRICS + STRAGGLER_METRICS + ALERT_METRICS + DEVICE_METRICS:
         unit = f"`{spec.unit}`" if spec.unit else ""
         lines.append(f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | {unit} | {spec.description} |")
     return "\n".join(lines)

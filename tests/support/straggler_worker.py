@@ -91,6 +91,8 @@ def main() -> None:
     init()
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
     rank, world = get_rank(), get_group_size()
+    # A short prefetch: the batches a slow source makes during start-up do not hide its pace.
+    ms.dataset.config.set_prefetch_size(2)
     source = _Source(MAX_STEPS * BATCH * world, args.sleep if rank == args.slow_rank else 0.0)
     dataset = GeneratorDataset(source, column_names=["x", "y"], shuffle=False, num_shards=world, shard_id=rank)
     net = nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
