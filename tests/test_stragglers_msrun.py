@@ -9,7 +9,14 @@ windows shortened to the test's seconds, `for` dropped). The test waits for what
   comes from rank 1 alone, and `report` names rank 1 and data_wait with the job's lost time
   within 20 % of what the sleeps explain;
 - no slow rank: nothing fires, nothing is named;
-- a busy thread on rank 1 from step 40: the individual score catches the rise.
+- rank 1's forward pass sleeping 1 s a step from step 40: the individual score catches the
+  rise (on rank 0 too, which waits for rank 1 in the all-reduce: host clocks cannot tell
+  which one is slow, and the report says so).
+
+What host clocks can promise in the healthy job on a shared host: no data signal, no
+`MindformersRankHoldsJobBack`, no bottleneck. The machine's own load swings step times by
+over 2x; when it does, both ranks' in-step times rise together, so an individual signal there
+names every rank (a job-wide slowdown), never one.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 RULES = REPO / "collector-config" / "rules" / "mindformers-straggler-rules.yaml"
 JOB = "straggler-test"
 SLEEP_PER_SAMPLE = 0.25  # rank 1's source: 1 s per batch of 4, well over a step's compute here
-BUSY_AFTER = 40
+SLOW_STEP_AFTER = 40
 ALERTS = ("MindformersRankHoldsJobBack", "MindformersRankStepTimeRose")
 WAIT = 300.0
 
@@ -204,6 +211,11 @@ def _lines(workdir: Path, rank: int) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _all_or_none(ranks: set[int], what: str) -> None:
+    """A healthy job's step-time rise, if the host's load makes one, is on every rank."""
+    assert ranks in (set(), {0, 1}), f"{what} named {sorted(ranks)} alone in a healthy job"
+
+
 _HEALTHY: dict[str, float] = {}
 
 
@@ -217,12 +229,17 @@ def _healthy_step_ms(workdir: Path) -> float:
         job.wait(
             lambda: len([r for r in job.prometheus.query(query) if float(r["value"][1]) >= 20]) == 2, "evaluations"
         )
-        assert job.firing() == [], job.firing()
-        assert job.signals() == set()
+        firing = job.firing()
         job.stop()
+        signals = job.signals()  # once both ranks ended and flushed: a streak a window behind lands
         report = job.report()
+    assert not [a for a in firing if a["labels"]["alertname"] == "MindformersRankHoldsJobBack"], firing
+    assert {rank for rank, section, _ in signals if section == names.SECTION_DATA_WAIT} == set()
+    _all_or_none({int(a["labels"]["training_rank"]) for a in firing}, "live individual score")
+    _all_or_none({rank for rank, _, _ in signals}, "in-process individual signal")
     verdict = report["bottleneck"]
-    assert verdict["bottleneck"] is None and verdict["rises"] == [], verdict
+    assert verdict["bottleneck"] is None, verdict
+    _all_or_none({rise["rank"] for rise in verdict["rises"]}, "report's rises")
     assert report["stragglers"] == []
     _HEALTHY["ms"] = report["median_step_time_ms"]
     return _HEALTHY["ms"]
@@ -230,7 +247,7 @@ def _healthy_step_ms(workdir: Path) -> float:
 
 def test_a_rank_whose_step_time_rises_is_caught_by_the_individual_score(tmp_path):
     prom.require_binary(prom.PROMETHEUS)
-    with run_job(tmp_path, "--busy-rank", "1", "--busy-after", str(BUSY_AFTER)) as job:
+    with run_job(tmp_path, "--slow-step-rank", "1", "--slow-step-after", str(SLOW_STEP_AFTER)) as job:
         job.wait(lambda: (1, names.SECTION_IN_STEP, names.SCORE_INDIVIDUAL) in job.signals(), "individual signal")
         job.stop()
         report = job.report()
