@@ -18,6 +18,8 @@
    `report_ranks`, `step_spans`, `otlp.temporality`.
 4. Model state: the active series of MindFormers' training-state readings (docs/model_state.md)
    for a 70B-sized model on `--world` ranks, with and without `target` and `report_ranks: all`.
+5. Stragglers: the per-rank section series (docs/stragglers.md) and the recording rules' series
+   on `--world` ranks, by `stragglers.section_series` (`--stragglers-only` prints just these).
 """
 
 from __future__ import annotations
@@ -258,6 +260,9 @@ def project(
 
 
 def main() -> None:
+    if "--stragglers-only" in sys.argv:  # the series arithmetic alone, without the fleet
+        print_straggler_projection(4096, 10.0, None)
+        return
     if "--model-state-only" in sys.argv:  # the series arithmetic alone, without the fleet
         print_model_state_projection(4096, 10.0, None)
         return
@@ -385,6 +390,7 @@ def main() -> None:
             f"| {label} | {total['spans']:,.0f} | {total['points']:,.0f} | {total['bytes'] / 1e6:,.1f} | {cores:.2f} |"
         )
     print_model_state_projection(args.world, args.export_interval, reporting_rates["bytes_per_point"].get("gauge"))
+    print_straggler_projection(args.world, args.export_interval, reporting_rates["bytes_per_point"].get("sum"))
 
 
 # A 70B LLaMA's model state (docs/model_state.md): 80 layers, ~720 parameters per rank.
@@ -419,6 +425,39 @@ def print_model_state_projection(world: int, export_interval: float, gauge_point
     for label, series in model_state_cases(world):
         mb = f"{series * 60.0 / export_interval * gauge_point_bytes / 1e6:,.1f}" if gauge_point_bytes else "n/a"
         print(f"| {label} | {series:,} | {mb} |")
+
+
+RANKS_PER_NODE = 8
+# Sections a rank usually has: data_wait and in_step every window; checkpoint, evaluation and
+# other only in the windows that hold one (cumulative series stay once they exist).
+USUAL_SECTIONS, ALL_SECTIONS = 2, 5
+
+
+def straggler_cases(world: int) -> list[tuple[str, int, int]]:
+    """(case, exported series, recorded series) in the whole job for the section series."""
+    nodes = max(1, world // RANKS_PER_NODE)
+    # Per rank: a series per section, the section steps; signals only on a rank that raised one.
+    recorded = lambda sections: world * sections * 2 + sections + world * 2  # noqa: E731
+    return [
+        ("section_series: rank, data_wait and in_step", world * (USUAL_SECTIONS + 1), recorded(USUAL_SECTIONS)),
+        ("section_series: rank, every section", world * (ALL_SECTIONS + 1), recorded(ALL_SECTIONS)),
+        (
+            f"section_series: node ({RANKS_PER_NODE} ranks a node), once the backend drops the instance",
+            nodes * (ALL_SECTIONS + 1),
+            nodes * ALL_SECTIONS * 2 + ALL_SECTIONS + nodes * 2,
+        ),
+        ("section_series: off (JSON lines and the in-process signal only)", 0, 0),
+    ]
+
+
+def print_straggler_projection(world: int, export_interval: float, sum_point_bytes: float | None) -> None:
+    """Series the section times add (and, with a measured bytes-per-sum-point, OTLP MB/min)."""
+    print(f"\nstragglers: {world} ranks, export every {export_interval:g} s (docs/stragglers.md)")
+    print("| case | exported series | recorded series (rules) | MB/min |")
+    print("|---|---:|---:|---:|")
+    for label, series, recorded in straggler_cases(world):
+        mb = f"{series * 60.0 / export_interval * sum_point_bytes / 1e6:,.2f}" if sum_point_bytes else "n/a"
+        print(f"| {label} | {series:,} | {recorded:,} | {mb} |")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser("report", help="summarise a run: loss, throughput, anomalies, stragglers, gaps")
     report.add_argument("logs", nargs="+", metavar="LOG", help=_LOGS_HELP)
     report.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    report.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
     report.add_argument(
         "--straggler-threshold",
         type=float,

@@ -76,6 +76,8 @@ class StepPoint:
     # The line's `time` object: cumulative seconds by phase since the run's origin, with
     # `wall` and `productive` (goodput.py), when it has one.
     time: dict[str, float] | None = None
+    # The line's `sections` object: the window's seconds by section (timing/sections.py).
+    sections: dict[str, float] | None = None
 
     def value(self, name: str) -> float:
         return self.values.get(name, math.nan)
@@ -439,11 +441,12 @@ def _point(data: dict, location: Location) -> StepPoint:
         location=location,
         model_state=data["model_state"] if isinstance(data.get("model_state"), dict) else None,
         time=_seconds_by_phase(data.get("time")),
+        sections=_finite_numbers(data.get("sections")),
     )
 
 
-def _seconds_by_phase(raw: object) -> dict[str, float] | None:
-    """A `time` object's finite numbers; None when the line has none (or it holds no `wall`)."""
+def _finite_numbers(raw: object) -> dict[str, float] | None:
+    """An object's finite numbers by key; None when it is no object or holds none."""
     if not isinstance(raw, dict):
         return None
     kept = {
@@ -451,7 +454,13 @@ def _seconds_by_phase(raw: object) -> dict[str, float] | None:
         for key, value in raw.items()
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     }
-    return kept if "wall" in kept else None
+    return kept or None
+
+
+def _seconds_by_phase(raw: object) -> dict[str, float] | None:
+    """A `time` object's finite numbers; None when the line has none (or it holds no `wall`)."""
+    kept = _finite_numbers(raw)
+    return kept if kept and "wall" in kept else None
 
 
 def as_records(series: Series) -> list[StepRecord]:

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from otel_mindformers.analysis import stragglers
 from otel_mindformers.analysis.first_bad import report_findings as first_bad_rank_findings
 from otel_mindformers.analysis.logs import Location, Series, StepPoint, scan_logs
 from otel_mindformers.analysis.top_norms import Peak, TopNorms
@@ -116,6 +117,8 @@ class Report:
     straggler_threshold: float
     stragglers: list[str] = field(default_factory=list)
     slowest: str | None = None
+    # Which rank held the job back, and at what (analysis/stragglers.py).
+    bottleneck: stragglers.Verdict | None = None
 
 
 def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD) -> Report:
@@ -175,6 +178,7 @@ def _combine(summarised: list[tuple[SeriesStats, SeriesSummary]], straggler_thre
         straggler_threshold=straggler_threshold,
         stragglers=[s.label for s in ranked if len(ranked) > 1 and s.skew_vs_median > straggler_threshold],
         slowest=ranked[0].label if len(ranked) > 1 else None,
+        bottleneck=stragglers.verdict([(summary.label, summary.rank, stats.sections) for stats, summary in summarised]),
     )
 
 
@@ -209,6 +213,7 @@ class SeriesStats:
         self.top = TopNorms()
         self._time_before: dict[str, float] = {}  # the finished runs' last `time` objects, summed
         self._time: dict[str, float] | None = None  # the current run's latest one
+        self.sections = stragglers.SectionHistory()
 
     def add(self, point: StepPoint) -> None:
         stamp = point.time_stamp
@@ -241,6 +246,8 @@ class SeriesStats:
             self.top.add(point.step, point.model_state)
         if point.time is not None:
             self._follow_time(point)
+        if point.sections:
+            self.sections.add(point.step, point.sections)
         self._follow(point)
         self.records += 1
 
@@ -446,6 +453,11 @@ def _straggler_line(report: Report) -> str | None:
             f"{_num(report.median_step_time_ms)} ms): {named}"
         )
     slowest = by_label[report.slowest]
+    if report.bottleneck is not None and report.bottleneck.named:
+        return (
+            f"step times agree (median {_num(report.median_step_time_ms)} ms) because the ranks move in step: "
+            f"see below for the rank that holds them back"
+        )
     return (
         f"no stragglers: every series within {report.straggler_threshold:.0%} of the median "
         f"{_num(report.median_step_time_ms)} ms; slowest {slowest.label} ({_pct(slowest.skew_vs_median)})"
@@ -515,6 +527,7 @@ def _findings(report: Report) -> list[str]:
         if s.foreign_lines:
             lines.append(f"{s.label}: {s.foreign_lines} line(s) from other writers skipped")
     lines.extend(first_bad_rank_findings(report.series))  # diagnosis files beside the logs
+    lines.extend(stragglers.findings(report.bottleneck))
     return lines
 
 
@@ -530,6 +543,9 @@ def _text(report: Report) -> str:
     if time_table:
         header, rows = time_table
         out += ["", _TIME_TITLE, *_aligned([header, *rows]), "  " + _largest_loss(report)]
+    verdict_lines = stragglers.lines(report.bottleneck)
+    if verdict_lines:
+        out += ["", stragglers.TITLE] + [f"  {line}" for line in verdict_lines]
     for title, rows in _top_norms(report):
         out += ["", title] + [f"  {label:<12} {name:<48} {value}" for label, name, value in rows]
     findings = _findings(report)
@@ -577,6 +593,9 @@ def _markdown(report: Report) -> str:
         out += ["", f"## {_TIME_TITLE}", "", "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
         out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
         out += ["", _largest_loss(report)]
+    verdict_lines = stragglers.lines(report.bottleneck)
+    if verdict_lines:
+        out += ["", f"## {stragglers.TITLE}", ""] + [f"- {_md(line.strip())}" for line in verdict_lines]
     for title, rows in _top_norms(report):
         out += ["", f"## {title}", "", "| series | name | peak |", "|---|---|---|"]
         out += [f"| {_md(label)} | {_md(name)} | {value} |" for label, name, value in rows]

@@ -288,6 +288,24 @@ class LogsConfig(_Section):
     loggers: list[str] = _key(factory=lambda: ["mindformers", "ME"])
 
 
+@dataclasses.dataclass(repr=False)
+class StragglerConfig(_Section):
+    """`monitor_config.stragglers`: per-rank section times and the in-process straggler signal
+    (docs/stragglers.md). `section_series`: `rank` (every rank's sections under its
+    `training.rank`), `node` (under the node's attributes instead: one series per node and
+    section once a backend drops the instance), `off` (no section series; the JSON line and
+    the in-process signal stay). The signal fires after `windows` consecutive sampled windows
+    in which the rank waited for its data more than `data_share` of the window's wall time,
+    or its in-step time per step exceeded `step_rise` times its own baseline (the median of
+    its earlier windows)."""
+
+    section_series: str = _key(default="rank", check=_one_of(("rank", "node", "off")))
+    signal: bool = _key(default=True)
+    data_share: float = _key(default=0.2, check=_between(0.0, 1.0))
+    step_rise: float = _key(default=2.0, check=_at_least(1.0))
+    windows: int = _key(default=3, check=_at_least(1, 1000))
+
+
 @dataclasses.dataclass(frozen=True)
 class TelemetryConfig:
     """`service_name`, `output_type`, `otlp` and `prometheus`, for the OTel providers."""
@@ -353,6 +371,7 @@ class MonitorConfig(_Section):
     device_config: DeviceConfig = _key(factory=DeviceConfig)
     log_rotation: LogRotationConfig = _key(factory=LogRotationConfig)
     logs: LogsConfig = _key(factory=LogsConfig)
+    stragglers: StragglerConfig = _key(factory=StragglerConfig)
     mindformers_native: dict[str, Any] = _key(factory=dict)
     # Directory of the YAML file it came from: custom monitors may live beside it.
     source_dir: Union[str, None] = _key(default=None)

@@ -51,6 +51,10 @@ class StepRecord:
     phases: list[PhaseInterval] = field(default_factory=list)
     # Seconds since the run's origin by phase, with `wall` and `productive` (goodput.py).
     time_breakdown: dict[str, float] = field(default_factory=dict)
+    # The window's seconds by section, with `window` and `steps` (timing/sections.py).
+    sections: dict[str, float] = field(default_factory=dict)
+    # Sections this rank found itself holding the job back in (diagnosis/stragglers.py).
+    stragglers: list[str] = field(default_factory=list)
     # Readings from inside the model (model_state/): summarised on the worker thread.
     model_state: ModelState | None = None
 
@@ -80,6 +84,10 @@ class StepRecord:
             line["alerts"] = list(self.alerts)
         if self.time_breakdown:
             line["time"] = dict(self.time_breakdown)
+        if self.sections:
+            line["sections"] = {key: round(value, 6) for key, value in self.sections.items()}
+        if self.stragglers:
+            line["stragglers"] = list(self.stragglers)
         if self.model_state:
             line["model_state"] = self.model_state.summary()
         return line

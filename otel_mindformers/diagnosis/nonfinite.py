@@ -25,6 +25,7 @@ from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import diagnosis as names
 from otel_mindformers.names import semconv
 from otel_mindformers.names.training import ATTR_METRIC
+from otel_mindformers.telemetry.events import record_event
 from otel_mindformers.telemetry.instruments import create_instrument
 
 _logger = logging.getLogger(__name__)
@@ -75,15 +76,7 @@ class FirstNonFinite:
         attributes = {**self._identity.point_attributes(), semconv.ATTR_STEP: step, ATTR_METRIC: bad[0]}
         self._counter.add(1, attributes)
         event = {**attributes, "training.nonfinite.metrics": bad, "message": message}
-        if span is not None and span.is_recording():
-            span.add_event(names.EVENT_FIRST_NONFINITE, event)
-        self._otel_logger.emit(
-            severity_number=SeverityNumber.ERROR,
-            severity_text="ERROR",
-            body=message,
-            attributes=event,
-            event_name=names.EVENT_FIRST_NONFINITE,
-        )
+        record_event(span, self._otel_logger, names.EVENT_FIRST_NONFINITE, message, event, SeverityNumber.ERROR)
         _logger.error("otel_mindformers: %s", message)
         # Written here, once per run: a few hundred bytes, not worth a thread hand-off.
         try:

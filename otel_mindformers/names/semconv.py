@@ -11,11 +11,13 @@ from __future__ import annotations
 from otel_mindformers.names import captures as capture_names
 from otel_mindformers.names import model_state as model_state_specs
 from otel_mindformers.names import phases as phase_names
+from otel_mindformers.names import stragglers as straggler_names
 from otel_mindformers.names import training as training_metrics
 from otel_mindformers.names.captures import CAPTURE_METRICS
 from otel_mindformers.names.diagnosis import DIAGNOSIS_METRICS
 from otel_mindformers.names.phases import PHASE_DURATION
 from otel_mindformers.names.spec import Kind, MetricSpec
+from otel_mindformers.names.stragglers import STRAGGLER_METRICS
 
 INSTRUMENTATION_NAME = "otel_mindformers"
 
@@ -32,6 +34,9 @@ ATTR_CAPTURE_PATH = capture_names.ATTR_CAPTURE_PATH
 ATTR_CAPTURE_TRIGGER = capture_names.ATTR_CAPTURE_TRIGGER
 ATTR_CAPTURE_OUTCOME = capture_names.ATTR_CAPTURE_OUTCOME
 ATTR_CAPTURE_STEPS = capture_names.ATTR_CAPTURE_STEPS
+# The section of a rank's section time and straggler signal (names/stragglers.py).
+ATTR_SECTION = straggler_names.ATTR_SECTION
+ATTR_STRAGGLER_SCORE = straggler_names.ATTR_SCORE
 
 
 # --- resource / point attribute keys -------------------------------------------------
@@ -230,6 +235,7 @@ def all_metrics() -> tuple[MetricSpec, ...]:
         training_metrics.INSTRUMENTS
         + (PHASE_DURATION,)
         + DIAGNOSIS_METRICS
+        + STRAGGLER_METRICS
         + ALERT_METRICS
         + JOB_METRICS
         + DEVICE_METRICS
@@ -240,7 +246,9 @@ def markdown_table() -> str:
     """docs/telemetry.md's table of the metrics beside the training table (diagnosis, alert,
     device, host and self metrics), generated from the specs above."""
     lines = ["| metric | kind | unit | meaning |", "|---|---|---|---|"]
-    for spec in (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + JOB_METRICS + DEVICE_METRICS:
+    for spec in (
+        (PHASE_DURATION,) + DIAGNOSIS_METRICS + STRAGGLER_METRICS + ALERT_METRICS + JOB_METRICS + DEVICE_METRICS
+    ):
         unit = f"`{spec.unit}`" if spec.unit else ""
         lines.append(f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | {unit} | {spec.description} |")
     return "\n".join(lines)

@@ -77,6 +77,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         phases: PhaseRecorder | None = None,
         step_ids: StepSpanIds | None = None,
         captures: Any = NO_CAPTURES,
+        sections: Any = None,
         max_queue: int = 1024,
     ) -> None:
         self._tracer = tracer
@@ -93,6 +94,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._phases = phases
         self._step_ids = step_ids
         self._captures = captures
+        self._sections = sections  # RankSections (diagnosis/stragglers.py) or None
         self._stop_requested = False
         self.dropped = 0
         super().__init__("otel-mindformers-steps", max_queue)
@@ -139,6 +141,8 @@ class SampledStepPipeline(BoundedWorker[object]):
         span = start_span() if self._wants_span(record.step, record.is_last) else LazySpan(start_span)
         with trace.use_span(span, end_on_exit=False):
             self._instruments.apply(recording.measurements(record, self._point_attributes))
+            if self._sections is not None:  # the rank's section series and straggler signal
+                self._sections.observe(record, span)
             if record.nonfinite():
                 span.set_status(fields.status)
             reason = self._alerts.evaluate(record, span) if self._alerts is not None else None

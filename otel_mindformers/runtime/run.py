@@ -28,6 +28,7 @@ from otel_mindformers.core.record import StepRecord
 from otel_mindformers.diagnosis.captures import NO_CAPTURES, CaptureController
 from otel_mindformers.diagnosis.heartbeat import Heartbeat
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
+from otel_mindformers.diagnosis.stragglers import RankSections
 from otel_mindformers.job.identity import Identity, detect_identity
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
@@ -187,6 +188,8 @@ class MonitorRun:
             phases=self.timeline.recorder,
             step_ids=step_ids,
             captures=self.captures,
+            # Every rank's section times and straggler signal, whatever `report_ranks` says.
+            sections=RankSections(telemetry.meter, telemetry.logger, identity, config.stragglers),
         )
         self.logs = LogBridge.start(
             config.logs, telemetry.logger_provider, RunCorrelation(identity.rank, self.clock, self.cadence, step_ids)

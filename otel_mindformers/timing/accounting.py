@@ -30,6 +30,7 @@ from otel_mindformers.names import training as tm
 from otel_mindformers.names.phases import PHASE_COMPILE, PHASE_STARTUP
 from otel_mindformers.timing.efficiency import StepEfficiency
 from otel_mindformers.timing.ledger import TimeLedger
+from otel_mindformers.timing.sections import WindowSections
 
 # Sampled steps whose own duration makes the steady-state median the first step is compared to.
 STEADY_SAMPLES = 3
@@ -95,10 +96,12 @@ class StepAccounting:
         self._first_step: tuple[float, float] | None = None  # (begin perf, duration)
         self._steady: list[float] = []
         self._compile_known = False
+        self._sections = WindowSections()
 
     def lost(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread."""
         self._ledger.add(phase, seconds)
+        self._sections.phase(phase, seconds)
 
     def complete(self, record: StepRecord, window: Window) -> None:
         """Fill in the record's host-computed values, its phases and the time breakdown."""
@@ -113,7 +116,12 @@ class StepAccounting:
                 values[tm.SAMPLES_PER_SECOND] = samples
             if self._wants_tokens and self._tokens_per_sample:
                 values[tm.TOKENS_PER_SECOND] = samples * self._tokens_per_sample
+        first = self._first_step is None
         record.phases = self._phases(window)
+        # The rank's sections (sections.py); the first window holds start-up and compile.
+        sections = self._sections.close(steps, elapsed, window.data_wait)
+        if not first:
+            record.sections = sections
         end_wall = self._wall(window.end)
         self._efficiency.add(values, record.step, steps, elapsed, samples, lambda: self._ledger.goodput(end_wall))
         record.time_breakdown = self._ledger.breakdown(end_wall)

@@ -1,0 +1,117 @@
+"""One worker of a 2-rank msrun job for the straggler tests: real data-parallel Model.train.
+
+    msrun --worker_num=2 ... straggler_worker.py CONFIG.yaml STOP_FILE [--slow-rank R --sleep S]
+                                                 [--slow-step-rank R --slow-step-after K --slow-step S]
+
+- `--slow-rank R --sleep S`: rank R's dataset source sleeps S seconds per sample;
+- `--slow-step-rank R --slow-step-after K --slow-step S`: from step K, rank R's network
+  sleeps S seconds in its forward pass (PyNative runs it in Python each step), so that rank's
+  compute slows, before the gradient all-reduce, with no data wait. A busy thread was tried
+  first: on a host already loaded by other work it did not double the step reliably;
+- the run stops at the step written in STOP_FILE (the test writes it once it has seen what
+  it waits for), the same step on both ranks, so neither is left alone in a collective.
+  MAX_STEPS bounds a run whose test never writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+from mindspore.communication import get_group_size, get_rank, init
+from mindspore.dataset import GeneratorDataset
+from mindspore.train import Callback, Model
+
+from otel_mindformers import MonitorCallback
+
+FEATURES, BATCH = 8, 4
+MAX_STEPS = 2000
+
+
+class _Source:
+    def __init__(self, samples: int, sleep: float) -> None:
+        rng = np.random.default_rng(0)
+        self.x = rng.standard_normal((samples, FEATURES)).astype(np.float32)
+        self.y = (self.x.sum(axis=1, keepdims=True) * 0.5).astype(np.float32)
+        self.sleep = sleep
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int):
+        if self.sleep:
+            time.sleep(self.sleep)
+        return self.x[index], self.y[index]
+
+
+class _SlowForward(nn.Cell):
+    """The network, sleeping `seconds` in its forward pass once `slow` is set."""
+
+    def __init__(self, net: nn.Cell, seconds: float) -> None:
+        super().__init__()
+        self.net = net
+        self.seconds = seconds
+        self.slow = threading.Event()
+
+    def construct(self, x):
+        if self.slow.is_set():
+            time.sleep(self.seconds)
+        return self.net(x)
+
+
+class _StopAtWrittenStep(Callback):
+    """Stops at the step in `path` once it exists; slows `network` from step `slow_after`."""
+
+    def __init__(self, path: str, network: _SlowForward, slow_after: int | None) -> None:
+        self._path = path
+        self._stop_at: int | None = None
+        self._network = network
+        self._slow_after = slow_after
+
+    def on_train_step_end(self, run_context):
+        step = run_context.original_args()["cur_step_num"]
+        if self._slow_after is not None and step == self._slow_after:
+            self._network.slow.set()
+        if self._stop_at is None and os.path.exists(self._path):
+            text = Path(self._path).read_text().strip()
+            self._stop_at = int(text) if text else None
+        if step >= MAX_STEPS or (self._stop_at is not None and step >= self._stop_at):
+            run_context.request_stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config")
+    parser.add_argument("stop_file")
+    parser.add_argument("--slow-rank", type=int)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--slow-step-rank", type=int)
+    parser.add_argument("--slow-step-after", type=int)
+    parser.add_argument("--slow-step", type=float, default=1.0)
+    args = parser.parse_args()
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    init()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    rank, world = get_rank(), get_group_size()
+    # A short prefetch: the batches a slow source makes during start-up do not hide its pace.
+    ms.dataset.config.set_prefetch_size(2)
+    source = _Source(MAX_STEPS * BATCH * world, args.sleep if rank == args.slow_rank else 0.0)
+    dataset = GeneratorDataset(source, column_names=["x", "y"], shuffle=False, num_shards=world, shard_id=rank)
+    net = _SlowForward(nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1)), args.slow_step)
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
+    model = Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer)
+    slow_after = args.slow_step_after if rank == args.slow_step_rank else None
+    callbacks = [MonitorCallback(args.config), _StopAtWrittenStep(args.stop_file, net, slow_after)]
+    model.train(1, dataset.batch(BATCH), callbacks=callbacks, dataset_sink_mode=False)
+    print(f"rank {rank}/{world}: training finished")
+
+
+if __name__ == "__main__":
+    main()
