@@ -141,14 +141,16 @@ class AlertEngine:
         job: str,
         reports_training: bool,
         json_log_path: str,
+        stacks: StackDumper | None = None,
     ) -> AlertEngine | None:
         """The running engine, or None when `alert_config.enable_alert` is off.
 
         `progress` is read by the stall watchdog; its current `last_step_end` is taken as
         "training started", so the watchdog arms at the first step that finishes after it.
         `job` names the job in notifications (the identity's job id wins); `reports_training`
-        says whether this rank sends run-completed notices; stack dumps go beside
-        `json_log_path`.
+        says whether this rank sends run-completed notices; stall dumps go through `stacks`
+        (the run's dumper, which the caller stops), else through a dumper of the engine's own
+        beside `json_log_path`.
         """
         if not alerts.enable_alert:
             return None
@@ -160,6 +162,7 @@ class AlertEngine:
             job=job,
             reports_training=reports_training,
             json_log_path=json_log_path,
+            stacks=stacks,
         )
 
     def __init__(
@@ -172,6 +175,7 @@ class AlertEngine:
         job: str,
         reports_training: bool,
         json_log_path: str,
+        stacks: StackDumper | None = None,
     ) -> None:
         # evaluate() runs on the pipeline's worker thread, raise_alert() on the training
         # thread and the stall callbacks on the watchdog's: one lock keeps the rate limiter
@@ -206,7 +210,10 @@ class AlertEngine:
         self._reports_training = reports_training
         self._stall_timeout = alerts.stall_timeout
         # Built here, on the training thread: the dumper marks it as the thread to watch.
-        self.stacks = StackDumper.start(json_log_path, identity, telemetry.logger, progress)
+        self._owns_stacks = stacks is None
+        self.stacks = (
+            stacks if stacks is not None else StackDumper.start(json_log_path, identity, telemetry.logger, progress)
+        )
         self._stall_dump: StackDump | None = None
         self._watchdog = (
             StallWatchdog(progress, alerts.stall_timeout, self._on_stall, self._on_resume).start()
@@ -266,7 +273,8 @@ class AlertEngine:
 
     def attach_run_span(self, span: Span) -> None:
         """Stack dumps become events of the run span (created after the engine)."""
-        self.stacks.attach_run_span(span)
+        if self._owns_stacks:
+            self.stacks.attach_run_span(span)
 
     def notify_run_end(self, outcome: str, reason: str | None, last_step: int) -> None:
         """The run ended: `completed`, `stopped` (early, `reason` says why) or `crashed`
@@ -289,7 +297,8 @@ class AlertEngine:
         deadline = Deadline(timeout)
         if self._watchdog is not None:
             self._watchdog.stop(timeout)
-        self.stacks.stop()
+        if self._owns_stacks:
+            self.stacks.stop()
         if self._delivery is not None:
             self._delivery.close(deadline.remaining())
 

@@ -25,6 +25,7 @@ from otel_mindformers.config import MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.deadline import Deadline
 from otel_mindformers.core.record import StepRecord
+from otel_mindformers.diagnosis.dumps import StackDumper
 from otel_mindformers.diagnosis.heartbeat import Heartbeat
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
 from otel_mindformers.job.identity import Identity, detect_identity
@@ -100,6 +101,7 @@ class MonitorRun:
         self.telemetry: Any = None
         self.devices: Any = None
         self.alerts: Any = None
+        self.stacks: StackDumper | None = None
         self.run_span: Any = None
         # Phases parent on the run span once it exists (the launcher's context before).
         self._run_context: otel_context.Context = launcher_context()
@@ -137,6 +139,9 @@ class MonitorRun:
         first_step, wall_clock = self._first_step, self.wall_clock
 
         self.devices = self._start_devices()
+        # Every monitored run answers SIGUSR1 with a stack dump (the stall runbook's advice),
+        # alerts on or off. Started here, on the training thread: the thread the dumps watch.
+        self.stacks = StackDumper.start(config.json_log_path, identity, telemetry.logger, self.clock)
         # After the clock is set: the stall watchdog arms at the first step finished after it.
         self.alerts = self._start_alerts()
         self.run_span = telemetry.tracer.start_span(
@@ -145,8 +150,7 @@ class MonitorRun:
             attributes={**identity.attributes(), "training.epochs": int(cb_params.get("epoch_num") or 0)},
         )
         self._run_context = trace.set_span_in_context(self.run_span)
-        if self.alerts is not None:
-            self.alerts.attach_run_span(self.run_span)
+        self.stacks.attach_run_span(self.run_span)
         # Phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`): the
         # training thread's clock reads; their time goes to the pipeline worker's ledger.
         self.timeline = RunTimeline(
@@ -205,6 +209,7 @@ class MonitorRun:
             job=service_name(config.telemetry),
             reports_training=config.reports_training_metrics(self.identity.rank),
             json_log_path=config.json_log_path,
+            stacks=self.stacks,
         )
 
     # --- epochs (training thread, once per epoch) ---------------------------------------------
@@ -320,6 +325,8 @@ class MonitorRun:
             self.logs.close()
         if self.alerts is not None:
             _quietly(self.alerts.shutdown, remaining())
+        if self.stacks is not None:
+            _quietly(self.stacks.stop)
         if self.devices is not None:
             _quietly(self.devices.shutdown)
         if self.telemetry is not None:
