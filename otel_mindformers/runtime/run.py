@@ -152,10 +152,12 @@ class MonitorRun:
         self._run_context = trace.set_span_in_context(self.run_span)
         self.stacks.attach_run_span(self.run_span)
         # Phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`): the
-        # training thread's clock reads; their time goes to the pipeline worker's ledger.
+        # training thread's clock reads; their time goes to the pipeline worker's ledger. Their
+        # spans carry the rank only (the rest of the identity is the resource's): a user phase
+        # is paid for on the training thread, by the attribute.
         self.timeline = RunTimeline(
             tracer=telemetry.tracer, meter=telemetry.meter, parent=self._phase_parent,
-            span_attributes=identity.attributes(), point_attributes=identity.point_attributes(),
+            span_attributes=identity.point_attributes(), point_attributes=identity.point_attributes(),
             clock=self.clock, wall_clock=wall_clock, on_lost=self._lost,
             callbacks=cb_params.get("list_callback"),
         )  # fmt: skip
