@@ -29,6 +29,7 @@ from otel_mindformers.alerts.rules import NO_DATA, NONFINITE, STALL, Finding, bu
 from otel_mindformers.alerts.watchdog import StallWatchdog, StepProgress
 from otel_mindformers.config import AlertConfig
 from otel_mindformers.core.deadline import Deadline
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.diagnosis.dumps import StackDump, StackDumper
 from otel_mindformers.job.identity import Identity
@@ -36,7 +37,7 @@ from otel_mindformers.names import diagnosis, semconv
 from otel_mindformers.names import training as metrics
 from otel_mindformers.telemetry.instruments import create_instrument
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 EARLY_STOP = "early_stop"
 RUN_END = "run_end"

@@ -10,7 +10,6 @@ recorded once — a span event, an OTel log record, the counter
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from opentelemetry._logs import SeverityNumber
 from opentelemetry.metrics import Meter
 from opentelemetry.trace import Span
 
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.diagnosis import records
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import diagnosis as names
@@ -27,7 +27,7 @@ from otel_mindformers.names import semconv
 from otel_mindformers.names.training import ATTR_METRIC
 from otel_mindformers.telemetry.instruments import create_instrument
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 def nonfinite_names(values: Mapping[str, Any]) -> list[str]:

@@ -15,7 +15,6 @@ puts the run's time breakdown on the run span.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import Any, NamedTuple
@@ -25,6 +24,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span
 
 from otel_mindformers.core import recording
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.core.workers import BoundedWorker
 from otel_mindformers.outputs.base import SinkFanout
@@ -34,7 +34,7 @@ from otel_mindformers.telemetry.step_ids import StepSpanIds
 from otel_mindformers.timing.accounting import StepAccounting, Window
 from otel_mindformers.timing.phases import PhaseRecorder
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 def _ns(seconds: float) -> int:

@@ -10,7 +10,6 @@ the pipeline worker's), and closes everything within one deadline.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import time
@@ -24,6 +23,7 @@ from opentelemetry.trace import Status, StatusCode
 from otel_mindformers.config import MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.deadline import Deadline
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.diagnosis.dumps import StackDumper
 from otel_mindformers.diagnosis.heartbeat import Heartbeat
@@ -45,7 +45,7 @@ from otel_mindformers.timing.accounting import StepAccounting, Window
 from otel_mindformers.timing.efficiency import StepEfficiency
 from otel_mindformers.timing.timeline import RunTimeline
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 # Local outputs get at least this long to write what is queued at train end, whatever
 # `shutdown_timeout` says: the deadline is for the network, and the last line is on disk first.

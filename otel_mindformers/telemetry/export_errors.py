@@ -21,8 +21,9 @@ import urllib.parse
 from collections.abc import Iterable, Iterator
 
 from otel_mindformers.config.redaction import redact_url
+from otel_mindformers.core.guarded_log import get_logger
 
-_logger = logging.getLogger("otel_mindformers.telemetry")
+_logger = get_logger("otel_mindformers.telemetry")
 
 # Loggers of the OTLP exporters and of the SDK parts that call them (batch processors,
 # the periodic metric reader). Filters attach to a logger, not to its children, so every

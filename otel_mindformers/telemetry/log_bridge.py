@@ -32,10 +32,11 @@ from opentelemetry import trace
 from opentelemetry._logs import LogRecord, SeverityNumber
 
 from otel_mindformers.config import LogsConfig
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names import semconv
 from otel_mindformers.names.phases import ATTR_PHASE
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 # The standard switch of the SDK's own logging handler under `opentelemetry-instrument`.
 AUTO_INSTRUMENTATION_VARIABLE = "OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED"

@@ -9,7 +9,6 @@ for a tracer and a meter, and flush them at train end. Otherwise we build provid
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -31,12 +30,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_mindformers.config import OtlpConfig, TelemetryConfig
 from otel_mindformers.config.extras import output_off_warning
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.version import __version__
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 DEFAULT_SERVICE_NAME = "mindformers-train"
 
