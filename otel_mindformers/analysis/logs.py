@@ -25,11 +25,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.model_state.state import ModelState
 from otel_mindformers.names import training as tm
+from otel_mindformers.outputs.runs import is_set_aside
 
 RANK_FILE_PATTERN = "*_rank_*.json"
 
@@ -440,6 +441,13 @@ def _point(data: dict, location: Location) -> StepPoint:
         model_state=data["model_state"] if isinstance(data.get("model_state"), dict) else None,
         time=_seconds_by_phase(data.get("time")),
     )
+
+
+def current_series(series: list[Any]) -> list[Any]:
+    """The series of the runs that wrote last: earlier runs' logs set aside beside them
+    (outputs/runs.py) are left out, unless nothing else was given."""
+    current = [one for one in series if not all(is_set_aside(f) for f in one.files)]
+    return current or series
 
 
 def _seconds_by_phase(raw: object) -> dict[str, float] | None:

@@ -28,11 +28,13 @@ from otel_mindformers.core.record import StepRecord
 from otel_mindformers.diagnosis.dumps import StackDumper
 from otel_mindformers.diagnosis.heartbeat import Heartbeat
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
+from otel_mindformers.diagnosis.records import diagnosis_path
 from otel_mindformers.job.identity import Identity, detect_identity
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs import SinkFanout, build_sinks
 from otel_mindformers.outputs.paths import prepare_output_paths
+from otel_mindformers.outputs.runs import set_aside_unless_resumed
 from otel_mindformers.runtime.cadence import Cadence
 from otel_mindformers.runtime.extract import OutputReader
 from otel_mindformers.runtime.pipeline import SampledStepPipeline
@@ -130,6 +132,8 @@ class MonitorRun:
     def _start(self, cb_params: Any) -> None:
         config, identity = self.config, self.identity
         reports_training = self._reports_training
+        # The previous run's stack dumps and first non-finite value are not this run's.
+        set_aside_unless_resumed(diagnosis_path(config.json_log_path, identity.rank), self._first_step)
         self.telemetry = telemetry = build_telemetry(config.telemetry, identity, **self._providers)
         # MindFormers' training-state readings and the 7-tuple's local norms (model_state/).
         if reports_training:
