@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.record import StepRecord, counted_nonfinite
 from otel_mindformers.model_state.state import ModelState
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs.runs import is_set_aside
@@ -84,6 +84,13 @@ class StepPoint:
     @property
     def overflow(self) -> bool:
         return self.values.get(tm.OVERFLOW, 0.0) == 1.0
+
+    @property
+    def counted_nonfinite(self) -> frozenset[str]:
+        """`nonfinite` less what loss scaling explains (a grad norm on an overflow step)."""
+        if not self.nonfinite:
+            return self.nonfinite
+        return frozenset(counted_nonfinite(self.nonfinite, self.overflow))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, Span
+from opentelemetry.trace import Link, Span, StatusCode
 
 from otel_mindformers.core import recording
 from otel_mindformers.core.guarded_log import get_logger
@@ -136,7 +136,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         span = start_span() if self._wants_span(record.step, record.is_last) else LazySpan(start_span)
         with trace.use_span(span, end_on_exit=False):
             self._instruments.apply(recording.measurements(record, self._point_attributes))
-            if record.nonfinite():
+            if fields.status.status_code is StatusCode.ERROR:  # a fault, not loss scaling
                 span.set_status(fields.status)
             reason = self._alerts.evaluate(record, span) if self._alerts is not None else None
         span.end(end_time=_ns(fields.end_time))

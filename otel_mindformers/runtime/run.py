@@ -78,9 +78,10 @@ class MonitorRun:
         self._reports_training = reports_training
         self._reader = OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor)
         # `nonfinite_check: all_ranks`: the ranks that do not report still read their own
-        # loss and grad norm on sampled steps, only to name the first rank that goes bad.
+        # loss and grad norm on sampled steps, only to name the first rank that goes bad, and
+        # the overflow flag, which says when an infinite grad norm is loss scaling at work.
         self._local_reader = (
-            OutputReader([tm.LOSS, tm.GRAD_NORM], None)
+            OutputReader([tm.LOSS, tm.GRAD_NORM, tm.OVERFLOW], None)
             if config.nonfinite_check == "all_ranks" and not reports_training
             else None
         )
