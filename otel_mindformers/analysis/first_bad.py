@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from otel_mindformers.analysis.diagnosis_schema import DiagnosisRecords, read_records
 from otel_mindformers.analysis.logs import current_series
 from otel_mindformers.diagnosis import records
 from otel_mindformers.outputs.runs import is_set_aside
@@ -44,11 +45,10 @@ def first_nonfinite(evidence: Iterable[tuple[int, int, list[str]]]) -> FirstBad 
     return first
 
 
-def from_diagnosis_files(files: Iterable[Path]) -> Iterable[tuple[int, int, list[str]]]:
-    for path in files:
-        for record in records.read(path):
-            if record["kind"] == records.KIND_NONFINITE:
-                yield int(record["rank"]), int(record["step"]), [str(m) for m in record.get("metrics", [])]
+def from_diagnosis(read: DiagnosisRecords) -> Iterable[tuple[int, int, list[str]]]:
+    """(rank, step, metrics) of the valid `nonfinite` records (analysis/diagnosis_schema.py)."""
+    for record in read.of_kind(records.KIND_NONFINITE):
+        yield record["rank"], record["step"], list(record.get("metrics", []))
 
 
 def report_findings(series: Iterable[Any]) -> list[str]:
@@ -66,5 +66,6 @@ def report_findings(series: Iterable[Any]) -> list[str]:
         for f in sorted(folder.glob(records.FILE_PATTERN))
         if only_kept or records.is_current(f)
     ]
-    first = first_nonfinite([*from_diagnosis_files(files), *logged])
-    return [first.describe()] if first is not None else []
+    read = read_records(files)
+    first = first_nonfinite([*from_diagnosis(read), *logged])
+    return ([first.describe()] if first is not None else []) + read.notes

@@ -174,8 +174,10 @@ def _backups_in(folder: Path) -> dict[str, list[tuple[int, Path]]]:
     return found
 
 
-def _walk_files(root: Path) -> Iterator[Path]:
-    """Files under `root`, sorted per folder; a folder reached again (a link loop) is skipped."""
+def walk_files(root: Path) -> Iterator[Path]:
+    """Files under `root`, sorted per folder, through symbolic links to folders (a rank's
+    folder linked into the job's); a folder reached again (a link loop) is skipped. The one
+    folder walk of every command (`report`, `plot`, `replay`, `hang-report`)."""
     seen: set[tuple[int, int]] = set()
     stack = [root]
     while stack:
@@ -207,7 +209,7 @@ def _glob(pattern: str) -> list[Path]:
     root = Path(*parts[:fixed]) if fixed else Path(".")
     wanted = parts[fixed:]
     found = []
-    for path in _walk_files(root):
+    for path in walk_files(root):
         relative = path.relative_to(root).parts
         if _match_parts(wanted, relative):
             found.append(path)
@@ -228,7 +230,7 @@ def _match_parts(pattern: Sequence[str], parts: Sequence[str]) -> bool:
 def _expand(item: str, listings: _Listings) -> list[Path]:
     path = Path(item)
     if path.is_dir():
-        files = list(_walk_files(path))
+        files = list(walk_files(path))
         found = sorted(p for p in files if fnmatch.fnmatchcase(p.name, RANK_FILE_PATTERN)) or [
             p for p in sorted(path.glob("*.json")) if _looks_like_step_log(p)
         ]

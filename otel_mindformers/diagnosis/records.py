@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,25 +38,14 @@ def append(path: Path, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def is_diagnosis_file(path: Path) -> bool:
+    """Whether `path` is named as a rank's diagnosis file (a kept one of an earlier run too)."""
+    return _RANK_IN_NAME.search(path.name) is not None
+
+
 def is_current(path: Path) -> bool:
     """Whether `path` is a rank's current diagnosis file, not one a later run set aside."""
     return _RANK_IN_NAME.search(path.name) is not None and not is_set_aside(path)
-
-
-def find_files(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Diagnosis files named directly (a previous run's kept one too), or the current ones
-    found under directories (recursively): a previous run's, set aside as
-    `diagnosis_rank_<r>.<when>.jsonl` (outputs/runs.py), is not this run's."""
-    found: dict[Path, None] = {}
-    for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            for file in sorted(path.rglob(FILE_PATTERN)):
-                if is_current(file):
-                    found.setdefault(file, None)
-        elif _RANK_IN_NAME.search(path.name) and path.is_file():
-            found.setdefault(path, None)
-    return list(found)
 
 
 def read(path: Path) -> Iterator[dict[str, Any]]:

@@ -58,8 +58,8 @@ class _TupleTrainCell(nn.TrainOneStepCell):
             overflow = ops.logical_or(overflow, ops.logical_not(ops.isfinite(g)).any())
         global_norm = ops.sqrt(sum(ops.reduce_sum(ops.square(g)) for g in grads)).reshape((1,))
         lr = self.optimizer.get_lr()
-        # As a loss-scale cell does, an overflowed step updates nothing.
-        grads = tuple(ops.where(overflow, ops.zeros_like(g), g) for g in grads)
+        if len(inputs) >= 3:  # with a loss scale, as a loss-scale cell: an overflow updates nothing
+            grads = tuple(ops.where(overflow, ops.zeros_like(g), g) for g in grads)
         loss = ops.depend(loss, self.optimizer(grads))
         if self.width == 3:
             return loss.reshape((1,)), overflow, self.scale
