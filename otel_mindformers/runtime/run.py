@@ -208,6 +208,7 @@ class MonitorRun:
         from otel_mindformers.alerts import AlertEngine
 
         config = self.config
+        _say_what_alerts_off_ignores(config.alert_config)
         return AlertEngine.start(
             config.alert_config,
             self.identity,
@@ -361,6 +362,25 @@ class MonitorRun:
             span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         span.set_attribute(semconv.ATTR_STEP, self.clock.step)
         span.end()
+
+
+def _say_what_alerts_off_ignores(alerts: Any) -> None:
+    """Settings that only the alert engine reads, given while it is off: one warning naming
+    them (the stall dumps' SIGUSR1 works either way)."""
+    if alerts.enable_alert:
+        return
+    defaults = type(alerts)()
+    ignored = [
+        key
+        for key in ("notify_run_end", "stall_timeout", "notifiers", "stop_after_anomalous_steps", "loss_threshold")
+        if getattr(alerts, key) != getattr(defaults, key)
+    ]
+    if ignored:
+        _logger.warning(
+            "otel_mindformers: alert_config.%s %s no effect while alert_config.enable_alert is off",
+            ", alert_config.".join(ignored),
+            "has" if len(ignored) == 1 else "have",
+        )
 
 
 def _quietly(close: Callable[..., Any], *args: Any) -> None:

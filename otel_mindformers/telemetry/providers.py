@@ -81,7 +81,14 @@ class Telemetry:
         worker.join(timeout)
         if not worker.is_alive():
             return True
-        message = f"telemetry did not flush within {timeout:.1f} s; unsent data is dropped"
+        if timeout < 0.05:  # not the exporter's fault: the run's shutdown budget was gone
+            message = (
+                "telemetry got no time to flush: monitor_config.shutdown_timeout was used up by what "
+                "closes before it (queued alert notifications, the local outputs' drain); unsent data "
+                "is dropped; raise shutdown_timeout or notify_timeout"
+            )
+        else:
+            message = f"telemetry did not flush within {timeout:.1f} s; unsent data is dropped"
         reporter = self._export_errors or ExportErrorReporter.installed()
         if reporter is not None:
             reporter.report(message)  # one warning in all, with the export failures
