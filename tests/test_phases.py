@@ -24,6 +24,7 @@ from otel_mindformers.names.phases import (
 )
 from tests.support import training
 from tests.support.in_memory import Capture
+from tests.support.step_times import StepTimes
 from tests.test_callback import config
 
 pytestmark = pytest.mark.slow  # real training runs
@@ -124,22 +125,17 @@ def test_phase_name_must_be_a_string():
 # --- phases that do not nest, end elsewhere, or outlive the run (issue 24 item 8) -----------
 
 
-class _AtSteps(Callback):
-    """Calls `actions[step](monitor)` at those steps' ends, on the training thread."""
+class _AtSteps(StepTimes):
+    """Calls `actions[step](self)` at those steps' ends, on the training thread (and keeps
+    the steps' own times)."""
 
     def __init__(self, monitor, actions) -> None:
         super().__init__()
         self.monitor, self.actions = monitor, actions
         self.seen: dict = {}
 
-        self.begins: list[float] = []
-        self.ends: list[float] = []
-
-    def on_train_step_begin(self, run_context):
-        self.begins.append(time.perf_counter())
-
     def on_train_step_end(self, run_context):
-        self.ends.append(time.perf_counter())
+        super().on_train_step_end(run_context)
         action = self.actions.get(run_context.original_args()["cur_step_num"])
         if action is not None:
             action(self)

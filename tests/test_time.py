@@ -20,6 +20,7 @@ from otel_mindformers.names.phases import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_
 from otel_mindformers.timing.accounting import DATA_WAIT_SPAN_SECONDS
 from tests.support import training
 from tests.support.in_memory import Capture
+from tests.support.step_times import StepTimes
 from tests.support.timed_fit import TimedCheckpoint
 from tests.support.training import Faults
 from tests.test_callback import config
@@ -27,21 +28,6 @@ from tests.test_callback import config
 pytestmark = pytest.mark.slow  # real training runs
 
 SLEEP = 0.15  # seconds the dataset sleeps before each batch from the second on
-
-
-class _StepTimes(Callback):
-    """Each step's own begin and end (perf_counter), as a user would time them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.begins: list[float] = []
-        self.ends: list[float] = []
-
-    def on_train_step_begin(self, run_context):
-        self.begins.append(time.perf_counter())
-
-    def on_train_step_end(self, run_context):
-        self.ends.append(time.perf_counter())
 
 
 def _lines(path):
@@ -54,7 +40,7 @@ def test_data_wait_spans_match_the_sleep_and_goodput_matches_the_steps(tmp_path)
     steps = 16
     capture = Capture()
     monitor = capture.callback(config(tmp_path, interval=1))
-    timer = _StepTimes()
+    timer = StepTimes()
     faults = Faults(sleep_at={step: SLEEP for step in range(2, steps + 1)})
     training.train([monitor, timer], steps=steps, faults=faults, mode=ms.GRAPH_MODE)
 
