@@ -13,6 +13,8 @@ import pytest
 from mindspore import nn
 from mindspore.train import Model
 
+import otel_mindformers
+
 # Importing the package registers the instrumentor: MindSpore's load_checkpoint is wrapped.
 from otel_mindformers.integration.checkpoint_load import MINDSPORE_MODULES
 from otel_mindformers.integration.instrumentor import MindFormersInstrumentor
@@ -122,3 +124,27 @@ def test_mindformers_resume_load_is_one_phase_with_the_resume_flag_and_unregiste
     finally:
         instrumentor.register()
     assert hasattr(base_trainer.transform_and_load_checkpoint, "__wrapped__")
+
+
+def test_phases_before_the_run_are_in_its_wall_time_and_not_also_in_its_startup(workdir):
+    checkpoint = workdir / "saved.ckpt"
+    ms.save_checkpoint(build_net(), str(checkpoint))
+    with otel_mindformers.phase("prepare"):  # a user phase before training, as long as a big load
+        time.sleep(0.2)
+    capture, _ = _train_after_loading(workdir, checkpoint)
+
+    (load,) = capture.finished(LOAD_SPAN)
+    (prepare,) = capture.finished("mindformers.phase.prepare")
+    (startup,) = capture.finished("mindformers.phase.startup")
+    # Start-up spans the run's origin to the first step; the origin is never after a phase
+    # that the run counts (in a process's later run the origin is the run's start, and
+    # both phases came before it).
+    assert startup.start_time <= prepare.start_time < load.start_time
+    first = json.loads((workdir / "m.json").read_text().splitlines()[0])["time"]
+    before = first["checkpoint.load"] + first["user.prepare"]
+    assert before > 0.2
+    # Start-up is what no other phase covers: its span's length less the phases inside it.
+    assert (startup.end_time - startup.start_time) / 1e9 - first["startup"] == pytest.approx(before, abs=1e-3)
+    assert first["productive"] + sum(v for k, v in first.items() if k not in ("wall", "productive")) == (
+        pytest.approx(first["wall"], abs=1e-9)
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers.config import DeviceConfig
+from otel_mindformers.devices import command
 from otel_mindformers.devices import npu_smi as smi
 from otel_mindformers.devices.ascend import AscendSource
 from otel_mindformers.devices.base import MIB, SourceError
@@ -197,6 +198,23 @@ def test_hung_tool_is_killed_with_its_children_at_the_timeout(fake_npu_smi, monk
     thread.join(60)
     assert not thread.is_alive(), "a hung npu-smi outlived its timeout"
     assert outcome[0].error_type == "timeout"
+
+
+@pytest.mark.slow  # runs the fake npu-smi in a child process
+@pytest.mark.parametrize("mode", ["stream", "flood"])
+def test_output_past_the_byte_cap_stops_the_tool_and_is_a_parse_failure(fake_npu_smi, monkeypatch, mode):
+    # stream: writes without end (a broken driver, `yes`); flood: 200 MiB, then exit 0.
+    monkeypatch.setenv("FAKE_NPU_SMI_MODE", mode)
+    with pytest.raises(SourceError) as raised:
+        source(0, timeout=60.0).read()  # a timeout would say "timeout": the cap stops it first
+    assert raised.value.error_type == "parse"
+    assert f"more than {command.MAX_OUTPUT_BYTES} bytes" in str(raised.value)
+
+
+@pytest.mark.slow  # runs `head` in a child process
+def test_output_under_the_cap_is_read_whole(tmp_path):
+    text = command.run_tool(["head", "-c", str(command.MAX_OUTPUT_BYTES), "/dev/zero"], timeout=30)
+    assert len(text) == command.MAX_OUTPUT_BYTES
 
 
 @pytest.mark.slow  # runs the fake npu-smi in a child process

@@ -3,6 +3,7 @@ PATH, exported over OTLP to a real receiver on 127.0.0.1, and written to JSON li
 
 import json
 import os
+import resource
 
 import mindspore
 import pytest
@@ -96,6 +97,24 @@ def test_hung_npu_smi_is_counted_while_training_runs_on(workdir, otlp_receiver, 
     assert not otlp_receiver.points(semconv.HW_NPU_UTILIZATION)
     lines = [json.loads(line) for line in (workdir / "m_rank_1.json").read_text().splitlines()]
     assert len(lines) == 16 and not any("npu_utilization" in line for line in lines)
+
+
+def test_streaming_npu_smi_is_a_parse_failure_and_the_training_stays_small(
+    workdir, otlp_receiver, rank1_on_device1, monkeypatch
+):
+    # A broken driver that never stops writing: without the byte cap each poll read it for
+    # the whole timeout, gigabytes into this process.
+    monkeypatch.setenv("FAKE_NPU_SMI_MODE", "stream")
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    training.train([monitor(workdir, otlp_receiver.grpc_endpoint, command_timeout=3.0)], steps=30)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
+
+    assert otlp_receiver.wait_for(lambda rx: rx.points(semconv.DEVICE_POLL_FAILURES))
+    failures = otlp_receiver.points(semconv.DEVICE_POLL_FAILURES)
+    assert failures[-1].attributes == {semconv.ATTR_DEVICE_SOURCE: "npu-smi", semconv.ATTR_ERROR_TYPE: "parse"}
+    lines = [json.loads(line) for line in (workdir / "m_rank_1.json").read_text().splitlines()]
+    assert len(lines) == 16 and not any("npu_utilization" in line for line in lines)
+    assert grown_mb < 256, f"peak RSS grew by {grown_mb:.0f} MB"
 
 
 def test_stdout_and_tensorboard_carry_the_readings(workdir, rank1_on_device1, monkeypatch, capsys):

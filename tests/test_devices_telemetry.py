@@ -3,6 +3,8 @@ counting and warnings, and the `otel-mindformers devices` command."""
 
 import logging
 import os
+import subprocess
+import sys
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -335,3 +337,31 @@ def test_devices_command_reports_a_broken_npu_smi(tmp_path):
     result = run_cli(str(yaml), FAKE_NPU_SMI_MODE="exit1")
     assert result.returncode == 1
     assert "npu-smi: no readings (exit_status: npu-smi info exited with status 1: dcmi" in result.stdout
+
+
+def _peak_rss_mb(*args, **env) -> tuple[int, float]:
+    """Exit status and peak RSS (MB) of the `devices` command, read from its rusage."""
+    environ = {**os.environ, "PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}", **env}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_mindformers.cli", "devices", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=environ,
+        cwd=REPO,
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_maxrss / 1024  # Linux: KiB
+
+
+@pytest.mark.slow  # runs the devices command in a child process
+def test_devices_command_against_a_streaming_npu_smi_stays_small(tmp_path):
+    yaml = tmp_path / "m.yaml"
+    yaml.write_text(
+        "monitor_config:\n  output_type: [stdout]\n  device_config:\n    sources: [ascend]\n    command_timeout: 3\n"
+    )
+    _, baseline = _peak_rss_mb(str(yaml))
+    code, streaming = _peak_rss_mb(str(yaml), FAKE_NPU_SMI_MODE="stream")
+    assert code == 1  # no readings
+    # The cap (4 MiB) and its chunks: a few times that at most, not the gigabytes of 3 s of `yes`.
+    assert streaming - baseline < 64, (baseline, streaming)

@@ -103,7 +103,7 @@ def wait_for_dump(path, timeout=30.0):
         time.sleep(0.02)
 
 
-def test_stop_restores_the_previous_sigusr1_handler_and_never_replaces_a_users(tmp_path):
+def test_stop_restores_the_previous_sigusr1_handler_and_chains_a_users(tmp_path):
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
     logger = LoggerProvider().get_logger("t")
     progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
@@ -113,13 +113,20 @@ def test_stop_restores_the_previous_sigusr1_handler_and_never_replaces_a_users(t
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
     assert signal.set_wakeup_fd(-1) == -1  # the wakeup fd was handed back too
 
+    called = threading.Event()
+
     def users_handler(signum, frame):
-        pass
+        called.set()
 
     previous = signal.signal(signal.SIGUSR1, users_handler)
     try:
         second = StackDumper.start(str(tmp_path / "m.json"), IDENTITY, logger, progress)
-        assert signal.getsignal(signal.SIGUSR1) is users_handler
+        # Ours is installed in front of the user's, which still runs.
+        assert signal.getsignal(signal.SIGUSR1) is not users_handler
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert called.wait(10)
+        wait_for_dump(second.path)
+        assert json.loads(second.path.read_text().splitlines()[-1])["reason"] == "SIGUSR1"
         second.stop()
         assert signal.getsignal(signal.SIGUSR1) is users_handler
     finally:

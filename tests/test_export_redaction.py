@@ -108,3 +108,48 @@ def test_a_url_quoted_header_secret_is_masked_too():
     reporter.report("Failed to export to http://127.0.0.1:4318/v1/traces?auth=Bearer%20header-s3cret: 401")
     assert reporter.first_failure == "Failed to export to http://127.0.0.1:4318/v1/traces?auth=***: 401"
     assert "s3cret" not in reporter.first_failure
+
+
+def test_records_a_full_sdk_queue_drops_are_counted_per_signal_and_not_blamed_on_the_collector(caplog):
+    import logging
+    import threading
+
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExportResult
+
+    release = threading.Event()
+
+    class Stuck:  # a healthy but slower-than-the-producer exporter
+        def export(self, batch):
+            release.wait(10)
+            return LogRecordExportResult.SUCCESS
+
+        def shutdown(self):
+            pass
+
+        def force_flush(self, timeout_millis=0):
+            return True
+
+    provider = LoggerProvider()
+    provider.add_log_record_processor(BatchLogRecordProcessor(Stuck(), max_queue_size=4, max_export_batch_size=2))
+    reporter = ExportErrorReporter("http://127.0.0.1:4318").install()
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+            logger = provider.get_logger("t")
+            from opentelemetry._logs import LogRecord
+
+            for i in range(200):
+                logger.emit(LogRecord(body=f"line {i}"))
+            dropped = reporter.dropped.get("Log", 0)
+            release.set()
+            reporter.uninstall()
+    finally:
+        release.set()
+        provider.shutdown()
+    messages = [r.getMessage() for r in caplog.records]
+    assert dropped > 150
+    assert not any("is failing or too slow" in m for m in messages), messages
+    (first,) = [m for m in messages if "queue for Log records is full" in m]
+    assert "dropped in this process" in first
+    (total,) = [m for m in messages if "full SDK queues dropped" in m]
+    assert f"{dropped} Log record(s)" in total

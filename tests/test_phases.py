@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+
 import pytest
 from mindspore.train import Callback
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
 import otel_mindformers
+import otel_mindformers.timing.phases
 from otel_mindformers.names import semconv
-from otel_mindformers.names.phases import ATTR_PHASE, PHASE_DURATION
+from otel_mindformers.names.phases import (
+    ATTR_PHASE,
+    ATTR_PHASE_CLOSED_BY_RUN_END,
+    MAX_PHASE_NAME_CHARS,
+    MAX_USER_PHASES,
+    PHASE_DURATION,
+    USER_PHASE_PREFIX,
+)
 from tests.support import training
 from tests.support.configs import config
 from tests.support.in_memory import Capture
+from tests.support.step_times import StepTimes
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -107,3 +120,199 @@ def test_phase_outside_a_run_is_kept_for_the_next_run(tmp_path):
 def test_phase_name_must_be_a_string():
     with pytest.raises(ValueError, match="non-empty string"):
         otel_mindformers.phase("")
+
+
+# --- phases that do not nest, end elsewhere, or outlive the run (issue 24 item 8) -----------
+
+
+class _AtSteps(StepTimes):
+    """Calls `actions[step](self)` at those steps' ends, on the training thread (and keeps
+    the steps' own times)."""
+
+    def __init__(self, monitor, actions) -> None:
+        super().__init__()
+        self.monitor, self.actions = monitor, actions
+        self.seen: dict = {}
+
+    def on_train_step_end(self, run_context):
+        super().on_train_step_end(run_context)
+        action = self.actions.get(run_context.original_args()["cur_step_num"])
+        if action is not None:
+            action(self)
+
+
+def _time(tmp_path) -> dict:
+    return json.loads((tmp_path / "m.json").read_text().splitlines()[-1])["time"]
+
+
+def _span_seconds(span) -> float:
+    return (span.end_time - span.start_time) / 1e9
+
+
+def test_phases_exited_out_of_order_restore_only_their_own_state(tmp_path):
+    capture = Capture()
+    monitor = capture.callback(config(tmp_path, interval=2))
+
+    def overlap(cb):
+        a, b = otel_mindformers.phase("a"), otel_mindformers.phase("b")
+        a.__enter__()
+        b.__enter__()
+        cb.seen["inside"] = cb.monitor.progress.phase
+        a.__exit__(None, None, None)
+        cb.seen["after_a"] = (cb.monitor.progress.phase, otel_mindformers.timing.phases.open_phase_name())
+        b.__exit__(None, None, None)
+        cb.seen["after_b"] = (cb.monitor.progress.phase, otel_mindformers.timing.phases.open_phase_name())
+        cb.seen["current"] = trace.get_current_span()
+
+    def later(cb):
+        with otel_mindformers.phase("later"):
+            time.sleep(0.05)
+
+    user = _AtSteps(monitor, {3: overlap, 5: later})
+    training.train([monitor, user], steps=8)
+
+    assert user.seen["inside"] == "b"
+    assert user.seen["after_a"] == ("b", "b")
+    assert user.seen["after_b"] == ("step", None)  # not stuck in "a"
+    assert not user.seen["current"].is_recording()  # no ended phase span left current
+    (a,) = capture.finished("mindformers.phase.a")
+    (b,) = capture.finished("mindformers.phase.b")
+    (later_span,) = capture.finished("mindformers.phase.later")
+    time_ = _time(tmp_path)
+    # The union of a and b once, each stretch charged to the phase that covered it first.
+    assert time_["user.a"] + time_["user.b"] == pytest.approx((b.end_time - a.start_time) / 1e9, abs=1e-3)
+    assert time_["user.later"] == pytest.approx(_span_seconds(later_span), abs=1e-3)
+
+
+def test_a_phase_exited_on_another_thread_closes_without_raising(tmp_path):
+    capture = Capture()
+    monitor = capture.callback(config(tmp_path, interval=2))
+    errors = []
+
+    def enter_here_exit_there(cb):
+        upload = otel_mindformers.phase("upload")
+        upload.__enter__()
+        cb.seen["inside"] = cb.monitor.progress.phase
+
+        def finish():
+            try:
+                upload.__exit__(None, None, None)
+            except Exception as exc:  # noqa: BLE001 - what the user would see
+                errors.append(exc)
+
+        worker = threading.Thread(target=finish)
+        worker.start()
+        worker.join()
+        cb.seen["after"] = (cb.monitor.progress.phase, otel_mindformers.timing.phases.open_phase_name())
+
+    def later(cb):
+        with otel_mindformers.phase("later") as marked:
+            cb.seen["later_parent"] = marked
+
+    user = _AtSteps(monitor, {3: enter_here_exit_there, 5: later})
+    training.train([monitor, user], steps=8)
+
+    assert errors == []
+    assert user.seen["inside"] == "upload" and user.seen["after"] == ("step", None)
+    (upload,) = capture.finished("mindformers.phase.upload")
+    (later_span,) = capture.finished("mindformers.phase.later")
+    (epoch,) = capture.finished(semconv.SPAN_EPOCH)
+    assert later_span.parent.span_id == epoch.context.span_id  # not a child of the closed upload
+    assert _time(tmp_path)["user.upload"] == pytest.approx(_span_seconds(upload), abs=1e-3)
+
+
+def test_a_phase_left_open_is_closed_by_the_run_end_and_does_not_leak_into_the_next_run(tmp_path):
+    first = Capture()
+    monitor = first.callback(config(tmp_path / "one", interval=2))
+    user = _AtSteps(monitor, {3: lambda cb: otel_mindformers.phase("forgotten").__enter__()})
+    training.train([monitor, user], steps=6)
+    (forgotten,) = first.finished("mindformers.phase.forgotten")
+    assert forgotten.attributes[ATTR_PHASE_CLOSED_BY_RUN_END] is True
+    (run,) = first.finished(semconv.SPAN_RUN)
+    assert run.attributes["training.time.user.forgotten"] == pytest.approx(_span_seconds(forgotten), abs=1e-3)
+    assert otel_mindformers.timing.phases.open_phase_name() is None
+    assert not trace.get_current_span().is_recording()
+
+    second = Capture()
+    monitor = second.callback(config(tmp_path / "two", interval=2))
+
+    def mark(cb):
+        cb.seen["clock"] = cb.monitor.progress.phase
+        with otel_mindformers.phase("next"):
+            pass
+
+    user = _AtSteps(monitor, {2: mark})
+    training.train([monitor, user], steps=4)
+    assert user.seen["clock"] == "step"
+    (next_span,) = second.finished("mindformers.phase.next")
+    (epoch,) = second.finished(semconv.SPAN_EPOCH)
+    assert next_span.parent.span_id == epoch.context.span_id
+    assert "user.next" in _time(tmp_path / "two") and "user.forgotten" not in _time(tmp_path / "two")
+
+
+# --- names in their own namespace, bounded (issue 24 item 9) ---------------------------------
+
+
+def test_user_phase_names_are_namespaced_cut_and_capped(tmp_path):
+    capture = Capture()
+    monitor = capture.callback(config(tmp_path, interval=2))
+    long_name = "x" * 500
+
+    def many(cb):
+        for name in ["wall", "productive", long_name, *(f"upload_{i}" for i in range(60))]:
+            with otel_mindformers.phase(name):
+                pass
+
+    training.train([monitor, _AtSteps(monitor, {3: many})], steps=6)
+
+    lines = [json.loads(line) for line in (tmp_path / "m.json").read_text().splitlines()]
+    time_ = lines[-1]["time"]
+    user = {k for k in time_ if k.startswith(USER_PHASE_PREFIX)}
+    assert len(user) == MAX_USER_PHASES + 1  # 32 names and "other"
+    assert {"user.wall", "user.productive", "user." + "x" * MAX_PHASE_NAME_CHARS, "user.other"} <= user
+    # The ledger's own totals are untouched: the wall time is the run's, not a phase's.
+    wall = lines[-1]["time_stamp"] - capture.finished("mindformers.phase.startup")[0].start_time / 1e9
+    assert time_["wall"] == pytest.approx(wall, abs=0.05)
+    assert time_["productive"] + sum(v for k, v in time_.items() if k not in ("wall", "productive")) == (
+        pytest.approx(time_["wall"], abs=1e-9)
+    )
+    (run,) = capture.finished(semconv.SPAN_RUN)
+    assert len(run.attributes) < 128  # no "Attributes dict is full"
+    histogram_names = {p.attributes[ATTR_PHASE] for p in capture.points()[PHASE_DURATION.name]}
+    assert len({n for n in histogram_names if n.startswith(("upload_", "x", "wall", "productive", "other"))}) == 33
+
+
+# --- the time ledger: phases disjoint, nothing counted twice (issue 23 item 9) ----------------
+
+
+def test_a_nested_phase_is_counted_once_and_a_phase_between_steps_is_not_data_wait(tmp_path):
+    capture = Capture()
+    monitor = capture.callback(config(tmp_path, interval=2))
+
+    def nested(cb):
+        with otel_mindformers.phase("outer"), otel_mindformers.phase("inner"):
+            time.sleep(0.1)
+
+    def between_steps(cb):
+        with otel_mindformers.phase("upload"):
+            time.sleep(0.5)
+
+    user = _AtSteps(monitor, {2: nested, 4: between_steps})
+    training.train([monitor, user], steps=8)
+
+    time_ = _time(tmp_path)
+    (outer,) = capture.finished("mindformers.phase.outer")
+    assert "user.inner" not in time_
+    assert time_["user.outer"] == pytest.approx(_span_seconds(outer), abs=1e-3)
+    (upload,) = capture.finished("mindformers.phase.upload")
+    assert time_["user.upload"] == pytest.approx(_span_seconds(upload), abs=1e-3)
+    # The phases sit in the gaps between steps, yet are not data wait: the data wait is the
+    # gaps (the test's own clocks) less them.
+    gaps = [begin - end for begin, end in zip(user.begins[1:], user.ends)]
+    expected = sum(gaps) - _span_seconds(outer) - _span_seconds(upload)
+    assert time_["data_wait"] == pytest.approx(expected, abs=0.05)
+    for line in (tmp_path / "m.json").read_text().splitlines():
+        t = json.loads(line)["time"]
+        assert t["productive"] + sum(v for k, v in t.items() if k not in ("wall", "productive")) == (
+            pytest.approx(t["wall"], abs=1e-9)
+        )

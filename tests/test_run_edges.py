@@ -233,3 +233,38 @@ def test_custom_monitors_get_a_learning_rate_that_costs_nothing_until_read(workd
     assert len(evaluations) == baseline + 8  # one evaluation per read, none otherwise
     expected = [0.05 * (1 + math.cos(math.pi * step / 10)) for step in range(8)]
     assert monitors.ReadsLearningRate.values == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.slow  # a real training
+def test_alert_settings_given_while_alerts_are_off_are_named_once(tmp_path, caplog):
+    config = {
+        "interval": 2,
+        "output_type": ["json_file"],
+        "json_log_path": str(tmp_path / "m.json"),
+        "alert_config": {"notify_run_end": True, "stall_timeout": 5},
+    }
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        training.train([MonitorCallback(config)], steps=4)
+    (said,) = [r.getMessage() for r in caplog.records if "enable_alert is off" in r.getMessage()]
+    assert "alert_config.notify_run_end, alert_config.stall_timeout have no effect" in said
+
+
+def test_a_flush_left_no_time_says_the_budget_was_spent_not_that_it_took_zero_seconds(caplog):
+    from opentelemetry import metrics as otel_metrics
+    from opentelemetry import trace as otel_trace
+
+    from otel_mindformers.telemetry.providers import Telemetry
+
+    release = threading.Event()
+
+    class SlowProvider:
+        def shutdown(self):
+            release.wait(10)
+
+    telemetry = Telemetry(otel_trace.NoOpTracer(), otel_metrics.NoOpMeter("t"), None, None, _owned=[SlowProvider()])
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        assert telemetry.close(0.0) is False
+    release.set()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("got no time to flush" in m and "shutdown_timeout was used up" in m for m in messages), messages
+    assert not any("within 0.0 s" in m for m in messages)

@@ -8,6 +8,7 @@ the result with the article's own script, the analysis CLI's reader and TensorBo
 
 from __future__ import annotations
 
+import json
 import runpy
 from pathlib import Path
 
@@ -150,3 +151,73 @@ def test_a_previous_log_that_cannot_be_copied_is_appended_to_with_one_warning(tm
     assert len(warnings) == 1 and str(logs / "train_metric.json") in warnings[0] and "appends" in warnings[0]
     assert [line["step"] for line in lines(logs / "train_metric.json")] == [1, 1, 2]
     assert sorted(p.name for p in logs.iterdir()) == ["train_metric.json"], "no half copy left behind"
+
+
+# --- the diagnosis file follows the same rule (issue 24 item 4) ------------------------------
+
+
+def _cli(*args: str) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _diagnosis_run(workdir: Path, *, nan_at: int | None, resume_from: int | None = None, steps: int = 6) -> None:
+    from mindspore.train import Callback
+
+    from otel_mindformers.diagnosis import dump_stacks
+
+    class DumpAtStep2(Callback):
+        def on_train_step_end(self, run_context):
+            if run_context.original_args()["cur_step_num"] == 2 + (resume_from or 0):
+                dump_stacks("operator asked")
+
+    callback = monitor(workdir, custom_monitor_callback=None, nonfinite_check="all_ranks")
+    if resume_from is None:
+        faults = training.Faults(nan_at={nan_at}) if nan_at else None
+        training.train([callback, DumpAtStep2()], steps=steps, shape="tuple5", faults=faults)
+    else:
+        import mindspore as ms
+
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        ms.set_device("CPU")
+        model = training.build_model("tuple5")
+        model._train(
+            1,
+            training.build_dataset(4),
+            callbacks=[callback, DumpAtStep2()],
+            dataset_sink_mode=False,
+            initial_step=resume_from,
+        )
+
+
+def test_a_clean_run_after_a_nan_run_is_not_blamed_for_it(workdir):
+    _diagnosis_run(workdir, nan_at=3)
+    output = workdir / "output"
+    assert "first non-finite value at step 4" in _cli("report", str(output))
+    _diagnosis_run(workdir, nan_at=None, steps=4)
+
+    current = output / "diagnosis_rank_0.jsonl"
+    (kept,) = output.glob("diagnosis_rank_0.*.jsonl")
+    assert [r["kind"] for r in lines(kept)] == ["stacks", "nonfinite"]
+    assert [r["kind"] for r in lines(current)] == ["stacks"]  # this run's own dump only
+    assert "first non-finite" not in _cli("report", str(output))
+    hang = json.loads(_cli("hang-report", str(output), "--format", "json"))
+    assert hang["first_nonfinite"] is None
+    # Its heartbeat is this run's last step, not the longer earlier run's.
+    assert [(h["rank"], h["step"]) for h in hang["heartbeats"]] == [(0, 4)]
+    # The kept file, named directly, is still read as what it is.
+    assert json.loads(_cli("hang-report", str(kept), "--format", "json"))["first_nonfinite"]["step"] == 4
+
+
+def test_a_resumed_run_appends_to_the_diagnosis_file(workdir):
+    _diagnosis_run(workdir, nan_at=None)
+    _diagnosis_run(workdir, nan_at=None, resume_from=6)
+    output = workdir / "output"
+    assert not list(output.glob("diagnosis_rank_0.*.jsonl"))
+    assert [r["step"] for r in lines(output / "diagnosis_rank_0.jsonl")] == [2, 8]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import logging
 import random
 import threading
 import time
@@ -23,10 +22,11 @@ from typing import Any
 
 from otel_mindformers.alerts.alert import Alert
 from otel_mindformers.alerts.notifiers import Notifier
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.workers import BoundedWorker
 from otel_mindformers.names import semconv
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 DELIVERED = "delivered"
 FAILED = "failed"

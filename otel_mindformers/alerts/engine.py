@@ -30,6 +30,7 @@ from otel_mindformers.alerts.rules import NO_DATA, NONFINITE, STALL, Finding, bu
 from otel_mindformers.alerts.watchdog import StallWatchdog, StepProgress
 from otel_mindformers.config import AlertConfig
 from otel_mindformers.core.deadline import Deadline
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.diagnosis.captures import NO_CAPTURES
 from otel_mindformers.diagnosis.dumps import StackDump, StackDumper
@@ -39,7 +40,7 @@ from otel_mindformers.names import diagnosis, semconv
 from otel_mindformers.names import training as metrics
 from otel_mindformers.telemetry.instruments import create_instrument
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 EARLY_STOP = "early_stop"
 RUN_END = "run_end"
@@ -145,14 +146,16 @@ class AlertEngine:
         reports_training: bool,
         json_log_path: str,
         captures: Any = NO_CAPTURES,
+        stacks: StackDumper | None = None,
     ) -> AlertEngine | None:
         """The running engine, or None when `alert_config.enable_alert` is off.
 
         `progress` is read by the stall watchdog; its current `last_step_end` is taken as
         "training started", so the watchdog arms at the first step that finishes after it.
         `job` names the job in notifications (the identity's job id wins); `reports_training`
-        says whether this rank sends run-completed notices; stack dumps go beside
-        `json_log_path`; `captures` (diagnosis/captures.py) takes evidence when a rule fires.
+        says whether this rank sends run-completed notices; stall dumps go through `stacks`
+        (the run's dumper, which the caller stops), else through a dumper of the engine's own
+        beside `json_log_path`; `captures` (diagnosis/captures.py) takes evidence when a rule fires.
         """
         if not alerts.enable_alert:
             return None
@@ -165,6 +168,7 @@ class AlertEngine:
             reports_training=reports_training,
             json_log_path=json_log_path,
             captures=captures,
+            stacks=stacks,
         )
 
     def __init__(
@@ -178,6 +182,7 @@ class AlertEngine:
         reports_training: bool,
         json_log_path: str,
         captures: Any = NO_CAPTURES,
+        stacks: StackDumper | None = None,
     ) -> None:
         # evaluate() runs on the pipeline's worker thread, raise_alert() on the training
         # thread and the stall callbacks on the watchdog's: one lock keeps the rate limiter
@@ -214,7 +219,10 @@ class AlertEngine:
         self._reports_training = reports_training
         self._stall_timeout = alerts.stall_timeout
         # Built here, on the training thread: the dumper marks it as the thread to watch.
-        self.stacks = StackDumper.start(json_log_path, identity, telemetry.logger, progress)
+        self._owns_stacks = stacks is None
+        self.stacks = (
+            stacks if stacks is not None else StackDumper.start(json_log_path, identity, telemetry.logger, progress)
+        )
         self._stall_dump: StackDump | None = None
         self._watchdog = (
             StallWatchdog(progress, alerts.stall_timeout, self._on_stall, self._on_resume).start()
@@ -274,7 +282,8 @@ class AlertEngine:
 
     def attach_run_span(self, span: Span) -> None:
         """Stack dumps become events of the run span (created after the engine)."""
-        self.stacks.attach_run_span(span)
+        if self._owns_stacks:
+            self.stacks.attach_run_span(span)
 
     def notify_run_end(self, outcome: str, reason: str | None, last_step: int) -> None:
         """The run ended: `completed`, `stopped` (early, `reason` says why) or `crashed`
@@ -297,7 +306,8 @@ class AlertEngine:
         deadline = Deadline(timeout)
         if self._watchdog is not None:
             self._watchdog.stop(timeout)
-        self.stacks.stop()
+        if self._owns_stacks:
+            self.stacks.stop()
         if self._delivery is not None:
             self._delivery.close(deadline.remaining())
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol, Union
 
 from otel_mindformers.alerts.alert import CRITICAL, WARNING, format_number
 from otel_mindformers.config import AlertConfig
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.record import StepRecord, loss_scaling_explains
 from otel_mindformers.model_state.movement import GradNormMovement
 from otel_mindformers.names import captures as capture_names
 from otel_mindformers.names import training as metrics
@@ -126,7 +126,7 @@ class NonFiniteRule:
             value = _number(record, metric)
             if value is None or math.isfinite(value):
                 continue
-            if metric == metrics.GRAD_NORM and record.values.get(metrics.OVERFLOW) is True:
+            if loss_scaling_explains(metric, record.values.get(metrics.OVERFLOW)):
                 continue
             return Finding(metric, value, None, f"{metric} is {value}")
         return None

@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from otel_mindformers.analysis.diagnosis_schema import DiagnosisRecords, read_records
+from otel_mindformers.analysis.logs import current_series
 from otel_mindformers.diagnosis import records
+from otel_mindformers.outputs.runs import is_set_aside
 
 
 @dataclass
@@ -42,19 +45,27 @@ def first_nonfinite(evidence: Iterable[tuple[int, int, list[str]]]) -> FirstBad 
     return first
 
 
-def from_diagnosis_files(files: Iterable[Path]) -> Iterable[tuple[int, int, list[str]]]:
-    for path in files:
-        for record in records.read(path):
-            if record["kind"] == records.KIND_NONFINITE:
-                yield int(record["rank"]), int(record["step"]), [str(m) for m in record.get("metrics", [])]
+def from_diagnosis(read: DiagnosisRecords) -> Iterable[tuple[int, int, list[str]]]:
+    """(rank, step, metrics) of the valid `nonfinite` records (analysis/diagnosis_schema.py)."""
+    for record in read.of_kind(records.KIND_NONFINITE):
+        yield record["rank"], record["step"], list(record.get("metrics", []))
 
 
 def report_findings(series: Iterable[Any]) -> list[str]:
     """The `report` command's line naming the first bad rank: `series` are its summaries
     (`rank`, `files`, `nonfinite_steps`); diagnosis files are looked for beside their files."""
-    series = list(series)
+    # Earlier runs' logs, set aside in the same folder (outputs/runs.py), are not this run's:
+    # judged only when nothing else is, and then with every diagnosis file beside them.
+    series = current_series(list(series))
+    only_kept = all(is_set_aside(f) for s in series for f in s.files)
     folders = {Path(f).parent for s in series for f in s.files}
     logged = [(s.rank, s.nonfinite_steps[0], []) for s in series if s.rank is not None and s.nonfinite_steps]
-    files = [f for folder in sorted(folders) for f in sorted(folder.glob(records.FILE_PATTERN))]
-    first = first_nonfinite([*from_diagnosis_files(files), *logged])
-    return [first.describe()] if first is not None else []
+    files = [
+        f
+        for folder in sorted(folders)
+        for f in sorted(folder.glob(records.FILE_PATTERN))
+        if only_kept or records.is_current(f)
+    ]
+    read = read_records(files)
+    first = first_nonfinite([*from_diagnosis(read), *logged])
+    return ([first.describe()] if first is not None else []) + read.notes

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_mindformers.analysis.first_bad import FirstBad, first_nonfinite, from_diagnosis_files
+from otel_mindformers.analysis.diagnosis_schema import find_files, read_records
+from otel_mindformers.analysis.first_bad import FirstBad, first_nonfinite, from_diagnosis
 from otel_mindformers.diagnosis import records
 from otel_mindformers.diagnosis.stacks import Frame, ThreadStack
 
@@ -63,6 +64,7 @@ class HangReport:
     ranks_without_dump: list[int]
     first_nonfinite: FirstBad | None
     dump_files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # records skipped, with file and line
 
     @property
     def behind(self) -> list[Heartbeat]:
@@ -74,16 +76,14 @@ class HangReportError(ValueError):
 
 
 def build_hang_report(inputs: Sequence[str | Path]) -> HangReport:
-    files = records.find_files(inputs)
+    files = find_files(inputs)
+    read = read_records(files)  # records with wrong fields are left out, each with a note
     latest: dict[int, dict[str, Any]] = {}
-    for path in files:
-        for record in records.read(path):
-            if record["kind"] != records.KIND_STACKS:
-                continue
-            rank = int(record["rank"])
-            if rank not in latest or record["time_stamp"] >= latest[rank]["time_stamp"]:
-                latest[rank] = record
-    beats = {rank: Heartbeat(rank, int(r["step"]), r.get("last_step_time"), "dump") for rank, r in latest.items()}
+    for record in read.of_kind(records.KIND_STACKS):
+        rank = record["rank"]
+        if rank not in latest or record.get("time_stamp", 0.0) >= latest[rank].get("time_stamp", 0.0):
+            latest[rank] = record
+    beats = {rank: Heartbeat(rank, r["step"], r.get("last_step_time"), "dump") for rank, r in latest.items()}
     for rank, step, stamp in _logged_heartbeats(inputs):
         known = beats.get(rank)
         if known is None or step > known.step:
@@ -103,24 +103,26 @@ def build_hang_report(inputs: Sequence[str | Path]) -> HangReport:
         leading_step=leader.step,
         groups=_group(latest),
         ranks_without_dump=sorted(set(beats) - set(latest)),
-        first_nonfinite=first_nonfinite(from_diagnosis_files(files)),
+        first_nonfinite=first_nonfinite(from_diagnosis(read)),
         dump_files=[str(p) for p in files],
+        notes=read.notes,
     )
 
 
 def _logged_heartbeats(inputs: Sequence[str | Path]) -> Iterable[tuple[int, int, float | None]]:
     """(rank, last step, its time) from each JSON step log found under the inputs."""
-    from otel_mindformers.analysis.logs import AnalysisError, read_logs
+    from otel_mindformers.analysis.logs import AnalysisError, current_series, read_logs
 
+    series = []
     for item in inputs:
         try:
-            series = read_logs([item])
+            series += read_logs([item])
         except AnalysisError:  # a folder with dumps only, or a dump file named directly
             continue
-        for one in series:
-            if one.rank is not None and one.points:
-                last = max(one.points, key=lambda p: p.step)
-                yield one.rank, last.step, last.time_stamp
+    for one in current_series(series):  # not an earlier run's log set aside beside them
+        if one.rank is not None and one.points:
+            last = max(one.points, key=lambda p: p.step)
+            yield one.rank, last.step, last.time_stamp
 
 
 def _group(latest: dict[int, dict[str, Any]]) -> list[StackGroup]:
@@ -208,6 +210,8 @@ def render_text(report: HangReport) -> str:
         out.append("")
     if report.ranks_without_dump:
         out.append(f"Ranks without a stack dump: {ranks_text(report.ranks_without_dump)}")
+    if report.notes:
+        out += ["", *report.notes]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -218,6 +222,7 @@ def to_json(report: HangReport) -> dict[str, Any]:
         "behind": [b.rank for b in report.behind],
         "split_after_step": min((b.step for b in report.behind), default=None),
         "first_nonfinite": report.first_nonfinite.to_json() if report.first_nonfinite else None,
+        "skipped": report.notes,
         "groups": [
             {
                 "ranks": group.ranks,

@@ -25,11 +25,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.record import StepRecord, counted_nonfinite
 from otel_mindformers.model_state.state import ModelState
 from otel_mindformers.names import training as tm
+from otel_mindformers.outputs.runs import is_set_aside
 
 RANK_FILE_PATTERN = "*_rank_*.json"
 
@@ -85,6 +86,13 @@ class StepPoint:
     @property
     def overflow(self) -> bool:
         return self.values.get(tm.OVERFLOW, 0.0) == 1.0
+
+    @property
+    def counted_nonfinite(self) -> frozenset[str]:
+        """`nonfinite` less what loss scaling explains (a grad norm on an overflow step)."""
+        if not self.nonfinite:
+            return self.nonfinite
+        return frozenset(counted_nonfinite(self.nonfinite, self.overflow))
 
 
 @dataclass(frozen=True)
@@ -168,8 +176,10 @@ def _backups_in(folder: Path) -> dict[str, list[tuple[int, Path]]]:
     return found
 
 
-def _walk_files(root: Path) -> Iterator[Path]:
-    """Files under `root`, sorted per folder; a folder reached again (a link loop) is skipped."""
+def walk_files(root: Path) -> Iterator[Path]:
+    """Files under `root`, sorted per folder, through symbolic links to folders (a rank's
+    folder linked into the job's); a folder reached again (a link loop) is skipped. The one
+    folder walk of every command (`report`, `plot`, `replay`, `hang-report`)."""
     seen: set[tuple[int, int]] = set()
     stack = [root]
     while stack:
@@ -201,7 +211,7 @@ def _glob(pattern: str) -> list[Path]:
     root = Path(*parts[:fixed]) if fixed else Path(".")
     wanted = parts[fixed:]
     found = []
-    for path in _walk_files(root):
+    for path in walk_files(root):
         relative = path.relative_to(root).parts
         if _match_parts(wanted, relative):
             found.append(path)
@@ -222,7 +232,7 @@ def _match_parts(pattern: Sequence[str], parts: Sequence[str]) -> bool:
 def _expand(item: str, listings: _Listings) -> list[Path]:
     path = Path(item)
     if path.is_dir():
-        files = list(_walk_files(path))
+        files = list(walk_files(path))
         found = sorted(p for p in files if fnmatch.fnmatchcase(p.name, RANK_FILE_PATTERN)) or [
             p for p in sorted(path.glob("*.json")) if _looks_like_step_log(p)
         ]
@@ -443,6 +453,13 @@ def _point(data: dict, location: Location) -> StepPoint:
         time=_seconds_by_phase(data.get("time")),
         sections=_finite_numbers(data.get("sections")),
     )
+
+
+def current_series(series: list[Any]) -> list[Any]:
+    """The series of the runs that wrote last: earlier runs' logs set aside beside them
+    (outputs/runs.py) are left out, unless nothing else was given."""
+    current = [one for one in series if not all(is_set_aside(f) for f in one.files)]
+    return current or series
 
 
 def _finite_numbers(raw: object) -> dict[str, float] | None:

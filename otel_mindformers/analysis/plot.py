@@ -151,7 +151,7 @@ def _segments(points: list[StepPoint]) -> list[list[StepPoint]]:
 
 def _mark_anomalies(ax, one: Series) -> None:
     for point in one.points:
-        if point.nonfinite:
+        if point.counted_nonfinite:
             ax.axvline(point.step, color=NONFINITE_COLOR, linestyle=":", linewidth=2.0)
     for alert in one.alerts:
         if alert.step is not None:
@@ -160,7 +160,7 @@ def _mark_anomalies(ax, one: Series) -> None:
 
 def _legend_handles(series: list[Series]) -> list[Line2D]:
     handles = [Line2D([], [], color=f"C{i % 10}", linewidth=1.6, label=s.label) for i, s in enumerate(series)]
-    if any(p.nonfinite for s in series for p in s.points):
+    if any(p.counted_nonfinite for s in series for p in s.points):
         handles.append(Line2D([], [], color=NONFINITE_COLOR, linestyle=":", label="non-finite"))
     if any(a.step is not None for s in series for a in s.alerts):
         handles.append(Line2D([], [], color=ALERT_COLOR, linestyle="--", label="alert"))

@@ -238,7 +238,7 @@ class SeriesStats:
             if _finite(value):
                 total[0] += value
                 total[1] += 1
-        if point.nonfinite:
+        if point.counted_nonfinite:  # not a grad norm on an overflow step (loss scaling)
             self.nonfinite_steps.append(point.step)
         if point.overflow:
             self.overflow_steps.append(point.step)

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from otel_mindformers.names.training import ORDER
+from otel_mindformers.names.training import GRAD_NORM, ORDER
 
 if TYPE_CHECKING:  # the record holds one; the model state's summary is all it calls
     from otel_mindformers.model_state.state import ModelState
+
+
+def loss_scaling_explains(name: str, overflow: object) -> bool:
+    """A non-finite grad norm on a step that reports overflow is fp16 loss scaling at work
+    (the update was skipped, the scale goes down): not a fault. `overflow`: the step's
+    value, a bool live or 1.0 read back from a JSON line. The one rule every judge of
+    non-finite values applies (the alert rule, the first bad rank, report, hang-report)."""
+    return name == GRAD_NORM and (overflow is True or (type(overflow) is float and overflow == 1.0))
+
+
+def counted_nonfinite(names: Iterable[str], overflow: object) -> list[str]:
+    """`names` (non-finite values of one step) less those loss scaling explains."""
+    return [name for name in names if not loss_scaling_explains(name, overflow)]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
 
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.record import StepRecord, counted_nonfinite
 from otel_mindformers.names import model_state as ms_specs
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
@@ -125,7 +125,9 @@ def step_span(record: StepRecord) -> StepSpanFields:
             if top and top["value"] is not None:  # which parameter is largest, in the trace too
                 attributes[f"training.{family.key}.max"] = top["value"]
                 attributes[f"training.{family.key}.max_parameter"] = top["parameter"]
-    status = Status(StatusCode.ERROR, f"non-finite {', '.join(bad)}") if bad else Status(StatusCode.UNSET)
+    # An error only for what loss scaling does not explain (an overflow step's grad norm).
+    faults = counted_nonfinite(bad, record.values.get(tm.OVERFLOW))
+    status = Status(StatusCode.ERROR, f"non-finite {', '.join(faults)}") if faults else Status(StatusCode.UNSET)
     return StepSpanFields(semconv.SPAN_STEP, attributes, status, span_start(record), record.time_stamp)
 
 

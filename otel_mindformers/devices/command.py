@@ -1,18 +1,28 @@
-"""Run a device tool with a hard deadline."""
+"""Run a device tool with a hard deadline and a bound on what it may write."""
 
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from otel_mindformers.devices.base import SourceError
 
+# What one tool call may write (stdout and stderr together). npu-smi's and hccn_tool's
+# answers for a 16-chip node are tens of kilobytes; a tool that streams (a broken driver,
+# `yes`) would otherwise grow the training process by gigabytes within one timeout, and the
+# parse of a huge answer would compete with the training thread for the interpreter.
+MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+_CHUNK = 64 * 1024
 
-def run_tool(argv: Sequence[str], timeout: float) -> str:
-    """stdout of `argv`, or SourceError (not_found, timeout, exit_status).
+
+def run_tool(argv: Sequence[str], timeout: float, max_bytes: int = MAX_OUTPUT_BYTES) -> str:
+    """stdout of `argv`, or SourceError (not_found, timeout, exit_status, or parse when it
+    writes more than `max_bytes`: the tool is killed at once and its output dropped).
 
     The tool runs in its own process group and the whole group is killed at the deadline:
     killing only the direct child would leave a wrapper script's children holding the
@@ -28,19 +38,57 @@ def run_tool(argv: Sequence[str], timeout: float) -> str:
         )
     except OSError as exc:
         raise SourceError("not_found", f"cannot run {argv[0]!r}: {exc.strerror}") from None
+    command = " ".join(argv)
     try:
-        out, err = process.communicate(timeout=timeout)
+        out, err = _read_bounded(process, time.monotonic() + timeout, max_bytes)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:  # the group ended between the deadline and the kill
-            pass
-        process.communicate()
-        raise SourceError("timeout", f"{' '.join(argv)} did not finish within {timeout:g} s") from None
+        raise SourceError("timeout", f"{command} did not finish within {timeout:g} s") from None
+    except OverflowError:
+        raise SourceError("parse", f"{command} wrote more than {max_bytes} bytes; stopped it") from None
+    finally:
+        _stop(process)
     if process.returncode != 0:
         detail = _first_line(err) or _first_line(out) or "no output"
-        raise SourceError("exit_status", f"{' '.join(argv)} exited with status {process.returncode}: {detail}")
+        raise SourceError("exit_status", f"{command} exited with status {process.returncode}: {detail}")
     return out.decode("utf-8", errors="replace")
+
+
+def _read_bounded(process: subprocess.Popen, deadline: float, max_bytes: int) -> tuple[bytes, bytes]:
+    """Both pipes to their end, at most `max_bytes` in all (OverflowError past it), and
+    the exit, by `deadline` (TimeoutExpired past it)."""
+    chunks: dict[int, list[bytes]] = {process.stdout.fileno(): [], process.stderr.fileno(): []}
+    total = 0
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise subprocess.TimeoutExpired(process.args, 0)
+            for key, _ in selector.select(remaining):
+                data = os.read(key.fd, _CHUNK)
+                if not data:
+                    selector.unregister(key.fd)
+                    continue
+                total += len(data)
+                if total > max_bytes:
+                    raise OverflowError
+                chunks[key.fd].append(data)
+    process.wait(max(0.0, deadline - time.monotonic()))
+    out, err = (b"".join(parts) for parts in chunks.values())
+    return out, err
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Kill the tool's process group if it is still running, close its pipes and reap it."""
+    if process.returncode is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the group ended meanwhile
+            pass
+    process.stdout.close()
+    process.stderr.close()
+    process.wait()
 
 
 def _first_line(data: bytes) -> str:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Sequence
 
 from opentelemetry.metrics import Counter
 
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.devices.base import Source, SourceError
 from otel_mindformers.devices.cache import ReadingCache
 from otel_mindformers.names import semconv
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 class Poller:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import shutil
 import sys
 from types import ModuleType
 
 from otel_mindformers.config import DeviceConfig
 from otel_mindformers.config.extras import import_optional, install_hint
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.devices.ascend import AscendSource
 from otel_mindformers.devices.base import Source, physical_device
 from otel_mindformers.devices.hccn import HccnSource, locate_hccn_tool
@@ -17,7 +17,7 @@ from otel_mindformers.devices.runtime import MindSporeMemorySource
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 def build_sources(config: DeviceConfig, identity: Identity | None) -> list[Source]:

@@ -10,7 +10,6 @@ on the training thread, and never raises.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -22,6 +21,7 @@ from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import Span
 
 from otel_mindformers.core.clock import WallClock
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.diagnosis import records
 from otel_mindformers.diagnosis.heartbeat import Progress
 from otel_mindformers.diagnosis.signals import SignalTrigger
@@ -31,7 +31,7 @@ from otel_mindformers.names import diagnosis as names
 from otel_mindformers.names import phases as phase_names
 from otel_mindformers.names import semconv
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 # Stack text in span events and log records; the diagnosis file keeps the full snapshot.
 MAX_TEXT_CHARS = 32_000

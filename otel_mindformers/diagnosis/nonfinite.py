@@ -5,12 +5,13 @@ sampled steps, and `FirstNonFinite.check` runs on them. The first NaN/Inf of the
 recorded once — a span event, an OTel log record, the counter
 `mindformers.train.nonfinite.first` and a line in the rank's diagnosis file — so
 `report` and `hang-report` can name the first rank and step across the job. After that,
-`check` is one attribute test.
+`check` is one attribute test. A non-finite grad norm on a step that overflowed is loss
+scaling at work, not a fault (core/record.py `loss_scaling_explains`): it is not recorded,
+and the run's first real one still is.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Mapping
@@ -20,15 +21,17 @@ from opentelemetry._logs import SeverityNumber
 from opentelemetry.metrics import Meter
 from opentelemetry.trace import Span
 
+from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.core.record import counted_nonfinite
 from otel_mindformers.diagnosis import records
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import diagnosis as names
 from otel_mindformers.names import semconv
-from otel_mindformers.names.training import ATTR_METRIC
+from otel_mindformers.names.training import ATTR_METRIC, OVERFLOW
 from otel_mindformers.telemetry.events import record_event
 from otel_mindformers.telemetry.instruments import create_instrument
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 def nonfinite_names(values: Mapping[str, Any]) -> list[str]:
@@ -61,7 +64,9 @@ class FirstNonFinite:
         their names, or [] when there are none or the first was already recorded."""
         if self.seen:
             return []
-        bad = nonfinite_names(values)
+        # An infinite grad norm where the step overflowed is loss scaling, not the fault:
+        # the run's first real NaN/Inf is still to come.
+        bad = counted_nonfinite(nonfinite_names(values), values.get(OVERFLOW))
         if not bad:
             return []
         self.seen = True

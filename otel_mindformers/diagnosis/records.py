@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from otel_mindformers.outputs.runs import is_set_aside
 
 KIND_STACKS = "stacks"
 KIND_NONFINITE = "nonfinite"
 FILE_PATTERN = "diagnosis_rank_*.jsonl"
-_RANK_IN_NAME = re.compile(r"diagnosis_rank_(\d+)\.jsonl$")
+_RANK_IN_NAME = re.compile(r"diagnosis_rank_(\d+)(?:\.[0-9_-]+)?\.jsonl$")
 
 
 def diagnosis_path(json_log_path: str | os.PathLike[str], rank: int) -> Path:
@@ -36,17 +38,14 @@ def append(path: Path, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def find_files(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Diagnosis files named directly, or found under directories (recursively)."""
-    found: dict[Path, None] = {}
-    for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            for file in sorted(path.rglob(FILE_PATTERN)):
-                found.setdefault(file, None)
-        elif _RANK_IN_NAME.search(path.name) and path.is_file():
-            found.setdefault(path, None)
-    return list(found)
+def is_diagnosis_file(path: Path) -> bool:
+    """Whether `path` is named as a rank's diagnosis file (a kept one of an earlier run too)."""
+    return _RANK_IN_NAME.search(path.name) is not None
+
+
+def is_current(path: Path) -> bool:
+    """Whether `path` is a rank's current diagnosis file, not one a later run set aside."""
+    return _RANK_IN_NAME.search(path.name) is not None and not is_set_aside(path)
 
 
 def read(path: Path) -> Iterator[dict[str, Any]]:

@@ -1,7 +1,9 @@
 """`SIGUSR1` → a stack dump, served by a background thread.
 
-Installed only from the main thread and only when nobody else handles `SIGUSR1`; `stop()`
-puts back what was there. A Python signal handler runs only when the main thread next
+Installed from the main thread whenever a run is monitored (the `MindformersRankStoppedFirst`
+runbook tells operators to send `SIGUSR1`, and without a handler the signal ends the process).
+A handler the user had is kept: ours calls it after asking for the dump. `stop()` puts back
+what was there. A Python signal handler runs only when the main thread next
 executes Python code, which a rank stuck inside a C call (a collective, a data queue) never
 does. So the signal is also routed through `signal.set_wakeup_fd` (when no one else uses
 it): the interpreter's C-level handler writes the signal number to our pipe at once, and
@@ -10,13 +12,11 @@ our thread dumps while the main thread is still blocked.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
 from collections.abc import Callable
 
-_logger = logging.getLogger(__name__)
 _STOP_BYTE = 0
 
 
@@ -38,23 +38,24 @@ class SignalTrigger:
 
     @classmethod
     def install(cls, action: Callable[[], None]) -> SignalTrigger | None:
-        """The trigger, or None where it must not be installed (not the main thread, no
-        SIGUSR1 on this platform, or a handler the user installed)."""
+        """The trigger, or None where it cannot be installed (not the main thread, or no
+        SIGUSR1 on this platform)."""
         if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():
-            return None
-        if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
-            _logger.info("otel_mindformers: SIGUSR1 already has a handler; stack dumps on SIGUSR1 are off")
             return None
         return cls(action)
 
     def _on_signal(self, _signum: int, _frame: object) -> None:
         # With the wakeup fd, the interpreter has already written the signal number to our
-        # pipe; this handler only replaces the default action (which ends the process).
+        # pipe; this handler replaces the default action (which ends the process) and then
+        # runs the handler the user had, if any.
         if not self._owns_wakeup_fd:
             try:
                 os.write(self._write_fd, bytes([signal.SIGUSR1]))
             except OSError:  # pipe full: a dump is already pending
                 pass
+        previous = self._previous_handler
+        if callable(previous):
+            previous(_signum, _frame)
 
     def _run(self) -> None:
         while True:

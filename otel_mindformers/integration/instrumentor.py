@@ -28,7 +28,6 @@ runs the script only to coordinate workers and is left alone.
 from __future__ import annotations
 
 import inspect
-import logging
 import os
 import sys
 from collections.abc import Callable, Collection
@@ -39,13 +38,14 @@ from opentelemetry.instrumentation.environment_variables import OTEL_PYTHON_DISA
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.integration import checkpoint_load, mindformers_glue, propagation
 from otel_mindformers.integration.environment_variables import OTEL_PYTHON_MINDFORMERS_CONFIG
 from otel_mindformers.integration.mindformers_glue import ZeroCode
 from otel_mindformers.integration.package import _instruments
 from otel_mindformers.integration.patches import Patches
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 NAME = "mindformers"  # the entry point's name, as OTEL_PYTHON_DISABLED_INSTRUMENTATIONS lists it
 _PROVIDERS = ("tracer_provider", "meter_provider", "logger_provider")

@@ -17,9 +17,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.model_state.inbox import INBOX
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 def _step_of(args: tuple, kwargs: dict) -> int:

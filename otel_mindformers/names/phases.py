@@ -33,3 +33,24 @@ PHASE_CHECKPOINT_LOAD = "checkpoint.load"
 ATTR_CHECKPOINT_PATH = "training.checkpoint.path"
 ATTR_CHECKPOINT_SIZE = "training.checkpoint.size"
 ATTR_CHECKPOINT_RESUME = "training.checkpoint.resume"
+
+# --- the built-in phases, and where user-marked ones go ---
+BUILT_IN_PHASES = (
+    PHASE_STARTUP,
+    PHASE_CHECKPOINT_LOAD,
+    PHASE_COMPILE,
+    PHASE_DATA_WAIT,
+    PHASE_EVALUATION,
+    PHASE_CHECKPOINT_SAVE,
+)
+# A user phase's key in the JSON line's `time` object and the run span's `training.time.*`
+# attributes: its own namespace, so `phase("wall")` cannot overwrite the ledger's totals.
+USER_PHASE_PREFIX = "user."
+# Distinct user phase names a run keeps apart (in the ledger and the histogram's
+# `training.phase`); later names fold into USER_PHASE_OTHER. Names are cut to
+# MAX_PHASE_NAME_CHARS.
+MAX_USER_PHASES = 32
+MAX_PHASE_NAME_CHARS = 64
+USER_PHASE_OTHER = "other"
+# A phase still open when its run ends: closed by the run, its span says so.
+ATTR_PHASE_CLOSED_BY_RUN_END = "training.phase.closed_by_run_end"

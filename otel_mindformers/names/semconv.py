@@ -71,6 +71,9 @@ ATTR_EPOCH = "training.epoch"
 ATTR_STEPS_IN_WINDOW = "training.steps_in_window"
 # On the log record that says how many records of a logger the rate limit dropped (logs.py).
 ATTR_LOGS_DROPPED = "training.logs.dropped"
+# On a shipped log record whose body or attributes were cut to the bridge's bounds: the
+# characters left out in all (logs.py).
+ATTR_LOG_TRUNCATED = "training.logs.truncated_chars"
 
 # --- span names ------------------------------------------------------------------------
 SPAN_RUN = "mindformers.train"

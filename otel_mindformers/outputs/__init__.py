@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-
 from otel_mindformers.config import OutputsConfig
 from otel_mindformers.config.extras import TENSORBOARD_MODULES, output_off_warning
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.outputs import jsonl, tensorboard
 from otel_mindformers.outputs.base import OutputSink, SinkFanout
@@ -14,7 +13,7 @@ from otel_mindformers.outputs.runs import is_resumed
 from otel_mindformers.outputs.stdout import StdoutSink
 from otel_mindformers.outputs.tensorboard import TensorBoardSink, rank_dir
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 def build_sinks(

@@ -5,12 +5,12 @@ A sink that raises is disabled with one warning naming it; the other sinks carry
 
 from __future__ import annotations
 
-import logging
 from typing import Protocol
 
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 class OutputSink(Protocol):

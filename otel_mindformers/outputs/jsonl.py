@@ -19,18 +19,18 @@ from __future__ import annotations
 
 import fcntl
 import json
-import logging
 import os
 import re
 import shutil
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.outputs.runs import free_name, stamp
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 def rank_path(json_log_path: str, identity: Identity) -> Path:

@@ -18,18 +18,18 @@ writes), so the steps the earlier attempt logged past the checkpoint are not sho
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import time
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.outputs.runs import free_name, stamp
 
 _EVENT_FILES = "events.out.tfevents.*"
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 # tensorboardX names event files by the second: a per-process sequence number in the
 # suffix keeps two files started within one second apart.

@@ -11,13 +11,13 @@ run owns lives in a `MonitorRun` (run.py) that exists only while the run does.
 from __future__ import annotations
 
 import atexit
-import logging
 import time
 from typing import Any
 
 from mindspore.train import Callback
 
 from otel_mindformers.config import MonitorConfig, load_monitor_config
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs.paths import prepare_output_paths
@@ -25,7 +25,7 @@ from otel_mindformers.runtime.custom_monitors import BaseMonitor, load_monitor_c
 from otel_mindformers.runtime.extract import LazyLearningRate, OutputReader, optimizer_of
 from otel_mindformers.runtime.run import MonitorRun
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 _CUSTOM_HOOKS = ("on_train_begin", "on_train_step_end", "on_train_epoch_end", "on_train_end")
 

@@ -10,16 +10,16 @@ steps only. Shapes understood (environment.md):
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names import training as tm
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 # Tuple lengths whose layout is known: (loss,), (loss, overflow, loss_scale), and
 # MindFormers' 5- and 7-tuples. Each holds a prefix of the table's output positions.

@@ -15,16 +15,16 @@ puts the run's time breakdown on the run span.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, Span
+from opentelemetry.trace import Link, Span, StatusCode
 
 from otel_mindformers.core import recording
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.core.workers import BoundedWorker
 from otel_mindformers.diagnosis.captures import NO_CAPTURES
@@ -35,7 +35,7 @@ from otel_mindformers.telemetry.step_ids import StepSpanIds
 from otel_mindformers.timing.accounting import StepAccounting, Window
 from otel_mindformers.timing.phases import PhaseRecorder
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 def _ns(seconds: float) -> int:
@@ -143,7 +143,7 @@ class SampledStepPipeline(BoundedWorker[object]):
             self._instruments.apply(recording.measurements(record, self._point_attributes))
             if self._sections is not None:  # the rank's section series and straggler signal
                 self._sections.observe(record, span)
-            if record.nonfinite():
+            if fields.status.status_code is StatusCode.ERROR:  # a fault, not loss scaling
                 span.set_status(fields.status)
             reason = self._alerts.evaluate(record, span) if self._alerts is not None else None
             self._captures.on_sampled_step(record.step, span)  # an on-demand request: one stat

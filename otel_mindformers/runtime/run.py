@@ -10,7 +10,6 @@ the pipeline worker's), and closes everything within one deadline.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import time
@@ -24,16 +23,20 @@ from opentelemetry.trace import Status, StatusCode
 from otel_mindformers.config import MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.deadline import Deadline
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.diagnosis.captures import NO_CAPTURES, CaptureController
+from otel_mindformers.diagnosis.dumps import StackDumper
 from otel_mindformers.diagnosis.heartbeat import Heartbeat
 from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
+from otel_mindformers.diagnosis.records import diagnosis_path
 from otel_mindformers.diagnosis.stragglers import RankSections
 from otel_mindformers.job.identity import Identity, detect_identity
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs import SinkFanout, build_sinks
 from otel_mindformers.outputs.paths import prepare_output_paths
+from otel_mindformers.outputs.runs import set_aside_unless_resumed
 from otel_mindformers.runtime.cadence import Cadence
 from otel_mindformers.runtime.extract import OutputReader
 from otel_mindformers.runtime.pipeline import SampledStepPipeline
@@ -47,7 +50,7 @@ from otel_mindformers.timing.accounting import StepAccounting, Window
 from otel_mindformers.timing.efficiency import StepEfficiency
 from otel_mindformers.timing.timeline import RunTimeline
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 # Local outputs get at least this long to write what is queued at train end, whatever
 # `shutdown_timeout` says: the deadline is for the network, and the last line is on disk first.
@@ -78,9 +81,10 @@ class MonitorRun:
         self._reports_training = reports_training
         self._reader = OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor)
         # `nonfinite_check: all_ranks`: the ranks that do not report still read their own
-        # loss and grad norm on sampled steps, only to name the first rank that goes bad.
+        # loss and grad norm on sampled steps, only to name the first rank that goes bad, and
+        # the overflow flag, which says when an infinite grad norm is loss scaling at work.
         self._local_reader = (
-            OutputReader([tm.LOSS, tm.GRAD_NORM], None)
+            OutputReader([tm.LOSS, tm.GRAD_NORM, tm.OVERFLOW], None)
             if config.nonfinite_check == "all_ranks" and not reports_training
             else None
         )
@@ -105,6 +109,7 @@ class MonitorRun:
         self.telemetry: Any = None
         self.devices: Any = None
         self.alerts: Any = None
+        self.stacks: StackDumper | None = None
         self.run_span: Any = None
         # Phases parent on the run span once it exists (the launcher's context before).
         self._run_context: otel_context.Context = launcher_context()
@@ -133,6 +138,8 @@ class MonitorRun:
     def _start(self, cb_params: Any) -> None:
         config, identity = self.config, self.identity
         reports_training = self._reports_training
+        # The previous run's stack dumps and first non-finite value are not this run's.
+        set_aside_unless_resumed(diagnosis_path(config.json_log_path, identity.rank), self._first_step)
         self.telemetry = telemetry = build_telemetry(config.telemetry, identity, **self._providers)
         # MindFormers' training-state readings and the 7-tuple's local norms (model_state/).
         if reports_training:
@@ -143,6 +150,9 @@ class MonitorRun:
 
         self.devices = self._start_devices()
         self.captures = CaptureController.start(config.alert_config.capture, identity, telemetry, cb_params)
+        # Every monitored run answers SIGUSR1 with a stack dump (the stall runbook's advice),
+        # alerts on or off. Started here, on the training thread: the thread the dumps watch.
+        self.stacks = StackDumper.start(config.json_log_path, identity, telemetry.logger, self.clock)
         # After the clock is set: the stall watchdog arms at the first step finished after it.
         self.alerts = self._start_alerts()
         self.run_span = telemetry.tracer.start_span(
@@ -151,13 +161,14 @@ class MonitorRun:
             attributes={**identity.attributes(), "training.epochs": int(cb_params.get("epoch_num") or 0)},
         )
         self._run_context = trace.set_span_in_context(self.run_span)
-        if self.alerts is not None:
-            self.alerts.attach_run_span(self.run_span)
+        self.stacks.attach_run_span(self.run_span)
         # Phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`): the
-        # training thread's clock reads; their time goes to the pipeline worker's ledger.
+        # training thread's clock reads; their time goes to the pipeline worker's ledger. Their
+        # spans carry the rank only (the rest of the identity is the resource's): a user phase
+        # is paid for on the training thread, by the attribute.
         self.timeline = RunTimeline(
             tracer=telemetry.tracer, meter=telemetry.meter, parent=self._phase_parent,
-            span_attributes=identity.attributes(), point_attributes=identity.point_attributes(),
+            span_attributes=identity.point_attributes(), point_attributes=identity.point_attributes(),
             clock=self.clock, wall_clock=wall_clock, on_lost=self._lost,
             callbacks=cb_params.get("list_callback"),
         )  # fmt: skip
@@ -207,6 +218,7 @@ class MonitorRun:
         from otel_mindformers.alerts import AlertEngine
 
         config = self.config
+        _say_what_alerts_off_ignores(config.alert_config)
         return AlertEngine.start(
             config.alert_config,
             self.identity,
@@ -216,6 +228,7 @@ class MonitorRun:
             reports_training=config.reports_training_metrics(self.identity.rank),
             json_log_path=config.json_log_path,
             captures=self.captures,
+            stacks=self.stacks,
         )
 
     # --- epochs (training thread, once per epoch) ---------------------------------------------
@@ -333,6 +346,8 @@ class MonitorRun:
             self.logs.close()
         if self.alerts is not None:
             _quietly(self.alerts.shutdown, remaining())
+        if self.stacks is not None:
+            _quietly(self.stacks.stop)
         if self.devices is not None:
             _quietly(self.devices.shutdown)
         if self.telemetry is not None:
@@ -360,6 +375,25 @@ class MonitorRun:
             span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         span.set_attribute(semconv.ATTR_STEP, self.clock.step)
         span.end()
+
+
+def _say_what_alerts_off_ignores(alerts: Any) -> None:
+    """Settings that only the alert engine reads, given while it is off: one warning naming
+    them (the stall dumps' SIGUSR1 works either way)."""
+    if alerts.enable_alert:
+        return
+    defaults = type(alerts)()
+    ignored = [
+        key
+        for key in ("notify_run_end", "stall_timeout", "notifiers", "stop_after_anomalous_steps", "loss_threshold")
+        if getattr(alerts, key) != getattr(defaults, key)
+    ]
+    if ignored:
+        _logger.warning(
+            "otel_mindformers: alert_config.%s %s no effect while alert_config.enable_alert is off",
+            ", alert_config.".join(ignored),
+            "has" if len(ignored) == 1 else "have",
+        )
 
 
 def _quietly(close: Callable[..., Any], *args: Any) -> None:

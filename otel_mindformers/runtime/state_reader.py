@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.model_state.parameters import ParameterFilter
 from otel_mindformers.model_state.state import FamilyReadings, ModelState
 from otel_mindformers.names.model_state import GRAD_NORM, PARAMETER_SERIES_CAP
 from otel_mindformers.runtime.extract import local_norm_squares
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 
 def parameter_filter(native: Mapping[str, Any]) -> ParameterFilter:

@@ -20,8 +20,9 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from otel_mindformers.config.redaction import Redactor, endpoint_secrets, printable_endpoint
+from otel_mindformers.core.guarded_log import get_logger
 
-_logger = logging.getLogger("otel_mindformers.telemetry")
+_logger = get_logger("otel_mindformers.telemetry")
 
 # Loggers of the OTLP exporters and of the SDK parts that call them (batch processors,
 # the periodic metric reader). Filters attach to a logger, not to its children, so every
@@ -33,6 +34,10 @@ _EXPORT_LOGGER_PREFIXES = (
     "opentelemetry.sdk.metrics._internal.export",
     "opentelemetry.sdk._logs._internal.export",
 )
+
+
+# The SDK batch processor's message when its queue is full (its argument: the signal).
+_QUEUE_FULL = "Queue full, dropping %s."
 
 
 def _export_loggers() -> Iterator[logging.Logger]:
@@ -55,6 +60,7 @@ class ExportErrorReporter(logging.Filter):
         self.first_failure: str | None = None  # the first failure's message: export is failing
         self._lock = threading.Lock()
         self._loggers: list[logging.Logger] = []
+        self.dropped: dict[str, int] = {}  # what full SDK queues dropped, by signal
 
     @property
     def failing(self) -> bool:
@@ -63,8 +69,36 @@ class ExportErrorReporter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
+        if record.msg == _QUEUE_FULL and record.args:
+            self._dropped_by_queue(str(record.args[0]))
+            return False
         self.report(record.getMessage())
         return False
+
+    def _dropped_by_queue(self, signal: str) -> None:
+        """The SDK's batch queue was full: this process produced faster than its processor
+        exports (the collector may be healthy). Counted per signal; said once now, and with
+        the counts when the reporter is uninstalled (the run's end)."""
+        with self._lock:
+            first = not self.dropped
+            self.dropped[signal] = self.dropped.get(signal, 0) + 1
+        if first and self.announce:
+            _logger.warning(
+                "otel_mindformers: the OpenTelemetry SDK's queue for %s records is full, so records are dropped "
+                "in this process before export (to %s); training continues; the count is given at the end. "
+                "A larger OTEL_BLRP_MAX_QUEUE_SIZE / OTEL_BSP_MAX_QUEUE_SIZE, or fewer records "
+                "(logs.level, logs.rate_limit_per_logger), helps.",
+                signal,
+                self.destination,
+            )
+
+    def say_dropped(self) -> None:
+        """One warning with what full queues dropped, per signal, if anything."""
+        with self._lock:
+            dropped, self.dropped = dict(self.dropped), {}
+        if dropped and self.announce:
+            counts = ", ".join(f"{count} {signal} record(s)" for signal, count in sorted(dropped.items()))
+            _logger.warning("otel_mindformers: full SDK queues dropped %s in this run before export", counts)
 
     def report(self, failure: str) -> None:
         """Record a failure; the first one is announced (one warning), the rest are dropped."""
@@ -85,11 +119,15 @@ class ExportErrorReporter(logging.Filter):
     def install(self) -> ExportErrorReporter:
         """Attach to every export logger that exists now (the exporters are imported)."""
         for logger in _export_loggers():
-            logger.addFilter(self)
+            # In front of the SDK's own DuplicateFilter, which lets a repeated message through
+            # once: every "Queue full" must be counted.
+            if self not in logger.filters:
+                logger.filters.insert(0, self)
             self._loggers.append(logger)
         return self
 
     def uninstall(self) -> None:
+        self.say_dropped()
         for logger in self._loggers:
             logger.removeFilter(self)
         self._loggers.clear()

@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+import traceback
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,10 +33,11 @@ from opentelemetry import trace
 from opentelemetry._logs import LogRecord, SeverityNumber
 
 from otel_mindformers.config import LogsConfig
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names import semconv
 from otel_mindformers.names.phases import ATTR_PHASE
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 # The standard switch of the SDK's own logging handler under `opentelemetry-instrument`.
 AUTO_INSTRUMENTATION_VARIABLE = "OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED"
@@ -43,6 +45,18 @@ AUTO_INSTRUMENTATION_VARIABLE = "OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLE
 # Never shipped: the SDK's and exporters' own messages (an export failure would become a
 # record to export), as the SDK's handler does too.
 _OWN_LOGGERS = ("opentelemetry",)
+# Nor anything logged on the SDK's export threads (`OtelBatch…RecordProcessor`,
+# `OtelPeriodicExportingMetricReader`): the HTTP exporter's `urllib3.connectionpool` "POST
+# /v1/logs 200" lines at DEBUG, each export making the next one's record, and whatever
+# else a transport logs while it exports.
+_EXPORT_THREAD_PREFIX = "Otel"
+
+# Bounds of one shipped record, well under gRPC's 4 MiB message limit (a batch holds up to
+# 512 records, so one oversized record must not cost the batch): the body and each string
+# attribute are cut, and `training.logs.truncated_chars` says how much was left out. The
+# stack dumps use the same body bound (diagnosis/dumps.py).
+MAX_BODY_CHARS = 32_000
+MAX_ATTRIBUTE_CHARS = 4_096
 
 # Attributes every LogRecord has; anything else in `vars(record)` came from `extra=`.
 _STANDARD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
@@ -143,7 +157,7 @@ class TrainingLogHandler(logging.Handler):
         if getattr(local, "last", None) is record or getattr(local, "busy", False):
             return False
         local.last = record
-        if record.name.startswith(_OWN_LOGGERS):
+        if record.name.startswith(_OWN_LOGGERS) or record.threadName.startswith(_EXPORT_THREAD_PREFIX):
             return False
         local.busy = True
         try:
@@ -178,8 +192,9 @@ class TrainingLogHandler(logging.Handler):
 
     def _translate(self, record: logging.LogRecord) -> LogRecord:
         number, text = severity(record.levelno)
+        cut = _Cut()
         attributes = {
-            key: value
+            key: cut(value, MAX_ATTRIBUTE_CHARS) if isinstance(value, str) else value
             for key, value in vars(record).items()
             if key not in _STANDARD_FIELDS and isinstance(value, (str, bool, int, float))
         }
@@ -192,15 +207,22 @@ class TrainingLogHandler(logging.Handler):
                 **self._correlation.attributes(),
             }
         )
-        exception = record.exc_info[1] if record.exc_info else None
+        if record.exc_info and record.exc_info[1] is not None:  # the SDK's exception.* keys, bounded
+            error = record.exc_info[1]
+            attributes["exception.type"] = type(error).__name__
+            attributes["exception.message"] = cut(str(error), MAX_ATTRIBUTE_CHARS)
+            trace_text = "".join(traceback.format_exception(*record.exc_info))
+            attributes["exception.stacktrace"] = cut(trace_text, MAX_BODY_CHARS, keep_end=True)
+        body = cut(record.getMessage(), MAX_BODY_CHARS)
+        if cut.dropped:
+            attributes[semconv.ATTR_LOG_TRUNCATED] = cut.dropped
         return LogRecord(
             timestamp=int(record.created * 1e9),
             context=self._correlation.context(),
             severity_number=number,
             severity_text=text,
-            body=record.getMessage(),
+            body=body,
             attributes=attributes,
-            exception=exception,
         )
 
     def _emit_dropped(self, name: str, dropped: int) -> None:
@@ -218,6 +240,21 @@ class TrainingLogHandler(logging.Handler):
                 attributes={**self._correlation.attributes(), semconv.ATTR_LOGS_DROPPED: dropped},
             )
         )
+
+
+class _Cut:
+    """Cuts strings to a bound, counting what it left out."""
+
+    def __init__(self) -> None:
+        self.dropped = 0
+
+    def __call__(self, text: str, limit: int, *, keep_end: bool = False) -> str:
+        if len(text) <= limit:
+            return text
+        self.dropped += len(text) - limit
+        marker = f" … [{len(text) - limit} characters cut] … "
+        keep = max(0, limit - len(marker))
+        return marker + text[-keep:] if keep_end else text[:keep] + marker
 
 
 def _reaches_root(logger: logging.Logger) -> bool:
@@ -276,6 +313,14 @@ class LogBridge:
         loggers = [root, *isolated_loggers(config.loggers)]
         for logger in loggers:
             logger.addHandler(handler)
+        wanted = logging.getLevelName(config.level)
+        if root.getEffectiveLevel() > wanted:  # records below the root's level are never made
+            _logger.warning(
+                "otel_mindformers: logs.level is %s, but the root logger's level is %s: records below %s are "
+                "not created, so not shipped; set logging.getLogger().setLevel(logging.%s) (or logging.basicConfig)",
+                config.level, logging.getLevelName(root.getEffectiveLevel()),
+                logging.getLevelName(root.getEffectiveLevel()), config.level,
+            )  # fmt: skip
         _logger.debug("otel_mindformers: shipping log records of %s", [lg.name for lg in loggers])
         return cls(handler, loggers, displaced)
 

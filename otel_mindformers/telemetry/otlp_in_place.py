@@ -11,7 +11,6 @@ on the exporters' threads, where it holds the GIL the training thread needs.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,7 +25,9 @@ from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind
 
-_logger = logging.getLogger(__name__)
+from otel_mindformers.core.guarded_log import get_logger
+
+_logger = get_logger(__name__)
 
 _KINDS = {
     SpanKind.INTERNAL: PB2Span.SpanKind.SPAN_KIND_INTERNAL,

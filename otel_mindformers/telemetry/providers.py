@@ -9,7 +9,6 @@ for a tracer and a meter, and flush them at train end. Otherwise we build provid
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -31,12 +30,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_mindformers.config import OtlpConfig, TelemetryConfig
 from otel_mindformers.config.extras import PROMETHEUS_MODULES, output_off_warning
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.version import __version__
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 DEFAULT_SERVICE_NAME = "mindformers-train"
 
@@ -81,7 +81,14 @@ class Telemetry:
         worker.join(timeout)
         if not worker.is_alive():
             return True
-        message = f"telemetry did not flush within {timeout:.1f} s; unsent data is dropped"
+        if timeout < 0.05:  # not the exporter's fault: the run's shutdown budget was gone
+            message = (
+                "telemetry got no time to flush: monitor_config.shutdown_timeout was used up by what "
+                "closes before it (queued alert notifications, the local outputs' drain); unsent data "
+                "is dropped; raise shutdown_timeout or notify_timeout"
+            )
+        else:
+            message = f"telemetry did not flush within {timeout:.1f} s; unsent data is dropped"
         reporter = self._export_errors or ExportErrorReporter.installed()
         if reporter is not None:
             reporter.report(message)  # one warning in all, with the export failures

@@ -84,7 +84,10 @@ class StepAccounting:
         before: list[PhaseInterval],
     ) -> None:
         self._wall = wall_clock.wall
-        self._ledger = TimeLedger(_run_origin(wall_clock.wall0))
+        # A phase that ended before the run (a load between two runs of a process) is part
+        # of its wall time: the origin is never after the earliest of them.
+        origin = min([_run_origin(wall_clock.wall0), *(done.start_wall for done in before)])
+        self._ledger = TimeLedger(origin)
         for done in before:  # phases that ended before the run (a checkpoint load)
             self._ledger.add(done.name, done.seconds)
         self._efficiency = efficiency

@@ -23,13 +23,14 @@ rank's share (docs/time.md).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-_logger = logging.getLogger(__name__)
+from otel_mindformers.core.guarded_log import get_logger
+
+_logger = get_logger(__name__)
 
 # Dense peak TFLOPS by device and dtype ("16" = fp16/bf16 matrix units, no sparsity; "32" =
 # fp32). The sources, and how sure each figure is, are in docs/time.md; `peak_tflops` in

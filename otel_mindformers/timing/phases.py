@@ -17,11 +17,18 @@ and as a child of its run span when the global tracer did not record it.
 
 The built-in phases (start-up, compile, data wait, evaluation, checkpoint save and load)
 go through the same `PhaseRecorder`.
+
+Phases need not nest: each exit undoes only its own part (on any thread). The training
+thread's clock shows the innermost phase still open there; the ledger counts the union of
+the training thread's open phases once, each stretch charged to the phase that covered it
+first (so a phase inside a phase, or a checkpoint save inside one, is not counted twice).
+The run's end closes what is still open. User-marked names are cut to
+`MAX_PHASE_NAME_CHARS` and, past `MAX_USER_PHASES` distinct ones in a run, counted as
+`other` (the ledger and the histogram's `training.phase`; each span keeps its own name).
 """
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import threading
 import time
@@ -31,6 +38,7 @@ from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 
 from otel_mindformers.core.record import PhaseInterval
 from otel_mindformers.names import phases as phase_names
@@ -40,22 +48,62 @@ from otel_mindformers.names import phases as phase_names
 PENDING_LIMIT = 64
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_BUILT_IN = frozenset(phase_names.BUILT_IN_PHASES)
 
-# The phase open on this thread/task, so a nested one parents on it.
-_open_phase: contextvars.ContextVar[phase | None] = contextvars.ContextVar("otel_mindformers_phase", default=None)
-
+# The phase last entered on this thread; closed ones are skipped (`_innermost_open`), so an
+# exit out of order or on another thread never leaves a stale one in front.
+_local = threading.local()
 
 # (phase, whether the global tracer exported its span)
 _pending: deque[tuple[PhaseInterval, bool]] = deque(maxlen=PENDING_LIMIT)
 _active: PhaseRecorder | None = None
 
 
+def _innermost_open() -> phase | None:
+    current = getattr(_local, "phase", None)
+    while current is not None and current._closed:
+        current = current._outer
+    return current
+
+
+def _heal_context() -> None:
+    """The phase last entered on this thread was closed elsewhere (another thread, the run's
+    end) while its span stayed this thread's current one: put back what it replaced."""
+    last = getattr(_local, "phase", None)
+    if last is not None and last._closed and trace.get_current_span() is last._span:
+        last._restore_context()
+
+
+class PhaseNames:
+    """What a phase is counted as: a built-in name as it is; a user name cut to
+    `MAX_PHASE_NAME_CHARS`, and `other` once a run has seen `MAX_USER_PHASES` of them."""
+
+    def __init__(self) -> None:
+        self._user: set[str] = set()
+
+    def user(self, name: str) -> str:
+        if name in _BUILT_IN:
+            return name
+        name = name[: phase_names.MAX_PHASE_NAME_CHARS]
+        if name not in self._user:
+            if len(self._user) >= phase_names.MAX_USER_PHASES:
+                return phase_names.USER_PHASE_OTHER
+            self._user.add(name)
+        return name
+
+    def ledger_key(self, name: str) -> str:
+        """The key in the `time` object: user phases under `user.`."""
+        if name in _BUILT_IN:
+            return name
+        return phase_names.USER_PHASE_PREFIX + self.user(name)
+
+
 class PhaseRecorder:
     """One run's phases: spans under the run, the duration histogram, the training thread's
-    clock, and where the seconds lost per phase go (`on_lost`, called on the training thread).
+    clock, and where the seconds lost per phase go (`on_lost`).
 
     `parent()` returns the context new top-level phases start in (the epoch span's, else the
-    run span's); `on_lost(name, seconds)` is told each outermost training-thread phase."""
+    run span's); `on_lost(name, seconds)` is told the training thread's phase time, once."""
 
     def __init__(
         self,
@@ -76,24 +124,32 @@ class PhaseRecorder:
         self.clock = clock
         self._on_lost = on_lost
         self.training_thread = threading.get_ident()
+        self._names = PhaseNames()
+        self._points: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._open: dict[phase, None] = {}  # every phase of this run still open, any thread
+        # The training thread's open phases in the order they were entered; the first one
+        # covers the ledger since `_cover_start`; `_base` is the clock's phase before them.
+        self._training: list[phase] = []
+        self._cover_start = 0.0
+        self._base: str | None = None
 
     def span_attributes(self, name: str, extra: Mapping[str, Any]) -> dict[str, Any]:
         return {**self._span_attributes, **extra, phase_names.ATTR_PHASE: name}
 
     def observe(self, name: str, seconds: float) -> None:
         """One histogram observation (any thread)."""
-        self._histogram.record(seconds, {**self._point_attributes, phase_names.ATTR_PHASE: name})
-
-    def finished(self, name: str, seconds: float, *, outermost: bool) -> None:
-        self.observe(name, seconds)
-        if outermost and threading.get_ident() == self.training_thread:
-            self._on_lost(name, seconds)
+        counted = self._names.user(name)
+        attributes = self._points.get(counted)
+        if attributes is None:  # one dict per name (at most MAX_USER_PHASES + the built-ins)
+            attributes = self._points[counted] = {**self._point_attributes, phase_names.ATTR_PHASE: counted}
+        self._histogram.record(seconds, attributes)
 
     def finished_interval(self, interval: PhaseInterval) -> None:
         """A phase a wrapper timed on the calling thread: recorded, and counted as lost time
-        when that is the training thread."""
+        when that is the training thread and no phase open there covers it already."""
         self.record(interval)
-        if threading.get_ident() == self.training_thread:
+        if threading.get_ident() == self.training_thread and not self._training:
             self._on_lost(interval.name, interval.seconds)
 
     def record(self, interval: PhaseInterval) -> None:
@@ -108,6 +164,42 @@ class PhaseRecorder:
             )
             span.end(end_time=int(interval.end_wall * 1e9))
         self.observe(interval.name, interval.seconds)
+
+    # --- phase() objects open and close through these (any thread) ---------------------
+    def opened(self, marked: phase, now: float) -> None:
+        with self._lock:
+            self._open[marked] = None
+            if threading.get_ident() != self.training_thread:
+                return
+            if not self._training:
+                self._base, self._cover_start = self.clock.phase, now
+            self._training.append(marked)
+            self.clock.phase = marked.name
+
+    def closed(self, marked: phase, now: float) -> None:
+        """Undo only `marked`'s part; its ledger share when it was covering."""
+        charge = None
+        with self._lock:
+            self._open.pop(marked, None)
+            training = self._training
+            if marked in training:
+                if training[0] is marked:
+                    charge = (self._names.ledger_key(marked.name), now - self._cover_start)
+                    self._cover_start = now
+                training.remove(marked)
+                self.clock.phase = training[-1].name if training else self._base
+        if charge is not None:
+            self._on_lost(*charge)
+
+    def close_open(self) -> None:
+        """The run ends: close every phase of it still open (their spans end, marked)."""
+        with self._lock:
+            still_open = list(self._open)
+        for marked in reversed(still_open):
+            marked._close(None, closed_by_run_end=True)
+
+    def ledger_key(self, name: str) -> str:
+        return self._names.ledger_key(name)
 
     def activate(self) -> list[PhaseInterval]:
         """Make this the recorder `phase()` uses; returns the phases that ended before the run
@@ -125,6 +217,7 @@ class PhaseRecorder:
 
     def deactivate(self) -> None:
         global _active
+        self.close_open()
         if _active is self:
             _active = None
 
@@ -134,8 +227,8 @@ def active_recorder() -> PhaseRecorder | None:
 
 
 def open_phase_name() -> str | None:
-    """The name of the phase open in this thread/task, if any."""
-    current = _open_phase.get()
+    """The name of the innermost phase open on this thread, if any."""
+    current = _innermost_open()
     return current.name if current is not None else None
 
 
@@ -143,16 +236,24 @@ class phase:
     """Mark a phase of the run: `with otel_mindformers.phase("reshard", shards=8): ...` or
     `@otel_mindformers.phase("eval_hook")`. Keyword arguments become span attributes.
 
-    Exceptions propagate unchanged; the span records them and gets an error status.
+    Exceptions propagate unchanged; the span records them and gets an error status. The
+    exit may come out of order or on another thread: it closes this phase only.
     """
+
+    __slots__ = (
+        "name", "attributes", "_recorder", "_span", "_outer", "_context", "_thread",
+        "_start_perf", "_start_wall", "_exported", "_entered", "_closed", "__weakref__",
+    )  # fmt: skip
 
     def __init__(self, name: str, **attributes: Any) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"otel_mindformers.phase: the name must be a non-empty string, got {name!r}")
-        self.name = name
+        self.name = name[: phase_names.MAX_PHASE_NAME_CHARS] if name not in _BUILT_IN else name
         self.attributes = attributes
-        self._entered: tuple[Any, ...] | None = None
-        self._exported = False
+        self._entered = False
+        self._closed = False
+        self._recorder: PhaseRecorder | None = None
+        self._outer: phase | None = None
 
     def __call__(self, function: _F) -> _F:
         @functools.wraps(function)
@@ -164,58 +265,82 @@ class phase:
 
     def set_attributes(self, **attributes: Any) -> None:
         """Add span attributes while the phase is open (a result known only at its end)."""
-        if self._entered is not None:
-            self._entered[2].set_attributes(attributes)
+        if self._entered and not self._closed:
+            self._span.set_attributes(attributes)
 
     def __enter__(self) -> phase:
-        if self._entered is not None:
+        if self._entered:
             raise RuntimeError(f"otel_mindformers.phase({self.name!r}) is already open; use a new one")
+        self._entered = True
+        _heal_context()
         recorder = _active
-        outer = _open_phase.get()
-        start_perf, start_wall = time.perf_counter(), time.time()
+        outer = _innermost_open()
+        self._start_perf, self._start_wall = time.perf_counter(), time.time()
         if recorder is not None:
             context = otel_context.get_current() if outer is not None else recorder.parent()
             span = recorder.tracer.start_span(
                 phase_names.SPAN_PREFIX + self.name,
                 context=context,
                 attributes=recorder.span_attributes(self.name, self.attributes),
-                start_time=int(start_wall * 1e9),
+                start_time=int(self._start_wall * 1e9),
             )
         else:
             span = trace.get_tracer("otel_mindformers").start_span(
                 phase_names.SPAN_PREFIX + self.name,
                 attributes={**self.attributes, phase_names.ATTR_PHASE: self.name},
-                start_time=int(start_wall * 1e9),
+                start_time=int(self._start_wall * 1e9),
             )
-        use = trace.use_span(span, end_on_exit=False, record_exception=True, set_status_on_exception=True)
-        use.__enter__()
-        token = _open_phase.set(self)
-        previous_phase = None
-        if recorder is not None and threading.get_ident() == recorder.training_thread:
-            previous_phase, recorder.clock.phase = recorder.clock.phase, self.name
-        self._entered = (recorder, outer, span, use, token, previous_phase, start_perf, start_wall)
+        self._recorder, self._span, self._outer = recorder, span, outer
+        self._thread = threading.get_ident()
+        self._context = otel_context.get_current()  # what this thread's context goes back to
+        otel_context.attach(trace.set_span_in_context(span))
+        _local.phase = self
+        if recorder is not None:
+            recorder.opened(self, self._start_perf)
         self._exported = span.is_recording()  # asked before the span ends, which makes it False
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        assert self._entered is not None, "phase.__exit__ without __enter__"
-        recorder, outer, span, use, token, previous_phase, start_perf, start_wall = self._entered
-        self._entered = None
-        seconds = time.perf_counter() - start_perf
-        try:
-            use.__exit__(exc_type, exc, tb)  # records the exception and the error status
-        finally:
-            # The span lasts exactly the seconds the ledger counts: its own clock reads would
-            # be a few calls away from ours (milliseconds on a loaded machine).
-            span.end(end_time=int((start_wall + seconds) * 1e9))
-            _open_phase.reset(token)
-            if previous_phase is not None:
-                recorder.clock.phase = previous_phase
-            if recorder is not None:
-                recorder.finished(self.name, seconds, outermost=outer is None)
-            elif outer is None:
-                done = PhaseInterval(self.name, start_wall, start_wall + seconds, seconds, dict(self.attributes))
-                _pending.append((done, self._exported))
+        if not self._entered:
+            raise RuntimeError(f"otel_mindformers.phase({self.name!r}) exited without being entered")
+        self._close(exc)
+
+    def _close(self, exc: BaseException | None, *, closed_by_run_end: bool = False) -> None:
+        if self._closed:  # closed by the run's end already (or a second exit)
+            return
+        self._closed = True
+        now = time.perf_counter()
+        seconds = now - self._start_perf
+        span, recorder = self._span, self._recorder
+        if exc is not None and isinstance(exc, BaseException):
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        if closed_by_run_end:
+            span.set_attribute(phase_names.ATTR_PHASE_CLOSED_BY_RUN_END, True)
+        # The span lasts exactly the seconds the ledger counts: its own clock reads would be a
+        # few calls away from ours (milliseconds on a loaded machine).
+        span.end(end_time=int((self._start_wall + seconds) * 1e9))
+        if threading.get_ident() == self._thread:
+            self._restore_context()
+        if recorder is not None:
+            recorder.closed(self, now)
+            recorder.observe(self.name, seconds)
+        elif self._outer is None:
+            done = PhaseInterval(
+                self.name, self._start_wall, self._start_wall + seconds, seconds, dict(self.attributes)
+            )
+            _pending.append((done, self._exported))
+
+    def _restore_context(self) -> None:
+        """When this phase's span is this thread's current one, make the nearest phase still
+        open the current one again (or what was current before them)."""
+        if trace.get_current_span() is not self._span:
+            return  # an inner phase is still open (it restores), or the caller changed context
+        context, outer = self._context, self._outer
+        while outer is not None and outer._closed:
+            context, outer = outer._context, outer._outer
+        otel_context.attach(context)
+        _local.phase = outer
 
 
-__all__ = ["PhaseRecorder", "active_recorder", "open_phase_name", "phase"]
+__all__ = ["PhaseNames", "PhaseRecorder", "active_recorder", "open_phase_name", "phase"]

@@ -10,6 +10,7 @@ to the ledger through `on_lost`.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -53,7 +54,10 @@ class RunTimeline:
             point_attributes=point_attributes, clock=clock, on_lost=self._lost,
         )  # fmt: skip
         # Phases that ended before the run (a checkpoint load): start-up's share of the ledger.
-        self.before: list[PhaseInterval] = self.recorder.activate()
+        # (Named by their ledger keys: a user phase under `user.`.)
+        self.before: list[PhaseInterval] = [
+            dataclasses.replace(done, name=self.recorder.ledger_key(done.name)) for done in self.recorder.activate()
+        ]
         self._undo_hooks = instrument_callbacks(callbacks, self.recorder)
         self._evaluation: phase | None = None
 

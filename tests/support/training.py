@@ -8,8 +8,9 @@ Three train-cell shapes cover what MonitorCallback must read:
 - "tuple5": MindFormers' `MFTrainOneStepCell` shape `(loss, overflow, scale, lr, global_norm)`.
 
 Faults are injected through the data, not the network, so the callback sees what a real
-run would: a NaN label makes the loss NaN, a scaled label makes it spike, and a slow
-generator makes a step stall.
+run would: a NaN label makes the loss NaN, a scaled label makes it spike, a slow
+generator makes a step stall, and an infinite loss scale (a third column the tuple cells
+feed to the backward pass) overflows a step as fp16 loss scaling does.
 """
 
 from __future__ import annotations
@@ -46,13 +47,19 @@ class _TupleTrainCell(nn.TrainOneStepCell):
         self.scale = ms.Parameter(ms.Tensor(scale, ms.float32), name="loss_scale")
 
     def construct(self, *inputs):
-        loss = self.network(*inputs)
-        grads = self.grad(self.network, self.weights)(*inputs, ops.ones_like(loss))
+        # A third column, when the data has one, is the loss scale of the step (the
+        # sensitivity fed to the backward pass): `inf` overflows it as fp16 scaling does.
+        data = inputs[:2]
+        loss = self.network(*data)
+        sens = ops.ones_like(loss) if len(inputs) < 3 else ops.ones_like(loss) * inputs[2][0]
+        grads = self.grad(self.network, self.weights)(*data, sens)
         overflow = ops.zeros((), ms.bool_)
         for g in grads:
             overflow = ops.logical_or(overflow, ops.logical_not(ops.isfinite(g)).any())
         global_norm = ops.sqrt(sum(ops.reduce_sum(ops.square(g)) for g in grads)).reshape((1,))
         lr = self.optimizer.get_lr()
+        if len(inputs) >= 3:  # with a loss scale, as a loss-scale cell: an overflow updates nothing
+            grads = tuple(ops.where(overflow, ops.zeros_like(g), g) for g in grads)
         loss = ops.depend(loss, self.optimizer(grads))
         if self.width == 3:
             return loss.reshape((1,)), overflow, self.scale
@@ -66,6 +73,9 @@ class Faults:
     nan_at: set[int] = field(default_factory=set)
     spike_at: dict[int, float] = field(default_factory=dict)  # step -> label multiplier
     sleep_at: dict[int, float] = field(default_factory=dict)  # step -> seconds
+    # Steps whose loss scale is inf (tuple shapes): overflow, an infinite grad norm, a
+    # finite loss, no update — fp16 loss scaling at work.
+    overflow_at: set[int] = field(default_factory=set)
 
 
 class _Source:
@@ -89,7 +99,10 @@ class _Source:
             y[:] = np.nan
         if step in self.faults.spike_at:
             y *= self.faults.spike_at[step]
-        return self.x[index], y
+        if not self.faults.overflow_at:
+            return self.x[index], y
+        scale = np.float32(np.inf if step in self.faults.overflow_at else 1.0)
+        return self.x[index], y, np.array(scale, dtype=np.float32)
 
 
 def build_model(shape: str = "scalar", lr=0.01, model_config: Any = None) -> Model:
@@ -113,8 +126,9 @@ def build_model(shape: str = "scalar", lr=0.01, model_config: Any = None) -> Mod
 
 def build_dataset(steps: int, faults: Faults | None = None):
     """`steps` batches of BATCH samples."""
-    source = _Source(steps, faults or Faults())
-    return GeneratorDataset(source, column_names=["x", "y"], shuffle=False).batch(BATCH)
+    faults = faults or Faults()
+    columns = ["x", "y", "loss_scale"] if faults.overflow_at else ["x", "y"]
+    return GeneratorDataset(_Source(steps, faults), column_names=columns, shuffle=False).batch(BATCH)
 
 
 def train(
