@@ -12,6 +12,7 @@ from otel_mindformers.names import model_state as model_state_specs
 from otel_mindformers.names import phases as phase_names
 from otel_mindformers.names import training as training_metrics
 from otel_mindformers.names.diagnosis import DIAGNOSIS_METRICS
+from otel_mindformers.names.job import JOB_METRICS
 from otel_mindformers.names.phases import PHASE_DURATION
 from otel_mindformers.names.spec import Kind, MetricSpec
 
@@ -205,14 +206,21 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = tuple(
 
 def all_metrics() -> tuple[MetricSpec, ...]:
     """Every metric the package can emit (training, device, alert and self metrics)."""
-    return training_metrics.INSTRUMENTS + (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS
+    return (
+        training_metrics.INSTRUMENTS
+        + (PHASE_DURATION,)
+        + DIAGNOSIS_METRICS
+        + JOB_METRICS
+        + ALERT_METRICS
+        + DEVICE_METRICS
+    )
 
 
 def markdown_table() -> str:
     """The README's table of the metrics beside the training table (diagnosis, alert,
     device, host and self metrics), generated from the specs above."""
     lines = ["| metric | kind | unit | meaning |", "|---|---|---|---|"]
-    for spec in (PHASE_DURATION,) + DIAGNOSIS_METRICS + ALERT_METRICS + DEVICE_METRICS:
+    for spec in (PHASE_DURATION,) + DIAGNOSIS_METRICS + JOB_METRICS + ALERT_METRICS + DEVICE_METRICS:
         unit = f"`{spec.unit}`" if spec.unit else ""
         lines.append(f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | {unit} | {spec.description} |")
     return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""One attempt of a restarted job: a real MindSpore training with `ModelCheckpoint`,
+resumed the way a user resumes (`load_checkpoint` + `Model.train(..., initial_epoch=E)`).
+
+    python -m tests.support.restart_worker '<json spec>'
+
+Spec keys: `config` (monitor_config mapping), `epochs` (the job's epochs), `steps` (steps
+per epoch), `checkpoint_dir`, `save_steps` (ModelCheckpoint's save_checkpoint_steps),
+`resume` (a checkpoint path, or null), `initial_epoch`, `step_sleep` (seconds added to each
+step, after the callbacks' step end), `pause_at` (a job step: at it, write `paused` to the
+clock file and wait to be killed), `crash_at` (a job step: raise RuntimeError there),
+`clock` (a JSON-lines file the worker appends its own clock readings to: `{"step": job
+step, "t": time.time()}` per step, `{"event": "returned", "t": ...}` after training).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start one attempt in `cwd`."""
+    full_env = {
+        **os.environ,
+        "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])),
+        **(env or {}),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.restart_worker", json.dumps(spec)],
+        cwd=cwd,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_clock(path: Path) -> list[dict]:
+    """The worker's own clock readings (every attempt appends to the same file)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def latest_checkpoint(directory: Path) -> Path:
+    """The newest `.ckpt` ModelCheckpoint wrote in `directory`."""
+    return max(directory.glob("*.ckpt"), key=lambda p: p.stat().st_mtime_ns)
+
+
+def main(argv: list[str]) -> None:
+    spec = json.loads(argv[0])
+    import mindspore as ms
+    from mindspore.train.callback import Callback, CheckpointConfig, ModelCheckpoint
+
+    from otel_mindformers import MonitorCallback
+    from tests.support.training import build_dataset, build_model
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    clock_path = Path(spec["clock"])
+    initial_epoch = int(spec.get("initial_epoch") or 0)
+    steps = int(spec["steps"])
+
+    def note(entry: dict) -> None:
+        with open(clock_path, "a") as stream:
+            stream.write(json.dumps(entry) + "\n")
+
+    class UserClock(Callback):
+        """The test's own clock: after MonitorCallback and ModelCheckpoint in the list."""
+
+        def on_train_step_end(self, run_context):
+            cb_params = run_context.original_args()
+            step = initial_epoch * steps + int(cb_params.cur_step_num)
+            note({"step": step, "t": time.time(), "pid": os.getpid()})
+            if step == spec.get("crash_at"):
+                raise RuntimeError(f"injected crash at step {step}")
+            if step == spec.get("pause_at"):
+                note({"event": "paused", "step": step, "t": time.time(), "pid": os.getpid()})
+                while True:
+                    time.sleep(1.0)
+            if spec.get("step_sleep"):
+                time.sleep(float(spec["step_sleep"]))
+
+    model = build_model()
+    if spec.get("resume"):
+        ms.load_checkpoint(spec["resume"], net=model.train_network)
+    checkpoint = ModelCheckpoint(
+        prefix="job",
+        directory=spec["checkpoint_dir"],
+        config=CheckpointConfig(save_checkpoint_steps=int(spec["save_steps"]), keep_checkpoint_max=20),
+    )
+    callbacks = [MonitorCallback(spec["config"]), checkpoint, UserClock()]
+    model.train(
+        int(spec["epochs"]),
+        build_dataset(steps),
+        callbacks=callbacks,
+        dataset_sink_mode=False,
+        initial_epoch=initial_epoch,
+    )
+    note({"event": "returned", "t": time.time(), "pid": os.getpid()})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
