@@ -11,9 +11,9 @@ step it resumed from), `checkpoint_save_seconds`, `checkpoint_load_seconds`, `tr
 end is `killed`, ended at its last heartbeat: the next attempt writes that down.
 
 Cost on the training thread: nothing per step. A background thread reads the step clock
-every `heartbeat_interval` seconds and rewrites the ledger when the step moved; the
-training thread only sets a field and wakes it on the first step, a checkpoint save and
-the end.
+every `heartbeat_interval` seconds and rewrites this rank's ledger (its heartbeat: a few
+hundred bytes); the training thread only sets a field and wakes it on the first step, a
+checkpoint save or load, and the end.
 """
 
 from __future__ import annotations
@@ -34,9 +34,6 @@ from otel_mindformers.job.ledger import locked, new_ledger, read_ledger, update_
 from otel_mindformers.names import job as names
 
 _logger = logging.getLogger(__name__)
-
-# A write at least this often (in heartbeat intervals) while the step does not move.
-_IDLE_HEARTBEATS = 12
 
 
 def local_job_id(path: Path, generation: int) -> str:
@@ -216,18 +213,14 @@ class AttemptTracker:
     # --- writer thread ---------------------------------------------------------------------
     def _run(self) -> None:
         self._write()
-        idle = 0
         while not self._stop:
-            woken = self._wake.wait(self._interval)
+            self._wake.wait(self._interval)
             self._wake.clear()
             if self._stop:
                 return
             with self._lock:
-                moved = self._take_progress()
-            idle = 0 if moved or woken else idle + 1
-            if moved or woken or idle >= _IDLE_HEARTBEATS:
-                idle = 0
-                self._write()
+                self._take_progress()
+            self._write()
 
     def _take_progress(self) -> bool:
         """Copy the clock's step into the entry (holding the lock); True when it moved."""

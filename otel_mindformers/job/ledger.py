@@ -56,9 +56,9 @@ def _valid(data: Any) -> bool:
     )
 
 
-def read_ledger(path: Path) -> dict[str, Any] | None:
-    """The ledger at `path`, or None when there is none or it is unreadable (one warning,
-    and the bad file is kept aside as `*.corrupt`)."""
+def read_ledger(path: Path, *, repair: bool = True) -> dict[str, Any] | None:
+    """The ledger at `path`, or None when there is none or it is unreadable (one warning;
+    with `repair`, the bad file is kept aside as `*.corrupt` so a fresh ledger can start)."""
     try:
         text = path.read_bytes()
     except FileNotFoundError:
@@ -72,6 +72,9 @@ def read_ledger(path: Path) -> dict[str, Any] | None:
         data = None
     if _valid(data):
         return data
+    if not repair:
+        _warn_once(path, "the job ledger %s is corrupt or truncated; left out", path)
+        return None
     aside = path.with_name(path.name + ".corrupt")
     with contextlib.suppress(OSError):
         os.replace(path, aside)
