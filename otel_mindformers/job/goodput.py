@@ -70,7 +70,9 @@ def no_progress_streak(entries: list[dict[str, Any]]) -> int:
     for entry in entries:
         outcome = entry.get("outcome")
         last = int(entry.get("last_step") or 0)
-        if outcome not in ENDED or outcome == names.OUTCOME_COMPLETED:
+        if outcome not in ENDED:  # still running: the streak is the earlier attempts'
+            continue
+        if outcome == names.OUTCOME_COMPLETED:
             streak, furthest = 0, None
             continue
         if furthest is not None and last <= furthest:

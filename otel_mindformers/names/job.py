@@ -18,7 +18,7 @@ ATTR_PREVIOUS_OUTCOME = "training.job.previous_attempt.outcome"
 JOB_GOODPUT = MetricSpec(
     "mindformers.job.goodput",
     Kind.OBSERVABLE_GAUGE,
-    "1",
+    "",
     "The job's goodput across its attempts: productive training time over the wall time since its first attempt began.",
 )
 JOB_ATTEMPT = MetricSpec(

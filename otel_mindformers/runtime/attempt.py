@@ -97,7 +97,10 @@ def begin_attempt(
 
 def previous_attempt_link(tracker: AttemptTracker | None) -> list[Link]:
     """A link to the previous attempt's run span, when its ids are in the ledger."""
-    previous = tracker.previous if tracker is not None else None
+    return _link_to(tracker.previous if tracker is not None else None)
+
+
+def _link_to(previous: dict[str, Any] | None) -> list[Link]:
     if not previous or not previous.get("trace_id") or not previous.get("span_id"):
         return []
     try:
@@ -113,7 +116,7 @@ def previous_attempt_link(tracker: AttemptTracker | None) -> list[Link]:
     return [Link(context, attributes)]
 
 
-def record_killed_attempt(tracer: Any, step_ids: Any, tracker: AttemptTracker | None) -> None:
+def record_killed_attempt(telemetry: Any, step_ids: Any, tracker: AttemptTracker | None) -> None:
     """The previous attempt's run span, when it was killed (its own never ended, so it was
     never exported): recorded now with its ids, from its train begin to its last heartbeat,
     so the link from this run span resolves in the trace backend."""
@@ -131,9 +134,10 @@ def record_killed_attempt(tracer: Any, step_ids: Any, tracker: AttemptTracker | 
     from otel_mindformers.names import semconv
 
     with step_ids.preset_ids(trace_id, span_id):
-        span = tracer.start_span(
+        span = telemetry.tracer.start_span(
             semconv.SPAN_RUN,
             context=otel_context.Context(),
+            links=_link_to(tracker.history[-2] if len(tracker.history) > 1 else None),
             start_time=int(float(previous.get("train_begin") or previous["process_start"]) * 1e9),
             attributes={
                 names.ATTR_ATTEMPT: int(previous["attempt"]),
@@ -147,6 +151,7 @@ def record_killed_attempt(tracer: Any, step_ids: Any, tracker: AttemptTracker | 
         )
     span.set_status(Status(StatusCode.ERROR, "killed: no end record (inferred from its last heartbeat)"))
     span.end(end_time=int(attempt_end(previous) * 1e9))
+    telemetry.flush_soon()  # this attempt may be killed too before the batch goes out
 
 
 def run_span_attributes(tracker: AttemptTracker) -> dict[str, Any]:

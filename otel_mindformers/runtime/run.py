@@ -199,7 +199,7 @@ class MonitorRun:
         # Every rank's heartbeat, read by the metric reader's thread from the clock.
         Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
         step_ids = StepSpanIds.install(telemetry.tracer)
-        job_attempt.record_killed_attempt(telemetry.tracer, step_ids, attempt)
+        job_attempt.record_killed_attempt(telemetry, step_ids, attempt)
         self.pipeline = SampledStepPipeline(
             tracer=telemetry.tracer,
             instruments=TrainingInstruments(telemetry.meter),

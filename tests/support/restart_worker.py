@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -40,6 +41,32 @@ def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None) -> subproces
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def wait_for_ledger_step(ledger: Path, step: int, process: subprocess.Popen, timeout: float = 300) -> None:
+    """Until the attempt's heartbeat in `ledger` says it finished `step` (the process is
+    paused there), or fail with the process's output if it ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"the attempt ended (rc {process.returncode}) before step {step}:\n{err[-4000:]}")
+        try:
+            attempts = json.loads(ledger.read_text())["attempts"]
+            if attempts[-1]["pid"] == process.pid and attempts[-1]["last_step"] == step:
+                return
+        except (OSError, ValueError, KeyError, IndexError):
+            pass  # not written yet
+        time.sleep(0.05)
+    raise AssertionError(f"no heartbeat at step {step} in {ledger} within {timeout} s")
+
+
+def kill(process: subprocess.Popen) -> float:
+    """SIGKILL the attempt; the time it was sent (the test's clock)."""
+    sent = time.time()
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    return sent
 
 
 def read_clock(path: Path) -> list[dict]:
