@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,13 @@ def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
+def job():
     """Three attempts of one job; what the test saw of them."""
-    workdir = tmp_path_factory.mktemp("restarts")
+    with worker.private_dir() as workdir:
+        yield from _three_attempts(workdir)
+
+
+def _three_attempts(workdir: Path):
     checkpoints = workdir / "ckpt"
     checkpoints.mkdir()
     output = workdir / "output"
@@ -55,15 +60,15 @@ def job(tmp_path_factory):
             if resume_step is not None:
                 spec["resume"] = str(worker.latest_checkpoint(checkpoints))
                 assert spec["resume"].endswith(f"-{resume_step // STEPS}_{STEPS}.ckpt")
-            spawned.append(__import__("time").time())
-            process = worker.spawn(spec, workdir)
-            pids.append(process.pid)
-            if "pause_at" in extra:
-                worker.wait_for_ledger_step(ledger, extra["pause_at"], process)
-                killed.append(worker.kill(process))
-            else:
-                out, err = process.communicate(timeout=300)
-                assert process.returncode == 0, err[-4000:]
+            spawned.append(time.time())
+            with worker.reaped(worker.spawn(spec, workdir)) as process:
+                pids.append(process.pid)
+                if "pause_at" in extra:
+                    worker.wait_for_ledger_step(ledger, extra["pause_at"], process)
+                    killed.append(worker.kill(process))
+                else:
+                    out, err = process.communicate(timeout=300)
+                    assert process.returncode == 0, err[-4000:]
         # The last attempt's spans and points are flushed at its end; the killed ones' run
         # spans are recorded by their successors.
         receiver.wait_for(lambda rx: len(rx.spans(semconv.SPAN_RUN)) >= 3, timeout=30)

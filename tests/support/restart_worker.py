@@ -14,12 +14,16 @@ step, "t": time.time()}` per step, `{"event": "returned", "t": ...}` after train
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +45,28 @@ def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None) -> subproces
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@contextlib.contextmanager
+def private_dir() -> Iterator[Path]:
+    """A folder of the test's own, outside pytest's basetemp: a concurrent pytest session of
+    the same user prunes old basetemps, and a job's attempts outlive a few of them."""
+    path = Path(tempfile.mkdtemp(prefix="otel-mindformers-restarts-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def reaped(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """Kill the attempt if the test leaves it running (a paused one waits forever)."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
 
 
 def wait_for_ledger_step(ledger: Path, step: int, process: subprocess.Popen, timeout: float = 300) -> None:
