@@ -147,10 +147,10 @@ def test_downtime_matches_the_gap_the_test_measured(job):
         downtime = report["attempts"][number - 1]["downtime"]
         assert downtime["total"] == pytest.approx(measured, abs=0.5)
         # Split: no process, then start-up, checkpoint load and compile of the next attempt.
-        assert downtime["down"] + downtime["startup"] + downtime["checkpoint_load"] + downtime["compile"] == (
+        assert downtime["no_process"] + downtime["startup"] + downtime["checkpoint_load"] + downtime["compile"] == (
             pytest.approx(downtime["total"], abs=0.3)
         )
-        assert downtime["down"] == pytest.approx(job["spawned"][number - 1] - job["killed"][number - 2], abs=0.3)
+        assert downtime["no_process"] == pytest.approx(job["spawned"][number - 1] - job["killed"][number - 2], abs=0.3)
         assert downtime["checkpoint_load"] > 0
 
 

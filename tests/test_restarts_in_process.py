@@ -156,3 +156,48 @@ def test_two_attempts_that_make_progress_do_not_fire_it(workdir):
         rules = _attempts_crashing_at(workdir, [7, 12], 2, receiver)
     assert "no_progress" not in rules
     assert [a["last_step"] for a in ledger(workdir)["attempts"]] == [7, 12]
+
+
+# --- cost on the training thread -------------------------------------------------------------------
+class CheckpointEvery(Callback):
+    """A `checkpoint.save` phase every `every` steps, as a user's own save would be marked."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+
+    def on_train_step_end(self, run_context):
+        from otel_mindformers import phase
+
+        if run_context.original_args().cur_step_num % self.every == 0:
+            with phase("checkpoint.save"):
+                pass
+
+
+def test_the_ledger_is_written_on_events_not_per_step(workdir, monkeypatch):
+    import threading
+
+    from otel_mindformers.job import attempts as attempts_module
+
+    writes: list[int] = []
+    original = attempts_module.write_ledger
+
+    def counted(path, data):
+        writes.append(threading.get_ident())
+        return original(path, data)
+
+    monkeypatch.setattr(attempts_module, "write_ledger", counted)
+    from otel_mindformers.job import ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "write_ledger", counted)
+    training_thread = threading.get_ident()
+    # A heartbeat interval longer than the run: every write is an event's.
+    train(
+        [MonitorCallback(config(workdir, restarts={"heartbeat_interval": 600.0})), CheckpointEvery(10)],
+        epochs=4,
+    )
+    on_training_thread = writes.count(training_thread)
+    assert on_training_thread == 2  # the attempt's begin and its end; none per step
+    # Off the thread: its first write, the run span's ids, the first step, and the 4 saves
+    # (wakes that arrive together may share a write).
+    assert 3 <= len(writes) - on_training_thread <= 7
+    assert ledger(workdir)["attempts"][0]["durable_step"] == 40

@@ -18,7 +18,7 @@ from tests.support.instrumented import REPO, child_env
 pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "tests" / "support" / "mindformers_attempt.py"
-STEPS, SAVE, PAUSE = 12, 4, 6
+STEPS, SAVE, PAUSE = 8, 4, 6
 
 
 def _yaml(workdir) -> str:
@@ -28,6 +28,7 @@ def _yaml(workdir) -> str:
         {"type": "CheckpointMonitor", "prefix": "llama", "directory": "./ckpt", "save_checkpoint_steps": SAVE},
     ]
     document["monitor_config"] = {
+        "enable": True,
         "interval": 1,
         "output_type": ["json_file"],
         "json_log_path": "./output/train_metric.json",

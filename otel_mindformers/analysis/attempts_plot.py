@@ -27,7 +27,7 @@ SEGMENTS: tuple[tuple[str, str, str], ...] = (
     ("lost_progress", "lost (recomputed)", "#de2d26"),
     ("other", "after the last step", "#bdbdbd"),
 )
-DOWNTIME = ("downtime", "downtime (no process)", "#636363")
+DOWNTIME = ("no_process", "between attempts (no process)", "#636363")
 OUTCOME_MARK = {"completed": "✓", "stopped": "■", "crashed": "✗", "killed": "☠", "running": "…"}
 
 

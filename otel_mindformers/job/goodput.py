@@ -12,7 +12,7 @@ Per attempt, from its own clock readings (Unix seconds):
   its last durable checkpoint). The lost time is the lost steps at the attempt's mean
   step time.
 - `downtime` before attempt k+1: attempt k's end (its last heartbeat when it was killed)
-  to attempt k+1's first step, split into `down` (no process: until k+1's process began),
+  to attempt k+1's first step, split into `no_process` (until k+1's process began),
   `startup`, `checkpoint_load` and `compile`.
 - job goodput = productive time / (the last attempt's end, or now) − the first attempt's
   process start; productive = step time, less checkpoint saves, less the lost steps' time.
@@ -138,12 +138,12 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
             down = max(0.0, start - previous["end"])
             row["downtime"] = {
                 "total": ((first_end if first_end is not None else end) - previous["end"]),
-                "down": down,
+                "no_process": down,
                 "startup": startup,
                 "checkpoint_load": row["seconds"]["checkpoint_load"],
                 "compile": compile_,
             }
-            totals["downtime"] += down
+            totals["no_process"] += down
         for key, value in row["seconds"].items():
             totals[key] += value
         rows.append(row)

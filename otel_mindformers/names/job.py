@@ -50,7 +50,7 @@ BADPUT_CATEGORIES: dict[str, str] = {
     "compile": "PROGRAM_STARTUP",  # the attempt's first step (graph compilation)
     "checkpoint_save": "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
     "lost_progress": "WASTED_PROGRESS_FROM_DISRUPTION",  # steps computed again after a restart
-    "downtime": "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",  # no process: last heartbeat to the next start
+    "no_process": "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",  # between attempts: last heartbeat to the next start
     "other": "OTHER",  # after an attempt's last step until its end or last heartbeat
 }
 
