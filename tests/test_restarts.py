@@ -15,6 +15,7 @@ import pytest
 
 from otel_mindformers.names import job as job_names
 from otel_mindformers.names import semconv
+from otel_mindformers.names.diagnosis import PROGRESS_STEP
 from tests.support import restart_worker as worker
 from tests.support.otlp_receiver import OtlpReceiver
 
@@ -97,6 +98,13 @@ def test_every_output_carries_the_jobs_step_and_a_resume_appends(job):
     # OTLP: the step spans of the last attempt are 31..50.
     last_attempt = [s for s in job["receiver"].spans(semconv.SPAN_STEP) if s.resource.get(job_names.ATTR_ATTEMPT) == 3]
     assert sorted(s.attributes[semconv.ATTR_STEP] for s in last_attempt) == list(range(31, 51))
+    # The heartbeat gauge too: the last attempt's steps are the job's.
+    heartbeat = [
+        p.value
+        for p in job["receiver"].points(PROGRESS_STEP.name)
+        if p.resource.get(job_names.ATTR_ATTEMPT) == 3 and p.value
+    ]
+    assert heartbeat and min(heartbeat) >= 30 and max(heartbeat) == 50
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from otel_mindformers.job.goodput import job_timeline
+from otel_mindformers.job.goodput import is_alive, job_timeline
 from otel_mindformers.job.ledger import LEDGER_SUFFIX, read_ledger
 from otel_mindformers.names import job as names
 
@@ -81,9 +81,10 @@ def job_report(inputs: Sequence[str | Path], now: float | None = None) -> dict[s
             continue
         rank = int(_RANK.search(path.name)[1])
         job_ids.add(data["job_id"])
-        live = [a for a in data["attempts"] if a.get("outcome") is None]
+        now = now if now is not None else time.time()
+        live = [a for a in data["attempts"] if is_alive(a, now)]
         current = live[-1]["attempt_id"] if live else None
-        timeline = job_timeline(data["attempts"], now if now is not None else time.time(), current)
+        timeline = job_timeline(data["attempts"], now, current)
         timelines[rank] = timeline
         rank_rows[rank] = timeline["attempts"]
     if not timelines:

@@ -6,7 +6,7 @@ An attempt's entry in the ledger:
 after), `last_step` and `last_step_time` (its last finished step, as of its last heartbeat),
 `last_heartbeat`, `durable_step` and `durable_time` (its last checkpoint written, or the
 step it resumed from), `checkpoint_save_seconds`, `checkpoint_load_seconds`, `trace_id` and
-`span_id` (its run span, which the next attempt's links to), and, once it ended,
+`span_id` (its run span, which the next attempt's links to), `heartbeat_interval`, and, once it ended,
 `outcome` (completed, stopped, crashed), `reason` and `end`. An entry that never got its
 end is `killed`, ended at its last heartbeat: the next attempt writes that down.
 
@@ -135,6 +135,7 @@ class AttemptTracker:
             "durable_time": None,
             "checkpoint_save_seconds": 0.0,
             "checkpoint_load_seconds": checkpoint_load_seconds,
+            "heartbeat_interval": heartbeat_interval,
             "outcome": None,
         }
         with locked(path):

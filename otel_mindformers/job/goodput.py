@@ -45,6 +45,14 @@ def attempt_end(entry: dict[str, Any], now: float | None = None) -> float:
     return _f(entry, "last_heartbeat") or _f(entry, "process_start") or 0.0
 
 
+def is_alive(entry: dict[str, Any], now: float) -> bool:
+    """An attempt without an end whose heartbeat is fresh (within three intervals): running."""
+    if entry.get("outcome") is not None or entry.get("end") is not None:
+        return False
+    interval = float(entry.get("heartbeat_interval") or 5.0)
+    return now - float(entry.get("last_heartbeat") or 0.0) <= 3 * interval + 1.0
+
+
 def outcome_of(entry: dict[str, Any], live: bool = False) -> str:
     """completed / stopped / crashed, killed when it has no end record, running when `live`."""
     outcome = entry.get("outcome")
@@ -91,7 +99,7 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
         following = entries[index + 1] if index + 1 < len(entries) else None
         live = entry.get("attempt_id") == live_attempt_id
         start = _f(entry, "process_start") or 0.0
-        end = attempt_end(entry, now if live or following is None else None)
+        end = attempt_end(entry, now if live else None)
         first_begin, first_end = _f(entry, "first_step_begin"), _f(entry, "first_step_end")
         load = float(entry.get("checkpoint_load_seconds") or 0.0)
         steps, span, save = _steps_part(entry)
@@ -165,4 +173,4 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
     }
 
 
-__all__ = ["ENDED", "attempt_end", "job_timeline", "no_progress_streak", "outcome_of"]
+__all__ = ["ENDED", "attempt_end", "is_alive", "job_timeline", "no_progress_streak", "outcome_of"]

@@ -31,7 +31,7 @@ JOB_NO_PROGRESS_ATTEMPTS = MetricSpec(
     "mindformers.job.no_progress_attempts",
     Kind.OBSERVABLE_GAUGE,
     "{attempt}",
-    "Consecutive earlier attempts of the job that ended without passing the furthest step reached before them.",
+    "Attempts in a row that ended, not completed, without passing the furthest step the first of them reached (3: three attempts died at one step).",
 )
 JOB_METRICS: tuple[MetricSpec, ...] = (JOB_GOODPUT, JOB_ATTEMPT, JOB_NO_PROGRESS_ATTEMPTS)
 
