@@ -26,25 +26,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parents[2]
+from tests.support import reliability_worker
 
 
-def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def spawn(spec: dict, cwd: Path) -> subprocess.Popen:
     """Start one attempt in `cwd`."""
-    full_env = {
-        **os.environ,
-        "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])),
-        **(env or {}),
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.restart_worker", json.dumps(spec)],
-        cwd=cwd,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return reliability_worker.spawn(spec, cwd, module="tests.support.restart_worker")
 
 
 @contextlib.contextmanager
