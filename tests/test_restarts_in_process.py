@@ -130,7 +130,11 @@ def _attempts_crashing_at(workdir: Path, steps: list[int], threshold: int, recei
                 workdir,
                 job_id="stuck-job",
                 restarts={"heartbeat_interval": 0.1, "no_progress_attempts": threshold},
-                alert_config={"enable_alert": True, "notifiers": [{"type": "webhook", "url": receiver.url()}]},
+                alert_config={
+                    "enable_alert": True,
+                    "notify_run_end": True,
+                    "notifiers": [{"type": "webhook", "url": receiver.url()}],
+                },
             )
         )
         with pytest.raises(RuntimeError, match="injected crash"):
@@ -146,6 +150,9 @@ def test_three_attempts_crashing_at_the_same_step_fire_the_no_progress_alert(wor
         (notice,) = [r.body for r in receiver.wait_for(1) if r.body["rule"] == "no_progress"]
     assert notice["severity"] == "critical" and notice["value"] == 3
     assert "3 attempts in a row ended without passing step 7" in notice["message"]
+    # The end-of-run notice says where the job stands across its attempts.
+    run_ends = [r.body["message"] for r in receiver.requests if r.body["rule"] == "run_end"]
+    assert len(run_ends) == 3 and "job stuck-job: attempt 3, job goodput" in run_ends[-1]
     entries = ledger(workdir)["attempts"]
     assert [(a["outcome"], a["last_step"]) for a in entries] == [("crashed", 7)] * 3
     assert entries[0]["reason"] == "RuntimeError: injected crash at step 7"
