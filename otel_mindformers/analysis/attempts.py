@@ -159,7 +159,7 @@ def render_job(job: dict[str, Any], fmt: str = "text") -> str:
         rows = _rows(job)
         lines = [f"## {header}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
         lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
-        return "\n".join(lines + ["", *(line.strip() for line in _totals_lines(job))]) + "\n"
+        return "\n".join(lines + ["", *(f"- {line.strip()}" for line in _totals_lines(job))]) + "\n"
     return "\n".join([header, *_aligned(_rows(job)), *_totals_lines(job)]) + "\n"
 
 
