@@ -500,6 +500,7 @@ def test_every_section_with_a_switch_takes_a_bool_for_it():
         "alert_config.step_time_regression",
         "alert_config.throughput_drop",
         "logs",
+        "restarts",
     ]
     assert parse_monitor_config(False).enable is False  # `monitor_config: false`
 

@@ -285,10 +285,11 @@ class AlertEngine:
         if self._owns_stacks:
             self.stacks.attach_run_span(span)
 
-    def notify_run_end(self, outcome: str, reason: str | None, last_step: int) -> None:
+    def notify_run_end(self, outcome: str, reason: str | None, last_step: int, job: str | None = None) -> None:
         """The run ended: `completed`, `stopped` (early, `reason` says why) or `crashed`
         (`reason`: the exception type and message). A notice when `notify_run_end` is on:
-        from the ranks that report training metrics, and from any rank that crashed."""
+        from the ranks that report training metrics, and from any rank that crashed. `job`:
+        a line about the job across its attempts (its goodput, lost steps, downtime)."""
         if outcome not in _RUN_END_SEVERITY:
             raise ValueError(f"outcome must be one of {tuple(_RUN_END_SEVERITY)}, got {outcome!r}")
         if not self._notify_run_end or (outcome != CRASHED and not self._reports_training):
@@ -298,6 +299,8 @@ class AlertEngine:
             STOPPED: f"run stopped early after step {last_step}: {reason}",
             CRASHED: f"run crashed after step {last_step}: {reason}",
         }[outcome]
+        if job:
+            detail = f"{detail}; {job}"
         self._notify(self._alert(RUN_END, _RUN_END_SEVERITY[outcome], outcome, last_step, detail))
 
     def shutdown(self, timeout: float) -> None:

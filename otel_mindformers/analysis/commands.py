@@ -33,6 +33,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     plot.add_argument("--size", type=_pixels, default="1600x1000", metavar="WxH", help="image size in pixels")
     plot.add_argument("--title", help="figure title")
+    plot.add_argument(
+        "--attempts",
+        action="store_true",
+        help="draw the job's attempts on a time axis instead (from the ledgers beside the logs: docs/restarts.md)",
+    )
     plot.set_defaults(func=_plot)
 
     report = commands.add_parser("report", help="summarise a run: loss, throughput, anomalies, stragglers, gaps")
@@ -140,6 +145,8 @@ def _require(command: str, modules: Iterable[str]) -> None:
 
 @_one_line_errors
 def _plot(args: argparse.Namespace) -> int:
+    if args.attempts:
+        return _plot_attempts(args)
     _require("plot", ("matplotlib", "matplotlib.figure"))
     from otel_mindformers.analysis.plot import plot  # matplotlib loads only for this command
 
@@ -150,13 +157,26 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot_attempts(args: argparse.Namespace) -> int:
+    from otel_mindformers.analysis.attempts import job_report
+    from otel_mindformers.analysis.attempts_plot import plot_attempts
+
+    job = job_report(args.logs)
+    if job is None:
+        raise AnalysisError(f"no job ledger (*.job.rank_N.ledger) beside {', '.join(map(str, args.logs))}")
+    output = plot_attempts(job, args.output, size=args.size, title=args.title)
+    print(f"wrote {output} ({len(job['attempts'])} attempts, {len(job['ranks'])} rank(s))")
+    return 0
+
+
 @_one_line_errors
 def _report(args: argparse.Namespace) -> int:
+    from otel_mindformers.analysis.attempts import with_job
     from otel_mindformers.analysis.report import render, report_logs
 
     report = report_logs(args.logs, args.straggler_threshold)
     _note_damaged_tails(location for summary in report.series for location in summary.damaged_tails)
-    text = render(report, args.format)
+    text = with_job(render(report, args.format), args.logs, args.format)
     if getattr(args, "captures", None):
         from otel_mindformers.analysis.captures import with_captures
 

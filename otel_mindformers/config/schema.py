@@ -306,6 +306,22 @@ class StragglerConfig(_Section):
     windows: int = _key(default=3, check=_at_least(1, 1000))
 
 
+@dataclasses.dataclass(repr=False)
+class RestartsConfig(_Section):
+    """`monitor_config.restarts`: the job's life across restarts (docs/restarts.md).
+
+    Each rank keeps a small ledger of the job's attempts beside the JSON log; a background
+    thread writes it on phase and checkpoint events and every `heartbeat_interval` seconds
+    while the step moves (the last heartbeat of an attempt that was killed). The no-progress
+    alert fires when `no_progress_attempts` consecutive attempts ended without passing the
+    furthest step reached before them.
+    """
+
+    enable: bool = _key(default=True)
+    heartbeat_interval: float = _key(default=5.0, check=_seconds(0.01))
+    no_progress_attempts: int = _key(default=3, check=_at_least(1, 1000))
+
+
 @dataclasses.dataclass(frozen=True)
 class TelemetryConfig:
     """`service_name`, `output_type`, `otlp` and `prometheus`, for the OTel providers."""
@@ -363,6 +379,10 @@ class MonitorConfig(_Section):
     peak_tflops: Union[float, None] = _key(default=None, check=_at_least(1e-6))
     flops_per_token: Union[float, None] = _key(default=None, check=_at_least(1.0))
     shutdown_timeout: float = _key(default=5.0, check=_seconds(0.0))
+    # The job this run is an attempt of (docs/restarts.md); unset: the launcher's job id
+    # (MINDX_TASK_ID, SLURM_JOB_ID, TORCHELASTIC_RUN_ID, ...), else the ledger's.
+    job_id: Union[str, None] = _key(default=None)
+    restarts: RestartsConfig = _key(factory=RestartsConfig)
     # Which sampled steps get a span: true (all), false (none), or N (steps that are
     # multiples of N, plus the last and any with a NaN/Inf value).
     step_spans: Union[bool, int] = _key(default=True, check=_check_step_spans)

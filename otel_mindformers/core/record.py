@@ -70,6 +70,8 @@ class StepRecord:
     stragglers: list[str] = field(default_factory=list)
     # Readings from inside the model (model_state/): summarised on the worker thread.
     model_state: ModelState | None = None
+    # The job this run is an attempt of: id, attempt number, job goodput (job/attempts.py).
+    job: dict[str, object] | None = None
 
     def ordered_values(self) -> list[tuple[str, float | bool]]:
         """Values in the table's order (loss first), for lines people read."""
@@ -103,4 +105,6 @@ class StepRecord:
             line["stragglers"] = list(self.stragglers)
         if self.model_state:
             line["model_state"] = self.model_state.summary()
+        if self.job:
+            line["job"] = dict(self.job)
         return line

@@ -21,7 +21,6 @@ oldest captures. A failure is warned about once, and never reaches training.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 import zlib
@@ -33,6 +32,7 @@ from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import Span
 
 from otel_mindformers.config.schema import CaptureConfig
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.diagnosis import capture_store as store
 from otel_mindformers.diagnosis.profiler import ProfilerUnavailable, ProfileSession, load_profiler
 from otel_mindformers.diagnosis.stacks import capture as capture_stacks
@@ -41,7 +41,7 @@ from otel_mindformers.names import captures as names
 from otel_mindformers.names import semconv
 from otel_mindformers.telemetry.instruments import create_instrument
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 STACK_TEXT_CHARS = 200_000
 # How long a capture's finishing thread waits for the profiler's analysis to write the trace.

@@ -21,7 +21,6 @@ the section's name in the JSON line's `stragglers`.
 
 from __future__ import annotations
 
-import logging
 import statistics
 from collections import deque
 from typing import Any
@@ -31,6 +30,7 @@ from opentelemetry.metrics import Meter
 from opentelemetry.trace import Span
 
 from otel_mindformers.config.schema import StragglerConfig
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
@@ -39,7 +39,7 @@ from otel_mindformers.telemetry.events import record_event
 from otel_mindformers.telemetry.instruments import create_instrument
 from otel_mindformers.timing.sections import STEPS_KEY, WINDOW_KEY
 
-_logger = logging.getLogger(__name__)
+_logger = get_logger(__name__)
 
 HISTORY = 100  # windows the individual score's baseline is the median of
 

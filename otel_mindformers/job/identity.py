@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from otel_mindformers.job.layout import layout_attributes
 from otel_mindformers.job.versions import software_versions
+from otel_mindformers.names import job as job_names
 from otel_mindformers.names import semconv
 
 # uuid5 namespace for service.instance.id: stable per (job, host, rank), unlike the SDK's
@@ -59,6 +60,8 @@ class Identity:
     device_id: int = 0
     device_target: str | None = "CPU"  # None: read before MindSpore was imported
     job_id: str | None = None
+    attempt: int | None = None  # the job's attempt this process is (job/attempts.py)
+    attempt_id: str | None = None
     launcher: str = "none"
     host_name: str = ""
     kubernetes: tuple[tuple[str, str], ...] = ()  # k8s.* resource attributes
@@ -90,6 +93,10 @@ class Identity:
             attrs[semconv.ATTR_NODE_RANK] = self.node_rank
         if self.job_id:
             attrs[semconv.ATTR_JOB_ID] = self.job_id
+        if self.attempt is not None:
+            attrs[job_names.ATTR_ATTEMPT] = self.attempt
+        if self.attempt_id:
+            attrs[job_names.ATTR_ATTEMPT_ID] = self.attempt_id
         attrs.update(self.kubernetes)
         attrs.update(self.job)
         return attrs
@@ -122,6 +129,8 @@ def _launcher(env: Mapping[str, str]) -> str:
         return "msrun"
     if "SLURM_JOB_ID" in env:
         return "slurm"
+    if "TORCHELASTIC_RUN_ID" in env:
+        return "torchelastic"
     if "VC_TASK_INDEX" in env or "VOLCANO_JOB_NAME" in env:
         return "volcano"
     if "KUBERNETES_SERVICE_HOST" in env:
@@ -137,12 +146,26 @@ def _job_id(env: Mapping[str, str]) -> str | None:
         "MS_JOB_ID",
         "MINDX_TASK_ID",
         "SLURM_JOB_ID",
+        "TORCHELASTIC_RUN_ID",
         "VOLCANO_JOB_NAME",
         "JOB_ID",
     ):
         if env.get(name):
             return env[name]
     return None
+
+
+# The launcher's restart counter, where it keeps one (0 on the first run): torchrun's, and
+# Slurm's for a requeued job (unset on the first run). msrun never restarts its workers;
+# MindCluster's `version` pod label reaches a process only through the downward API, which
+# a job spec may map to OTEL_MINDFORMERS_ATTEMPT.
+_RESTART_VARIABLES = ("OTEL_MINDFORMERS_ATTEMPT", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
+
+
+def launcher_restart_count(env: Mapping[str, str] | None = None) -> int | None:
+    """How many times the launcher restarted this job before this process, where it says."""
+    env = os.environ if env is None else env
+    return _int(env, *_RESTART_VARIABLES)
 
 
 def _communication_rank() -> tuple[int, int] | None:

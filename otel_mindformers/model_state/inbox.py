@@ -45,6 +45,8 @@ def _float(data: Any) -> float:
 class StateInbox:
     def __init__(self) -> None:
         self._runs = 0
+        # What the open run adds to MindSpore's `cur_step_num` for the job's step (job/resume.py).
+        self.step_offset = 0
         self._latest: dict[str, tuple[int, Any]] = {}
         self._micro: dict[str, tuple[int, list[Any]]] = {}
         self._expert_loads: dict[str, tuple[int, list[float]]] = {}

@@ -98,7 +98,7 @@ def drop_rate_step(wrapped: Callable, instance: Any, args: tuple, kwargs: dict) 
     """`on_train_step_end`: remember the step for the drop-rate lines it logs."""
     run_context = args[0] if args else kwargs.get("run_context")
     try:
-        instance._otel_step = int(run_context.original_args().cur_step_num)  # type: ignore[union-attr]
+        instance._otel_step = int(run_context.original_args().cur_step_num) + INBOX.step_offset  # type: ignore[union-attr]
     except Exception:  # no run context (a direct call): the step is unknown
         instance._otel_step = 0
     return wrapped(*args, **kwargs)

@@ -15,6 +15,7 @@ from otel_mindformers.names import stragglers as straggler_names
 from otel_mindformers.names import training as training_metrics
 from otel_mindformers.names.captures import CAPTURE_METRICS
 from otel_mindformers.names.diagnosis import DIAGNOSIS_METRICS
+from otel_mindformers.names.job import JOB_INFO, JOB_METRICS  # noqa: F401  (JOB_INFO: semconv's name for it)
 from otel_mindformers.names.phases import PHASE_DURATION
 from otel_mindformers.names.spec import Kind, MetricSpec
 from otel_mindformers.names.stragglers import STRAGGLER_METRICS
@@ -107,19 +108,6 @@ ALERT_NOTIFICATIONS = MetricSpec(
 )
 
 ALERT_METRICS: tuple[MetricSpec, ...] = (ALERTS, ALERT_NOTIFICATIONS, *CAPTURE_METRICS)
-
-# --- the job (job/) ----------------------------------------------------------------------
-# Under `opentelemetry-instrument` the SDK builds the resource before MindSpore is imported
-# and before a MindFormers Trainer reads its YAML, so the parallel layout cannot ride on the
-# resource there. Like Prometheus' target_info, this gauge carries it as attributes from
-# the run's start, on every path: join it to any series on `training.rank`.
-JOB_INFO = MetricSpec(
-    "mindformers.job.info",
-    Kind.OBSERVABLE_GAUGE,
-    "",  # no unit: the series is `mindformers_job_info` in both Prometheus flavours, like target_info
-    "Always 1; its attributes are the rank's job: parallel layout, batch and sequence sizes, software versions.",
-)
-JOB_METRICS: tuple[MetricSpec, ...] = (JOB_INFO,)
 
 
 # --- devices (devices/) ------------------------------------------------------------------

@@ -114,7 +114,7 @@ class MonitorCallback(Callback):
         cb_params = run_context.original_args()
         # Indexed, not `cb_params.cur_step_num`: that attribute goes through a failed lookup
         # and a Python __getattr__, measured at ~25 us per step inside Model.train.
-        step = cb_params["cur_step_num"]
+        step = cb_params["cur_step_num"] + run.step_offset  # the job's step (job/resume.py)
         clock = run.clock
         previous_end = clock.last_step_end
         clock.step, clock.last_step_end = step, now

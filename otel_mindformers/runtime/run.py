@@ -10,6 +10,7 @@ the pipeline worker's), and closes everything within one deadline.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -32,11 +33,14 @@ from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
 from otel_mindformers.diagnosis.records import diagnosis_path
 from otel_mindformers.diagnosis.stragglers import RankSections
 from otel_mindformers.job.identity import Identity, detect_identity
+from otel_mindformers.job.resume import step_offset
+from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs import SinkFanout, build_sinks
 from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.outputs.runs import set_aside_unless_resumed
+from otel_mindformers.runtime import attempt as job_attempt
 from otel_mindformers.runtime.cadence import Cadence
 from otel_mindformers.runtime.extract import OutputReader
 from otel_mindformers.runtime.pipeline import SampledStepPipeline
@@ -94,8 +98,11 @@ class MonitorRun:
         self._stop_on_nonfinite_loss = bool(
             alerts_config.enable_alert and alerts_config.nonfinite and alerts_config.stop_on_nonfinite
         )
-        first_step = int(cb_params.get("cur_step_num") or 0)
+        # The job's step: MindSpore's count starts again at 1 after a resume (job/resume.py).
+        self.step_offset = step_offset(cb_params)
+        first_step = int(cb_params.get("cur_step_num") or 0) + self.step_offset
         self._first_step = first_step
+        self._cb_params = cb_params  # one object for the whole run: the step of a checkpoint save
         # One clock for the hot path; wall time derived from it only on sampled steps.
         self.wall_clock = WallClock()
         self.cadence = Cadence(config.interval, config.step_spans, first_step, self.wall_clock.perf0)
@@ -120,12 +127,16 @@ class MonitorRun:
         self._first_nonfinite: FirstNonFinite | None = None
         self._state_reader: StateReader | None = None
         self._ended_at: float | None = None  # perf seconds at train end (finish)
+        self.attempt: Any = None  # this run's entry in the job's ledger (runtime/attempt.py)
+        self._attempt_first_step = True
 
     @classmethod
     def start(cls, config: MonitorConfig, cb_params: Any, providers: dict[str, Any]) -> MonitorRun:
         """Bring every subsystem up. A bad setting raises ConfigError (before the first step);
         anything else that fails tears down what started and is raised to the caller."""
         identity = detect_identity()
+        if config.job_id:
+            identity = dataclasses.replace(identity, job_id=config.job_id)
         prepare_output_paths(config, identity)
         run = cls(config, providers, identity, cb_params)
         try:
@@ -136,6 +147,13 @@ class MonitorRun:
         return run
 
     def _start(self, cb_params: Any) -> None:
+        self.attempt = attempt = job_attempt.begin_attempt(
+            self.config, self.identity, self._first_step, self.clock, self.wall_clock, []
+        )
+        if attempt is not None:
+            self.identity = dataclasses.replace(
+                self.identity, job_id=attempt.job_id, attempt=attempt.attempt, attempt_id=attempt.attempt_id
+            )
         config, identity = self.config, self.identity
         reports_training = self._reports_training
         # The previous run's stack dumps and first non-finite value are not this run's.
@@ -144,6 +162,7 @@ class MonitorRun:
         # MindFormers' training-state readings and the 7-tuple's local norms (model_state/).
         if reports_training:
             self._state_reader = StateReader.start(config.mindformers_native, config.grad_monitor)
+            INBOX.step_offset = self.step_offset
         if config.nonfinite_check == "all_ranks":
             self._first_nonfinite = FirstNonFinite(telemetry.meter, telemetry.logger, identity, config.json_log_path)
         first_step, wall_clock = self._first_step, self.wall_clock
@@ -158,10 +177,19 @@ class MonitorRun:
         self.run_span = telemetry.tracer.start_span(
             semconv.SPAN_RUN,
             context=launcher_context(),
-            attributes={**identity.attributes(), "training.epochs": int(cb_params.get("epoch_num") or 0)},
+            attributes={
+                **identity.attributes(),
+                "training.epochs": int(cb_params.get("epoch_num") or 0),
+                **(job_attempt.run_span_attributes(attempt) if attempt is not None else {}),
+            },
+            links=job_attempt.previous_attempt_link(attempt),
         )
         self._run_context = trace.set_span_in_context(self.run_span)
         self.stacks.attach_run_span(self.run_span)
+        if attempt is not None:
+            span_context = self.run_span.get_span_context()
+            attempt.link_run_span(span_context.trace_id, span_context.span_id)
+            job_attempt.JobGauges(telemetry.meter, attempt, identity.point_attributes())
         # Phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`): the
         # training thread's clock reads; their time goes to the pipeline worker's ledger. Their
         # spans carry the rank only (the rest of the identity is the resource's): a user phase
@@ -172,6 +200,10 @@ class MonitorRun:
             clock=self.clock, wall_clock=wall_clock, on_lost=self._lost,
             callbacks=cb_params.get("list_callback"),
         )  # fmt: skip
+        if attempt is not None:
+            attempt.note_checkpoint_load(
+                sum(p.seconds for p in self.timeline.before if p.name == job_attempt.PHASE_CHECKPOINT_LOAD)
+            )
         # Every rank times its steps; goodput, MFU and ETA are the reporting rank's.
         efficiency = StepEfficiency(
             config.monitored_metrics if reports_training else [], config, cb_params, identity.device_target
@@ -185,6 +217,7 @@ class MonitorRun:
         Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
         JobInfo(telemetry.meter, identity)  # the layout, where the resource could not carry it
         step_ids = StepSpanIds.install(telemetry.tracer)
+        job_attempt.record_killed_attempt(telemetry, step_ids, attempt)
         self.pipeline = SampledStepPipeline(
             tracer=telemetry.tracer,
             instruments=TrainingInstruments(telemetry.meter),
@@ -277,11 +310,19 @@ class MonitorRun:
             model_state=model_state or None,
         )
         timeline = self.timeline
+        if self.attempt is not None:
+            record.job = self.attempt.line_fields()
+            if self._attempt_first_step:
+                self._attempt_first_step = False
+                job_attempt.first_step(self.attempt, self.run_span, timeline.step_begin, end)
         window = Window(steps, elapsed, previous_end, timeline.step_begin, end, timeline.take_data_wait())
         self.pipeline.submit_step(record, window)
 
     def _lost(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread: to the pipeline worker's ledger."""
+        if phase == job_attempt.PHASE_CHECKPOINT_SAVE and self.attempt is not None:
+            # The step the checkpoint holds: the callback saving it may run before ours.
+            self.attempt.checkpoint_saved(int(self._cb_params.get("cur_step_num") or 0) + self.step_offset, seconds)
         if self.pipeline is not None:
             self.pipeline.lost(phase, seconds)
 
@@ -338,10 +379,11 @@ class MonitorRun:
         if self._state_reader is not None:
             self._state_reader.close()
             self._state_reader = None
+        job_line = self._end_attempt(error)
         if self.run_span is not None:
             self._end_run_span(error)
         if self.alerts is not None:
-            self._notify_run_end(error)
+            self._notify_run_end(error, job_line)
         if self.logs is not None:
             self.logs.close()
         if self.alerts is not None:
@@ -353,15 +395,33 @@ class MonitorRun:
         if self.telemetry is not None:
             _quietly(self.telemetry.close, remaining())
 
-    def _notify_run_end(self, error: BaseException | None) -> None:
+    def _outcome(self, error: BaseException | None) -> tuple[str, str | None]:
         if error is not None:
-            outcome, reason = "crashed", f"{type(error).__name__}: {error}"
-        elif self.stop_reason is not None:
-            outcome, reason = "stopped", self.stop_reason
-        else:
-            outcome, reason = "completed", None
+            return "crashed", f"{type(error).__name__}: {error}"
+        reason = self.stop_reason or self.stop_pending
+        if reason is not None:
+            return "stopped", reason
+        return "completed", None
+
+    def _end_attempt(self, error: BaseException | None) -> str | None:
+        """The attempt's end in the job's ledger; the notice's line about the job."""
+        attempt, self.attempt = self.attempt, None
+        if attempt is None:
+            return None
+        outcome, reason = self._outcome(error)
         try:
-            self.alerts.notify_run_end(outcome, reason, self.clock.step)
+            return job_attempt.end_attempt(
+                attempt, outcome, reason, self.clock.step, self.run_span, self.alerts,
+                self.config.restarts.no_progress_attempts,
+            )  # fmt: skip
+        except Exception as exc:  # the ledger is telemetry: never mask the run's outcome
+            _logger.warning("otel_mindformers: closing the job's attempt failed: %s", exc)
+            return None
+
+    def _notify_run_end(self, error: BaseException | None, job_line: str | None = None) -> None:
+        outcome, reason = self._outcome(error)
+        try:
+            self.alerts.notify_run_end(outcome, reason, self.clock.step, job=job_line)
         except Exception as exc:  # a notice must not mask the run's outcome
             _logger.warning("otel_mindformers: run-end notice failed: %s", exc)
 

@@ -57,6 +57,16 @@ class Telemetry:
     _release: list[Callable[[], None]] = field(default_factory=list)
     _export_errors: ExportErrorReporter | None = None  # reports a flush that overran, once
 
+    def flush_soon(self, timeout: float = 5.0) -> None:
+        """Export what is buffered now, on a daemon thread (a span recorded after the fact
+        that should not wait for the batch delay: a process may be killed before it)."""
+
+        def work() -> None:
+            for provider in self._borrowed + self._owned:
+                _call_quietly(provider, "force_flush", int(timeout * 1000))
+
+        threading.Thread(target=work, name="otel-mindformers-flush", daemon=True).start()
+
     def close(self, timeout: float) -> bool:
         """Flush (borrowed) or shut down (owned) every provider, within `timeout` seconds
         (what is left of the run's shutdown budget). False: it did not finish in time.

@@ -68,6 +68,11 @@ class StepSpanIds:
         self._generator = generator
         self._seed = seed if seed is not None else os.urandom(16)
 
+    def preset_ids(self, trace_id: int, span_id: int) -> Any:
+        """The next span started on this thread inside the block gets these ids (a span
+        recorded after the fact: a killed attempt's run span, job/attempts.py)."""
+        return self._generator.preset(trace_id, span_id)
+
     @classmethod
     def install(cls, tracer: Any) -> StepSpanIds | None:
         """Ids for the step spans `tracer` starts; None when it cannot be told them."""

@@ -37,8 +37,15 @@ from tests.support.paths import pythonpath_with_repo
 _HOOKS = ("on_train_begin", "on_train_epoch_begin", "on_train_step_end", "on_train_epoch_end", "on_train_end")
 
 
-def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None, **popen: object) -> subprocess.Popen:
-    """Start a worker in `cwd` (importing mindformers or mindspore writes ./output there)."""
+def spawn(
+    spec: dict,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    module: str = "tests.support.reliability_worker",
+    **popen: object,
+) -> subprocess.Popen:
+    """Start a worker (`python -m module '<spec>'`) in `cwd` (importing mindformers or
+    mindspore writes ./output there)."""
     full_env = {
         **os.environ,
         "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python",
@@ -46,7 +53,7 @@ def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None, **popen: obj
         **(env or {}),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.reliability_worker", json.dumps(spec)],
+        [sys.executable, "-m", module, json.dumps(spec)],
         cwd=cwd,
         env=full_env,
         stdout=subprocess.PIPE,

@@ -1,0 +1,178 @@
+"""`report` over a job's directory: its attempts from the ledgers beside the JSON logs.
+
+Every rank keeps `{stem}.job.rank_{r}.ledger` beside its JSON log (job/ledger.py). Here
+the ranks' ledgers become one table: per attempt, when it began and ended, how it ended,
+its steps, the steps it lost, the downtime before it, and how many ranks ran it; then the
+job's totals (goodput, badput by category with the ml-goodput-measurement type each maps
+to). Times come from the lowest rank's ledger; an attempt ends the way its worst rank
+ended (crashed > killed > stopped > completed).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from otel_mindformers.job.goodput import is_alive, job_timeline
+from otel_mindformers.job.ledger import LEDGER_SUFFIX, read_ledger
+from otel_mindformers.names import job as names
+
+_RANK = re.compile(r"\.job\.rank_(\d+)" + re.escape(LEDGER_SUFFIX) + "$")
+_SEVERITY = {
+    names.OUTCOME_COMPLETED: 0,
+    names.OUTCOME_RUNNING: 1,
+    names.OUTCOME_STOPPED: 2,
+    names.OUTCOME_KILLED: 3,
+    names.OUTCOME_CRASHED: 4,
+}
+
+
+def find_ledgers(inputs: Iterable[str | Path]) -> list[Path]:
+    """The ledgers of the logs named by `inputs` (files, globs or folders), by rank."""
+    found: dict[Path, None] = {}
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            candidates = path.glob(f"*.job.rank_*{LEDGER_SUFFIX}")
+        elif path.exists():
+            stem = path.name.split(".")[0].split("_rank_")[0]
+            candidates = path.parent.glob(f"{stem}.job.rank_*{LEDGER_SUFFIX}")
+        else:
+            candidates = (Path(p) for p in glob.glob(str(item)) if Path(p).is_dir())
+            candidates = (c for d in candidates for c in d.glob(f"*.job.rank_*{LEDGER_SUFFIX}"))
+        for candidate in candidates:
+            if _RANK.search(candidate.name):
+                found[candidate] = None
+    return sorted(found, key=lambda p: (str(p.parent), int(_RANK.search(p.name)[1])))
+
+
+def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    by_attempt: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for rank, rows in rank_rows.items():
+        for row in rows:
+            by_attempt.setdefault(row["attempt"], []).append((rank, row))
+    merged = []
+    for attempt in sorted(by_attempt):
+        ranked = sorted(by_attempt[attempt], key=lambda item: item[0])
+        first = dict(ranked[0][1])
+        first["ranks"] = [rank for rank, _ in ranked]
+        first["outcome"] = max((row["outcome"] for _, row in ranked), key=lambda o: _SEVERITY.get(o, 0))
+        first["lost_steps"] = max(row["lost_steps"] for _, row in ranked)
+        first["start"] = min(row["start"] for _, row in ranked)
+        first["end"] = max(row["end"] for _, row in ranked)
+        merged.append(first)
+    return merged
+
+
+def job_report(inputs: Sequence[str | Path], now: float | None = None) -> dict[str, Any] | None:
+    """The job's attempts and totals from the ledgers beside `inputs`; None without any."""
+    ledgers = find_ledgers(inputs)
+    rank_rows: dict[int, list[dict[str, Any]]] = {}
+    timelines: dict[int, dict[str, Any]] = {}
+    job_ids: set[str] = set()
+    for path in ledgers:
+        data = read_ledger(path, repair=False)
+        if data is None:
+            continue
+        rank = int(_RANK.search(path.name)[1])
+        job_ids.add(data["job_id"])
+        now = now if now is not None else time.time()
+        live = [a for a in data["attempts"] if is_alive(a, now)]
+        current = live[-1]["attempt_id"] if live else None
+        timeline = job_timeline(data["attempts"], now, current)
+        timelines[rank] = timeline
+        rank_rows[rank] = timeline["attempts"]
+    if not timelines:
+        return None
+    lowest = min(timelines)
+    attempts = _merge(rank_rows)
+    totals = dict(timelines[lowest]["totals"])
+    totals["lost_steps"] = sum(row["lost_steps"] for row in attempts)
+    return {
+        "job_id": sorted(job_ids)[0] if len(job_ids) == 1 else sorted(job_ids),
+        "ranks": sorted(timelines),
+        "ledgers": [str(p) for p in ledgers],
+        "attempts": attempts,
+        "totals": totals,
+    }
+
+
+def _clock(seconds: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(seconds))
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def _rows(job: dict[str, Any]) -> list[tuple[str, ...]]:
+    rows = [("attempt", "ranks", "start", "end", "ended", "steps", "lost steps", "downtime before")]
+    for row in job["attempts"]:
+        outcome = row["outcome"] + (f" ({row['reason']})" if row.get("reason") and row["outcome"] != "killed" else "")
+        rows.append((
+            str(row["attempt"]), str(len(row["ranks"])), _clock(row["start"]), _clock(row["end"]), outcome,
+            f"{row['resume_step'] + 1}..{row['last_step']}" if row["steps"] else "-",
+            str(row["lost_steps"]), _duration((row["downtime"] or {}).get("total")),
+        ))  # fmt: skip
+    return rows
+
+
+def _aligned(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def _totals_lines(job: dict[str, Any]) -> list[str]:
+    totals = job["totals"]
+    wall = totals["wall_seconds"]
+    goodput = totals["goodput"]
+    lines = [
+        f"  job goodput {'-' if goodput is None else f'{goodput:.1%}'} of {_duration(wall)} since the first attempt began; "
+        f"{totals['lost_steps']} steps lost, {_duration(totals['downtime_seconds'])} of downtime",
+    ]
+    for key, seconds in totals["seconds"].items():
+        share = seconds / wall if wall > 0 else 0.0
+        kind = totals["badput_types"].get(key, "")
+        lines.append(f"    {key:<16} {_duration(seconds):>10}  {share:6.1%}  {kind}")
+    if totals["no_progress_attempts"] > 1:
+        lines.append(
+            f"  no progress: the last {totals['no_progress_attempts']} attempts ended without passing step "
+            f"{totals['furthest_step']}"
+        )
+    return lines
+
+
+def render_job(job: dict[str, Any], fmt: str = "text") -> str:
+    """The attempts section of `report` (text or markdown)."""
+    ident = job["job_id"] if isinstance(job["job_id"], str) else ", ".join(job["job_id"])
+    header = f"job {ident}: {len(job['attempts'])} attempts, {len(job['ranks'])} rank(s)"
+    if fmt == "markdown":
+        rows = _rows(job)
+        lines = [f"## {header}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+        return "\n".join(lines + ["", *(f"- {line.strip()}" for line in _totals_lines(job))]) + "\n"
+    return "\n".join([header, *_aligned(_rows(job)), *_totals_lines(job)]) + "\n"
+
+
+def with_job(rendered: str, inputs: Sequence[str | Path], fmt: str) -> str:
+    """`report`'s output with the job's attempts after it (under "job" in JSON)."""
+    job = job_report(inputs)
+    if job is None:
+        return rendered
+    if fmt == "json":
+        document = json.loads(rendered)
+        document["job"] = job
+        return json.dumps(document, indent=2) + "\n"
+    return rendered.rstrip("\n") + "\n\n" + render_job(job, fmt)
+
+
+__all__ = ["find_ledgers", "job_report", "render_job", "with_job"]

@@ -1,0 +1,77 @@
+"""The job's step after a resume: what to add to MindSpore's `cur_step_num`.
+
+MindSpore restarts `cur_step_num` at 0 for every `Model.train` call, `initial_epoch` or
+not (`cur_epoch_num` goes on: 3, 4, ...), so a resumed run's steps would read 1, 2, ...
+again. The job's step is `cur_step_num` plus the offset found here once, at train begin:
+
+- MindSpore's own resume (TFT/UCE fills `cb_params.initial_step` and starts `cur_step_num`
+  there): `cur_step_num` already counts the job's steps, offset 0;
+- MindFormers (`Trainer(resume_training=True)`): its callbacks carry the resumed step,
+  `runner_config.initial_step` (`CheckpointMonitor._append_step_num`, `MFLossMonitor` and
+  `TrainingStateMonitor.initial_step`);
+- plain MindSpore `Model.train(..., initial_epoch=E)`: `E` × steps per epoch (`batch_num`,
+  the sink size in sink mode, which is one epoch's steps on a device). `initial_epoch` is
+  not in `cb_params` at train begin, so it is read from the `Model.train` call on the
+  stack. (On CPU, sink mode falls back to per-step feeding while `batch_num` stays the sink
+  size: a resume there is off by the difference.)
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+# MindFormers callbacks and the attribute holding the step they resumed from.
+_INITIAL_STEP_ATTRIBUTES = (
+    ("CheckpointMonitor", "_append_step_num"),
+    ("MFLossMonitor", "initial_step"),
+    ("TrainingStateMonitor", "initial_step"),
+)
+# Model methods whose frame holds `initial_epoch` while the callbacks' train begin runs.
+_TRAIN_FRAMES = frozenset({"_train", "train", "fit"})
+
+
+def _nonnegative_int(value: Any) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number >= 0 else None
+
+
+def mindformers_initial_step(callbacks: Any) -> int | None:
+    """The step MindFormers resumed from, as its own callbacks hold it (None: none says)."""
+    for callback in callbacks or ():
+        for class_name, attribute in _INITIAL_STEP_ATTRIBUTES:
+            if any(klass.__name__ == class_name for klass in type(callback).__mro__):
+                value = _nonnegative_int(getattr(callback, attribute, None))
+                if value is not None:
+                    return value
+    return None
+
+
+def initial_epoch_on_stack() -> int | None:
+    """`initial_epoch` of the `Model.train` / `Model.fit` call that is starting the run."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in _TRAIN_FRAMES and "initial_epoch" in frame.f_locals:
+            owner = frame.f_locals.get("self")
+            if owner is not None and type(owner).__name__ == "Model":
+                return _nonnegative_int(frame.f_locals["initial_epoch"])
+        frame = frame.f_back
+    return None
+
+
+def step_offset(cb_params: Any) -> int:
+    """What to add to `cur_step_num` for the job's step (once per run, at train begin)."""
+    if int(cb_params.get("cur_step_num") or 0) > 0:
+        return 0  # MindSpore's own resume: the count already starts at the resumed step
+    from_mindformers = mindformers_initial_step(cb_params.get("list_callback"))
+    if from_mindformers is not None:
+        return from_mindformers
+    initial_epoch = initial_epoch_on_stack()
+    batch_num = int(cb_params.get("batch_num") or 0)
+    return initial_epoch * batch_num if initial_epoch else 0
+
+
+__all__ = ["initial_epoch_on_stack", "mindformers_initial_step", "step_offset"]

@@ -1,0 +1,198 @@
+"""A job's life across restarts (docs/restarts.md), as a user lives it: a real MindSpore
+training with ModelCheckpoint every 10 steps, SIGKILLed at step 25, resumed from the step-20
+checkpoint (load_checkpoint + initial_epoch), SIGKILLed at step 35, resumed from step 30 and
+run to the end; every number checked against the test's own clocks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_mindformers.names import job as job_names
+from otel_mindformers.names import semconv
+from otel_mindformers.names.diagnosis import PROGRESS_STEP
+from tests.support import restart_worker as worker
+from tests.support.otlp_receiver import OtlpReceiver
+
+STEPS, EPOCHS, SAVE = 10, 5, 10
+STEP_SLEEP = 0.05
+
+
+def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "otel_mindformers.cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def job():
+    """Three attempts of one job; what the test saw of them."""
+    with worker.private_dir() as workdir:
+        yield from _three_attempts(workdir)
+
+
+def _three_attempts(workdir: Path):
+    checkpoints = workdir / "ckpt"
+    checkpoints.mkdir()
+    output = workdir / "output"
+    ledger = output / "train_metric.job.rank_0.ledger"
+    clock = workdir / "clock.jsonl"
+    with OtlpReceiver() as receiver:
+        config = {
+            "interval": 1,
+            "output_type": ["json_file", "otlp"],
+            "json_log_path": str(output / "train_metric.json"),
+            "otlp": {"endpoint": receiver.grpc_endpoint, "protocol": "grpc", "export_interval": 0.2},
+            "restarts": {"heartbeat_interval": 0.1},
+        }
+        base = {
+            "config": config, "epochs": EPOCHS, "steps": STEPS, "checkpoint_dir": str(checkpoints),
+            "save_steps": SAVE, "clock": str(clock), "step_sleep": STEP_SLEEP,
+        }  # fmt: skip
+        spawned, killed, pids = [], [], []
+        plan = [({"pause_at": 25}, None), ({"pause_at": 35, "initial_epoch": 2}, 20), ({"initial_epoch": 3}, 30)]
+        for extra, resume_step in plan:
+            spec = {**base, **extra}
+            if resume_step is not None:
+                spec["resume"] = str(worker.latest_checkpoint(checkpoints))
+                assert spec["resume"].endswith(f"-{resume_step // STEPS}_{STEPS}.ckpt")
+            spawned.append(time.time())
+            with worker.reaped(worker.spawn(spec, workdir)) as process:
+                pids.append(process.pid)
+                if "pause_at" in extra:
+                    worker.wait_for_ledger_step(ledger, extra["pause_at"], process)
+                    killed.append(worker.kill(process))
+                else:
+                    out, err = process.communicate(timeout=300)
+                    assert process.returncode == 0, err[-4000:]
+        # The last attempt's spans and points are flushed at its end; the killed ones' run
+        # spans are recorded by their successors.
+        receiver.wait_for(lambda rx: len(rx.spans(semconv.SPAN_RUN)) >= 3, timeout=30)
+        yield {
+            "workdir": workdir, "output": output, "ledger": json.loads(ledger.read_text()),
+            "clock": worker.read_clock(clock), "spawned": spawned, "killed": killed, "pids": pids,
+            "receiver": receiver,
+        }  # fmt: skip
+
+
+def _steps_of(job, attempt: int) -> list[dict]:
+    pid = job["pids"][attempt - 1]
+    return [e for e in job["clock"] if e.get("pid") == pid and "step" in e and "event" not in e]
+
+
+@pytest.mark.slow
+def test_every_output_carries_the_jobs_step_and_a_resume_appends(job):
+    lines = [json.loads(line) for line in (job["output"] / "train_metric.json").read_text().splitlines()]
+    steps = [line["step"] for line in lines]
+    # One file: attempt 2 wrote on after attempt 1 from step 21, attempt 3 from step 31.
+    assert steps == list(range(1, 26)) + list(range(21, 36)) + list(range(31, 51))
+    assert sorted(p.name for p in job["output"].glob("train_metric*.json")) == ["train_metric.json"]
+    assert [line["epoch"] for line in lines if line["step"] in (21, 31, 50)] == [3, 3, 4, 4, 5]
+    assert {line["job"]["attempt"] for line in lines[25:40]} == {2}
+    assert lines[-1]["job"]["id"] == job["ledger"]["job_id"] and "goodput" in lines[-1]["job"]
+    # OTLP: the step spans of the last attempt are 31..50.
+    last_attempt = [s for s in job["receiver"].spans(semconv.SPAN_STEP) if s.resource.get(job_names.ATTR_ATTEMPT) == 3]
+    assert sorted(s.attributes[semconv.ATTR_STEP] for s in last_attempt) == list(range(31, 51))
+    # The heartbeat gauge too: the last attempt's steps are the job's.
+    heartbeat = [
+        p.value
+        for p in job["receiver"].points(PROGRESS_STEP.name)
+        if p.resource.get(job_names.ATTR_ATTEMPT) == 3 and p.value
+    ]
+    assert heartbeat and min(heartbeat) >= 30 and max(heartbeat) == 50
+
+
+@pytest.mark.slow
+def test_three_attempts_with_their_lost_steps_and_how_they_ended(job):
+    attempts = job["ledger"]["attempts"]
+    assert [a["attempt"] for a in attempts] == [1, 2, 3]
+    assert [a["outcome"] for a in attempts] == ["killed", "killed", "completed"]
+    assert [(a["resume_step"], a["last_step"], a["durable_step"]) for a in attempts] == [
+        (0, 25, 20),
+        (20, 35, 30),
+        (30, 50, 50),
+    ]
+    report = json.loads(_cli("report", str(job["output"]), "--format", "json", cwd=job["workdir"]).stdout)["job"]
+    assert [row["lost_steps"] for row in report["attempts"]] == [5, 5, 0]
+    assert [row["outcome"] for row in report["attempts"]] == ["killed", "killed", "completed"]
+    assert report["totals"]["lost_steps"] == 10 and report["totals"]["attempts"] == 3
+    assert report["job_id"] == job["ledger"]["job_id"]
+
+
+@pytest.mark.slow
+def test_the_attempts_are_linked_in_the_trace(job):
+    # A killed attempt's run span is recorded by the next attempt (its resource's).
+    runs = {s.attributes[job_names.ATTR_ATTEMPT]: s for s in job["receiver"].spans(semconv.SPAN_RUN)}
+    assert sorted(runs) == [1, 2, 3]
+    for number, entry in enumerate(job["ledger"]["attempts"], start=1):
+        assert (runs[number].trace_id, runs[number].span_id) == (entry["trace_id"], entry["span_id"])
+        assert runs[number].attributes[semconv.ATTR_JOB_ID] == job["ledger"]["job_id"]
+        assert runs[number].attributes[job_names.ATTR_ATTEMPT_ID] == entry["attempt_id"]
+    assert runs[3].resource[semconv.ATTR_JOB_ID] == job["ledger"]["job_id"]
+    assert runs[3].resource[job_names.ATTR_ATTEMPT] == 3
+    assert runs[1].links == []
+    assert runs[2].links == [(runs[1].trace_id, runs[1].span_id)]
+    assert runs[3].links == [(runs[2].trace_id, runs[2].span_id)]
+    assert runs[3].attributes[job_names.ATTR_LOST_STEPS] == 5
+    assert runs[3].attributes[job_names.ATTR_PREVIOUS_OUTCOME] == "killed"
+    # The killed attempts' spans end at their last heartbeat, with an error status.
+    for number in (1, 2):
+        assert runs[number].status_code == 2
+        assert abs(runs[number].end_time_unix_nano / 1e9 - job["killed"][number - 1]) < 0.5
+
+
+@pytest.mark.slow
+def test_downtime_matches_the_gap_the_test_measured(job):
+    report = json.loads(_cli("report", str(job["output"]), "--format", "json", cwd=job["workdir"]).stdout)["job"]
+    for number in (2, 3):
+        first_step_seen = _steps_of(job, number)[0]["t"]
+        measured = first_step_seen - job["killed"][number - 2]
+        downtime = report["attempts"][number - 1]["downtime"]
+        assert downtime["total"] == pytest.approx(measured, abs=0.5)
+        # Split: no process, then start-up, checkpoint load and compile of the next attempt.
+        assert downtime["no_process"] + downtime["startup"] + downtime["checkpoint_load"] + downtime["compile"] == (
+            pytest.approx(downtime["total"], abs=0.3)
+        )
+        assert downtime["no_process"] == pytest.approx(job["spawned"][number - 1] - job["killed"][number - 2], abs=0.3)
+        assert downtime["checkpoint_load"] > 0
+
+
+@pytest.mark.slow
+def test_job_goodput_matches_a_hand_calculation_from_the_tests_clocks(job):
+    resumes = [0, 20, 30]
+    productive = 0.0
+    for number in (1, 2, 3):
+        steps = _steps_of(job, number)
+        last = steps[-1]["step"]
+        span = steps[-1]["t"] - steps[0]["t"]  # the attempt's steps after its first
+        lost = last - resumes[number] if number < 3 else 0
+        productive += span - lost * span / (len(steps) - 1)
+    returned = next(e["t"] for e in job["clock"] if e.get("event") == "returned")
+    hand = productive / (returned - job["spawned"][0])
+    report = json.loads(_cli("report", str(job["output"]), "--format", "json", cwd=job["workdir"]).stdout)["job"]
+    assert report["totals"]["goodput"] == pytest.approx(hand, rel=0.05)
+    # The categories and the productive time make up the job's wall time.
+    totals = report["totals"]
+    assert sum(totals["seconds"].values()) == pytest.approx(totals["wall_seconds"], rel=0.01)
+    assert totals["badput_types"]["lost_progress"] == "WASTED_PROGRESS_FROM_DISRUPTION"
+    # The last attempt exported the job goodput; its last value is the ledger's.
+    points = [
+        p for p in job["receiver"].points(job_names.JOB_GOODPUT.name) if p.resource.get(job_names.ATTR_ATTEMPT) == 3
+    ]
+    assert points and points[-1].value == pytest.approx(hand, rel=0.05)
+
+
+@pytest.mark.slow
+def test_report_and_plot_show_the_attempts(job, tmp_path):
+    text = _cli("report", str(job["output"]), cwd=job["workdir"]).stdout
+    assert f"job {job['ledger']['job_id']}: 3 attempts, 1 rank(s)" in text
+    assert "killed     1..25   5" in text and "completed  31..50  0" in text
+    image = tmp_path / "attempts.png"
+    result = _cli("plot", "--attempts", str(job["output"]), "-o", str(image), cwd=job["workdir"])
+    assert result.returncode == 0, result.stderr
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

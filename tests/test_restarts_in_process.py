@@ -1,0 +1,210 @@
+"""The job's step after a resume, the ledger's robustness and the no-progress alert, with
+real MindSpore trainings in this process (each `Model.train` is one attempt)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import mindspore as ms
+import pytest
+from mindspore.train.callback import Callback
+
+from otel_mindformers import MonitorCallback
+from otel_mindformers.job.ledger import ledger_path
+from tests.support import training
+from tests.support.webhook_receiver import WebhookReceiver
+
+pytestmark = pytest.mark.slow
+
+STEPS = 10  # per epoch
+
+
+class CrashAt(Callback):
+    """Raise from the training loop at a job step (after MonitorCallback's hook)."""
+
+    def __init__(self, step: int, initial_epoch: int = 0) -> None:
+        self.step, self.offset = step, initial_epoch * STEPS
+
+    def on_train_step_end(self, run_context):
+        step = self.offset + run_context.original_args().cur_step_num
+        if step == self.step:
+            raise RuntimeError(f"injected crash at step {step}")
+
+
+def config(workdir: Path, **overrides) -> dict:
+    return {
+        "interval": 5,
+        "output_type": ["json_file"],
+        "json_log_path": str(workdir / "output" / "train_metric.json"),
+        "restarts": {"heartbeat_interval": 0.1},
+        **overrides,
+    }
+
+
+def train(callbacks, *, epochs: int, initial_epoch: int = 0, lr=0.01, sink: bool = False) -> None:
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    model = training.build_model(lr=lr)
+    dataset = training.build_dataset(STEPS)
+    if sink:
+        model.train(
+            epochs, dataset, callbacks=callbacks, dataset_sink_mode=True, sink_size=STEPS, initial_epoch=initial_epoch
+        )
+    else:
+        model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=False, initial_epoch=initial_epoch)
+
+
+def lines(workdir: Path) -> list[dict]:
+    return [json.loads(line) for line in (workdir / "output" / "train_metric.json").read_text().splitlines()]
+
+
+def ledger(workdir: Path) -> dict:
+    return json.loads(ledger_path(str(workdir / "output" / "train_metric.json"), 0).read_text())
+
+
+# --- the job's step ----------------------------------------------------------------------------
+def test_a_resume_with_initial_epoch_carries_the_jobs_step_and_appends(workdir):
+    schedule = [0.001 * (i + 1) for i in range(4 * STEPS)]  # a per-step learning rate
+    train([MonitorCallback(config(workdir))], epochs=2, lr=schedule)
+    train([MonitorCallback(config(workdir))], epochs=4, initial_epoch=2, lr=schedule)
+    got = lines(workdir)
+    # Sampling follows the job's step: the first step of the attempt, then multiples of 5.
+    assert [line["step"] for line in got] == [1, 5, 10, 15, 20, 21, 25, 30, 35, 40]
+    assert [line["epoch"] for line in got[5:]] == [3, 3, 3, 4, 4]
+    # The learning rate of job step s is the schedule's s-th: the index follows the job's step.
+    assert {line["step"]: round(line["learning_rate"], 6) for line in got[5:]} == {
+        s: round(schedule[s - 1], 6) for s in (21, 25, 30, 35, 40)
+    }
+    # The resumed run wrote on after the first one ("a resume appends", outputs/runs.py).
+    assert not list((workdir / "output").glob("train_metric.*.json"))
+    entries = ledger(workdir)["attempts"]
+    assert [(a["attempt"], a["resume_step"], a["last_step"], a["outcome"]) for a in entries] == [
+        (1, 0, 20, "completed"),
+        (2, 20, 40, "completed"),
+    ]
+
+
+def test_sink_mode_resume_carries_the_jobs_step(workdir):
+    train([MonitorCallback(config(workdir))], epochs=3, initial_epoch=1, sink=True)
+    assert [line["step"] for line in lines(workdir)] == [11, 15, 20, 25, 30]
+
+
+def test_a_fresh_run_without_a_job_id_starts_a_new_job(workdir):
+    train([MonitorCallback(config(workdir))], epochs=1)
+    first = ledger(workdir)["job_id"]
+    train([MonitorCallback(config(workdir))], epochs=1)  # from step 0 again: a new run
+    second = ledger(workdir)
+    assert second["job_id"] != first and [a["attempt"] for a in second["attempts"]] == [1]
+    kept = ledger_path(str(workdir / "output" / "train_metric.json"), 0).with_name(
+        "train_metric.job.rank_0.ledger.job1"
+    )
+    assert json.loads(kept.read_text())["job_id"] == first
+
+
+# --- the ledger ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "not_a_ledger"])
+def test_a_corrupt_ledger_gives_one_warning_and_a_fresh_ledger(workdir, caplog, damage):
+    train([MonitorCallback(config(workdir, job_id="j"))], epochs=1)
+    path = ledger_path(str(workdir / "output" / "train_metric.json"), 0)
+    good = path.read_bytes()
+    path.write_bytes(
+        {"garbage": b"\x00\xff{{{", "truncated": good[: len(good) // 2], "not_a_ledger": b"[1, 2]"}[damage]
+    )
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        train([MonitorCallback(config(workdir, job_id="j"))], epochs=1)
+    warnings = [r.getMessage() for r in caplog.records if "ledger" in r.getMessage()]
+    assert len(warnings) == 1 and "corrupt or truncated" in warnings[0], warnings
+    fresh = ledger(workdir)
+    assert fresh["job_id"] == "j" and [a["attempt"] for a in fresh["attempts"]] == [1]
+    assert fresh["attempts"][0]["outcome"] == "completed"
+    assert path.with_name(path.name + ".corrupt").read_bytes() != good
+
+
+# --- no progress across restarts -------------------------------------------------------------------
+def _attempts_crashing_at(workdir: Path, steps: list[int], threshold: int, receiver: WebhookReceiver) -> list[str]:
+    for step in steps:
+        callback = MonitorCallback(
+            config(
+                workdir,
+                job_id="stuck-job",
+                restarts={"heartbeat_interval": 0.1, "no_progress_attempts": threshold},
+                alert_config={
+                    "enable_alert": True,
+                    "notify_run_end": True,
+                    "notifiers": [{"type": "webhook", "url": receiver.url()}],
+                },
+            )
+        )
+        with pytest.raises(RuntimeError, match="injected crash"):
+            train([callback, CrashAt(step)], epochs=2)
+    return [r.body["rule"] for r in receiver.requests]
+
+
+def test_three_attempts_crashing_at_the_same_step_fire_the_no_progress_alert(workdir):
+    with WebhookReceiver() as receiver:
+        rules = _attempts_crashing_at(workdir, [7, 7], 3, receiver)
+        assert "no_progress" not in rules  # two attempts stuck: not yet
+        rules = _attempts_crashing_at(workdir, [7], 3, receiver)
+        (notice,) = [r.body for r in receiver.wait_for(1) if r.body["rule"] == "no_progress"]
+    assert notice["severity"] == "critical" and notice["value"] == 3
+    assert "3 attempts in a row ended without passing step 7" in notice["message"]
+    # The end-of-run notice says where the job stands across its attempts.
+    run_ends = [r.body["message"] for r in receiver.requests if r.body["rule"] == "run_end"]
+    assert len(run_ends) == 3 and "job stuck-job: attempt 3, job goodput" in run_ends[-1]
+    entries = ledger(workdir)["attempts"]
+    assert [(a["outcome"], a["last_step"]) for a in entries] == [("crashed", 7)] * 3
+    assert entries[0]["reason"] == "RuntimeError: injected crash at step 7"
+
+
+def test_two_attempts_that_make_progress_do_not_fire_it(workdir):
+    with WebhookReceiver() as receiver:
+        rules = _attempts_crashing_at(workdir, [7, 12], 2, receiver)
+    assert "no_progress" not in rules
+    assert [a["last_step"] for a in ledger(workdir)["attempts"]] == [7, 12]
+
+
+# --- cost on the training thread -------------------------------------------------------------------
+class CheckpointEvery(Callback):
+    """A `checkpoint.save` phase every `every` steps, as a user's own save would be marked."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+
+    def on_train_step_end(self, run_context):
+        from otel_mindformers import phase
+
+        if run_context.original_args().cur_step_num % self.every == 0:
+            with phase("checkpoint.save"):
+                pass
+
+
+def test_the_ledger_is_written_on_events_not_per_step(workdir, monkeypatch):
+    import threading
+
+    from otel_mindformers.job import attempts as attempts_module
+
+    writes: list[int] = []
+    original = attempts_module.write_ledger
+
+    def counted(path, data):
+        writes.append(threading.get_ident())
+        return original(path, data)
+
+    monkeypatch.setattr(attempts_module, "write_ledger", counted)
+    from otel_mindformers.job import ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "write_ledger", counted)
+    training_thread = threading.get_ident()
+    # A heartbeat interval longer than the run: every write is an event's.
+    train(
+        [MonitorCallback(config(workdir, restarts={"heartbeat_interval": 600.0})), CheckpointEvery(10)],
+        epochs=4,
+    )
+    on_training_thread = writes.count(training_thread)
+    assert on_training_thread == 2  # the attempt's begin and its end; none per step
+    # Off the thread: its first write, the run span's ids, the first step, and the 4 saves
+    # (wakes that arrive together may share a write).
+    assert 3 <= len(writes) - on_training_thread <= 7
+    assert ledger(workdir)["attempts"][0]["durable_step"] == 40

@@ -1,0 +1,118 @@
+"""The job ledger and the attempt arithmetic without a training: several processes writing
+one ledger at once, the job id and restart count from launchers, the timeline's sums and
+the no-progress count."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+
+import pytest
+
+from otel_mindformers.job.goodput import job_timeline, no_progress_streak
+from otel_mindformers.job.identity import detect_identity, launcher_restart_count
+from otel_mindformers.job.ledger import ledger_path, new_ledger, read_ledger, update_ledger
+
+
+def _append_entries(path: str, writer: int, count: int) -> None:
+    """One process adding `count` entries of its own, each in a read-modify-write."""
+    from pathlib import Path
+
+    for index in range(count):
+
+        def change(data, index=index):
+            data = data or new_ledger("job")
+            data["attempts"].append({"attempt": writer * 1000 + index, "attempt_id": f"{writer}-{index}"})
+            return data
+
+        update_ledger(Path(path), change)
+
+
+@pytest.mark.slow  # four writer processes
+def test_several_writers_at_once_lose_no_entry(tmp_path):
+    path = ledger_path(str(tmp_path / "train_metric.json"), 0)
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_append_entries, args=(str(path), w, 25)) for w in range(4)]
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(120)
+        assert process.exitcode == 0
+    data = read_ledger(path)
+    assert sorted(a["attempt_id"] for a in data["attempts"]) == sorted(f"{w}-{i}" for w in range(4) for i in range(25))
+    assert not list(tmp_path.glob(".*.tmp")), "no temporary file left behind"
+
+
+def test_ranks_keep_separate_ledgers_beside_the_json_log():
+    assert ledger_path("out/train_metric.json", 0).name == "train_metric.job.rank_0.ledger"
+    assert ledger_path("out/train_metric.json", 7).name == "train_metric.job.rank_7.ledger"
+
+
+@pytest.mark.parametrize(
+    ("env", "job_id", "launcher", "restarts"),
+    [
+        ({"TORCHELASTIC_RUN_ID": "te-1", "TORCHELASTIC_RESTART_COUNT": "2"}, "te-1", "torchelastic", 2),
+        ({"SLURM_JOB_ID": "77", "SLURM_PROCID": "0"}, "77", "slurm", None),
+        ({"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"}, "77", "slurm", 1),
+        ({"MINDX_TASK_ID": "uid-9", "OTEL_MINDFORMERS_ATTEMPT": "3"}, "uid-9", "mindcluster", 3),
+        ({"MS_WORKER_NUM": "2", "MS_ROLE": "MS_WORKER"}, None, "msrun", None),
+    ],
+)
+def test_job_id_and_restart_count_from_the_launcher(env, job_id, launcher, restarts):
+    identity = detect_identity(env)
+    assert (identity.job_id, identity.launcher, launcher_restart_count(env)) == (job_id, launcher, restarts)
+
+
+def _entry(attempt, start, first_begin, first_end, last_time, resume, last, end=None, outcome=None, **extra):
+    return {
+        "attempt": attempt, "attempt_id": str(attempt), "process_start": start, "first_step_begin": first_begin,
+        "first_step_end": first_end, "last_step_time": last_time, "last_heartbeat": last_time + 0.5,
+        "resume_step": resume, "last_step": last, "end": end, "outcome": outcome,
+        "checkpoint_save_seconds": 1.0, "checkpoint_load_seconds": extra.get("load", 0.0),
+        "durable_step": extra.get("durable", resume),
+    }  # fmt: skip
+
+
+def test_the_timeline_by_hand():
+    # Attempt 1: starts at 0, first step 10..12, steps 2..14 in the next 13 s (1 s of it
+    # saving), killed; heard last at 25.5. Attempt 2 starts at 30 from step
+    # 20 (a 2 s checkpoint load), first step 40..41, step 30 at 50, completes at 51.
+    entries = [
+        _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", durable=10),
+        _entry(2, 30.0, 40.0, 41.0, 50.0, 10, 20, end=51.0, outcome="completed", load=2.0),
+    ]
+    timeline = job_timeline(entries)
+    first, second = timeline["attempts"]
+    assert first["lost_steps"] == 4 and second["lost_steps"] == 0
+    # 13 s of steps after the first, 1 s saving: 12 s over 13 steps; 4 lost.
+    assert first["seconds"]["lost_progress"] == pytest.approx(4 * 12 / 13)
+    assert first["seconds"]["productive"] == pytest.approx(12 - 4 * 12 / 13)
+    assert second["downtime"] == pytest.approx(
+        {"total": 41.0 - 25.5, "no_process": 30.0 - 25.5, "startup": 8.0, "checkpoint_load": 2.0, "compile": 1.0}
+    )
+    totals = timeline["totals"]
+    assert totals["wall_seconds"] == 51.0
+    assert sum(totals["seconds"].values()) == pytest.approx(51.0)
+    assert totals["goodput"] == pytest.approx((12 - 4 * 12 / 13 + 8.0) / 51.0)
+
+
+@pytest.mark.parametrize(
+    ("ends", "streak"),
+    [
+        ([("crashed", 7), ("crashed", 7), ("crashed", 7)], 3),
+        ([("crashed", 7), ("crashed", 12)], 1),
+        ([("crashed", 7), ("killed", 5), ("crashed", 7)], 3),
+        ([("crashed", 7), ("completed", 7), ("crashed", 7)], 1),
+        ([("crashed", 7), ("crashed", 7), (None, 3)], 2),  # the running attempt does not reset it
+    ],
+)
+def test_no_progress_counts_attempts_stuck_at_the_furthest_step(ends, streak):
+    assert no_progress_streak([{"outcome": o, "last_step": s} for o, s in ends]) == streak
+
+
+def test_a_killed_attempt_ends_at_its_last_heartbeat():
+    entries = [_entry(1, 0.0, 1.0, 2.0, 5.0, 0, 5)]
+    row = job_timeline(entries, now=time.time() + 100)["attempts"][0]
+    assert row["outcome"] == "killed" and row["end"] == 5.5
+    assert json.dumps(job_timeline(entries))  # JSON-ready
