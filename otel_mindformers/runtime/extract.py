@@ -42,6 +42,10 @@ def to_host(value: Any) -> float:
     return float(array.mean()) if array.size != 1 else float(array.reshape(()))
 
 
+def _is_scalar_tensor(value: Any) -> bool:
+    return hasattr(value, "asnumpy") and hasattr(value, "item") and value.size == 1 and not value.has_init
+
+
 def _is_tensor(value: Any) -> bool:
     return hasattr(value, "asnumpy") or isinstance(value, (int, float, np.ndarray, np.generic))
 
@@ -115,12 +119,15 @@ class OutputReader:
         if grad_monitor is False:
             self._wanted.discard(tm.GRAD_NORM)
         self._grad_norm_asked = grad_monitor is True
+        self.reads_anything = bool(self._wanted)
         self._warned: set[str] = set()
         self._learning_rate: LearningRateSource | None = None  # resolved at the first read
-
-    @property
-    def reads_anything(self) -> bool:
-        return bool(self._wanted)
+        # The read plan (`_plan_for`): what the previous sampled step's outputs looked like
+        # and where each wanted one-element tensor sits, so later reads skip the shape work.
+        self._plan_type: type | None = None  # None: no plan
+        self._plan_length = -1  # the tuple's length, -1 for a single tensor
+        self._plan: tuple[tuple[str, int], ...] = ()
+        self._plan_lr = False
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
@@ -149,7 +156,35 @@ class OutputReader:
 
     def read(self, cb_params: Any, step: int) -> dict[str, float | bool]:
         """Host values of the monitored metrics for the step that just ended."""
-        handles = self.split(cb_params.get("net_outputs"))
+        outputs = cb_params.get("net_outputs")
+        if type(outputs) is self._plan_type and (self._plan_length < 0 or len(outputs) == self._plan_length):
+            try:
+                return self._read_planned(outputs, step)
+            except Exception:  # a value changed kind: the full path reads and warns
+                self._plan_type = None
+        return self._read_full(outputs, cb_params, step)
+
+    def _read_planned(self, outputs: Any, step: int) -> dict[str, float | bool]:
+        """The steady state: one `item()` per wanted value (each a one-element tensor the
+        last time), nothing else. Inside Model.train every line the sampled step runs is
+        cold after the compiled step (docs/performance.md), so this path is kept short."""
+        values: dict[str, float | bool] = {}
+        if self._plan_length >= 0:
+            for name, position in self._plan:
+                values[name] = float(outputs[position].item())
+        else:
+            for name, _ in self._plan:
+                values[name] = float(outputs.item())
+        if self._plan_lr:
+            values[tm.LEARNING_RATE] = float(self._learning_rate.tensor(step - 1).item())
+        overflow = values.get(tm.OVERFLOW)
+        if overflow is not None and math.isfinite(overflow):
+            values[tm.OVERFLOW] = bool(overflow)
+        return values
+
+    def _read_full(self, outputs: Any, cb_params: Any, step: int) -> dict[str, float | bool]:
+        handles = self.split(outputs)
+        from_outputs = set(handles)
         if tm.LEARNING_RATE in self._wanted and tm.LEARNING_RATE not in handles:
             try:
                 if self._learning_rate is None:
@@ -176,7 +211,20 @@ class OutputReader:
                 self._warn_once(name, "cannot read %s from the step outputs: %s", name, exc)
                 continue
             values[name] = bool(value) if name == tm.OVERFLOW and math.isfinite(value) else value
+        self._plan_for(outputs, handles, from_outputs, values)
         return values
+
+    def _plan_for(self, outputs: Any, handles: dict[str, Any], from_outputs: set[str], values: dict) -> None:
+        """Plan the next reads when every wanted value was a one-element tensor, read."""
+        self._plan_type = None
+        wanted = self._wanted & handles.keys()
+        if not all(name in values and _is_scalar_tensor(handles[name]) for name in wanted):
+            return
+        positions = {row.key: row.output_position for row in _FROM_OUTPUTS}
+        self._plan = tuple((name, positions[name]) for name in wanted if name in from_outputs)
+        self._plan_lr = tm.LEARNING_RATE in wanted and tm.LEARNING_RATE not in from_outputs
+        self._plan_type = type(outputs)
+        self._plan_length = len(outputs) if isinstance(outputs, (tuple, list)) else -1
 
 
 class LazyLearningRate:
