@@ -8,8 +8,9 @@ One process trains one MLP (`--model small`: 3-5 ms graph-mode steps; `default`:
 and again, in interleaved rounds. Each round runs, in a rotated order between two bare runs:
 - `bare`: no callback;
 - `ours`: MonitorCallback, hooks not wrapped (the whole-run figure);
-- `ours timed`: the same, each hook wrapped with perf_counter / thread_time accounting, and
-  every device readback (`Tensor._item`, `Tensor.asnumpy`) timed on its own;
+- `ours timed`: the same, each hook wrapped with perf_counter / thread_time accounting; in
+  odd rounds every device readback (`Tensor._item`, `Tensor.asnumpy`) is timed on its own
+  too (that wrapper costs a frame per read, so the hook figures come from the even rounds);
 - `bare callback timed`: a callback whose `on_train_step_end` reads `cb_params["cur_step_num"]`,
   and on sampled steps reads the loss back with `item()` (the device wait and copy alone),
   under the same wrapper.
@@ -21,6 +22,8 @@ Reported, side by side:
 - for the sampled step, the readbacks' time apart from our host work;
 - the share of the run inside our step hooks, and with train begin / end;
 - on_train_begin / on_train_end (warm: median of every round; first: the process's first run);
+- the CPU time our background threads take per sampled step (the process's CPU time off the
+  training thread, beyond a bare run's);
 - the whole-run slowdown of `ours` against `bare`: per round the paired ratio
   ours / mean(the round's two bare runs); the median of those ratios with a 95 % interval from
   a percentile bootstrap (10,000 resamples of the rounds), and a two-sided sign test.
@@ -40,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from math import comb
 from pathlib import Path
 from typing import Any
@@ -120,7 +123,7 @@ class HookTimes:
         self.edge: dict[str, float] = defaultdict(float)
         self.steps: dict[str, dict[int, tuple[float, float, float]]] = {hook: {} for hook in STEP_HOOKS}
         self._readbacks = readbacks
-        self._step = 0
+        self.times_readbacks = readbacks is not None
 
     def wrap(self, callback: Callback) -> Callback:
         """Instance attributes shadow the class's methods."""
@@ -212,6 +215,17 @@ def _sampled(step: int, interval: int) -> bool:
     return step == 1 or step % interval == 0
 
 
+def _rows(runs: list, hook: str, kind: str, interval: int, *, with_readbacks: bool) -> list[tuple]:
+    """(wall, cpu, readback) seconds of `hook` on `kind` steps past the warm-up."""
+    return [
+        times
+        for run_ in runs
+        if run_.times_readbacks == with_readbacks
+        for step, times in run_.steps[hook].items()
+        if step > WARMUP_STEPS and _sampled(step, interval) == (kind == "sampled")
+    ]
+
+
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -245,18 +259,23 @@ def run(args: argparse.Namespace, folder: Path, endpoint: str | None) -> dict[st
     model = _model(HIDDEN[args.model])
     log = folder / "training.log"
 
-    def train(callbacks: list) -> float:
+    background: dict[str, list[float]] = defaultdict(list)  # CPU seconds off the training thread, per run
+
+    def train(callbacks: list, name: str = "bare") -> float:
         dataset = NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(BATCH)
         with _Redirected(log):
+            cpu, own = time.process_time(), time.thread_time()
             started = time.perf_counter()
             model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
-            return time.perf_counter() - started
+            wall = time.perf_counter() - started
+            background[name].append((time.process_time() - cpu) - (time.thread_time() - own))
+            return wall
 
     train([])  # compile and warm up
     walls: dict[str, list[float]] = defaultdict(list)
     timed: dict[str, list[HookTimes]] = defaultdict(list)
     first_edge: dict[str, float] | None = None
-    variants = ("ours", "ours timed", "bare callback timed")
+    variants = ("ours timed", "bare callback timed", "ours")  # round 1 starts with ours timed: its first run
     for round_ in range(args.rounds):
         shift = round_ % len(variants)
         order = ["bare", *variants[shift:], *variants[:shift], "bare"]
@@ -264,20 +283,21 @@ def run(args: argparse.Namespace, folder: Path, endpoint: str | None) -> dict[st
         for n, name in enumerate(order):
             run_folder = folder / f"r{round_}_{n}"
             if name == "bare":
-                bare_walls.append(train([]))
+                bare_walls.append(train([], name))
                 continue
             if name == "bare callback timed":
                 times = HookTimes(None)
-                walls[name].append(train([times.wrap(BareCallback(args.interval))]))
+                walls[name].append(train([times.wrap(BareCallback(args.interval))], name))
                 timed[name].append(times)
                 continue
             callback = MonitorCallback(_ours_config(args, run_folder, endpoint))
             if name == "ours":
-                walls[name].append(train([callback]))
+                walls[name].append(train([callback], name))
                 continue
-            with _Readbacks() as readbacks:
+            # Readbacks timed in odd rounds only: the timing wrapper costs a frame per read.
+            with _Readbacks() if round_ % 2 else nullcontext() as readbacks:
                 times = HookTimes(readbacks)
-                walls[name].append(train([times.wrap(callback)]))
+                walls[name].append(train([times.wrap(callback)], name))
             timed[name].append(times)
             if first_edge is None:
                 first_edge = dict(times.edge)
@@ -288,7 +308,11 @@ def run(args: argparse.Namespace, folder: Path, endpoint: str | None) -> dict[st
             file=sys.stderr,
             flush=True,
         )
-    return _summarise(args, walls, timed, first_edge or {})
+    result = _summarise(args, walls, timed, first_edge or {})
+    sampled_steps = sum(_sampled(step, args.interval) for step in range(1, args.steps + 1))
+    extra = statistics.median(background["ours"]) - statistics.median(background["bare"])
+    result["ours: background CPU per sampled step, us"] = extra / sampled_steps * 1e6
+    return result
 
 
 def _summarise(
@@ -310,24 +334,19 @@ def _summarise(
         hooks: dict[str, Any] = {}
         for hook in STEP_HOOKS:
             for kind in ("unsampled", "sampled"):
-                rows = [
-                    times
-                    for run_ in runs
-                    for step, times in run_.steps[hook].items()
-                    if step > WARMUP_STEPS and _sampled(step, args.interval) == (kind == "sampled")
-                ]
-                if not rows:
+                plain = _rows(runs, hook, kind, args.interval, with_readbacks=False)
+                read = _rows(runs, hook, kind, args.interval, with_readbacks=True)
+                if not plain:
                     continue
-                wall = [r[0] * 1e6 for r in rows]
-                cpu = [r[1] * 1e6 for r in rows]
-                readback = [r[2] * 1e6 for r in rows]
+                wall = [r[0] * 1e6 for r in plain]
+                readback = statistics.median(r[2] * 1e6 for r in read) if read else 0.0
                 hooks[f"{hook} {kind}"] = {
                     "median_us": statistics.median(wall),
                     "p90_us": _percentile(wall, 90),
-                    "cpu_median_us": statistics.median(cpu),
-                    "readback_median_us": statistics.median(readback),
-                    "host_median_us": statistics.median(w - r for w, r in zip(wall, readback)),
-                    "steps": len(rows),
+                    "cpu_median_us": statistics.median(r[1] * 1e6 for r in plain),
+                    "readback_median_us": readback,
+                    "host_median_us": statistics.median(wall) - readback,
+                    "steps": len(plain),
                 }
         run_walls = walls[name]
         step_seconds = [sum(sum(v[0] for v in r.steps[h].values()) for h in STEP_HOOKS) for r in runs]
@@ -376,6 +395,10 @@ def report(result: dict[str, Any]) -> None:
     print(
         f"on_train_begin {ours['on_train_begin_ms']:.1f} ms warm ({first.get('on_train_begin_ms', float('nan')):.1f} ms "
         f"first run), on_train_end {ours['on_train_end_ms']:.1f} ms warm ({first.get('on_train_end_ms', float('nan')):.1f} ms first)"
+    )
+    print(
+        f"background CPU (off the training thread, beyond bare's) per sampled step: "
+        f"{result['ours: background CPU per sampled step, us']:.0f} µs"
     )
     for name in ("ours", "ours timed", "bare callback timed"):
         whole = result[f"{name}: whole run"]
