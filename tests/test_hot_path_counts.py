@@ -22,8 +22,8 @@ MEASURED = {6, 7, 8, 16, 17, 20}  # unsampled, and sampled 20, with tracemalloc
 STEP_BEGIN = {"python_calls": 1, "c_calls": 1, "opcodes": 28}
 UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 49}
 SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
-    "scalar": {"python_calls": 12, "c_calls": 10, "opcodes": 343},
-    "tuple5": {"python_calls": 14, "c_calls": 16, "opcodes": 438},
+    "scalar": {"python_calls": 9, "c_calls": 10, "opcodes": 333},
+    "tuple5": {"python_calls": 12, "c_calls": 16, "opcodes": 427},
 }
 
 

@@ -69,13 +69,14 @@ class LearningRateSource:
     was incremented by the update), so the schedule is evaluated at the step's own index.
     """
 
-    __slots__ = ("tensor",)
+    __slots__ = ("tensor", "constant")
 
     def __init__(self, optimizer: Any) -> None:
         from mindspore import Tensor, int32
         from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
         lr = optimizer.learning_rate
+        self.constant: Any = None  # the Parameter itself when the rate is one (no call per read)
         if getattr(optimizer, "is_group_lr", False):
             lr = lr[0]  # the first parameter group stands for the run
         if isinstance(lr, LearningRateSchedule):
@@ -85,6 +86,7 @@ class LearningRateSource:
             self.tensor = lambda step_index: lr[min(step_index, last)]
         else:
             self.tensor = lambda step_index: lr
+            self.constant = lr
 
 
 # MindFormers' 7-tuple (`MFTrainOneStepCell(local_norm=True)`, or LocalNormTrainOneStepCell):
@@ -158,29 +160,29 @@ class OutputReader:
         """Host values of the monitored metrics for the step that just ended."""
         outputs = cb_params.get("net_outputs")
         if type(outputs) is self._plan_type and (self._plan_length < 0 or len(outputs) == self._plan_length):
+            # The steady state: one `item()` per wanted value (each a one-element tensor the
+            # last time), nothing else, in this frame. Inside Model.train every line the
+            # sampled step runs is cold after the compiled step (docs/performance.md).
+            values: dict[str, float | bool] = {}
             try:
-                return self._read_planned(outputs, step)
+                if self._plan_length >= 0:
+                    for name, position in self._plan:
+                        values[name] = float(outputs[position].item())
+                else:
+                    for name, _ in self._plan:
+                        values[name] = float(outputs.item())
+                if self._plan_lr:
+                    lr = self._learning_rate
+                    tensor = lr.constant if lr.constant is not None else lr.tensor(step - 1)
+                    values[tm.LEARNING_RATE] = float(tensor.item())
             except Exception:  # a value changed kind: the full path reads and warns
                 self._plan_type = None
+                return self._read_full(outputs, cb_params, step)
+            overflow = values.get(tm.OVERFLOW)
+            if overflow is not None and math.isfinite(overflow):
+                values[tm.OVERFLOW] = bool(overflow)
+            return values
         return self._read_full(outputs, cb_params, step)
-
-    def _read_planned(self, outputs: Any, step: int) -> dict[str, float | bool]:
-        """The steady state: one `item()` per wanted value (each a one-element tensor the
-        last time), nothing else. Inside Model.train every line the sampled step runs is
-        cold after the compiled step (docs/performance.md), so this path is kept short."""
-        values: dict[str, float | bool] = {}
-        if self._plan_length >= 0:
-            for name, position in self._plan:
-                values[name] = float(outputs[position].item())
-        else:
-            for name, _ in self._plan:
-                values[name] = float(outputs.item())
-        if self._plan_lr:
-            values[tm.LEARNING_RATE] = float(self._learning_rate.tensor(step - 1).item())
-        overflow = values.get(tm.OVERFLOW)
-        if overflow is not None and math.isfinite(overflow):
-            values[tm.OVERFLOW] = bool(overflow)
-        return values
 
     def _read_full(self, outputs: Any, cb_params: Any, step: int) -> dict[str, float | bool]:
         handles = self.split(outputs)

@@ -246,10 +246,11 @@ class MonitorRun:
             if loss is not None and not math.isfinite(loss):
                 self.stop_pending = f"non-finite loss ({loss}) at step {step}"
         timeline = self.timeline
+        data_wait, timeline.data_wait = timeline.data_wait, 0.0  # timeline.take_data_wait, in this frame
         self.pipeline.submit_sample(
             (
                 step, cb_params.get("cur_epoch_num"), values, model_state, is_last,
-                steps, elapsed, previous_end, timeline.step_begin, end, timeline.take_data_wait(),
+                steps, elapsed, previous_end, timeline.step_begin, end, data_wait,
             )
         )  # fmt: skip
 
