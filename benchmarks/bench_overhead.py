@@ -54,21 +54,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mindspore as ms  # noqa: E402  (before anything imports protobuf)
 import numpy as np  # noqa: E402
+from _mlp import BATCH, CLASSES, FEATURES, HIDDEN, HOOKS, Redirected, build_model  # noqa: E402
 from _receiver import ReceiverProcess  # noqa: E402
-from mindspore import Tensor, nn  # noqa: E402
+from mindspore import Tensor  # noqa: E402
 from mindspore.dataset import NumpySlicesDataset  # noqa: E402
-from mindspore.train import Callback, Model  # noqa: E402
+from mindspore.train import Callback  # noqa: E402
 
-FEATURES, CLASSES, BATCH = 256, 10, 64
-HIDDEN = {"default": 1024, "small": 128}
-HOOKS = (
-    "on_train_begin",
-    "on_train_epoch_begin",
-    "on_train_step_begin",
-    "on_train_step_end",
-    "on_train_epoch_end",
-    "on_train_end",
-)
 STEP_HOOKS = ("on_train_step_begin", "on_train_step_end")
 WARMUP_STEPS = 20  # left out of the per-step figures (compile settling)
 
@@ -165,38 +156,6 @@ class HookTimes:
         return timed
 
 
-def _model(hidden: int) -> Model:
-    net = nn.SequentialCell(
-        nn.Dense(FEATURES, hidden), nn.ReLU(), nn.Dense(hidden, hidden), nn.ReLU(), nn.Dense(hidden, CLASSES)
-    )
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
-    return Model(nn.TrainOneStepCell(nn.WithLossCell(net, loss), optimizer))
-
-
-class _Redirected:
-    """stdout and stderr, file descriptors included, into `path` (loggers keep their streams)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-
-    def __enter__(self) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self._saved = (os.dup(1), os.dup(2))
-        self._log = open(self._path, "ab")
-        os.dup2(self._log.fileno(), 1)
-        os.dup2(self._log.fileno(), 2)
-
-    def __exit__(self, *exc: object) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, saved in zip((1, 2), self._saved):
-            os.dup2(saved, fd)
-            os.close(saved)
-        self._log.close()
-
-
 def _ours_config(args: argparse.Namespace, folder: Path, endpoint: str | None) -> dict[str, Any]:
     outputs = ["json_file", "tensorboard"]
     config: dict[str, Any] = {
@@ -238,6 +197,12 @@ def bootstrap_median(ratios: list[float], resamples: int = 10_000, seed: int = 0
     return statistics.median(ratios), medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
+def _paired(ratios: list[float]) -> dict[str, Any]:
+    """The per-round paired ratios, their median, its 95 % interval, and the sign test."""
+    median, low, high = bootstrap_median(ratios)
+    return {"median_ratio": median, "ci95": [low, high], "sign_test_p": sign_test(ratios), "ratios": ratios}
+
+
 def sign_test(ratios: list[float]) -> float:
     """Two-sided sign test of "ratio = 1": the p-value (exact binomial)."""
     above = sum(r > 1 for r in ratios)
@@ -256,14 +221,14 @@ def run(args: argparse.Namespace, folder: Path, endpoint: str | None) -> dict[st
     rng = np.random.default_rng(0)
     x = rng.standard_normal((args.steps * BATCH, FEATURES)).astype(np.float32)
     y = rng.integers(0, CLASSES, args.steps * BATCH).astype(np.int32)
-    model = _model(HIDDEN[args.model])
+    model = build_model(HIDDEN[args.model])
     log = folder / "training.log"
 
     background: dict[str, list[float]] = defaultdict(list)  # CPU seconds off the training thread, per run
 
     def train(callbacks: list, name: str = "bare") -> float:
         dataset = NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(BATCH)
-        with _Redirected(log):
+        with Redirected(log):
             cpu, own = time.process_time(), time.thread_time()
             started = time.perf_counter()
             model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
@@ -323,13 +288,7 @@ def _summarise(
     result["bare_ms_per_step"] = statistics.median(bare) / args.steps * 1e3
     for name in ("ours", "ours timed", "bare callback timed"):
         ratios = [w / b for w, b in zip(walls[name], bare)]
-        median, low, high = bootstrap_median(ratios)
-        result[f"{name}: whole run"] = {
-            "median_ratio": median,
-            "ci95": [low, high],
-            "sign_test_p": sign_test(ratios),
-            "ratios": ratios,
-        }
+        result[f"{name}: whole run"] = _paired(ratios)
     for name, runs in timed.items():
         hooks: dict[str, Any] = {}
         for hook in STEP_HOOKS:
@@ -354,13 +313,7 @@ def _summarise(
         # The steps alone: the whole run less train begin and end (the end's final flush
         # weighs on a short run; a long one amortises it).
         steps_only = [(w - e) / b for w, e, b in zip(run_walls, edge_seconds, walls["bare"])]
-        median, low, high = bootstrap_median(steps_only)
-        result[f"{name}: whole run less begin/end"] = {
-            "median_ratio": median,
-            "ci95": [low, high],
-            "sign_test_p": sign_test(steps_only),
-            "ratios": steps_only,
-        }
+        result[f"{name}: whole run less begin/end"] = _paired(steps_only)
         hooks["share_in_step_hooks_pct"] = statistics.median(s / w * 100 for s, w in zip(step_seconds, run_walls))
         hooks["share_with_begin_end_pct"] = statistics.median(
             (s + e) / w * 100 for s, e, w in zip(step_seconds, edge_seconds, run_walls)

@@ -44,21 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mindspore as ms  # noqa: E402  (before anything imports protobuf)
 import numpy as np  # noqa: E402
+from _mlp import BATCH, CLASSES, FEATURES, HIDDEN, HOOKS, Redirected, build_model  # noqa: E402
 from _receiver import ReceiverProcess  # noqa: E402
-from mindspore import nn  # noqa: E402
 from mindspore.dataset import NumpySlicesDataset  # noqa: E402
-from mindspore.train import Callback, LossMonitor, Model, SummaryCollector, TimeMonitor  # noqa: E402
+from mindspore.train import Callback, LossMonitor, SummaryCollector, TimeMonitor  # noqa: E402
 
-FEATURES, CLASSES, BATCH = 256, 10, 64
-HIDDEN = {"default": 1024, "small": 128}
-HOOKS = (
-    "on_train_begin",
-    "on_train_epoch_begin",
-    "on_train_step_begin",
-    "on_train_step_end",
-    "on_train_epoch_end",
-    "on_train_end",
-)
 EDGE_HOOKS = ("on_train_begin", "on_train_end")
 
 
@@ -145,38 +135,6 @@ def _timed(callbacks: list, seconds: dict[str, float]) -> list:
     return callbacks
 
 
-class _Redirected:
-    """stdout and stderr, file descriptors included, into `path` (loggers keep their streams)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-
-    def __enter__(self) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self._saved = (os.dup(1), os.dup(2))
-        self._log = open(self._path, "ab")
-        os.dup2(self._log.fileno(), 1)
-        os.dup2(self._log.fileno(), 2)
-
-    def __exit__(self, *exc: object) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, saved in zip((1, 2), self._saved):
-            os.dup2(saved, fd)
-            os.close(saved)
-        self._log.close()
-
-
-def _model(hidden: int) -> Model:
-    net = nn.SequentialCell(
-        nn.Dense(FEATURES, hidden), nn.ReLU(), nn.Dense(hidden, hidden), nn.ReLU(), nn.Dense(hidden, CLASSES)
-    )
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
-    return Model(nn.TrainOneStepCell(nn.WithLossCell(net, loss), optimizer))
-
-
 # Run last in their process: SummaryCollector adds summary operators to the network, and
 # after MFLossMonitor's first step every later training in the process runs ~2x slower.
 _LAST = ("SummaryCollector(10)", "MFLossMonitor(10)")
@@ -191,7 +149,7 @@ def run_round(
     rng = np.random.default_rng(0)
     x = rng.standard_normal((steps * BATCH, FEATURES)).astype(np.float32)
     y = rng.integers(0, CLASSES, steps * BATCH).astype(np.int32)
-    model = _model(HIDDEN[model_size])
+    model = build_model(HIDDEN[model_size])
     variants = _variants(folder, endpoints, steps)
     rotating = [name for name in variants if name not in _LAST]
     shift = round_ % len(rotating)
@@ -199,7 +157,7 @@ def run_round(
 
     def train(callbacks: list) -> float:
         dataset = NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(BATCH)
-        with _Redirected(folder / "training.log"):
+        with Redirected(folder / "training.log"):
             started = time.perf_counter()
             model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
             return time.perf_counter() - started
