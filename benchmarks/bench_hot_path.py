@@ -11,7 +11,7 @@ tensors as `net_outputs`, in both shapes that matter: a scalar loss and MindForm
   the GIL); `--device-step-ms 2` sleeps between them instead (the GIL released, as while
   MindSpore runs a compiled graph): the background threads work there, and the hooks run
   with cold caches, as inside a real training loop;
-- sampled steps: time inside it, minus the time spent reading tensors back (extract.to_host)
+- sampled steps: time inside it, minus the time spent reading tensors back (`Tensor.asnumpy` / `Tensor._item`)
   (target <= 30 us);
 - host readbacks (`Tensor.asnumpy` and `Tensor._item` calls made inside the hook) per unsampled and per
   sampled step (target: 0 on unsampled steps);
@@ -47,50 +47,43 @@ from _receiver import ReceiverProcess  # noqa: E402
 from mindspore import nn  # noqa: E402
 from mindspore.train.callback import RunContext, _InternalCallbackParam  # noqa: E402
 
-from otel_mindformers.runtime import extract
 from otel_mindformers.runtime.callback import MonitorCallback
 from tests.support.readbacks import READS  # noqa: E402
 
 
 class ReadbackSpy:
-    """Counts the calls that read a tensor back (the tests' `READS`) and times
-    `extract.to_host` while `armed`."""
+    """Counts and times the calls that read a tensor back (the tests' `READS`: `asnumpy`,
+    and `_item`, through which `item()` reads) while `armed`."""
 
     def __init__(self) -> None:
         self.armed = False
         self.readbacks = 0
         self.to_host_seconds = 0.0
         self._originals = {name: getattr(ms.Tensor, name) for name in READS}
-        self._to_host = extract.to_host
 
     def __enter__(self) -> ReadbackSpy:
         spy = self
-        original_to_host = self._to_host
 
         def counted(original):
             def read(tensor):
-                if spy.armed:
-                    spy.readbacks += 1
-                return original(tensor)
+                if not spy.armed:
+                    return original(tensor)
+                spy.readbacks += 1
+                started = time.perf_counter()
+                try:
+                    return original(tensor)
+                finally:
+                    spy.to_host_seconds += time.perf_counter() - started
 
             return read
 
-        def to_host(value):
-            started = time.perf_counter()
-            try:
-                return original_to_host(value)
-            finally:
-                spy.to_host_seconds += time.perf_counter() - started
-
         for name, original in self._originals.items():
             setattr(ms.Tensor, name, counted(original))
-        extract.to_host = to_host
         return self
 
     def __exit__(self, *exc: object) -> None:
         for name, original in self._originals.items():
             setattr(ms.Tensor, name, original)
-        extract.to_host = self._to_host
 
 
 def _cb_params(shape: str, steps: int) -> _InternalCallbackParam:

@@ -1,26 +1,35 @@
-"""Training overhead of MonitorCallback against the monitors users would use instead.
+"""What a step of MonitorCallback costs inside MindSpore's real `Model.train` loop.
 
-    .venv/bin/python benchmarks/bench_overhead.py                 # graph and PyNative
-    .venv/bin/python benchmarks/bench_overhead.py --modes graph --rounds 7 --steps 600
+    .venv/bin/python benchmarks/bench_overhead.py                          # small model, graph, interval 10, local outputs
+    .venv/bin/python benchmarks/bench_overhead.py --model default --mode pynative --interval 1 --outputs all
+    .venv/bin/python benchmarks/bench_overhead.py --rounds 40 --json out.json
 
-One real MindSpore CPU training loop (an MLP sized for ~10-20 ms per step in graph mode, or
-`--model small` for 2-5 ms steps), trained again and again in one process with each
-variant's callbacks:
-- bare (no callback);
-- ours at interval 1, 10 and 100, with stdout, json_file, tensorboard and OTLP (gRPC) to a
-  receiver running in another process, and at interval 10 with OTLP over HTTP/JSON;
-- MindSpore LossMonitor(10), TimeMonitor, SummaryCollector(collect_freq=10);
-- MindFormers MFLossMonitor(per_print_times=10);
-- a hand-written tensorboardX callback logging the loss every 10 steps.
-Variants alternate in a rotated order for several rounds, each round in a fresh process
-(MFLossMonitor slows every later training in its process; it and SummaryCollector run last
-in each round). Per variant it reports the median
-whole-run time and its ratio to bare, and the share of run time spent inside the variant's
-callback hooks (each hook is wrapped with perf_counter accounting): whole-run times move by
-several percent between identical runs on a shared machine, the share in hooks does not.
-`begin+end` is the time of the start and end hooks (building and flushing exporters), which
-a long real run amortises. stdout and stderr go to a log file while a variant trains, as
-under a job scheduler.
+One process trains one MLP (`--model small`: 3-5 ms graph-mode steps; `default`: ~15 ms) again
+and again, in interleaved rounds. Each round runs, in a rotated order between two bare runs:
+- `bare`: no callback;
+- `ours`: MonitorCallback, hooks not wrapped (the whole-run figure);
+- `ours timed`: the same, each hook wrapped with perf_counter / thread_time accounting; in
+  odd rounds every device readback (`Tensor._item`, `Tensor.asnumpy`) is timed on its own
+  too (that wrapper costs a frame per read, so the hook figures come from the even rounds);
+- `bare callback timed`: a callback whose `on_train_step_end` reads `cb_params["cur_step_num"]`,
+  and on sampled steps reads the loss back with `item()` (the device wait and copy alone),
+  under the same wrapper.
+
+Reported, side by side:
+- each hook's median and p90, unsampled and sampled, ours next to the bare callback, with the
+  training thread's CPU time for the sampled step (a hook that waits on the GIL or a lock
+  shows wall time without CPU time);
+- for the sampled step, the readbacks' time apart from our host work;
+- the share of the run inside our step hooks, and with train begin / end;
+- on_train_begin / on_train_end (warm: median of every round; first: the process's first run);
+- the CPU time our background threads take per sampled step (the process's CPU time off the
+  training thread, beyond a bare run's);
+- the whole-run slowdown of `ours` against `bare`: per round the paired ratio
+  ours / mean(the round's two bare runs); the median of those ratios with a 95 % interval from
+  a percentile bootstrap (10,000 resamples of the rounds), and a two-sided sign test.
+`--outputs local` is json_file + tensorboard; `all` adds stdout and OTLP/gRPC to a receiver in
+another process (benchmarks/_receiver.py). stdout and stderr go to a log file while training
+runs, as under a job scheduler. `--json` writes every figure and every per-round value.
 """
 
 from __future__ import annotations
@@ -28,14 +37,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from contextlib import ExitStack, nullcontext
+from math import comb
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,235 +54,341 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mindspore as ms  # noqa: E402  (before anything imports protobuf)
 import numpy as np  # noqa: E402
+from _mlp import BATCH, CLASSES, FEATURES, HIDDEN, HOOKS, Redirected, build_model  # noqa: E402
 from _receiver import ReceiverProcess  # noqa: E402
-from mindspore import nn  # noqa: E402
+from mindspore import Tensor  # noqa: E402
 from mindspore.dataset import NumpySlicesDataset  # noqa: E402
-from mindspore.train import Callback, LossMonitor, Model, SummaryCollector, TimeMonitor  # noqa: E402
+from mindspore.train import Callback  # noqa: E402
 
-FEATURES, CLASSES, BATCH = 256, 10, 64
-HIDDEN = {"default": 1024, "small": 128}
-HOOKS = (
-    "on_train_begin",
-    "on_train_epoch_begin",
-    "on_train_step_begin",
-    "on_train_step_end",
-    "on_train_epoch_end",
-    "on_train_end",
-)
-EDGE_HOOKS = ("on_train_begin", "on_train_end")
+STEP_HOOKS = ("on_train_step_begin", "on_train_step_end")
+WARMUP_STEPS = 20  # left out of the per-step figures (compile settling)
 
 
-class TensorBoardXEvery10(Callback):
-    """What users write today: read the loss back and log it every 10 steps."""
+class BareCallback(Callback):
+    """The floor: the step number, and on sampled steps the loss read back with `item()`."""
 
-    def __init__(self, logdir: str) -> None:
-        from tensorboardX import SummaryWriter
-
+    def __init__(self, interval: int) -> None:
         super().__init__()
-        self.writer = SummaryWriter(logdir)
+        self.interval = interval
+        self.step = 0
 
-    def on_train_step_end(self, run_context):
+    def on_train_step_end(self, run_context: Any) -> None:
         cb_params = run_context.original_args()
-        if cb_params.cur_step_num % 10 == 0:
-            loss = float(np.mean(cb_params.net_outputs.asnumpy()))
-            self.writer.add_scalar("loss", loss, cb_params.cur_step_num)
-
-    def on_train_end(self, run_context):
-        self.writer.close()
+        self.step = step = cb_params["cur_step_num"]
+        if step % self.interval == 0 or step == 1:
+            cb_params["net_outputs"].item()
 
 
-def _variants(folder: Path, endpoints: dict[str, str], steps: int) -> dict[str, Callable[[int], list]]:
-    """Variant name → factory of a fresh callback list for run number `n`."""
-    from mindformers.core.callback import MFLossMonitor
+class _Readbacks:
+    """Times every `Tensor._item` / `Tensor.asnumpy` call while entered (the readback: the
+    device wait and the copy); `seconds` accumulates until read and reset by the wrapper."""
 
-    from otel_mindformers.runtime.callback import MonitorCallback
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.count = 0
 
-    def ours(interval: int, protocol: str = "grpc") -> Callable[[int], list]:
-        def make(n: int) -> list:
-            return [
-                MonitorCallback(
-                    {
-                        "interval": interval,
-                        "output_type": ["stdout", "json_file", "tensorboard", "otlp"],
-                        "json_log_path": str(folder / f"ours_{n}" / "train_metric.json"),
-                        "tensorboard_path": str(folder / f"ours_{n}" / "tensorboard"),
-                        "otlp": {"endpoint": endpoints[protocol], "protocol": protocol},
-                    }
-                )
-            ]
+    def __enter__(self) -> _Readbacks:
+        self._saved = {name: getattr(Tensor, name) for name in ("_item", "asnumpy")}
+        for name, real in self._saved.items():
 
-        return make
-
-    return {
-        "bare": lambda n: [],
-        "ours interval=1": ours(1),
-        "ours interval=10": ours(10),
-        "ours interval=10 http/json": ours(10, "http/json"),
-        "ours interval=100": ours(100),
-        "LossMonitor(10)": lambda n: [LossMonitor(10)],
-        "TimeMonitor": lambda n: [TimeMonitor()],
-        "SummaryCollector(10)": lambda n: [
-            SummaryCollector(
-                str(folder / f"summary_{n}"),
-                collect_freq=10,
-                # Its dataset-graph collector fails with the protobuf this environment needs.
-                collect_specified_data={"collect_dataset_graph": False},
-            )
-        ],
-        "MFLossMonitor(10)": lambda n: [
-            MFLossMonitor(
-                learning_rate=0.01, per_print_times=10, origin_epochs=1, dataset_size=steps, global_batch_size=BATCH
-            )
-        ],
-        "tensorboardX every 10": lambda n: [TensorBoardXEvery10(str(folder / f"tbx_{n}"))],
-    }
-
-
-def _timed(callbacks: list, seconds: dict[str, float]) -> list:
-    """Wrap each callback's hooks (instance attributes shadow the class's methods)."""
-    for callback in callbacks:
-        for hook in HOOKS:
-            method = getattr(callback, hook)
-
-            def timed(run_context, method=method, hook=hook):
+            def timed(tensor: Any, *args: Any, real: Any = real) -> Any:
                 started = time.perf_counter()
                 try:
-                    method(run_context)
+                    return real(tensor, *args)
                 finally:
-                    seconds[hook] += time.perf_counter() - started
+                    self.seconds += time.perf_counter() - started
+                    self.count += 1
 
-            setattr(callback, hook, timed)
-    return callbacks
-
-
-class _Redirected:
-    """stdout and stderr, file descriptors included, into `path` (loggers keep their streams)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-
-    def __enter__(self) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self._saved = (os.dup(1), os.dup(2))
-        self._log = open(self._path, "ab")
-        os.dup2(self._log.fileno(), 1)
-        os.dup2(self._log.fileno(), 2)
+            setattr(Tensor, name, timed)
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, saved in zip((1, 2), self._saved):
-            os.dup2(saved, fd)
-            os.close(saved)
-        self._log.close()
+        for name, real in self._saved.items():
+            setattr(Tensor, name, real)
 
 
-def _model(hidden: int) -> Model:
-    net = nn.SequentialCell(
-        nn.Dense(FEATURES, hidden), nn.ReLU(), nn.Dense(hidden, hidden), nn.ReLU(), nn.Dense(hidden, CLASSES)
-    )
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
-    return Model(nn.TrainOneStepCell(nn.WithLossCell(net, loss), optimizer))
+class HookTimes:
+    """Per-hook wall and thread-CPU seconds; step hooks per step number."""
+
+    def __init__(self, readbacks: _Readbacks | None) -> None:
+        self.edge: dict[str, float] = defaultdict(float)
+        self.steps: dict[str, dict[int, tuple[float, float, float]]] = {hook: {} for hook in STEP_HOOKS}
+        self._readbacks = readbacks
+        self.times_readbacks = readbacks is not None
+
+    def wrap(self, callback: Callback) -> Callback:
+        """Instance attributes shadow the class's methods."""
+        for hook in HOOKS:
+            method = getattr(callback, hook)
+            if hook in STEP_HOOKS:
+                setattr(callback, hook, self._step_hook(method, self.steps[hook]))
+            else:
+                setattr(callback, hook, self._edge_hook(method, hook))
+        return callback
+
+    def _edge_hook(self, method: Any, hook: str) -> Any:
+        def timed(run_context: Any) -> None:
+            started = time.perf_counter()
+            try:
+                method(run_context)
+            finally:
+                self.edge[hook] += time.perf_counter() - started
+
+        return timed
+
+    def _step_hook(self, method: Any, per_step: dict) -> Any:
+        readbacks = self._readbacks
+        clock, cpu = time.perf_counter, time.thread_time
+
+        def timed(run_context: Any) -> None:
+            if readbacks is not None:
+                readbacks.seconds = 0.0
+            started_cpu = cpu()
+            started = clock()
+            try:
+                method(run_context)
+            finally:
+                wall = clock() - started
+                used = cpu() - started_cpu
+                step = run_context.original_args()["cur_step_num"]
+                per_step[step] = (wall, used, readbacks.seconds if readbacks is not None else 0.0)
+
+        return timed
 
 
-# Run last in their process: SummaryCollector adds summary operators to the network, and
-# after MFLossMonitor's first step every later training in the process runs ~2x slower.
-_LAST = ("SummaryCollector(10)", "MFLossMonitor(10)")
+def _ours_config(args: argparse.Namespace, folder: Path, endpoint: str | None) -> dict[str, Any]:
+    outputs = ["json_file", "tensorboard"]
+    config: dict[str, Any] = {
+        "interval": args.interval,
+        "json_log_path": str(folder / "train_metric.json"),
+        "tensorboard_path": str(folder / "tensorboard"),
+    }
+    if args.outputs == "all":
+        outputs = ["stdout", *outputs, "otlp"]
+        config["otlp"] = {"endpoint": endpoint, "protocol": "grpc"}
+    config["output_type"] = outputs
+    return config
 
 
-def run_round(
-    mode: str, round_: int, steps: int, folder: Path, endpoints: dict[str, str], model_size: str
-) -> dict[str, dict[str, float]]:
-    """One round in this process: a warm-up, then every variant once."""
-    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+def _sampled(step: int, interval: int) -> bool:
+    return step == 1 or step % interval == 0
+
+
+def _rows(runs: list, hook: str, kind: str, interval: int, *, with_readbacks: bool) -> list[tuple]:
+    """(wall, cpu, readback) seconds of `hook` on `kind` steps past the warm-up."""
+    return [
+        times
+        for run_ in runs
+        if run_.times_readbacks == with_readbacks
+        for step, times in run_.steps[hook].items()
+        if step > WARMUP_STEPS and _sampled(step, interval) == (kind == "sampled")
+    ]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def bootstrap_median(ratios: list[float], resamples: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
+    """The median of the paired ratios and its 95 % percentile-bootstrap interval."""
+    rng = random.Random(seed)
+    n = len(ratios)
+    medians = sorted(statistics.median(rng.choices(ratios, k=n)) for _ in range(resamples))
+    return statistics.median(ratios), medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
+def _paired(ratios: list[float]) -> dict[str, Any]:
+    """The per-round paired ratios, their median, its 95 % interval, and the sign test."""
+    median, low, high = bootstrap_median(ratios)
+    return {"median_ratio": median, "ci95": [low, high], "sign_test_p": sign_test(ratios), "ratios": ratios}
+
+
+def sign_test(ratios: list[float]) -> float:
+    """Two-sided sign test of "ratio = 1": the p-value (exact binomial)."""
+    above = sum(r > 1 for r in ratios)
+    n = sum(r != 1 for r in ratios)
+    if n == 0:
+        return 1.0
+    k = min(above, n - above)
+    return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2**n)
+
+
+def run(args: argparse.Namespace, folder: Path, endpoint: str | None) -> dict[str, Any]:
+    from otel_mindformers.runtime.callback import MonitorCallback
+
+    ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
     ms.set_device("CPU")
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((steps * BATCH, FEATURES)).astype(np.float32)
-    y = rng.integers(0, CLASSES, steps * BATCH).astype(np.int32)
-    model = _model(HIDDEN[model_size])
-    variants = _variants(folder, endpoints, steps)
-    rotating = [name for name in variants if name not in _LAST]
-    shift = round_ % len(rotating)
-    order = rotating[shift:] + rotating[:shift] + list(_LAST)
+    x = rng.standard_normal((args.steps * BATCH, FEATURES)).astype(np.float32)
+    y = rng.integers(0, CLASSES, args.steps * BATCH).astype(np.int32)
+    model = build_model(HIDDEN[args.model])
+    log = folder / "training.log"
 
-    def train(callbacks: list) -> float:
+    background: dict[str, list[float]] = defaultdict(list)  # CPU seconds off the training thread, per run
+
+    def train(callbacks: list, name: str = "bare") -> float:
         dataset = NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(BATCH)
-        with _Redirected(folder / "training.log"):
+        with Redirected(log):
+            cpu, own = time.process_time(), time.thread_time()
             started = time.perf_counter()
             model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
-            return time.perf_counter() - started
+            wall = time.perf_counter() - started
+            background[name].append((time.process_time() - cpu) - (time.thread_time() - own))
+            return wall
 
     train([])  # compile and warm up
-    results = {}
-    for run, name in enumerate(order):
-        seconds: dict[str, float] = defaultdict(float)
-        wall = train(_timed(variants[name](run), seconds))
-        edge = sum(seconds[h] for h in EDGE_HOOKS)
-        results[name] = {"wall": wall, "step_share": (sum(seconds.values()) - edge) / wall, "edge": edge}
-    return results
+    walls: dict[str, list[float]] = defaultdict(list)
+    timed: dict[str, list[HookTimes]] = defaultdict(list)
+    first_edge: dict[str, float] | None = None
+    variants = ("ours timed", "bare callback timed", "ours")  # round 1 starts with ours timed: its first run
+    for round_ in range(args.rounds):
+        shift = round_ % len(variants)
+        order = ["bare", *variants[shift:], *variants[:shift], "bare"]
+        bare_walls = []
+        for n, name in enumerate(order):
+            run_folder = folder / f"r{round_}_{n}"
+            if name == "bare":
+                bare_walls.append(train([], name))
+                continue
+            if name == "bare callback timed":
+                times = HookTimes(None)
+                walls[name].append(train([times.wrap(BareCallback(args.interval))], name))
+                timed[name].append(times)
+                continue
+            callback = MonitorCallback(_ours_config(args, run_folder, endpoint))
+            if name == "ours":
+                walls[name].append(train([callback], name))
+                continue
+            # Readbacks timed in odd rounds only: the timing wrapper costs a frame per read.
+            with _Readbacks() if round_ % 2 else nullcontext() as readbacks:
+                times = HookTimes(readbacks)
+                walls[name].append(train([times.wrap(callback)], name))
+            timed[name].append(times)
+            if first_edge is None:
+                first_edge = dict(times.edge)
+        walls["bare"].append(statistics.fmean(bare_walls))
+        print(
+            f"  round {round_ + 1}/{args.rounds}: ours/bare {walls['ours'][-1] / walls['bare'][-1]:.4f} "
+            f"(load average {os.getloadavg()[0]:.1f})",
+            file=sys.stderr,
+            flush=True,
+        )
+    result = _summarise(args, walls, timed, first_edge or {})
+    sampled_steps = sum(_sampled(step, args.interval) for step in range(1, args.steps + 1))
+    extra = statistics.median(background["ours"]) - statistics.median(background["bare"])
+    result["ours: background CPU per sampled step, us"] = extra / sampled_steps * 1e6
+    return result
 
 
-def run_mode(mode: str, rounds: int, steps: int, folder: Path, endpoints: dict[str, str], model_size: str) -> None:
-    """Each round in a fresh process (see _LAST); prints the table."""
-    runs: dict[str, list[dict[str, float]]] = defaultdict(list)
-    for round_ in range(rounds):
-        round_folder = folder / f"{mode}_{round_}"
-        round_folder.mkdir()
-        command = [
-            sys.executable,
-            __file__,
-            "--round-worker",
-            mode,
-            str(round_),
-            str(steps),
-            str(round_folder),
-            json.dumps(endpoints),
-            model_size,
-        ]
-        output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=round_folder).stdout
-        for name, result in json.loads(output.splitlines()[-1]).items():
-            runs[name].append(result)
-        print(f"  {mode}: round {round_ + 1}/{rounds} done (load average {os.getloadavg()[0]:.1f})", flush=True)
+def _summarise(
+    args: argparse.Namespace, walls: dict[str, list[float]], timed: dict[str, list[HookTimes]], first_edge: dict
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"config": vars(args), "load_average": os.getloadavg()}
+    bare = walls["bare"]
+    result["bare_ms_per_step"] = statistics.median(bare) / args.steps * 1e3
+    for name in ("ours", "ours timed", "bare callback timed"):
+        ratios = [w / b for w, b in zip(walls[name], bare)]
+        result[f"{name}: whole run"] = _paired(ratios)
+    for name, runs in timed.items():
+        hooks: dict[str, Any] = {}
+        for hook in STEP_HOOKS:
+            for kind in ("unsampled", "sampled"):
+                plain = _rows(runs, hook, kind, args.interval, with_readbacks=False)
+                read = _rows(runs, hook, kind, args.interval, with_readbacks=True)
+                if not plain:
+                    continue
+                wall = [r[0] * 1e6 for r in plain]
+                readback = statistics.median(r[2] * 1e6 for r in read) if read else 0.0
+                hooks[f"{hook} {kind}"] = {
+                    "median_us": statistics.median(wall),
+                    "p90_us": _percentile(wall, 90),
+                    "cpu_median_us": statistics.median(r[1] * 1e6 for r in plain),
+                    "readback_median_us": readback,
+                    "host_median_us": statistics.median(wall) - readback,
+                    "steps": len(plain),
+                }
+        run_walls = walls[name]
+        step_seconds = [sum(sum(v[0] for v in r.steps[h].values()) for h in STEP_HOOKS) for r in runs]
+        edge_seconds = [sum(r.edge.values()) for r in runs]
+        # The steps alone: the whole run less train begin and end (the end's final flush
+        # weighs on a short run; a long one amortises it).
+        steps_only = [(w - e) / b for w, e, b in zip(run_walls, edge_seconds, walls["bare"])]
+        result[f"{name}: whole run less begin/end"] = _paired(steps_only)
+        hooks["share_in_step_hooks_pct"] = statistics.median(s / w * 100 for s, w in zip(step_seconds, run_walls))
+        hooks["share_with_begin_end_pct"] = statistics.median(
+            (s + e) / w * 100 for s, e, w in zip(step_seconds, edge_seconds, run_walls)
+        )
+        for edge in ("on_train_begin", "on_train_end"):
+            hooks[f"{edge}_ms"] = statistics.median(r.edge[edge] * 1e3 for r in runs)
+        result[f"{name}: hooks"] = hooks
+    result["ours: first run"] = {
+        f"{k}_ms": v * 1e3 for k, v in first_edge.items() if k in ("on_train_begin", "on_train_end")
+    }
+    return result
 
-    bare = statistics.median(r["wall"] for r in runs["bare"])
+
+def report(result: dict[str, Any]) -> None:
+    cfg = result["config"]
     print(
-        f"\n{mode} mode, {model_size} model, {steps} steps x {rounds} rounds, bare median {bare / steps * 1e3:.2f} ms/step"
+        f"\n{cfg['mode']} mode, {cfg['model']} model ({result['bare_ms_per_step']:.2f} ms/step bare), interval "
+        f"{cfg['interval']}, outputs {cfg['outputs']}, {cfg['steps']} steps x {cfg['rounds']} rounds, "
+        f"load average at end {' '.join(f'{v:.1f}' for v in result['load_average'])}"
     )
-    print("| variant | whole run vs bare | time in step hooks | per round | begin+end |")
-    print("|---|---:|---:|---:|---:|")
-    for name, results in runs.items():
-        ratio = statistics.median(r["wall"] for r in results) / bare
-        share = statistics.median(r["step_share"] for r in results)
-        rounds_ = " / ".join(f"{r['step_share'] * 100:.2f}" for r in results)
-        edge = statistics.median(r["edge"] for r in results)
-        print(f"| {name} | {ratio:.3f} | {share * 100:.2f} % | {rounds_} | {edge * 1e3:.0f} ms |")
+    ours, bare = result["ours timed: hooks"], result["bare callback timed: hooks"]
+    print(
+        "| hook, step kind | ours median / p90 | ours CPU | ours readbacks | ours host work | bare callback median / p90 |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for key, row in ours.items():
+        if not isinstance(row, dict):
+            continue
+        other = bare.get(key)
+        floor = f"{other['median_us']:.1f} / {other['p90_us']:.1f} µs" if other else "—"
+        if other and key.endswith("sampled") and not key.endswith("unsampled"):
+            floor += f" (item() {other['median_us']:.1f})"
+        print(
+            f"| {key} | {row['median_us']:.1f} / {row['p90_us']:.1f} µs | {row['cpu_median_us']:.1f} µs | "
+            f"{row['readback_median_us']:.1f} µs | {row['host_median_us']:.1f} µs | {floor} |"
+        )
+    print(
+        f"share of the run in our step hooks {ours['share_in_step_hooks_pct']:.3f} % "
+        f"(bare callback {bare['share_in_step_hooks_pct']:.3f} %); with begin/end {ours['share_with_begin_end_pct']:.3f} %"
+    )
+    first = result["ours: first run"]
+    print(
+        f"on_train_begin {ours['on_train_begin_ms']:.1f} ms warm ({first.get('on_train_begin_ms', float('nan')):.1f} ms "
+        f"first run), on_train_end {ours['on_train_end_ms']:.1f} ms warm ({first.get('on_train_end_ms', float('nan')):.1f} ms first)"
+    )
+    print(
+        f"background CPU (off the training thread, beyond bare's) per sampled step: "
+        f"{result['ours: background CPU per sampled step, us']:.0f} µs"
+    )
+    for name in ("ours", "ours timed", "ours timed: whole run less begin/end", "bare callback timed"):
+        whole = result[name if name.endswith("begin/end") else f"{name}: whole run"]
+        low, high = whole["ci95"]
+        print(
+            f"whole run {name.replace(': whole run', ',')} / bare: median of paired ratios {whole['median_ratio']:.4f}, 95 % bootstrap interval "
+            f"[{low:.4f}, {high:.4f}] (±{(high - low) / 2 * 100:.2f} %), sign test p = {whole['sign_test_p']:.3g}"
+        )
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--round-worker":
-        mode, round_, steps, folder, endpoints, model_size = sys.argv[2:]
-        results = run_round(mode, int(round_), int(steps), Path(folder), json.loads(endpoints), model_size)
-        print(json.dumps(results))
-        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", nargs="+", default=["graph", "pynative"], choices=["graph", "pynative"])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument(
-        "--model",
-        choices=sorted(HIDDEN),
-        default="default",
-        help="small: 2-5 ms graph-mode steps, where a callback's cost shows most",
-    )
+    parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
+    parser.add_argument("--model", choices=sorted(HIDDEN), default="small")
+    parser.add_argument("--interval", type=int, default=10)
+    parser.add_argument("--outputs", choices=["local", "all"], default="local")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
     print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())}, {os.cpu_count()} CPUs")
-    with tempfile.TemporaryDirectory() as folder, ReceiverProcess() as receiver:
-        for mode in args.modes:
-            endpoints = {"grpc": receiver.grpc_endpoint, "http/json": receiver.http_endpoint}
-            run_mode(mode, args.rounds, args.steps, Path(folder), endpoints, args.model)
-    print(f"load average at end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
+        endpoint = stack.enter_context(ReceiverProcess()).grpc_endpoint if args.outputs == "all" else None
+        result = run(args, Path(folder), endpoint)
+    report(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=str))
 
 
 if __name__ == "__main__":

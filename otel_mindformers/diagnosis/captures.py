@@ -65,6 +65,7 @@ class NoCaptures:
     """What a run holds when captures are off: the same calls, doing nothing."""
 
     active = False
+    notes_batches = False
 
     def on_alert(self, rule: str, step: int, span: Span | None) -> str | None:
         return None
@@ -117,7 +118,7 @@ class CaptureController:
         self._finishers: list[threading.Thread] = []
         self._dataset = _dataset_meta(cb_params)
         self._batch_notes: dict[int, dict[str, Any]] = {}
-        self._notes_batches = names.KIND_BATCH in self._kinds or config.on_demand
+        self.notes_batches = names.KIND_BATCH in self._kinds or config.on_demand
         self._profiler: Any = None
         if names.KIND_PROFILE in self._kinds or config.on_demand:
             try:
@@ -159,9 +160,8 @@ class CaptureController:
 
     # --- training thread ------------------------------------------------------------------------
     def note_batch(self, cb_params: Any, step: int) -> None:
-        """Sampled steps: what identifies this step's batch, kept for a capture of it."""
-        if not self._notes_batches:
-            return
+        """Sampled steps, when `notes_batches`: what identifies this step's batch, kept for a
+        capture of it."""
         try:
             note = _batch_note(cb_params, step, self._dataset, self._config.batch_crc32)
         except Exception as exc:  # an odd element: the step alone still identifies it

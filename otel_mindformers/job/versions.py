@@ -3,6 +3,7 @@ each only where it can be read (package metadata and a few small version files).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -45,6 +46,7 @@ def _nvidia_driver_version() -> str | None:
     return match.group(1) if match else None
 
 
+@functools.cache  # parsing a package's METADATA costs ~5 ms a run; it does not change in a process
 def _package_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)

@@ -26,6 +26,7 @@ from otel_mindformers.config import LogRotationConfig
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.job.identity import Identity
+from otel_mindformers.outputs.event_bytes import scalar_event
 from otel_mindformers.outputs.runs import free_name, stamp
 
 _EVENT_FILES = "events.out.tfevents.*"
@@ -112,24 +113,31 @@ class TensorBoardSink:
             self._open_event_file()
 
     def write(self, record: StepRecord) -> None:
-        from tensorboardX.proto.event_pb2 import Event
-        from tensorboardX.proto.summary_pb2 import Summary
-
-        scalars = [Summary.Value(tag=name, simple_value=float(value)) for name, value in record.values.items()]
-        scalars += [Summary.Value(tag=f"device/{name}", simple_value=value) for name, value in record.device.items()]
+        scalars = [(name, float(value)) for name, value in record.values.items()]
+        scalars += [(f"device/{name}", float(value)) for name, value in record.device.items()]
         if record.model_state:
-            scalars += [Summary.Value(tag=tag, simple_value=value) for tag, value in record.model_state.scalars()]
+            scalars += [(tag, float(value)) for tag, value in record.model_state.scalars()]
+        # The bytes tensorboardX's Event would serialize to, at a tenth of its CPU (event_bytes.py).
+        event = scalar_event(record.time_stamp, record.step, scalars)
         try:
             # Checked before writing, so a new file starts only when a record is there for it.
             self._roll_over_if_full()
-            event = Event(wall_time=record.time_stamp, step=record.step, summary=Summary(value=scalars))
-            self._writer.write_event(event)
-            self._written += event.ByteSize() + _RECORD_FRAMING
+            self._write_serialized(event)
+            self._written += len(event) + _RECORD_FRAMING
             if time.monotonic() - self._last_flush >= _FLUSH_SECONDS or record.is_last:
                 self._writer.flush()
                 self._last_flush = time.monotonic()
         except OSError as exc:
             raise OSError(f"cannot write {self._event_file}: {exc.strerror}") from exc
+
+    def _write_serialized(self, event: bytes) -> None:
+        write = getattr(self._writer, "_write_serialized_event", None)
+        if write is not None:
+            write(event)
+        else:  # a tensorboardX without it: through its Event (the same bytes, slower)
+            from tensorboardX.proto.event_pb2 import Event
+
+            self._writer.write_event(Event.FromString(event))
 
     def close(self) -> None:
         try:

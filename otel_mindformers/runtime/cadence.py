@@ -23,7 +23,9 @@ class Cadence:
 
     def close_window(self, step: int, end: float) -> tuple[int, float]:
         """The steps and seconds since the previous sample; starts the next window."""
-        steps = max(1, step - self.window_step)
+        steps = step - self.window_step
+        if steps < 1:  # a step counter that did not move (a resumed or repeated step)
+            steps = 1
         elapsed = end - self.window_start
         self.window_start, self.window_step, self.last_sampled = end, step, step
         # Sample by the real step: the next multiple of `interval` after this one.

@@ -27,6 +27,9 @@ from otel_mindformers.runtime.run import MonitorRun
 
 _logger = get_logger(__name__)
 
+# Bound once: inside Model.train every lookup the step hook makes is cold (docs/performance.md).
+_perf_counter = time.perf_counter
+
 _CUSTOM_HOOKS = ("on_train_begin", "on_train_step_end", "on_train_epoch_end", "on_train_end")
 
 
@@ -69,6 +72,10 @@ class MonitorCallback(Callback):
         self._custom_failures: dict[str, int] = {}
         self._lazy_lr: LazyLearningRate | None = None
         self._handles = OutputReader([], None)
+        # Model.train hands every hook of a run the same RunContext and cb_params: the step
+        # hook compares the context and reuses them (no method call on unsampled steps).
+        self._run_context: Any = None
+        self._cb_params: Any = None
         self.identity: Identity | None = None
         self.stop_reason: str | None = None
 
@@ -84,6 +91,7 @@ class MonitorCallback(Callback):
             return
         cb_params = run_context.original_args()
         self._run = run = MonitorRun.start(self.config, cb_params, self._providers)
+        self._run_context, self._cb_params = run_context, cb_params
         self._clock = run.clock
         self.identity, self.stop_reason = run.identity, None
         optimizer = optimizer_of(cb_params) if self.custom_monitors else None
@@ -103,15 +111,15 @@ class MonitorCallback(Callback):
             return
         # The data wait: a clock read and an addition (timeline.py turns it into a phase).
         timeline = run.timeline
-        timeline.step_begin = now = time.perf_counter()
+        timeline.step_begin = now = _perf_counter()
         timeline.data_wait += now - run.clock.last_step_end
 
     def on_train_step_end(self, run_context: Any) -> None:
         run = self._run
         if run is None:
             return
-        now = time.perf_counter()
-        cb_params = run_context.original_args()
+        now = _perf_counter()
+        cb_params = self._cb_params if run_context is self._run_context else run_context.original_args()
         # Indexed, not `cb_params.cur_step_num`: that attribute goes through a failed lookup
         # and a Python __getattr__, measured at ~25 us per step inside Model.train.
         step = cb_params["cur_step_num"] + run.step_offset  # the job's step (job/resume.py)
@@ -199,7 +207,7 @@ class MonitorCallback(Callback):
         try:
             run.finish(cb_params, error)
         finally:
-            self._run = None
+            self._run = self._run_context = self._cb_params = None
         self.stop_reason = run.stop_reason
 
     def _finish_at_exit(self) -> None:

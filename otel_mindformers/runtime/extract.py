@@ -42,6 +42,10 @@ def to_host(value: Any) -> float:
     return float(array.mean()) if array.size != 1 else float(array.reshape(()))
 
 
+def _is_scalar_tensor(value: Any) -> bool:
+    return hasattr(value, "asnumpy") and hasattr(value, "item") and value.size == 1 and not value.has_init
+
+
 def _is_tensor(value: Any) -> bool:
     return hasattr(value, "asnumpy") or isinstance(value, (int, float, np.ndarray, np.generic))
 
@@ -65,13 +69,14 @@ class LearningRateSource:
     was incremented by the update), so the schedule is evaluated at the step's own index.
     """
 
-    __slots__ = ("tensor",)
+    __slots__ = ("tensor", "constant")
 
     def __init__(self, optimizer: Any) -> None:
         from mindspore import Tensor, int32
         from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
         lr = optimizer.learning_rate
+        self.constant: Any = None  # the Parameter itself when the rate is one (no call per read)
         if getattr(optimizer, "is_group_lr", False):
             lr = lr[0]  # the first parameter group stands for the run
         if isinstance(lr, LearningRateSchedule):
@@ -81,6 +86,7 @@ class LearningRateSource:
             self.tensor = lambda step_index: lr[min(step_index, last)]
         else:
             self.tensor = lambda step_index: lr
+            self.constant = lr
 
 
 # MindFormers' 7-tuple (`MFTrainOneStepCell(local_norm=True)`, or LocalNormTrainOneStepCell):
@@ -115,12 +121,15 @@ class OutputReader:
         if grad_monitor is False:
             self._wanted.discard(tm.GRAD_NORM)
         self._grad_norm_asked = grad_monitor is True
+        self.reads_anything = bool(self._wanted)
         self._warned: set[str] = set()
         self._learning_rate: LearningRateSource | None = None  # resolved at the first read
-
-    @property
-    def reads_anything(self) -> bool:
-        return bool(self._wanted)
+        # The read plan (`_plan_for`): what the previous sampled step's outputs looked like
+        # and where each wanted one-element tensor sits, so later reads skip the shape work.
+        self._plan_type: type | None = None  # None: no plan
+        self._plan_length = -1  # the tuple's length, -1 for a single tensor
+        self._plan: tuple[tuple[str, int], ...] = ()
+        self._plan_lr = False
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
@@ -149,7 +158,35 @@ class OutputReader:
 
     def read(self, cb_params: Any, step: int) -> dict[str, float | bool]:
         """Host values of the monitored metrics for the step that just ended."""
-        handles = self.split(cb_params.get("net_outputs"))
+        outputs = cb_params.get("net_outputs")
+        if type(outputs) is self._plan_type and (self._plan_length < 0 or len(outputs) == self._plan_length):
+            # The steady state: one `item()` per wanted value (each a one-element tensor the
+            # last time), nothing else, in this frame. Inside Model.train every line the
+            # sampled step runs is cold after the compiled step (docs/performance.md).
+            values: dict[str, float | bool] = {}
+            try:
+                if self._plan_length >= 0:
+                    for name, position in self._plan:
+                        values[name] = float(outputs[position].item())
+                else:
+                    for name, _ in self._plan:
+                        values[name] = float(outputs.item())
+                if self._plan_lr:
+                    lr = self._learning_rate
+                    tensor = lr.constant if lr.constant is not None else lr.tensor(step - 1)
+                    values[tm.LEARNING_RATE] = float(tensor.item())
+            except Exception:  # a value changed kind: the full path reads and warns
+                self._plan_type = None
+                return self._read_full(outputs, cb_params, step)
+            overflow = values.get(tm.OVERFLOW)
+            if overflow is not None and math.isfinite(overflow):
+                values[tm.OVERFLOW] = bool(overflow)
+            return values
+        return self._read_full(outputs, cb_params, step)
+
+    def _read_full(self, outputs: Any, cb_params: Any, step: int) -> dict[str, float | bool]:
+        handles = self.split(outputs)
+        from_outputs = set(handles)
         if tm.LEARNING_RATE in self._wanted and tm.LEARNING_RATE not in handles:
             try:
                 if self._learning_rate is None:
@@ -176,7 +213,20 @@ class OutputReader:
                 self._warn_once(name, "cannot read %s from the step outputs: %s", name, exc)
                 continue
             values[name] = bool(value) if name == tm.OVERFLOW and math.isfinite(value) else value
+        self._plan_for(outputs, handles, from_outputs, values)
         return values
+
+    def _plan_for(self, outputs: Any, handles: dict[str, Any], from_outputs: set[str], values: dict) -> None:
+        """Plan the next reads when every wanted value was a one-element tensor, read."""
+        self._plan_type = None
+        wanted = self._wanted & handles.keys()
+        if not all(name in values and _is_scalar_tensor(handles[name]) for name in wanted):
+            return
+        positions = {row.key: row.output_position for row in _FROM_OUTPUTS}
+        self._plan = tuple((name, positions[name]) for name in wanted if name in from_outputs)
+        self._plan_lr = tm.LEARNING_RATE in wanted and tm.LEARNING_RATE not in from_outputs
+        self._plan_type = type(outputs)
+        self._plan_length = len(outputs) if isinstance(outputs, (tuple, list)) else -1
 
 
 class LazyLearningRate:

@@ -78,6 +78,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         step_ids: StepSpanIds | None = None,
         captures: Any = NO_CAPTURES,
         sections: Any = None,
+        complete: Callable[[tuple], tuple[StepRecord, Window]] | None = None,
         max_queue: int = 1024,
     ) -> None:
         self._tracer = tracer
@@ -95,13 +96,16 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._step_ids = step_ids
         self._captures = captures
         self._sections = sections  # RankSections (diagnosis/stragglers.py) or None
+        self._complete = complete  # a sampled step's tuple -> (StepRecord, Window): MonitorRun's
         self._stop_requested = False
         self.dropped = 0
         super().__init__("otel-mindformers-steps", max_queue)
 
     # --- worker thread ---------------------------------------------------------------------
     def handle(self, item: object) -> None:
-        if type(item) is _Step:
+        if type(item) is tuple:
+            self._handle_step(*self._complete(item))
+        elif type(item) is _Step:
             self._handle_step(*item)
         elif type(item) is _Lost:
             self._accounting.lost(*item)
@@ -172,6 +176,10 @@ class SampledStepPipeline(BoundedWorker[object]):
     def submit_step(self, record: StepRecord, window: Window) -> None:
         self.submit(_Step(record, window))
 
+    # A sampled step as the training thread knows it (a tuple; `complete` builds its
+    # record): `submit` itself, without a frame of its own on the sampled step.
+    submit_sample = BoundedWorker.submit
+
     def lost(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread: its time goes to the ledger."""
         self.submit(_Lost(phase, seconds))
@@ -194,7 +202,11 @@ class SampledStepPipeline(BoundedWorker[object]):
     def close(self, timeout: float = 5.0) -> list[StepRecord]:  # type: ignore[override]  # the records, not the queue items
         """Drain what is queued and close every output, within `timeout` seconds; return
         the records not written."""
-        left = [item.record for item in super().close(timeout) if type(item) is _Step]
+        left = [
+            item.record if type(item) is _Step else self._complete(item)[0]
+            for item in super().close(timeout)
+            if type(item) in (_Step, tuple)
+        ]
         if left:
             _logger.warning(
                 "otel_mindformers: sampled steps did not drain within %.1f s; %d record(s) not written",

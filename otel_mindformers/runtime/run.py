@@ -150,6 +150,7 @@ class MonitorRun:
         self.attempt = attempt = job_attempt.begin_attempt(
             self.config, self.identity, self._first_step, self.clock, self.wall_clock, []
         )
+        self._attempt_first_step = attempt is not None
         if attempt is not None:
             self.identity = dataclasses.replace(
                 self.identity, job_id=attempt.job_id, attempt=attempt.attempt, attempt_id=attempt.attempt_id
@@ -234,6 +235,7 @@ class MonitorRun:
             captures=self.captures,
             # Every rank's section times and straggler signal, whatever `report_ranks` says.
             sections=RankSections(telemetry.meter, telemetry.logger, identity, config.stragglers),
+            complete=self.complete_sample,
         )
         self.logs = LogBridge.start(
             config.logs, telemetry.logger_provider, RunCorrelation(identity.rank, self.clock, self.cadence, step_ids)
@@ -282,25 +284,47 @@ class MonitorRun:
 
     # --- sampled steps (training thread) -------------------------------------------------------
     def sample(self, cb_params: Any, step: int, previous_end: float, end: float, *, is_last: bool = False) -> None:
-        """Read the step's outputs, build its StepRecord, and hand it to the pipeline with
-        the window's clock readings (the worker completes the record: accounting.py)."""
+        """Read the step's outputs and hand them to the pipeline with the window's clock
+        readings: what only the training thread can know, in one tuple. The StepRecord is
+        built on the worker (`complete_sample`), the rest of it there too (accounting.py):
+        inside Model.train every object this path touches is cold after the compiled step
+        (docs/performance.md), so it touches few."""
         steps, elapsed = self.cadence.close_window(step, end)
         values = self._reader.read(cb_params, step) if self._reader.reads_anything else {}
         model_state = None
         if self._state_reader is not None:
             routed, model_state = self._state_reader.read(cb_params, step - steps)
-            values.update(routed)
+            if routed:
+                values.update(routed)
         if self._first_nonfinite is not None:
             local = self._local_reader.read(cb_params, step) if self._local_reader is not None else values
             self._first_nonfinite.check(step, local, self.run_span)
-        self.captures.note_batch(cb_params, step)
-        loss = values.get(tm.LOSS)
-        if self._stop_on_nonfinite_loss and loss is not None and not math.isfinite(loss):
-            self.stop_pending = f"non-finite loss ({loss}) at step {step}"
+        captures = self.captures
+        if captures.notes_batches:  # read only where a batch capture may want it
+            captures.note_batch(cb_params, step)
+        if self._stop_on_nonfinite_loss:
+            loss = values.get(tm.LOSS)
+            if loss is not None and not math.isfinite(loss):
+                self.stop_pending = f"non-finite loss ({loss}) at step {step}"
+        timeline = self.timeline
+        if self._attempt_first_step:  # the attempt's first step, once (False without an attempt)
+            self._attempt_first_step = False
+            job_attempt.first_step(self.attempt, self.run_span, timeline.step_begin, end)
+        data_wait, timeline.data_wait = timeline.data_wait, 0.0  # timeline.take_data_wait, in this frame
+        self.pipeline.submit_sample(
+            (
+                step, cb_params.get("cur_epoch_num"), values, model_state, is_last,
+                steps, elapsed, previous_end, timeline.step_begin, end, data_wait,
+            )
+        )  # fmt: skip
+
+    def complete_sample(self, sampled: tuple) -> tuple[StepRecord, Window]:
+        """The pipeline worker's half of `sample`: the StepRecord and its Window."""
+        step, epoch, values, model_state, is_last, steps, elapsed, previous_end, step_begin, end, data_wait = sampled
         wall = self.wall_clock.wall
         record = StepRecord(
             step=step,
-            epoch=self._epoch_of(cb_params, step),
+            epoch=int(epoch) if epoch else self._epoch_of_step(step),
             rank=self.identity.rank,
             time_stamp=wall(end),
             steps_in_window=steps,
@@ -309,14 +333,9 @@ class MonitorRun:
             started_at=wall(previous_end),
             model_state=model_state or None,
         )
-        timeline = self.timeline
         if self.attempt is not None:
             record.job = self.attempt.line_fields()
-            if self._attempt_first_step:
-                self._attempt_first_step = False
-                job_attempt.first_step(self.attempt, self.run_span, timeline.step_begin, end)
-        window = Window(steps, elapsed, previous_end, timeline.step_begin, end, timeline.take_data_wait())
-        self.pipeline.submit_step(record, window)
+        return record, Window(steps, elapsed, previous_end, step_begin, end, data_wait)
 
     def _lost(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread: to the pipeline worker's ledger."""
@@ -342,10 +361,8 @@ class MonitorRun:
         _logger.warning("otel_mindformers: stopping training at step %d: %s", self.clock.step, reason)
         run_context.request_stop()
 
-    def _epoch_of(self, cb_params: Any, step: int) -> int:
-        epoch = cb_params.get("cur_epoch_num")
-        if epoch:
-            return int(epoch)
+    def _epoch_of_step(self, step: int) -> int:
+        """The epoch when cb_params has none: from the step and the epoch's length."""
         return (step - 1) // self._epoch_steps + 1 if self._epoch_steps else 1
 
     # --- end ---------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from otel_mindformers.runtime.extract import local_norm_squares
 
 _logger = get_logger(__name__)
 
+_NOTHING: dict[str, float] = {}  # read only (the caller merges it when not empty)
+
 
 def parameter_filter(native: Mapping[str, Any]) -> ParameterFilter:
     """MindFormers' `monitor_config.target` / `invert` (a list of regexes, or one)."""
@@ -49,9 +51,15 @@ class StateReader:
     def read(self, cb_params: Any, after_step: int) -> tuple[dict[str, float], ModelState | None]:
         """The routed scalar metrics and the model state of the steps after `after_step`
         (None when nothing was read: the common case costs two checks)."""
-        squares = local_norm_squares(cb_params.get("net_outputs")) if self._read_local_norms else None
+        squares = None
+        if self._read_local_norms:
+            outputs = cb_params.get("net_outputs")
+            # Only the 7-tuple carries local norms (checked here: every call is cold inside
+            # Model.train, and most runs have neither local norms nor inbox readings).
+            if isinstance(outputs, (tuple, list)) and len(outputs) == 7:
+                squares = local_norm_squares(outputs)
         if squares is None and INBOX.empty():
-            return {}, None
+            return _NOTHING, None
         scalars, state = INBOX.take(after_step)
         state.selection = self._selection
         if squares is not None:

@@ -2,8 +2,8 @@
 
 The hot path touches two fields: the step-begin hook stores `step_begin` and adds the gap
 since the previous step's end to `data_wait` (a clock read and an addition). A sampled step
-takes both into its `Window` (`take_data_wait`); the pipeline's worker turns them into
-phases and the time ledger (accounting.py). Phases that end on the training thread
+takes both into its `Window` and zeroes `data_wait` (runtime/run.py `sample`); the
+pipeline's worker turns them into phases and the time ledger (accounting.py). Phases that end on the training thread
 (evaluation, checkpoint saves, user phases) are taken out of the data wait here and handed
 to the ledger through `on_lost`.
 """
@@ -67,11 +67,6 @@ class RunTimeline:
         if self.step_begin <= self._clock.last_step_end:
             self.data_wait -= seconds
         self._on_lost(phase, seconds)
-
-    def take_data_wait(self) -> float:
-        """The window's data wait, and a new window (sampled steps)."""
-        waited, self.data_wait = self.data_wait, 0.0
-        return waited
 
     # --- evaluation inside Model.fit (on_eval_begin / on_eval_end, training thread) ---------
     def begin_evaluation(self) -> None:

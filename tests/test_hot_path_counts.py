@@ -1,0 +1,78 @@
+"""What our step hooks do inside a real `Model.train` loop, counted (not timed): Python and C
+calls, bytecodes, `with` blocks, lock acquisitions, calls into the OpenTelemetry SDK, and
+memory allocated. An unsampled step must stay at the floor; a sampled step (the read plan's
+steady state, docs/performance.md) within today's counts. A change that adds work to either
+fails here, whatever the machine's load; raise a budget only with a reason in the commit."""
+
+import tracemalloc
+
+import mindspore as ms
+import pytest
+
+from otel_mindformers import MonitorCallback
+from tests.support import training
+from tests.support.hook_counts import HookCounter
+
+pytestmark = pytest.mark.slow  # real training runs
+
+INTERVAL = 5
+TRACED = {2, 3, 10, 15, 22}  # unsampled 2, 3, 22; sampled 10, 15 (the plan made at step 5)
+MEASURED = {6, 7, 8, 16, 17, 20}  # unsampled, and sampled 20, with tracemalloc
+# Per hook call. The hook's own frame is one Python call; perf_counter the one C call.
+STEP_BEGIN = {"python_calls": 1, "c_calls": 1, "opcodes": 28}
+# 49 -> 56 bytecodes: the job's step after a resume (`+ run.step_offset`, docs/restarts.md) and
+# the capture check at a step boundary (`run.captures.active`, docs/captures.md).
+UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 56}
+SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
+    # +16 bytecodes over 333 / 427: the unsampled step's 7, the batch-note and the attempt's
+    # first-step checks (attributes read, no call: a call would cost far more cold).
+    "scalar": {"python_calls": 9, "c_calls": 10, "opcodes": 349},
+    "tuple5": {"python_calls": 12, "c_calls": 16, "opcodes": 443},
+}
+
+
+@pytest.fixture(params=["scalar", "tuple5"])
+def counted(request, workdir):
+    callback = MonitorCallback(
+        {"interval": INTERVAL, "output_type": ["json_file", "tensorboard"], "json_log_path": str(workdir / "m.json")}
+    )
+    counter = HookCounter(
+        callback,
+        ("on_train_step_begin", "on_train_step_end"),
+        trace=TRACED.__contains__,
+        allocations=MEASURED.__contains__,
+    )
+    tracemalloc.start()
+    try:
+        training.train([callback], steps=25, shape=request.param, mode=ms.GRAPH_MODE)
+    finally:
+        tracemalloc.stop()
+    return request.param, counter.counts
+
+
+def _within(count, budget):
+    return {key: getattr(count, key) for key in budget if getattr(count, key) > budget[key]}
+
+
+def test_unsampled_step_does_nothing_more(counted):
+    _, counts = counted
+    for hook in ("on_train_step_begin", "on_train_step_end"):
+        # The clock readings are floats from the free list: nothing allocated (the least over
+        # five steps: tracemalloc also sees a background thread allocating meanwhile).
+        measured = [counts[hook][step] for step in sorted(MEASURED - {20})]
+        assert min(c.allocated_bytes for c in measured) <= 0, f"{hook}: {[str(c) for c in measured]}"
+    for step in (2, 3, 22):
+        begin, end = counts["on_train_step_begin"][step], counts["on_train_step_end"][step]
+        assert not _within(begin, STEP_BEGIN), f"step {step}: {begin}"
+        assert not _within(end, UNSAMPLED_END), f"step {step}: {end}"
+        for count in (begin, end):
+            assert count.with_blocks == count.lock_calls == count.sdk_calls == 0, f"step {step}: {count}"
+
+
+def test_sampled_step_stays_within_its_counts(counted):
+    shape, counts = counted
+    for step in (10, 15):
+        end = counts["on_train_step_end"][step]
+        assert not _within(end, SAMPLED_END[shape]), f"step {step}: {end}"
+        # No lock taken, no `with`, nothing of the SDK: spans and instruments are the worker's.
+        assert end.with_blocks == end.lock_calls == end.sdk_calls == 0, f"step {step}: {end}"
