@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import enum
 import math
 import statistics
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union
+from typing import Any, Final, Literal, Protocol, Union
 
 from otel_mindformers.alerts.alert import CRITICAL, WARNING, format_number
 from otel_mindformers.config import AlertConfig
@@ -55,14 +56,20 @@ class Finding:
     attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
-class _NoData:
+class _NoData(enum.Enum):
+    """The one NO_DATA value: an enum member, so `verdict is NO_DATA` narrows a Verdict."""
+
+    NO_DATA = "NO_DATA"
+
     def __repr__(self) -> str:
         return "NO_DATA"
 
+    __str__ = __repr__
 
-NO_DATA = _NoData()
 
-Verdict = Union[Finding, None, _NoData]
+NO_DATA: Final = _NoData.NO_DATA
+
+Verdict = Union[Finding, None, Literal[_NoData.NO_DATA]]
 
 
 class Rule(Protocol):

@@ -24,6 +24,7 @@ from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.runtime.custom_monitors import BaseMonitor, load_monitor_class
 from otel_mindformers.runtime.extract import LazyLearningRate, OutputReader, optimizer_of
 from otel_mindformers.runtime.run import MonitorRun
+from otel_mindformers.timing.timeline import RunTimeline
 
 _logger = get_logger(__name__)
 
@@ -110,7 +111,7 @@ class MonitorCallback(Callback):
         if run is None:
             return
         # The data wait: a clock read and an addition (timeline.py turns it into a phase).
-        timeline = run.timeline
+        timeline: RunTimeline = run.timeline  # type: ignore[assignment]  # a started run has one
         timeline.step_begin = now = _perf_counter()
         timeline.data_wait += now - run.clock.last_step_end
 
@@ -139,11 +140,11 @@ class MonitorCallback(Callback):
 
     def on_eval_begin(self, run_context: Any) -> None:
         if self._run is not None:  # Model.fit's validation; a Model.eval outside training is no phase
-            self._run.timeline.begin_evaluation()
+            self._run.timeline.begin_evaluation()  # type: ignore[union-attr]  # a started run has one
 
     def on_eval_end(self, run_context: Any) -> None:
         if self._run is not None:
-            self._run.timeline.end_evaluation(run_context.original_args().get("eval_results"))
+            self._run.timeline.end_evaluation(run_context.original_args().get("eval_results"))  # type: ignore[union-attr]  # a started run has one
 
     def on_train_epoch_end(self, run_context: Any) -> None:
         if self._run is None:

@@ -24,7 +24,11 @@ _logger = get_logger(__name__)
 # Tuple lengths whose layout is known: (loss,), (loss, overflow, loss_scale), and
 # MindFormers' 5- and 7-tuples. Each holds a prefix of the table's output positions.
 _KNOWN_LENGTHS = frozenset({1, 3, 5, 7})
-_FROM_OUTPUTS = tuple(row for row in tm.TABLE if row.output_position is not None)
+# (metric key, position in the outputs tuple) for the table's rows read from the outputs.
+_FROM_OUTPUTS: tuple[tuple[str, int], ...] = tuple(
+    (row.key, row.output_position) for row in tm.TABLE if row.output_position is not None
+)
+_POSITIONS = dict(_FROM_OUTPUTS)
 
 
 def to_host(value: Any) -> float:
@@ -126,7 +130,7 @@ class OutputReader:
         self._learning_rate: LearningRateSource | None = None  # resolved at the first read
         # The read plan (`_plan_for`): what the previous sampled step's outputs looked like
         # and where each wanted one-element tensor sits, so later reads skip the shape work.
-        self._plan_type: type | None = None  # None: no plan
+        self._plan_type: type[Any] | None = None  # None: no plan
         self._plan_length = -1  # the tuple's length, -1 for a single tensor
         self._plan: tuple[tuple[str, int], ...] = ()
         self._plan_lr = False
@@ -149,7 +153,7 @@ class OutputReader:
                 length,
             )
             length = min(length, 1)
-        handles = {row.key: net_outputs[row.output_position] for row in _FROM_OUTPUTS if row.output_position < length}
+        handles = {key: net_outputs[position] for key, position in _FROM_OUTPUTS if position < length}
         unreadable = [key for key, value in handles.items() if not _is_tensor(value)]
         if unreadable:
             self._warn_once("types", "net_outputs element(s) %s are not tensors or numbers; skipped", unreadable)
@@ -172,7 +176,7 @@ class OutputReader:
                     for name, _ in self._plan:
                         values[name] = float(outputs.item())
                 if self._plan_lr:
-                    lr = self._learning_rate
+                    lr: LearningRateSource = self._learning_rate  # type: ignore[assignment]  # _plan_lr: it was resolved
                     tensor = lr.constant if lr.constant is not None else lr.tensor(step - 1)
                     values[tm.LEARNING_RATE] = float(tensor.item())
             except Exception:  # a value changed kind: the full path reads and warns
@@ -222,8 +226,7 @@ class OutputReader:
         wanted = self._wanted & handles.keys()
         if not all(name in values and _is_scalar_tensor(handles[name]) for name in wanted):
             return
-        positions = {row.key: row.output_position for row in _FROM_OUTPUTS}
-        self._plan = tuple((name, positions[name]) for name in wanted if name in from_outputs)
+        self._plan = tuple((name, _POSITIONS[name]) for name in wanted if name in from_outputs)
         self._plan_lr = tm.LEARNING_RATE in wanted and tm.LEARNING_RATE not in from_outputs
         self._plan_type = type(outputs)
         self._plan_length = len(outputs) if isinstance(outputs, (tuple, list)) else -1

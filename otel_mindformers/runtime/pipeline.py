@@ -74,11 +74,11 @@ class SampledStepPipeline(BoundedWorker[object]):
         alerts: Any,
         sinks: SinkFanout,
         on_stop_request: Callable[[str], None],
+        complete: Callable[[tuple], tuple[StepRecord, Window]],
         phases: PhaseRecorder | None = None,
         step_ids: StepSpanIds | None = None,
         captures: Any = NO_CAPTURES,
         sections: Any = None,
-        complete: Callable[[tuple], tuple[StepRecord, Window]] | None = None,
         max_queue: int = 1024,
     ) -> None:
         self._tracer = tracer
@@ -202,11 +202,12 @@ class SampledStepPipeline(BoundedWorker[object]):
     def close(self, timeout: float = 5.0) -> list[StepRecord]:  # type: ignore[override]  # the records, not the queue items
         """Drain what is queued and close every output, within `timeout` seconds; return
         the records not written."""
-        left = [
-            item.record if type(item) is _Step else self._complete(item)[0]
-            for item in super().close(timeout)
-            if type(item) in (_Step, tuple)
-        ]
+        left: list[StepRecord] = []
+        for item in super().close(timeout):
+            if type(item) is _Step:
+                left.append(item.record)
+            elif type(item) is tuple:
+                left.append(self._complete(item)[0])
         if left:
             _logger.warning(
                 "otel_mindformers: sampled steps did not drain within %.1f s; %d record(s) not written",

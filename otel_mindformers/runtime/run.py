@@ -306,12 +306,12 @@ class MonitorRun:
             loss = values.get(tm.LOSS)
             if loss is not None and not math.isfinite(loss):
                 self.stop_pending = f"non-finite loss ({loss}) at step {step}"
-        timeline = self.timeline
+        timeline: RunTimeline = self.timeline  # type: ignore[assignment]  # set by start(), before any step
         if self._attempt_first_step:  # the attempt's first step, once (False without an attempt)
             self._attempt_first_step = False
             job_attempt.first_step(self.attempt, self.run_span, timeline.step_begin, end)
         data_wait, timeline.data_wait = timeline.data_wait, 0.0  # timeline.take_data_wait, in this frame
-        self.pipeline.submit_sample(
+        self.pipeline.submit_sample(  # type: ignore[union-attr]  # set by start(), before any step
             (
                 step, cb_params.get("cur_epoch_num"), values, model_state, is_last,
                 steps, elapsed, previous_end, timeline.step_begin, end, data_wait,

@@ -69,7 +69,7 @@ class ExportErrorReporter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
-        if record.msg == _QUEUE_FULL and record.args:
+        if record.msg == _QUEUE_FULL and isinstance(record.args, tuple) and record.args:
             self._dropped_by_queue(str(record.args[0]))
             return False
         self.report(record.getMessage())

@@ -157,7 +157,8 @@ class TrainingLogHandler(logging.Handler):
         if getattr(local, "last", None) is record or getattr(local, "busy", False):
             return False
         local.last = record
-        if record.name.startswith(_OWN_LOGGERS) or record.threadName.startswith(_EXPORT_THREAD_PREFIX):
+        thread = record.threadName  # None when logging.logThreads is off
+        if record.name.startswith(_OWN_LOGGERS) or (thread is not None and thread.startswith(_EXPORT_THREAD_PREFIX)):
             return False
         local.busy = True
         try:
@@ -203,10 +204,11 @@ class TrainingLogHandler(logging.Handler):
                 "code.file.path": record.pathname,
                 "code.function.name": record.funcName,
                 "code.line.number": record.lineno,
-                "thread.name": record.threadName,
                 **self._correlation.attributes(),
             }
         )
+        if record.threadName is not None:  # None when logging.logThreads is off: no attribute
+            attributes["thread.name"] = record.threadName
         if record.exc_info and record.exc_info[1] is not None:  # the SDK's exception.* keys, bounded
             error = record.exc_info[1]
             attributes["exception.type"] = type(error).__name__

@@ -17,16 +17,17 @@ from typing import Any
 
 from opentelemetry import _logs, metrics, trace
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter
 from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider, ObservableCounter
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    MetricExporter,
     MetricReader,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from otel_mindformers.config import OtlpConfig, TelemetryConfig
 from otel_mindformers.config.extras import PROMETHEUS_MODULES, output_off_warning
@@ -190,6 +191,10 @@ def otlp_exporters(otlp: OtlpConfig):
         kwargs["headers"] = dict(otlp.headers)
     if otlp.timeout is not None:
         kwargs["timeout"] = otlp.timeout
+    # Each branch imports its protocol's classes under these names.
+    OTLPSpanExporter: Callable[..., SpanExporter]
+    OTLPMetricExporter: Callable[..., MetricExporter]
+    OTLPLogExporter: Callable[..., LogRecordExporter]
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
