@@ -542,7 +542,10 @@ def _text(report: Report) -> str:
     time_table = _time_table(report)
     if time_table:
         header, rows = time_table
-        out += ["", _TIME_TITLE, *_aligned([header, *rows]), "  " + _largest_loss(report)]
+        out += ["", _TIME_TITLE, *_aligned([header, *rows])]
+        largest = _largest_loss(report)
+        if largest:  # none when no series lost time to any phase
+            out.append("  " + largest)
     verdict_lines = stragglers.lines(report.bottleneck)
     if verdict_lines:
         out += ["", stragglers.TITLE] + [f"  {line}" for line in verdict_lines]
@@ -592,7 +595,9 @@ def _markdown(report: Report) -> str:
         header, rows = time_table
         out += ["", f"## {_TIME_TITLE}", "", "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
         out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
-        out += ["", _largest_loss(report)]
+        largest = _largest_loss(report)
+        if largest:  # none when no series lost time to any phase
+            out += ["", largest]
     verdict_lines = stragglers.lines(report.bottleneck)
     if verdict_lines:
         out += ["", f"## {stragglers.TITLE}", ""] + [f"- {_md(line.strip())}" for line in verdict_lines]
