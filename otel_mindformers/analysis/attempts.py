@@ -34,7 +34,12 @@ _SEVERITY = {
 
 def find_ledgers(inputs: Iterable[str | Path]) -> list[Path]:
     """The ledgers of the logs named by `inputs` (files, globs or folders), by rank."""
-    found: dict[Path, None] = {}
+    return list(_ledger_ranks(inputs))
+
+
+def _ledger_ranks(inputs: Iterable[str | Path]) -> dict[Path, int]:
+    """`find_ledgers`, each with the rank its name gives."""
+    found: dict[Path, int] = {}
     for item in inputs:
         path = Path(item)
         if path.is_dir():
@@ -46,9 +51,10 @@ def find_ledgers(inputs: Iterable[str | Path]) -> list[Path]:
             candidates = (Path(p) for p in glob.glob(str(item)) if Path(p).is_dir())
             candidates = (c for d in candidates for c in d.glob(f"*.job.rank_*{LEDGER_SUFFIX}"))
         for candidate in candidates:
-            if _RANK.search(candidate.name):
-                found[candidate] = None
-    return sorted(found, key=lambda p: (str(p.parent), int(_RANK.search(p.name)[1])))
+            match = _RANK.search(candidate.name)
+            if match:
+                found[candidate] = int(match[1])
+    return dict(sorted(found.items(), key=lambda item: (str(item[0].parent), item[1])))
 
 
 def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -71,15 +77,14 @@ def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def job_report(inputs: Sequence[str | Path], now: float | None = None) -> dict[str, Any] | None:
     """The job's attempts and totals from the ledgers beside `inputs`; None without any."""
-    ledgers = find_ledgers(inputs)
+    ledgers = _ledger_ranks(inputs)
     rank_rows: dict[int, list[dict[str, Any]]] = {}
     timelines: dict[int, dict[str, Any]] = {}
     job_ids: set[str] = set()
-    for path in ledgers:
+    for path, rank in ledgers.items():
         data = read_ledger(path, repair=False)
         if data is None:
             continue
-        rank = int(_RANK.search(path.name)[1])
         job_ids.add(data["job_id"])
         now = now if now is not None else time.time()
         live = [a for a in data["attempts"] if is_alive(a, now)]
@@ -115,7 +120,9 @@ def _duration(seconds: float | None) -> str:
 
 
 def _rows(job: dict[str, Any]) -> list[tuple[str, ...]]:
-    rows = [("attempt", "ranks", "start", "end", "ended", "steps", "lost steps", "downtime before")]
+    rows: list[tuple[str, ...]] = [
+        ("attempt", "ranks", "start", "end", "ended", "steps", "lost steps", "downtime before")
+    ]
     for row in job["attempts"]:
         outcome = row["outcome"] + (f" ({row['reason']})" if row.get("reason") and row["outcome"] != "killed" else "")
         rows.append((

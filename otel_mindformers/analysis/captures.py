@@ -161,7 +161,7 @@ def _plot(root: str, output: str) -> int:
     return 0
 
 
-def _size(count: int) -> str:
+def _size(count: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if count < 1000 or unit == "GB":
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"

@@ -23,13 +23,13 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from otel_mindformers.analysis.logs import walk_files
 from otel_mindformers.diagnosis import records
 
 
-def _integer(value: object) -> bool:
+def _integer(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

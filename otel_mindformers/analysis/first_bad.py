@@ -59,7 +59,9 @@ def report_findings(series: Iterable[Any]) -> list[str]:
     series = current_series(list(series))
     only_kept = all(is_set_aside(f) for s in series for f in s.files)
     folders = {Path(f).parent for s in series for f in s.files}
-    logged = [(s.rank, s.nonfinite_steps[0], []) for s in series if s.rank is not None and s.nonfinite_steps]
+    logged: list[tuple[int, int, list[str]]] = [
+        (s.rank, s.nonfinite_steps[0], []) for s in series if s.rank is not None and s.nonfinite_steps
+    ]
     files = [
         f
         for folder in sorted(folders)

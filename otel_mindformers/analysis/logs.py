@@ -335,6 +335,9 @@ def _scan_set(log_set: LogSet, new_sink: Callable[[], S]) -> list[Scanned[S]]:
     first = Scanned(str(log_set.name), None, log_set.files, new_sink())
     for path in log_set.files:
         for data, location in _lines(path, first.damaged_tails):
+            if not isinstance(data, dict):  # a JSON value that is not an object: not a record
+                first.foreign_lines += 1
+                continue
             kind = _classify(data, location, first.alerts)
             if kind is _OWN:
                 rank = _int_or_none(data.get("rank"))
@@ -388,11 +391,9 @@ def _lines(path: Path, damaged_tails: list[Location]) -> Iterator[tuple[object, 
 _OWN, _FOREIGN_STEP, _OTHER = object(), object(), object()
 
 
-def _classify(data: object, location: Location, alerts: list[AlertMark]) -> object:
+def _classify(data: dict, location: Location, alerts: list[AlertMark]) -> object:
     """_OWN (a line of our sink), _FOREIGN_STEP (another writer's step line) or _OTHER;
     alert lines, and the alerts a step line names, are added to `alerts`."""
-    if not isinstance(data, dict):
-        return _OTHER
     if "alert" in data or _is_notifier_alert(data):
         if data.get("status") != "resolved":
             alerts.append(

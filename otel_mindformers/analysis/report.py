@@ -13,6 +13,7 @@ from pathlib import Path
 from otel_mindformers.analysis import stragglers
 from otel_mindformers.analysis.first_bad import report_findings as first_bad_rank_findings
 from otel_mindformers.analysis.logs import Location, Series, StepPoint, scan_logs
+from otel_mindformers.analysis.stragglers import Verdict
 from otel_mindformers.analysis.top_norms import Peak, TopNorms
 from otel_mindformers.names import phases as phase_names
 from otel_mindformers.names import training as tm
@@ -118,7 +119,7 @@ class Report:
     stragglers: list[str] = field(default_factory=list)
     slowest: str | None = None
     # Which rank held the job back, and at what (analysis/stragglers.py).
-    bottleneck: stragglers.Verdict | None = None
+    bottleneck: Verdict | None = None
 
 
 def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD) -> Report:
@@ -152,9 +153,9 @@ def _combine(summarised: list[tuple[SeriesStats, SeriesSummary]], straggler_thre
         for summary in summaries:
             if summary.step_time_median_ms is not None:
                 summary.skew_vs_median = summary.step_time_median_ms / overall_median - 1.0
-    ranked = sorted(
-        (s for s in summaries if s.skew_vs_median is not None),
-        key=lambda s: s.skew_vs_median,
+    by_skew = sorted(
+        ((s.skew_vs_median, s) for s in summaries if s.skew_vs_median is not None),
+        key=lambda pair: pair[0],
         reverse=True,
     )
     first_stamps = [stats.first_stamp for stats, _ in summarised if stats.first_stamp is not None]
@@ -176,8 +177,8 @@ def _combine(summarised: list[tuple[SeriesStats, SeriesSummary]], straggler_thre
         overflow_records=sum(len(s.overflow_steps) for s in summaries),
         median_step_time_ms=overall_median,
         straggler_threshold=straggler_threshold,
-        stragglers=[s.label for s in ranked if len(ranked) > 1 and s.skew_vs_median > straggler_threshold],
-        slowest=ranked[0].label if len(ranked) > 1 else None,
+        stragglers=[s.label for skew, s in by_skew if len(by_skew) > 1 and skew > straggler_threshold],
+        slowest=by_skew[0][1].label if len(by_skew) > 1 else None,
         bottleneck=stragglers.verdict([(summary.label, summary.rank, stats.sections) for stats, summary in summarised]),
     )
 
@@ -245,7 +246,7 @@ class SeriesStats:
         if point.model_state:
             self.top.add(point.step, point.model_state)
         if point.time is not None:
-            self._follow_time(point)
+            self._follow_time(point.step, point.time)
         if point.sections:
             self.sections.add(point.step, point.sections)
         self._follow(point)
@@ -266,16 +267,16 @@ class SeriesStats:
         else:
             self.restarts.append(Restart(previous.step, point.step, str(point.location)))
 
-    def _follow_time(self, point: StepPoint) -> None:
+    def _follow_time(self, step: int, time: dict[str, float]) -> None:
         """`time` objects are cumulative: keep the latest, and bank it when a new run begins
         (the step goes back, or the wall time since the origin does)."""
         latest = self._time
         if latest is not None and (
-            point.time["wall"] < latest["wall"] or (self._previous is not None and point.step <= self._previous.step)
+            time["wall"] < latest["wall"] or (self._previous is not None and step <= self._previous.step)
         ):
             for key, seconds in latest.items():
                 self._time_before[key] = self._time_before.get(key, 0.0) + seconds
-        self._time = point.time
+        self._time = time
 
     def time_breakdown(self) -> TimeBreakdown | None:
         if self._time is None:
@@ -322,7 +323,11 @@ class SeriesStats:
             records=self.records,
             first_step=self.first_step,
             last_step=self._previous.step if self._previous else None,
-            wall_time_s=self.last_stamp - self.first_stamp if self.first_stamp is not None else None,
+            wall_time_s=(
+                self.last_stamp - self.first_stamp
+                if self.first_stamp is not None and self.last_stamp is not None  # set together in `add`
+                else None
+            ),
             first_loss=self._losses[1] if self._losses else None,
             last_loss=self._last_loss,
             min_loss=self._min_loss[0] if self._min_loss else None,
@@ -470,19 +475,19 @@ _TIME_TITLE = "Where the time went per series (seconds lost by phase, share of w
 def _time_table(report: Report) -> tuple[tuple[str, ...], list[tuple[str, ...]]] | None:
     """Goodput by phase per series: which rank lost how much to what. Phase columns are the
     ones some series lost time to; None when no log has `time` objects."""
-    timed = [s for s in report.series if s.time is not None]
+    timed = [(s.label, s.time) for s in report.series if s.time is not None]
     if not timed:
         return None
-    phases = [p for p in (*BUILT_IN_PHASES, OTHER_PHASES) if any(p in s.time.lost_s for s in timed)]
+    phases = [p for p in (*BUILT_IN_PHASES, OTHER_PHASES) if any(p in time.lost_s for _, time in timed)]
     header = ("series", "wall s", "goodput", *phases)
     rows = [
         (
-            s.label,
-            f"{s.time.wall_s:.1f}",
-            "-" if s.time.goodput is None else f"{s.time.goodput:.3f}",
-            *(_seconds_and_share(s.time.lost_s.get(p, 0.0), s.time.share(p)) for p in phases),
+            label,
+            f"{time.wall_s:.1f}",
+            "-" if time.goodput is None else f"{time.goodput:.3f}",
+            *(_seconds_and_share(time.lost_s.get(p, 0.0), time.share(p)) for p in phases),
         )
-        for s in timed
+        for label, time in timed
     ]
     return header, rows
 
@@ -493,12 +498,14 @@ def _seconds_and_share(seconds: float, share: float | None) -> str:
 
 
 def _largest_loss(report: Report) -> str | None:
-    losses = [(seconds, s, phase) for s in report.series if s.time for phase, seconds in s.time.lost_s.items()]
+    losses = [
+        (seconds, s.label, s.time, phase) for s in report.series if s.time for phase, seconds in s.time.lost_s.items()
+    ]
     if not losses:
         return None
-    seconds, series, phase = max(losses, key=lambda loss: loss[0])
-    share = series.time.share(phase)
-    return f"largest loss: {series.label}, {_seconds_and_share(seconds, None)} to {phase}" + (
+    seconds, label, time, phase = max(losses, key=lambda loss: loss[0])
+    share = time.share(phase)
+    return f"largest loss: {label}, {_seconds_and_share(seconds, None)} to {phase}" + (
         "" if share is None else f" ({share:.1%} of its wall time)"
     )
 
@@ -542,12 +549,15 @@ def _text(report: Report) -> str:
     time_table = _time_table(report)
     if time_table:
         header, rows = time_table
-        out += ["", _TIME_TITLE, *_aligned([header, *rows]), "  " + _largest_loss(report)]
+        out += ["", _TIME_TITLE, *_aligned([header, *rows])]
+        largest = _largest_loss(report)
+        if largest:  # none when no series lost time to any phase
+            out.append("  " + largest)
     verdict_lines = stragglers.lines(report.bottleneck)
     if verdict_lines:
         out += ["", stragglers.TITLE] + [f"  {line}" for line in verdict_lines]
-    for title, rows in _top_norms(report):
-        out += ["", title] + [f"  {label:<12} {name:<48} {value}" for label, name, value in rows]
+    for title, peaks in _top_norms(report):
+        out += ["", title] + [f"  {label:<12} {name:<48} {value}" for label, name, value in peaks]
     findings = _findings(report)
     out += ["", "Findings"] + ([f"  {line}" for line in findings] or ["  none"])
     return "\n".join(out) + "\n"
@@ -592,13 +602,15 @@ def _markdown(report: Report) -> str:
         header, rows = time_table
         out += ["", f"## {_TIME_TITLE}", "", "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
         out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
-        out += ["", _largest_loss(report)]
+        largest = _largest_loss(report)
+        if largest:  # none when no series lost time to any phase
+            out += ["", largest]
     verdict_lines = stragglers.lines(report.bottleneck)
     if verdict_lines:
         out += ["", f"## {stragglers.TITLE}", ""] + [f"- {_md(line.strip())}" for line in verdict_lines]
-    for title, rows in _top_norms(report):
+    for title, peaks in _top_norms(report):
         out += ["", f"## {title}", "", "| series | name | peak |", "|---|---|---|"]
-        out += [f"| {_md(label)} | {_md(name)} | {value} |" for label, name, value in rows]
+        out += [f"| {_md(label)} | {_md(name)} | {value} |" for label, name, value in peaks]
     out += ["", "## Findings", ""]
     out += [f"- {_md(line)}" for line in _findings(report)] or ["none"]
     return "\n".join(out) + "\n"

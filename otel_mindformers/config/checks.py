@@ -42,7 +42,7 @@ def _one_of(allowed: tuple[str, ...]) -> Callable[[str, Any], None]:
     return check
 
 
-def _between(low: int, high: int) -> Callable[[str, Any], None]:
+def _between(low: float, high: float) -> Callable[[str, Any], None]:
     def check(key: str, value: Any) -> None:
         if not low <= value <= high:
             raise ConfigError(f"{key}: must be between {low} and {high}, got {value!r}")

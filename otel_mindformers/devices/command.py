@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import IO, TypeVar
 
 from otel_mindformers.devices.base import SourceError
 
@@ -53,10 +53,15 @@ def run_tool(argv: Sequence[str], timeout: float, max_bytes: int = MAX_OUTPUT_BY
     return out.decode("utf-8", errors="replace")
 
 
-def _read_bounded(process: subprocess.Popen, deadline: float, max_bytes: int) -> tuple[bytes, bytes]:
+def _pipes(process: subprocess.Popen[bytes]) -> list[IO[bytes]]:
+    """The tool's stdout and stderr (both are there: `run_tool` opens them as pipes)."""
+    return [pipe for pipe in (process.stdout, process.stderr) if pipe is not None]
+
+
+def _read_bounded(process: subprocess.Popen[bytes], deadline: float, max_bytes: int) -> tuple[bytes, bytes]:
     """Both pipes to their end, at most `max_bytes` in all (OverflowError past it), and
     the exit, by `deadline` (TimeoutExpired past it)."""
-    chunks: dict[int, list[bytes]] = {process.stdout.fileno(): [], process.stderr.fileno(): []}
+    chunks: dict[int, list[bytes]] = {pipe.fileno(): [] for pipe in _pipes(process)}
     total = 0
     with selectors.DefaultSelector() as selector:
         for fd in chunks:
@@ -79,15 +84,15 @@ def _read_bounded(process: subprocess.Popen, deadline: float, max_bytes: int) ->
     return out, err
 
 
-def _stop(process: subprocess.Popen) -> None:
+def _stop(process: subprocess.Popen[bytes]) -> None:
     """Kill the tool's process group if it is still running, close its pipes and reap it."""
     if process.returncode is None:
         try:
             os.killpg(process.pid, signal.SIGKILL)
         except ProcessLookupError:  # the group ended meanwhile
             pass
-    process.stdout.close()
-    process.stderr.close()
+    for pipe in _pipes(process):
+        pipe.close()
     process.wait()
 
 

@@ -52,8 +52,9 @@ class StackDump:
         if self.verdict:
             parts.append(self.verdict)
         training = self.snapshot.training_thread()
-        if training is not None and training.innermost() is not None:
-            parts.append(f"training thread in {training.innermost().location()}")
+        innermost = training.innermost() if training is not None else None
+        if innermost is not None:
+            parts.append(f"training thread in {innermost.location()}")
         blocking = self.snapshot.blocking_own_code()
         if blocking is not None:
             thread, frames = blocking

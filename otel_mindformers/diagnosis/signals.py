@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from types import FrameType
 
 _STOP_BYTE = 0
 
@@ -23,7 +24,7 @@ _STOP_BYTE = 0
 class SignalTrigger:
     """Calls `action()` on its own thread each time the process receives `SIGUSR1`."""
 
-    def __init__(self, action: Callable[[], None]) -> None:
+    def __init__(self, action: Callable[[], object]) -> None:
         self._action = action
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)
@@ -37,14 +38,14 @@ class SignalTrigger:
         self._thread.start()
 
     @classmethod
-    def install(cls, action: Callable[[], None]) -> SignalTrigger | None:
+    def install(cls, action: Callable[[], object]) -> SignalTrigger | None:
         """The trigger, or None where it cannot be installed (not the main thread, or no
         SIGUSR1 on this platform)."""
         if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():
             return None
         return cls(action)
 
-    def _on_signal(self, _signum: int, _frame: object) -> None:
+    def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
         # With the wakeup fd, the interpreter has already written the signal number to our
         # pipe; this handler replaces the default action (which ends the process) and then
         # runs the handler the user had, if any.

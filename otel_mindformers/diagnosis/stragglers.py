@@ -26,8 +26,9 @@ from collections import deque
 from typing import Any
 
 from opentelemetry._logs import SeverityNumber
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import Counter, Meter
 from opentelemetry.trace import Span
+from opentelemetry.util.types import AttributeValue
 
 from otel_mindformers.config.schema import StragglerConfig
 from otel_mindformers.core.guarded_log import get_logger
@@ -77,7 +78,7 @@ class RankSections:
             self._attributes = (
                 identity.point_attributes() if config.section_series == "rank" else identity.node_attributes()
             )
-        self._counter = create_instrument(meter, names.STRAGGLER_SIGNALS) if config.signal else None
+        self._counter: Counter | None = create_instrument(meter, names.STRAGGLER_SIGNALS) if config.signal else None
         self._otel_logger = otel_logger
         self._data = _Streak(config.windows)
         self._rise = _Streak(config.windows)
@@ -95,9 +96,9 @@ class RankSections:
                     self._series(seconds, {**self._attributes, names.ATTR_SECTION: section})
             self._steps(int(sections[STEPS_KEY]), self._attributes)
         if self._counter is not None:
-            self._check(record, sections, span)
+            self._check(self._counter, record, sections, span)
 
-    def _check(self, record: StepRecord, sections: dict[str, float], span: Span | None) -> None:
+    def _check(self, counter: Counter, record: StepRecord, sections: dict[str, float], span: Span | None) -> None:
         window, steps = sections[WINDOW_KEY], sections[STEPS_KEY]
         if window <= 0 or steps <= 0:
             return
@@ -105,7 +106,7 @@ class RankSections:
         share = sections[names.SECTION_DATA_WAIT] / window
         if self._data.update(share > config.data_share):
             self._signal(
-                record, span, names.SECTION_DATA_WAIT, names.SCORE_RELATIVE, {names.ATTR_SHARE: share},
+                counter, record, span, names.SECTION_DATA_WAIT, names.SCORE_RELATIVE, {names.ATTR_SHARE: share},
                 f"rank {self._identity.rank} holds the job back: it waited for its data {share:.0%} of its "
                 f"wall time for {config.windows} sampled window(s) (threshold {config.data_share:.0%}); "
                 "the other ranks wait for it inside their step",
@@ -127,17 +128,28 @@ class RankSections:
             self._history.append(per_step)
         if self._rise.update(rising):
             self._signal(
-                record, span, names.SECTION_IN_STEP, names.SCORE_INDIVIDUAL, {names.ATTR_RATIO: ratio},
+                counter, record, span, names.SECTION_IN_STEP, names.SCORE_INDIVIDUAL, {names.ATTR_RATIO: ratio},
                 f"rank {self._identity.rank}: in-step time {per_step * 1000:.1f} ms per step, {ratio:.2f}x its own "
                 f"median of {baseline * 1000:.1f} ms for {config.windows} sampled window(s), with no data wait "
                 f"to explain it; {TELL_APART}",
             )  # fmt: skip
 
     def _signal(
-        self, record: StepRecord, span: Span | None, section: str, score: str, extra: dict[str, float], message: str
+        self,
+        counter: Counter,
+        record: StepRecord,
+        span: Span | None,
+        section: str,
+        score: str,
+        extra: dict[str, float],
+        message: str,
     ) -> None:
-        attributes = {**self._identity.point_attributes(), names.ATTR_SECTION: section, names.ATTR_SCORE: score}
-        self._counter.add(1, attributes)
+        attributes: dict[str, AttributeValue] = {
+            **self._identity.point_attributes(),
+            names.ATTR_SECTION: section,
+            names.ATTR_SCORE: score,
+        }
+        counter.add(1, attributes)
         event = {**attributes, **extra, semconv.ATTR_STEP: record.step, "message": message}
         record_event(span, self._otel_logger, names.EVENT_STRAGGLER, message, event, SeverityNumber.WARN)
         record.stragglers.append(section)

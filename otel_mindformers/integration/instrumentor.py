@@ -134,7 +134,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
             return
         config: MonitorConfig | None
         if kwargs.get("config") is not None:
-            config: MonitorConfig | None = load_monitor_config(kwargs["config"])
+            config = load_monitor_config(kwargs["config"])
         else:
             try:
                 config = _config_from_environment()

@@ -117,7 +117,16 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
         last_time = _f(entry, "last_step_time") or first_end
         other = max(0.0, end - last_time) if last_time is not None else 0.0
         productive = max(0.0, span - save - lost_seconds)
-        row = {
+        seconds = {
+            names.PRODUCTIVE: productive,
+            "startup": startup,
+            "checkpoint_load": min(load, max(0.0, end - start)),
+            "compile": compile_,
+            "checkpoint_save": save,
+            "lost_progress": lost_seconds,
+            "other": other,
+        }
+        row: dict[str, Any] = {
             "attempt": int(entry.get("attempt") or 0),
             "attempt_id": entry.get("attempt_id"),
             "start": start,
@@ -131,15 +140,7 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
             "durable_step": entry.get("durable_step"),
             "at_risk_steps": max(0, last - int(entry.get("durable_step") or 0)) if following is None else 0,
             "downtime": None,
-            "seconds": {
-                names.PRODUCTIVE: productive,
-                "startup": startup,
-                "checkpoint_load": min(load, max(0.0, end - start)),
-                "compile": compile_,
-                "checkpoint_save": save,
-                "lost_progress": lost_seconds,
-                "other": other,
-            },
+            "seconds": seconds,
         }
         if rows:
             previous = rows[-1]
@@ -148,11 +149,11 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
                 "total": ((first_end if first_end is not None else end) - previous["end"]),
                 "no_process": down,
                 "startup": startup,
-                "checkpoint_load": row["seconds"]["checkpoint_load"],
+                "checkpoint_load": seconds["checkpoint_load"],
                 "compile": compile_,
             }
             totals["no_process"] += down
-        for key, value in row["seconds"].items():
+        for key, value in seconds.items():
             totals[key] += value
         rows.append(row)
     wall = (rows[-1]["end"] - rows[0]["start"]) if rows else 0.0

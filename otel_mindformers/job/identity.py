@@ -17,6 +17,7 @@ import sys
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import overload
 
 from otel_mindformers.job.layout import layout_attributes
 from otel_mindformers.job.versions import software_versions
@@ -114,6 +115,10 @@ class Identity:
         return {semconv.ATTR_RANK: self.rank}
 
 
+@overload
+def _int(env: Mapping[str, str], *names: str, default: int) -> int: ...
+@overload
+def _int(env: Mapping[str, str], *names: str, default: None = None) -> int | None: ...
 def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int | None:
     for name in names:
         value = env.get(name)

@@ -19,6 +19,7 @@ again. The job's step is `cur_step_num` plus the offset found here once, at trai
 from __future__ import annotations
 
 import sys
+from types import FrameType
 from typing import Any
 
 # MindFormers callbacks and the attribute holding the step they resumed from.
@@ -52,7 +53,7 @@ def mindformers_initial_step(callbacks: Any) -> int | None:
 
 def initial_epoch_on_stack() -> int | None:
     """`initial_epoch` of the `Model.train` / `Model.fit` call that is starting the run."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name in _TRAIN_FRAMES and "initial_epoch" in frame.f_locals:
             owner = frame.f_locals.get("self")

@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.trace import Link, SpanContext, TraceFlags
+from opentelemetry.util.types import AttributeValue
 
 from otel_mindformers.config import MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
@@ -112,7 +113,10 @@ def _link_to(previous: dict[str, Any] | None) -> list[Link]:
         )
     except (TypeError, ValueError):
         return []
-    attributes = {names.ATTR_ATTEMPT: int(previous.get("attempt") or 0), "link.type": "previous_attempt"}
+    attributes: dict[str, AttributeValue] = {
+        names.ATTR_ATTEMPT: int(previous.get("attempt") or 0),
+        "link.type": "previous_attempt",
+    }
     return [Link(context, attributes)]
 
 
@@ -120,8 +124,10 @@ def record_killed_attempt(telemetry: Any, step_ids: Any, tracker: AttemptTracker
     """The previous attempt's run span, when it was killed (its own never ended, so it was
     never exported): recorded now with its ids, from its train begin to its last heartbeat,
     so the link from this run span resolves in the trace backend."""
-    previous = tracker.previous if tracker is not None else None
-    if step_ids is None or not previous or previous.get("outcome") != names.OUTCOME_KILLED:
+    if tracker is None or step_ids is None:
+        return
+    previous = tracker.previous
+    if not previous or previous.get("outcome") != names.OUTCOME_KILLED:
         return
     try:
         trace_id, span_id = int(previous["trace_id"], 16), int(previous["span_id"], 16)
