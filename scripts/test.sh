@@ -10,8 +10,9 @@ if ! { command -v promtool && command -v prometheus-alertmanager; } >/dev/null 2
      prometheus prometheus-alertmanager >/dev/null) || echo "warning: could not install Prometheus; its tests will skip (or fail under CI=true)"
 fi
 export PATH="$PWD/.venv/bin:$PATH"
-# Lint and format first (configured in pyproject.toml): zero findings, or no tests.
-echo "ruff check, ruff format --check..."
+# Lint, format and types first (configured in pyproject.toml): zero findings, or no tests.
+echo "ruff check, ruff format --check, mypy..."
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

@@ -104,3 +104,30 @@ def test_cli_malformed_line_is_one_error_line_not_a_traceback():
     assert done.returncode == 1
     assert done.stderr.startswith(f"error: {FIXTURES / 'malformed_mid.json'}:3: not a JSON line")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
+def test_a_run_that_lost_no_time_to_any_phase_renders_without_a_largest_loss(tmp_path, fmt):
+    """Every line's `time` holds only `wall` and `productive`: no phase lost anything, so the
+    report has no "largest loss" to name (it once raised a TypeError there)."""
+    log = tmp_path / "train_metric.json"
+    log.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "time_stamp": 1000.0 + step,
+                    "step": step,
+                    "epoch": 1,
+                    "rank": 0,
+                    "loss": 1.0 / step,
+                    "train_per_step_time": 1000.0,
+                    "time": {"wall": float(step), "productive": float(step)},
+                }
+            )  # fmt: skip
+            for step in (1, 2, 3, 4)
+        )
+        + "\n"
+    )
+    text = render(build_report(read_logs([log])), fmt)
+    assert "largest loss" not in text.lower()
+    assert text.strip()
