@@ -10,35 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import mindspore as ms  # noqa: E402
-import numpy as np  # noqa: E402
 from mindspore import nn  # noqa: E402
-from mindspore.communication import get_group_size, get_rank, init  # noqa: E402
-from mindspore.dataset import GeneratorDataset  # noqa: E402
 from mindspore.train import Model  # noqa: E402
 
-FEATURES, BATCH = 8, 4
-
-
-class Slow:
-    def __init__(self, samples: int, sleep: float) -> None:
-        rng = np.random.default_rng(0)
-        self.x = rng.standard_normal((samples, FEATURES)).astype(np.float32)
-        self.y = (self.x.sum(axis=1, keepdims=True) * 0.5).astype(np.float32)
-        self.sleep = sleep
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, index: int):
-        if index % BATCH == 0:
-            time.sleep(self.sleep)
-        return self.x[index], self.y[index]
+from tests.support.msrun_job import BATCH, SleepySource, regressor, sharded, start_data_parallel  # noqa: E402
 
 
 def main() -> None:
@@ -50,14 +29,10 @@ def main() -> None:
 
     from otel_mindformers import MonitorCallback
 
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    init()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
-    rank, world = get_rank(), get_group_size()
-    data = GeneratorDataset(
-        Slow(args.steps * BATCH * world, args.sleep), ["x", "y"], shuffle=False, num_shards=world, shard_id=rank
-    ).batch(BATCH)
-    net = nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    rank, world = start_data_parallel()
+    # Every batch's first sample waits `--sleep`: the job runs long enough to be asked.
+    data = sharded(SleepySource(args.steps * BATCH * world, args.sleep, every=BATCH), rank, world).batch(BATCH)
+    net = regressor()
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     model = Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer)
     model.train(1, data, callbacks=[MonitorCallback(args.config)], dataset_sink_mode=False)

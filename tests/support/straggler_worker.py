@@ -22,32 +22,13 @@ import time
 from pathlib import Path
 
 import mindspore as ms
-import numpy as np
 from mindspore import nn
-from mindspore.communication import get_group_size, get_rank, init
-from mindspore.dataset import GeneratorDataset
 from mindspore.train import Callback, Model
 
 from otel_mindformers import MonitorCallback
+from tests.support.msrun_job import BATCH, SleepySource, regressor, sharded, start_data_parallel
 
-FEATURES, BATCH = 8, 4
 MAX_STEPS = 2000
-
-
-class _Source:
-    def __init__(self, samples: int, sleep: float) -> None:
-        rng = np.random.default_rng(0)
-        self.x = rng.standard_normal((samples, FEATURES)).astype(np.float32)
-        self.y = (self.x.sum(axis=1, keepdims=True) * 0.5).astype(np.float32)
-        self.sleep = sleep
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, index: int):
-        if self.sleep:
-            time.sleep(self.sleep)
-        return self.x[index], self.y[index]
 
 
 class _SlowForward(nn.Cell):
@@ -96,15 +77,12 @@ def main() -> None:
     parser.add_argument("--slow-step", type=float, default=1.0)
     args = parser.parse_args()
 
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    init()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
-    rank, world = get_rank(), get_group_size()
+    rank, world = start_data_parallel()
     # A short prefetch: the batches a slow source makes during start-up do not hide its pace.
     ms.dataset.config.set_prefetch_size(2)
-    source = _Source(MAX_STEPS * BATCH * world, args.sleep if rank == args.slow_rank else 0.0)
-    dataset = GeneratorDataset(source, column_names=["x", "y"], shuffle=False, num_shards=world, shard_id=rank)
-    net = _SlowForward(nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1)), args.slow_step)
+    source = SleepySource(MAX_STEPS * BATCH * world, args.sleep if rank == args.slow_rank else 0.0)
+    dataset = sharded(source, rank, world)
+    net = _SlowForward(regressor(), args.slow_step)
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     model = Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer)
     slow_after = args.slow_step_after if rank == args.slow_step_rank else None
