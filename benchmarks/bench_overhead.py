@@ -23,7 +23,8 @@ Reported, side by side:
 - the share of the run inside our step hooks, and with train begin / end;
 - on_train_begin / on_train_end (warm: median of every round; first: the process's first run);
 - the CPU time our background threads take per sampled step (the process's CPU time off the
-  training thread, beyond a bare run's);
+  training thread, beyond a bare run's), and by thread: the CPU of every Python thread that
+  starts and ends with the run (the pipeline worker, the exporters), without MindSpore's;
 - the whole-run slowdown of `ours` against `bare`: per round the paired ratio
   ours / mean(the round's two bare runs); the median of those ratios with a 95 % interval from
   a percentile bootstrap (10,000 resamples of the rounds), and a two-sided sign test.
@@ -41,9 +42,11 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
-from contextlib import ExitStack, nullcontext
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from math import comb
 from pathlib import Path
 from typing import Any
@@ -225,10 +228,11 @@ def run(args: argparse.Namespace, folder: Path, endpoint: str | None) -> dict[st
     log = folder / "training.log"
 
     background: dict[str, list[float]] = defaultdict(list)  # CPU seconds off the training thread, per run
+    threads = _ThreadCPU()
 
     def train(callbacks: list, name: str = "bare") -> float:
         dataset = NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(BATCH)
-        with Redirected(log):
+        with Redirected(log), threads.counting(name):
             cpu, own = time.process_time(), time.thread_time()
             started = time.perf_counter()
             model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
@@ -277,7 +281,45 @@ def run(args: argparse.Namespace, folder: Path, endpoint: str | None) -> dict[st
     sampled_steps = sum(_sampled(step, args.interval) for step in range(1, args.steps + 1))
     extra = statistics.median(background["ours"]) - statistics.median(background["bare"])
     result["ours: background CPU per sampled step, us"] = extra / sampled_steps * 1e6
+    result["ours: background CPU per sampled step by thread, us"] = threads.per_step("ours", sampled_steps)
     return result
+
+
+class _ThreadCPU:
+    """The CPU time of every Python thread that ends during a run, by thread name (numbers
+    stripped): our pipeline worker and exporters start and end with the run, MindSpore's
+    own threads do not, so this is our background work alone, without the bare run's noise."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, list[dict[str, float]]] = defaultdict(list)
+        self._bucket: dict[str, float] | None = None
+        real_run, outer = threading.Thread.run, self
+
+        def run(thread: threading.Thread) -> None:
+            try:
+                real_run(thread)
+            finally:
+                if outer._bucket is not None:
+                    name = thread.name.rstrip("0123456789-_ ") or "thread"
+                    outer._bucket[name] = outer._bucket.get(name, 0.0) + time.thread_time()
+
+        threading.Thread.run = run  # type: ignore[method-assign]
+
+    @contextmanager
+    def counting(self, name: str) -> Iterator[None]:
+        self._bucket = {}
+        try:
+            yield
+        finally:
+            self.runs[name].append(self._bucket)
+            self._bucket = None
+
+    def per_step(self, name: str, steps: int) -> dict[str, float]:
+        runs = self.runs[name]
+        names = {thread for run in runs for thread in run}
+        return {
+            thread: statistics.median(run.get(thread, 0.0) for run in runs) / steps * 1e6 for thread in sorted(names)
+        }
 
 
 def _summarise(
@@ -361,7 +403,14 @@ def report(result: dict[str, Any]) -> None:
     )
     print(
         f"background CPU (off the training thread, beyond bare's) per sampled step: "
-        f"{result['ours: background CPU per sampled step, us']:.0f} µs"
+        f"{result['ours: background CPU per sampled step, us']:.0f} µs; by thread (ours alone): "
+        + ", ".join(
+            f"{thread} {us:.0f} µs"
+            for thread, us in sorted(
+                result["ours: background CPU per sampled step by thread, us"].items(), key=lambda kv: -kv[1]
+            )
+            if us >= 1
+        )
     )
     for name in ("ours", "ours timed", "ours timed: whole run less begin/end", "bare callback timed"):
         whole = result[name if name.endswith("begin/end") else f"{name}: whole run"]

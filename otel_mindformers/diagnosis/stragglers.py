@@ -37,7 +37,7 @@ from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from otel_mindformers.names import stragglers as names
 from otel_mindformers.telemetry.events import record_event
-from otel_mindformers.telemetry.instruments import create_instrument
+from otel_mindformers.telemetry.instruments import Coalesced, create_instrument
 from otel_mindformers.timing.sections import STEPS_KEY, WINDOW_KEY
 
 _logger = get_logger(__name__)
@@ -78,6 +78,9 @@ class RankSections:
             self._attributes = (
                 identity.point_attributes() if config.section_series == "rank" else identity.node_attributes()
             )
+            self._section_attributes = {
+                section: {**self._attributes, names.ATTR_SECTION: section} for section in names.SECTIONS
+            }
         self._counter: Counter | None = create_instrument(meter, names.STRAGGLER_SIGNALS) if config.signal else None
         self._otel_logger = otel_logger
         self._data = _Streak(config.windows)
@@ -85,7 +88,8 @@ class RankSections:
         self._history: deque[float] = deque(maxlen=HISTORY)  # in-step seconds per step, by window
         self._streak: list[float] = []  # the windows of the current rise, kept out of the baseline
 
-    def observe(self, record: StepRecord, span: Span | None) -> None:
+    def observe(self, record: StepRecord, span: Span | None, coalesced: Coalesced) -> None:
+        """`coalesced` holds the section series' adds until the pipeline's batch ends."""
         sections = record.sections
         if not sections:
             return
@@ -93,8 +97,8 @@ class RankSections:
             for section in names.SECTIONS:
                 seconds = sections.get(section)
                 if seconds:
-                    self._series(seconds, {**self._attributes, names.ATTR_SECTION: section})
-            self._steps(int(sections[STEPS_KEY]), self._attributes)
+                    coalesced.add(self._series, seconds, self._section_attributes[section])
+            coalesced.add(self._steps, int(sections[STEPS_KEY]), self._attributes)
         if self._counter is not None:
             self._check(self._counter, record, sections, span)
 

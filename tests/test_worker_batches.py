@@ -1,0 +1,137 @@
+"""The background worker's batches, and the gauge and counter measurements a batch holds.
+
+A worker takes what is queued when it wakes as one batch, then rests: at interval 1 the
+pipeline wakes a few times a second instead of once per step, and a batch's gauges and
+counters reach the SDK once (telemetry/instruments.py `Coalesced`). Real threads, a real
+SDK MeterProvider with an in-memory reader; events, not sleeps, decide the order.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.recording import measurements
+from otel_mindformers.core.workers import BoundedWorker
+from otel_mindformers.names import training as tm
+from otel_mindformers.telemetry.instruments import TrainingInstruments
+
+WAIT = 30.0  # seconds an event may take on a loaded machine
+
+
+class _Recorder(BoundedWorker[int]):
+    """Handles ints; `hold[n]`, when set, blocks the handling of item n until released."""
+
+    def __init__(self, hold: dict[int, threading.Event], **batching: float) -> None:
+        self.handled: list[int] = []
+        self.batches: list[list[int]] = [[]]
+        self.entered = {n: threading.Event() for n in hold}
+        self._hold = hold
+        super().__init__("test-batches", 100, **batching)
+
+    def handle(self, item: int) -> None:
+        if item in self._hold:
+            self.entered[item].set()
+            assert self._hold[item].wait(WAIT)
+        self.handled.append(item)
+        self.batches[-1].append(item)
+
+    def end_batch(self) -> None:
+        self.batches.append([])
+
+
+def test_what_queues_while_the_worker_is_busy_is_one_batch_handled_in_order():
+    release = threading.Event()
+    worker = _Recorder({0: release}, batch_interval=0.05, max_batch=64)
+    worker.submit(0)
+    assert worker.entered[0].wait(WAIT)
+    for item in range(1, 11):
+        worker.submit(item)
+    release.set()
+    assert worker.close(WAIT) == []
+    assert worker.handled == list(range(11))
+    assert [batch for batch in worker.batches if batch] == [[0], list(range(1, 11))]
+
+
+def test_a_worker_without_batching_takes_one_item_at_a_time():
+    release = threading.Event()
+    worker = _Recorder({0: release})
+    worker.submit(0)
+    assert worker.entered[0].wait(WAIT)
+    for item in range(1, 4):
+        worker.submit(item)
+    release.set()
+    assert worker.close(WAIT) == []
+    assert [batch for batch in worker.batches if batch] == [[0], [1], [2], [3]]
+
+
+def test_close_returns_the_batch_the_worker_did_not_reach_and_never_handles_it_after():
+    first, second = threading.Event(), threading.Event()
+    worker = _Recorder({0: first, 1: second}, batch_interval=0.05, max_batch=64)
+    worker.submit(0)
+    assert worker.entered[0].wait(WAIT)
+    for item in range(1, 6):
+        worker.submit(item)
+    first.set()
+    assert worker.entered[1].wait(WAIT)  # stuck inside item 1; 2..5 wait in its batch
+    assert worker.close(0.1) == [2, 3, 4, 5]
+    second.set()
+    worker._thread.join(WAIT)
+    assert worker.handled == [0, 1]
+
+
+def _record(step: int, loss: float, overflow: bool) -> StepRecord:
+    values = {tm.LOSS: loss, tm.STEP_TIME: 4.0 + step / 10, tm.OVERFLOW: overflow}
+    return StepRecord(step=step, epoch=1, rank=0, time_stamp=1.0e9 + step, values=values)
+
+
+def _points(reader: InMemoryMetricReader) -> dict[str, list]:
+    data = reader.get_metrics_data()
+    out: dict[str, list] = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                out[metric.name] = sorted(
+                    (tuple(sorted(p.attributes.items())), getattr(p, "value", None), getattr(p, "count", None))
+                    for p in metric.data.data_points
+                )
+    return out
+
+
+def test_a_batchs_gauges_and_counters_export_what_applying_each_record_would():
+    """Five records applied as one batch against the same five applied one by one, each
+    flushed at once: a gauge's last value, a counter's sum, every histogram observation."""
+    records = [_record(step, loss=2.0 - step / 10, overflow=step in (2, 3)) for step in range(1, 6)]
+    attributes = {"training.rank": 0}
+    batched_reader, single_reader = InMemoryMetricReader(), InMemoryMetricReader()
+    batched = TrainingInstruments(MeterProvider(metric_readers=[batched_reader]).get_meter("t"))
+    single = TrainingInstruments(MeterProvider(metric_readers=[single_reader]).get_meter("t"))
+    calls = []
+    real_flush = batched.coalesced.flush
+    batched.coalesced.flush = lambda: (calls.append(1), real_flush())  # type: ignore[method-assign]
+    for record in records:
+        batched.apply(measurements(record, attributes))
+        single.apply(measurements(record, attributes))
+        single.flush()
+    batched.flush()
+    got, want = _points(batched_reader), _points(single_reader)
+    assert got == want
+    assert got[tm.instrument_name(tm.LOSS)] == [((("training.rank", 0),), 1.5, None)]
+    assert got[tm.STEPS.name] == [((("training.rank", 0),), 5, None)]
+    assert got[tm.OVERFLOW_STEPS.name] == [((("training.rank", 0),), 2, None)]
+    assert got[tm.instrument_name(tm.STEP_TIME)][0][2] == 5  # five observations, none merged
+    assert calls == [1]
+
+
+def test_nothing_held_reaches_the_sdk_before_the_batch_ends():
+    reader = InMemoryMetricReader()
+    instruments = TrainingInstruments(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    instruments.apply(measurements(_record(1, 2.0, False), {"training.rank": 0}))
+    held = _points(reader)
+    assert tm.STEPS.name not in held and tm.instrument_name(tm.LOSS) not in held
+    assert held[tm.instrument_name(tm.STEP_TIME)][0][2] == 1  # histograms are not held
+    instruments.flush()
+    assert _points(reader)[tm.STEPS.name] == [((("training.rank", 0),), 1, None)]
