@@ -340,12 +340,13 @@ class phase:
         recorder = _active
         outer = _innermost_open()
         self._start_perf, self._start_wall = time.perf_counter(), time.time()
+        current = otel_context.get_current()  # what this thread's context goes back to
         if recorder is not None and recorder._submit is not None:
             # The outer phase's span, or whatever the caller made current inside it.
-            parent = trace.get_current_span() if outer is not None else recorder.parent_span()
+            parent = trace.get_current_span(current) if outer is not None else recorder.parent_span()
             span = DeferredSpan(parent, new_span_id())
         elif recorder is not None:
-            context = otel_context.get_current() if outer is not None else recorder.parent()
+            context = current if outer is not None else recorder.parent()
             span = recorder.tracer.start_span(
                 phase_names.SPAN_PREFIX + self.name,
                 context=context,
@@ -360,8 +361,8 @@ class phase:
             )
         self._recorder, self._span, self._outer = recorder, span, outer
         self._thread = threading.get_ident()
-        self._context = otel_context.get_current()  # what this thread's context goes back to
-        otel_context.attach(trace.set_span_in_context(span))
+        self._context = current
+        otel_context.attach(trace.set_span_in_context(span, current))
         _local.phase = self
         if recorder is not None:
             recorder.opened(self, self._start_perf)
