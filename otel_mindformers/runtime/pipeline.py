@@ -122,7 +122,8 @@ class SampledStepPipeline(BoundedWorker[object]):
         try:
             charge = self._phases.record_deferred(marked)  # type: ignore[union-attr]  # it submitted the phase
         except Exception as exc:  # its span or observation: telemetry, the ledger still counts it
-            charge = (self._phases.ledger_key(marked.name), marked._charge) if marked._charge is not None else None  # type: ignore[union-attr]
+            share = marked._charge
+            charge = None if share is None else (self._phases.ledger_key(marked.name), share)  # type: ignore[union-attr]
             if not self._phase_failed:
                 self._phase_failed = True
                 _logger.warning("otel_mindformers: recording phase %r failed: %s", marked.name, exc)

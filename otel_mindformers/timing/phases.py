@@ -42,7 +42,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -236,7 +236,7 @@ class PhaseRecorder:
         """The worker's half of a deferred phase: the SDK span with the ids its stand-in
         carried, what was done to the stand-in, one observation. Returns its ledger key
         and share when it was covering the training thread's time (the caller charges)."""
-        stand_in: DeferredSpan = marked._span
+        stand_in = cast(DeferredSpan, marked._span)  # what `closed` submits
         ids = stand_in.get_span_context()
         start = int(marked._start_wall * 1e9)
         end = int((marked._start_wall + marked._seconds) * 1e9)
@@ -308,6 +308,10 @@ class phase:
         # a deferred phase's exit, for the worker (`PhaseRecorder.record_deferred`)
         "_seconds", "_error", "_by_run_end", "_charge",
     )  # fmt: skip
+    _seconds: float
+    _error: BaseException | None
+    _by_run_end: bool
+    _charge: float | None  # its ledger share (None: not the training thread's covering phase)
 
     def __init__(self, name: str, **attributes: Any) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -344,7 +348,7 @@ class phase:
         if recorder is not None and recorder._submit is not None:
             # The outer phase's span, or whatever the caller made current inside it.
             parent = trace.get_current_span(current) if outer is not None else recorder.parent_span()
-            span = DeferredSpan(parent, new_span_id())
+            span: Span = DeferredSpan(parent, new_span_id())
         elif recorder is not None:
             context = current if outer is not None else recorder.parent()
             span = recorder.tracer.start_span(
@@ -383,11 +387,12 @@ class phase:
         seconds = now - self._start_perf
         span, recorder = self._span, self._recorder
         error = exc if isinstance(exc, BaseException) else None
-        deferred = type(span) is DeferredSpan
-        if deferred:  # the worker ends the real span (PhaseRecorder.record_deferred)
+        if type(span) is DeferredSpan:  # the worker ends the real span (PhaseRecorder.record_deferred)
+            deferred = True
             span.close()
             self._seconds, self._error, self._by_run_end = seconds, error, closed_by_run_end
         else:
+            deferred = False
             _end_span(span, error, closed_by_run_end, int((self._start_wall + seconds) * 1e9))
         if threading.get_ident() == self._thread:
             self._restore_context()
