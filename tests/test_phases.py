@@ -9,7 +9,8 @@ import time
 import pytest
 from mindspore.train import Callback
 from opentelemetry import trace
-from opentelemetry.trace import StatusCode
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import Status, StatusCode
 
 import otel_mindformers
 import otel_mindformers.timing.phases
@@ -22,6 +23,7 @@ from otel_mindformers.names.phases import (
     PHASE_DURATION,
     USER_PHASE_PREFIX,
 )
+from otel_mindformers.telemetry.deferred_span import DeferredSpan
 from tests.support import training
 from tests.support.configs import config
 from tests.support.in_memory import Capture
@@ -57,11 +59,21 @@ def _phase_points(capture, phase):
     return [p for p in capture.points().get(PHASE_DURATION.name, []) if p.attributes.get(ATTR_PHASE) == phase]
 
 
-def test_user_phase_is_current_child_of_epoch_with_rank_and_clock(tmp_path):
-    capture = Capture()
+class _OwnIds(RandomIdGenerator):
+    """Ids the run cannot preset (AWS X-Ray's carry a timestamp): phase spans are then
+    started on the calling thread, not deferred to the pipeline's worker."""
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("id_generator", [None, _OwnIds()], ids=["deferred", "started_here"])
+def test_user_phase_is_current_child_of_epoch_with_rank_and_clock(tmp_path, id_generator):
+    capture = Capture(id_generator)
     monitor = capture.callback(config(tmp_path))
     user = _Reshard(monitor, at_step=3)
     training.train([monitor, user], steps=6)
+    assert isinstance(user.seen["current"], DeferredSpan) is (id_generator is None)
 
     (reshard,) = capture.finished("mindformers.phase.reshard")
     (epoch,) = capture.finished(semconv.SPAN_EPOCH)
@@ -81,6 +93,62 @@ def test_user_phase_is_current_child_of_epoch_with_rank_and_clock(tmp_path):
     (point,) = _phase_points(capture, "reshard")
     assert point.count == 1 and point.attributes[semconv.ATTR_RANK] == 0
     assert point.sum == pytest.approx((reshard.end_time - reshard.start_time) / 1e9, abs=1e-3)
+
+
+def test_what_is_done_to_the_current_span_inside_a_phase_reaches_its_span(tmp_path):
+    capture = Capture()
+    monitor = capture.callback(config(tmp_path, interval=2))
+    tracer = capture.tracer_provider.get_tracer("user")
+
+    def upload(cb):
+        with otel_mindformers.phase("upload", bytes=1024) as marked:
+            span = trace.get_current_span()
+            span.set_attribute("upload.retries", 2)
+            span.add_event("chunk", {"n": 1})
+            span.set_status(Status(StatusCode.ERROR, "slow"))
+            marked.set_attributes(result="ok")
+            with tracer.start_as_current_span("user.work"), otel_mindformers.phase("inner"):
+                pass
+        cb.seen["after"] = span.is_recording()
+        span.set_attribute("late", 1)  # the phase has ended: nothing more reaches its span
+
+    user = _AtSteps(monitor, {3: upload})
+    training.train([monitor, user], steps=6)
+
+    (span,) = capture.finished("mindformers.phase.upload")
+    assert {"upload.retries": 2, "bytes": 1024, "result": "ok"}.items() <= dict(span.attributes).items()
+    assert "late" not in span.attributes and user.seen["after"] is False
+    assert [(e.name, dict(e.attributes)) for e in span.events] == [("chunk", {"n": 1})]
+    assert span.status.status_code is StatusCode.ERROR and span.status.description == "slow"
+    # A user's span inside the phase is its child, and a phase inside that one the user's.
+    (work,) = capture.finished("user.work")
+    (inner,) = capture.finished("mindformers.phase.inner")
+    (run,) = capture.finished(semconv.SPAN_RUN)
+    assert work.parent.span_id == span.context.span_id and inner.parent.span_id == work.context.span_id
+    assert {span.context.trace_id, work.context.trace_id, inner.context.trace_id} == {run.context.trace_id}
+
+
+def test_many_phases_per_step_are_all_recorded_and_charged(tmp_path):
+    capture = Capture()
+    monitor = capture.callback(config(tmp_path, interval=5))
+
+    class Many(Callback):
+        def on_train_step_end(self, run_context):
+            for i in range(20):
+                with otel_mindformers.phase(f"upload_{i % 4}"):
+                    pass
+
+    training.train([monitor, Many()], steps=30)
+
+    (run,) = capture.finished(semconv.SPAN_RUN)  # the whole run's breakdown (the last line precedes the last hooks)
+    for i in range(4):
+        spans = capture.finished(f"mindformers.phase.upload_{i}")
+        assert len(spans) == 150
+        (point,) = _phase_points(capture, f"upload_{i}")
+        assert point.count == 150
+        # Each span's times are whole nanoseconds of a float wall clock (~0.25 us apart today).
+        expected = sum(map(_span_seconds, spans))
+        assert run.attributes[f"training.time.user.upload_{i}"] == pytest.approx(expected, abs=len(spans) * 5e-7)
 
 
 def test_phase_records_the_exception_and_lets_it_through(tmp_path):

@@ -8,8 +8,10 @@ the step's measurements inside the span's context (so the step-duration histogra
 exemplar points at the span), runs the alert rules (which may add span events, name the
 fired rules in the record, and ask training to stop), ends the span, and hands the record
 to the local outputs. A full queue drops the record (counted, reported once) rather than
-block a step. Time lost to training-thread phases comes through the same queue (`lost`), so
-the time ledger sees it in order; the run's end (`end_run`) settles the compile phase and
+block a step. Time lost to training-thread phases comes through the same queue, so the time
+ledger sees it in order: a `phase()` object itself (its span is started and ended here, with
+the ids it had while it ran; PhaseRecorder.record_deferred), else its seconds (`lost`). A
+full queue drops a phase too (reported once). The run's end (`end_run`) settles the compile phase and
 puts the run's time breakdown on the run span.
 """
 
@@ -33,7 +35,7 @@ from otel_mindformers.telemetry.instruments import TrainingInstruments
 from otel_mindformers.telemetry.lazy_span import LazySpan
 from otel_mindformers.telemetry.step_ids import StepSpanIds
 from otel_mindformers.timing.accounting import StepAccounting, Window
-from otel_mindformers.timing.phases import PhaseRecorder
+from otel_mindformers.timing.phases import PhaseRecorder, phase
 
 _logger = get_logger(__name__)
 
@@ -106,18 +108,34 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._complete = complete  # a sampled step's tuple -> (StepRecord, Window): MonitorRun's
         self._stop_requested = False
         self.dropped = 0
+        self.dropped_phases = 0
+        self._phase_failed = False
         super().__init__("otel-mindformers-steps", max_queue, batch_interval, MAX_BATCH)
 
     # --- worker thread ---------------------------------------------------------------------
     def handle(self, item: object) -> None:
         if type(item) is tuple:
             self._handle_step(*self._complete(item))
+        elif type(item) is phase:
+            self._handle_phase(item)
         elif type(item) is _Step:
             self._handle_step(*item)
         elif type(item) is _Lost:
             self._accounting.lost(*item)
         elif type(item) is _RunEnd:
             self._end_run(item.end)
+
+    def _handle_phase(self, marked: phase) -> None:
+        try:
+            charge = self._phases.record_deferred(marked)  # type: ignore[union-attr]  # it submitted the phase
+        except Exception as exc:  # its span or observation: telemetry, the ledger still counts it
+            share = marked._charge
+            charge = None if share is None else (self._phases.ledger_key(marked.name), share)  # type: ignore[union-attr]
+            if not self._phase_failed:
+                self._phase_failed = True
+                _logger.warning("otel_mindformers: recording phase %r failed: %s", marked.name, exc)
+        if charge is not None:
+            self._accounting.lost(*charge)
 
     def _handle_step(self, record: StepRecord, window: Window) -> None:
         try:
@@ -201,6 +219,16 @@ class SampledStepPipeline(BoundedWorker[object]):
     def on_drop(self, item: object) -> None:
         if type(item) is _Lost:
             return  # a lost phase's seconds: the ledger is short by it, as by a dropped record
+        if type(item) is phase:  # its span and observation; the ledger is short by its seconds
+            self.dropped_phases += 1
+            if self.dropped_phases == 1:
+                _logger.warning(
+                    "otel_mindformers: sampled-step queue full (%d items); dropping phase %r and any "
+                    "further phase that does not fit rather than slowing training",
+                    self.max_queue,
+                    item.name,
+                )
+            return
         self.dropped += 1
         if self.dropped == 1:
             _logger.warning(

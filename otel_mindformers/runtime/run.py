@@ -196,9 +196,9 @@ class MonitorRun:
         # spans carry the rank only (the rest of the identity is the resource's): a user phase
         # is paid for on the training thread, by the attribute.
         self.timeline = RunTimeline(
-            tracer=telemetry.tracer, meter=telemetry.meter, parent=self._phase_parent,
+            tracer=telemetry.tracer, meter=telemetry.meter, parent_span=self._phase_parent,
             span_attributes=identity.point_attributes(), point_attributes=identity.point_attributes(),
-            clock=self.clock, wall_clock=wall_clock, on_lost=self._lost,
+            clock=self.clock, wall_clock=wall_clock, on_charged=self._phase_charged,
             callbacks=cb_params.get("list_callback"),
         )  # fmt: skip
         if attempt is not None:
@@ -237,6 +237,7 @@ class MonitorRun:
             sections=RankSections(telemetry.meter, telemetry.logger, identity, config.stragglers),
             complete=self.complete_sample,
         )
+        self.timeline.defer_to(self.pipeline, step_ids)
         self.logs = LogBridge.start(
             config.logs, telemetry.logger_provider, RunCorrelation(identity.rank, self.clock, self.cadence, step_ids)
         )
@@ -272,10 +273,10 @@ class MonitorRun:
             semconv.SPAN_EPOCH, context=self._run_context, attributes={semconv.ATTR_EPOCH: epoch}
         )
 
-    def _phase_parent(self) -> otel_context.Context:
+    def _phase_parent(self) -> Any:
         """Phases are children of the epoch span while one is open, else of the run span."""
         epoch = self._epoch_span
-        return trace.set_span_in_context(epoch) if epoch is not None else self._run_context
+        return epoch if epoch is not None else self.run_span
 
     def end_epoch(self) -> None:
         if self._epoch_span is not None:
@@ -337,13 +338,12 @@ class MonitorRun:
             record.job = self.attempt.line_fields()
         return record, Window(steps, elapsed, previous_end, step_begin, end, data_wait)
 
-    def _lost(self, phase: str, seconds: float) -> None:
-        """An outermost phase ended on the training thread: to the pipeline worker's ledger."""
+    def _phase_charged(self, phase: str, seconds: float) -> None:
+        """An outermost phase ended on the training thread (its seconds reach the pipeline
+        worker's ledger through the timeline)."""
         if phase == job_attempt.PHASE_CHECKPOINT_SAVE and self.attempt is not None:
             # The step the checkpoint holds: the callback saving it may run before ours.
             self.attempt.checkpoint_saved(int(self._cb_params.get("cur_step_num") or 0) + self.step_offset, seconds)
-        if self.pipeline is not None:
-            self.pipeline.lost(phase, seconds)
 
     def _request_stop(self, reason: str) -> None:
         """A rule asked to stop (worker thread): honoured at the next step boundary."""

@@ -18,6 +18,14 @@ and as a child of its run span when the global tracer did not record it.
 The built-in phases (start-up, compile, data wait, evaluation, checkpoint save and load)
 go through the same `PhaseRecorder`.
 
+What the calling thread pays (docs/performance.md): once the run's pipeline is up and its
+tracer takes preset ids (`PhaseRecorder.defer`), a phase's span is a `DeferredSpan` while it
+runs (its ids drawn at the entry, current as the SDK span would be) and the phase itself goes
+to the pipeline's worker at its exit, which starts and ends the SDK span with those ids and
+times, observes the histogram and charges the ledger. The calling thread keeps only what
+must be known at once: the clock reads, the current context, the training thread's clock
+phase and the ledger's cover (which phase covers which stretch).
+
 Phases need not nest: each exit undoes only its own part (on any thread). The training
 thread's clock shows the innermost phase still open there; the ledger counts the union of
 the training thread's open phases once, each stretch charged to the phase that covered it
@@ -34,14 +42,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_mindformers.core.record import PhaseInterval
 from otel_mindformers.names import phases as phase_names
+from otel_mindformers.telemetry.deferred_span import DeferredSpan, new_span_id
 
 # Phases finished outside any run that the next run picks up (a bound: phases in a loop
 # between runs must not grow memory).
@@ -102,15 +111,16 @@ class PhaseRecorder:
     """One run's phases: spans under the run, the duration histogram, the training thread's
     clock, and where the seconds lost per phase go (`on_lost`).
 
-    `parent()` returns the context new top-level phases start in (the epoch span's, else the
-    run span's); `on_lost(name, seconds)` is told the training thread's phase time, once."""
+    `parent_span()` returns the span new top-level phases are children of (the epoch span,
+    else the run span); `on_lost(ledger_key, seconds)` is told the training thread's phase
+    time, once (until `defer`)."""
 
     def __init__(
         self,
         *,
         tracer: trace.Tracer,
         histogram: Any,
-        parent: Callable[[], otel_context.Context],
+        parent_span: Callable[[], Span],
         span_attributes: Mapping[str, Any],
         point_attributes: Mapping[str, Any],
         clock: Any,
@@ -118,7 +128,7 @@ class PhaseRecorder:
     ) -> None:
         self.tracer = tracer
         self._histogram = histogram
-        self.parent = parent
+        self.parent_span = parent_span
         self._span_attributes = dict(span_attributes)
         self._point_attributes = dict(point_attributes)
         self.clock = clock
@@ -133,6 +143,30 @@ class PhaseRecorder:
         self._training: list[phase] = []
         self._cover_start = 0.0
         self._base: str | None = None
+        # Set by `defer`: phase() objects go to the pipeline's worker at their exit.
+        self._submit: Callable[[phase], None] | None = None
+        self._preset_ids: Callable[[int, int], Any] | None = None
+        self._on_charged: Callable[[str, float], None] | None = None
+
+    def defer(
+        self,
+        submit: Callable[[phase], None],
+        preset_ids: Callable[[int, int], Any],
+        on_charged: Callable[[str, float], None],
+    ) -> None:
+        """From now on a `phase()` of this run costs its thread little: its span is a
+        `DeferredSpan` with ids drawn at its entry, and at its exit the phase is handed to
+        `submit` (the pipeline's bounded queue), whose worker calls `record_deferred`.
+        `preset_ids(trace_id, span_id)` makes the tracer's next span on the calling thread
+        take those ids (telemetry/step_ids.py); `on_charged(name, seconds)` is what the
+        training thread must do itself when one of its outermost phases ends (the worker
+        charges the ledger)."""
+        self._preset_ids, self._on_charged = preset_ids, on_charged
+        self._submit = submit
+
+    def parent(self) -> otel_context.Context:
+        """The context top-level phases start in."""
+        return trace.set_span_in_context(self.parent_span())
 
     def span_attributes(self, name: str, extra: Mapping[str, Any]) -> dict[str, Any]:
         return {**self._span_attributes, **extra, phase_names.ATTR_PHASE: name}
@@ -177,19 +211,47 @@ class PhaseRecorder:
             self.clock.phase = marked.name
 
     def closed(self, marked: phase, now: float) -> None:
-        """Undo only `marked`'s part; its ledger share when it was covering."""
+        """Undo only `marked`'s part; its ledger share when it was covering. A deferred
+        phase then goes to the worker (`record_deferred`), its share with it."""
         charge = None
         with self._lock:
             self._open.pop(marked, None)
             training = self._training
             if marked in training:
                 if training[0] is marked:
-                    charge = (self._names.ledger_key(marked.name), now - self._cover_start)
+                    charge = now - self._cover_start
                     self._cover_start = now
                 training.remove(marked)
                 self.clock.phase = training[-1].name if training else self._base
-        if charge is not None:
-            self._on_lost(*charge)
+        submit = self._submit
+        if submit is not None and type(marked._span) is DeferredSpan:
+            marked._charge = charge
+            if charge is not None:
+                self._on_charged(marked.name, charge)  # type: ignore[misc]  # set with _submit
+            submit(marked)
+        elif charge is not None:
+            self._on_lost(self._names.ledger_key(marked.name), charge)
+
+    def record_deferred(self, marked: phase) -> tuple[str, float] | None:
+        """The worker's half of a deferred phase: the SDK span with the ids its stand-in
+        carried, what was done to the stand-in, one observation. Returns its ledger key
+        and share when it was covering the training thread's time (the caller charges)."""
+        stand_in = cast(DeferredSpan, marked._span)  # what `closed` submits
+        ids = stand_in.get_span_context()
+        start = int(marked._start_wall * 1e9)
+        end = int((marked._start_wall + marked._seconds) * 1e9)
+        with self._preset_ids(ids.trace_id, ids.span_id):  # type: ignore[misc]  # set by defer
+            span = self.tracer.start_span(
+                phase_names.SPAN_PREFIX + marked.name,
+                context=trace.set_span_in_context(stand_in.parent),
+                attributes=self.span_attributes(marked.name, marked.attributes),
+                start_time=start,
+            )
+        stand_in.replay(span)
+        _end_span(span, marked._error, marked._by_run_end, end)
+        self.observe(marked.name, marked._seconds)
+        charge = marked._charge
+        return None if charge is None else (self._names.ledger_key(marked.name), charge)
 
     def close_open(self) -> None:
         """The run ends: close every phase of it still open (their spans end, marked)."""
@@ -243,7 +305,13 @@ class phase:
     __slots__ = (
         "name", "attributes", "_recorder", "_span", "_outer", "_context", "_thread",
         "_start_perf", "_start_wall", "_exported", "_entered", "_closed", "__weakref__",
+        # a deferred phase's exit, for the worker (`PhaseRecorder.record_deferred`)
+        "_seconds", "_error", "_by_run_end", "_charge",
     )  # fmt: skip
+    _seconds: float
+    _error: BaseException | None
+    _by_run_end: bool
+    _charge: float | None  # its ledger share (None: not the training thread's covering phase)
 
     def __init__(self, name: str, **attributes: Any) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -276,8 +344,13 @@ class phase:
         recorder = _active
         outer = _innermost_open()
         self._start_perf, self._start_wall = time.perf_counter(), time.time()
-        if recorder is not None:
-            context = otel_context.get_current() if outer is not None else recorder.parent()
+        current = otel_context.get_current()  # what this thread's context goes back to
+        if recorder is not None and recorder._submit is not None:
+            # The outer phase's span, or whatever the caller made current inside it.
+            parent = trace.get_current_span(current) if outer is not None else recorder.parent_span()
+            span: Span = DeferredSpan(parent, new_span_id())
+        elif recorder is not None:
+            context = current if outer is not None else recorder.parent()
             span = recorder.tracer.start_span(
                 phase_names.SPAN_PREFIX + self.name,
                 context=context,
@@ -292,12 +365,13 @@ class phase:
             )
         self._recorder, self._span, self._outer = recorder, span, outer
         self._thread = threading.get_ident()
-        self._context = otel_context.get_current()  # what this thread's context goes back to
-        otel_context.attach(trace.set_span_in_context(span))
+        self._context = current
+        otel_context.attach(trace.set_span_in_context(span, current))
         _local.phase = self
         if recorder is not None:
             recorder.opened(self, self._start_perf)
-        self._exported = span.is_recording()  # asked before the span ends, which makes it False
+        else:
+            self._exported = span.is_recording()  # asked before the span ends, which makes it False
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -312,19 +386,20 @@ class phase:
         now = time.perf_counter()
         seconds = now - self._start_perf
         span, recorder = self._span, self._recorder
-        if exc is not None and isinstance(exc, BaseException):
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        if closed_by_run_end:
-            span.set_attribute(phase_names.ATTR_PHASE_CLOSED_BY_RUN_END, True)
-        # The span lasts exactly the seconds the ledger counts: its own clock reads would be a
-        # few calls away from ours (milliseconds on a loaded machine).
-        span.end(end_time=int((self._start_wall + seconds) * 1e9))
+        error = exc if isinstance(exc, BaseException) else None
+        if type(span) is DeferredSpan:  # the worker ends the real span (PhaseRecorder.record_deferred)
+            deferred = True
+            span.close()
+            self._seconds, self._error, self._by_run_end = seconds, error, closed_by_run_end
+        else:
+            deferred = False
+            _end_span(span, error, closed_by_run_end, int((self._start_wall + seconds) * 1e9))
         if threading.get_ident() == self._thread:
             self._restore_context()
         if recorder is not None:
             recorder.closed(self, now)
-            recorder.observe(self.name, seconds)
+            if not deferred:
+                recorder.observe(self.name, seconds)
         elif self._outer is None:
             done = PhaseInterval(
                 self.name, self._start_wall, self._start_wall + seconds, seconds, dict(self.attributes)
@@ -341,6 +416,17 @@ class phase:
             context, outer = outer._context, outer._outer
         otel_context.attach(context)
         _local.phase = outer
+
+
+def _end_span(span: Span, error: BaseException | None, closed_by_run_end: bool, end: int) -> None:
+    if error is not None:
+        span.record_exception(error, timestamp=end)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+    if closed_by_run_end:
+        span.set_attribute(phase_names.ATTR_PHASE_CLOSED_BY_RUN_END, True)
+    # The span lasts exactly the seconds the ledger counts: its own clock reads would be a
+    # few calls away from ours (milliseconds on a loaded machine).
+    span.end(end_time=end)
 
 
 __all__ = ["PhaseNames", "PhaseRecorder", "active_recorder", "open_phase_name", "phase"]

@@ -4,8 +4,9 @@ The hot path touches two fields: the step-begin hook stores `step_begin` and add
 since the previous step's end to `data_wait` (a clock read and an addition). A sampled step
 takes both into its `Window` and zeroes `data_wait` (runtime/run.py `sample`); the
 pipeline's worker turns them into phases and the time ledger (accounting.py). Phases that end on the training thread
-(evaluation, checkpoint saves, user phases) are taken out of the data wait here and handed
-to the ledger through `on_lost`.
+(evaluation, checkpoint saves, user phases) are taken out of the data wait here (`_charged`)
+and their seconds reach the ledger on the worker: through the pipeline's queue, with the
+phase itself once `defer_to` has run (a `phase()`), else as a lost-time item.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from opentelemetry import context as otel_context
+from opentelemetry.trace import Span
 
 from otel_mindformers.core.clock import WallClock
 from otel_mindformers.core.record import PhaseInterval
@@ -36,21 +37,22 @@ class RunTimeline:
         *,
         tracer: Any,
         meter: Any,
-        parent: Callable[[], otel_context.Context],
+        parent_span: Callable[[], Span],
         span_attributes: dict[str, Any],
         point_attributes: dict[str, Any],
         clock: Any,
         wall_clock: WallClock,
-        on_lost: Callable[[str, float], None],
+        on_charged: Callable[[str, float], None],
         callbacks: Any = (),
     ) -> None:
         self._clock = clock
-        self._on_lost = on_lost
+        self._on_charged = on_charged
+        self._ledger: Callable[[str, float], None] = _nowhere  # the pipeline's `lost` (defer_to)
         self.step_begin = wall_clock.perf0  # perf_counter at the latest step's begin (hot path)
         self.data_wait = 0.0  # seconds between steps this window, less the phases in them (hot path)
         histogram = create_instrument(meter, PHASE_DURATION, explicit_bucket_boundaries_advisory=list(PHASE_BUCKETS))
         self.recorder = PhaseRecorder(
-            tracer=tracer, histogram=histogram, parent=parent, span_attributes=span_attributes,
+            tracer=tracer, histogram=histogram, parent_span=parent_span, span_attributes=span_attributes,
             point_attributes=point_attributes, clock=clock, on_lost=self._lost,
         )  # fmt: skip
         # Phases that ended before the run (a checkpoint load): start-up's share of the ledger.
@@ -61,12 +63,26 @@ class RunTimeline:
         self._undo_hooks = instrument_callbacks(callbacks, self.recorder)
         self._evaluation: phase | None = None
 
-    def _lost(self, phase: str, seconds: float) -> None:
-        """An outermost phase ended on the training thread."""
+    def defer_to(self, pipeline: Any, step_ids: Any) -> None:
+        """The run's pipeline is up: lost time goes to its worker's ledger, and so do the
+        `phase()` objects themselves, span and all, when the tracer takes preset ids
+        (`step_ids` not None; PhaseRecorder.defer)."""
+        self._ledger = pipeline.lost
+        if step_ids is not None:
+            self.recorder.defer(pipeline.submit, step_ids.preset_ids, self._charged)
+
+    def _charged(self, phase: str, seconds: float) -> None:
+        """An outermost phase ended on the training thread: its part there."""
         # Between a step's end and the next one's begin: not data wait, though the gap holds it.
         if self.step_begin <= self._clock.last_step_end:
             self.data_wait -= seconds
-        self._on_lost(phase, seconds)
+        self._on_charged(phase, seconds)
+
+    def _lost(self, phase: str, seconds: float) -> None:
+        """An outermost phase ended on the training thread, not deferred: its part there,
+        and its seconds to the ledger (`phase` is its ledger key)."""
+        self._charged(phase, seconds)
+        self._ledger(phase, seconds)
 
     # --- evaluation inside Model.fit (on_eval_begin / on_eval_end, training thread) ---------
     def begin_evaluation(self) -> None:
@@ -92,3 +108,7 @@ class RunTimeline:
         self.end_evaluation(None)
         self._undo_hooks()
         self.recorder.deactivate()
+
+
+def _nowhere(phase: str, seconds: float) -> None:
+    """Lost time before the run's pipeline exists (none is measured then)."""

@@ -30,11 +30,12 @@ class KeepingReader(InMemoryMetricReader):
 
 
 class Capture:
-    """Spans, metrics and log records of whatever records through `providers()`."""
+    """Spans, metrics and log records of whatever records through `providers()`
+    (`id_generator`: the tracer's, else the SDK's random one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, id_generator: Any = None) -> None:
         self.spans = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
+        self.tracer_provider = TracerProvider(id_generator=id_generator)
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
         self.reader = KeepingReader()
         self.meter_provider = MeterProvider(metric_readers=[self.reader])
