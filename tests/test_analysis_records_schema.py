@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +94,19 @@ def test_any_one_wrong_field_is_skipped_with_a_note_and_hides_no_other_rank(tmp_
     if isinstance(bad.get("kind"), str) and problem(bad) is not None:
         assert any(note.startswith(f"{folder / 'diagnosis_rank_0.jsonl'}:1: ") for note in report["skipped"])
         assert "diagnosis record skipped" in text
+
+
+@pytest.mark.parametrize("huge", [1e300, 2**70])
+def test_numbers_too_large_for_a_step_or_a_calendar_stop_neither_report(tmp_path, huge):
+    """Valid JSON numbers past what a step (64 bits) or a calendar holds: a hand-edited or
+    corrupted record, which the property test above finds only now and then."""
+    record = _stacks(0, 5)
+    record["time_stamp"] = record["last_step_time"] = float(huge)
+    line = _step_line(0, 2)
+    line["step"] = huge
+    _job(tmp_path, record, line)
+    text, _ = _both_reports_survive(tmp_path)
+    assert f"{float(huge):g}" in text  # the time stamp as the number it is
 
 
 VARIANTS = {

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from otel_mindformers.analysis.logs import local_time
 from otel_mindformers.job.goodput import is_alive, job_timeline
 from otel_mindformers.job.ledger import LEDGER_SUFFIX, read_ledger
 from otel_mindformers.names import job as names
@@ -108,7 +109,7 @@ def job_report(inputs: Sequence[str | Path], now: float | None = None) -> dict[s
 
 
 def _clock(seconds: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(seconds))
+    return local_time(seconds, "%H:%M:%S")
 
 
 def _duration(seconds: float | None) -> str:

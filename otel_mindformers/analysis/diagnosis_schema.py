@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from otel_mindformers.analysis.logs import walk_files
+from otel_mindformers.analysis.logs import INT64_LIMIT, INT64_MIN, walk_files
 from otel_mindformers.diagnosis import records
 
 
 def _integer(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value < INT64_LIMIT
 
 
 def _finite(value: object) -> bool:

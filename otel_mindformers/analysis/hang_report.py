@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 from otel_mindformers.analysis.diagnosis_schema import find_files, read_records
 from otel_mindformers.analysis.first_bad import FirstBad, first_nonfinite, from_diagnosis
+from otel_mindformers.analysis.logs import local_time
 from otel_mindformers.diagnosis import records
 from otel_mindformers.diagnosis.stacks import Frame, ThreadStack
 
@@ -167,7 +167,7 @@ def ranks_text(ranks: Sequence[int]) -> str:
 
 
 def _clock(stamp: float | None) -> str:
-    return "-" if stamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
+    return "-" if stamp is None else local_time(stamp)
 
 
 def render_text(report: HangReport) -> str:

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -541,13 +542,26 @@ def replay_problems(series: Sequence[Series]) -> list[str]:
     return problems
 
 
+def local_time(seconds: float, pattern: str = "%Y-%m-%d %H:%M:%S") -> str:
+    """`seconds` since the epoch as local time; a finite time stamp no calendar holds (a
+    hand-edited record) as the number itself."""
+    try:
+        return time.strftime(pattern, time.localtime(seconds))
+    except (OverflowError, OSError, ValueError):
+        return f"{seconds:g}"
+
+
+# Steps and ranks are kept in 64-bit arrays: a JSON integer past that is not a step.
+INT64_MIN, INT64_LIMIT = -(2**63), 2**63
+
+
 def _int_or_none(value: object) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        value = int(value)
+    if isinstance(value, int) and INT64_MIN <= value < INT64_LIMIT:
+        return value
     return None
 
 
