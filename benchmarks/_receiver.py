@@ -131,10 +131,19 @@ def _serve() -> None:
 
 
 class ReceiverProcess:
+    """`protobuf`: the receiver's protobuf implementation. "upb" (C, the default) decodes at
+    about the speed of a collector written in Go, so its CPU on a small machine competes
+    little with the training measured beside it; "python" is what the test suite's receiver
+    runs on (inside a process that imports MindSpore), whose ingest cost bench_fleet.py
+    reports."""
+
+    def __init__(self, protobuf: str = "upb") -> None:
+        self._protobuf = protobuf
+
     def __enter__(self) -> ReceiverProcess:
         env = {
             **os.environ,
-            "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python",
+            "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": self._protobuf,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])),
         }
         self._process = subprocess.Popen(

@@ -290,7 +290,7 @@ def main() -> None:
         f"{args.sim_step_seconds * 1e3:.0f} ms, interval {args.interval}, export every {args.sim_export_interval} s "
         f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)"
     )
-    with ReceiverProcess() as receiver, tempfile.TemporaryDirectory() as folder:
+    with ReceiverProcess(protobuf="python") as receiver, tempfile.TemporaryDirectory() as folder:
         stats = run_fleet(args, receiver)
         records_path = Path(folder) / "requests.pickle"
         receiver.dump(records_path)
