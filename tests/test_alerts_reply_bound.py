@@ -1,0 +1,76 @@
+"""A webhook reply is read within a bound (issue 24 item 3, another instance): an endpoint
+that streams a reply without end, or drips it, or stalls in the middle of it, neither grows
+the alert thread's memory nor holds it past the attempt's timeout. Real HTTP servers on
+127.0.0.1 (tests/support/webhook_receiver.py)."""
+
+from __future__ import annotations
+
+import time
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_mindformers.alerts.alert import Alert
+from otel_mindformers.alerts.delivery import MAX_REPLY_BYTES, NotificationDelivery
+from otel_mindformers.alerts.notifiers import build_notifiers
+from otel_mindformers.config import NotifierConfig
+from tests.support.webhook_receiver import StreamingReply
+
+
+def _deliver(url: str, timeout: float, kind: str = "webhook") -> NotificationDelivery:
+    counter = MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("t").create_counter("n")
+    delivery = NotificationDelivery(
+        build_notifiers([NotifierConfig(type=kind, url=url)]),
+        timeout=timeout,
+        retries=0,
+        counter=counter,
+        attributes={},
+    )
+    delivery.submit(
+        Alert(
+            rule="loss_threshold",
+            severity="warning",
+            status="firing",
+            step=1,
+            detail="loss 9 > threshold 8",
+            job="j",
+            rank=0,
+            world_size=1,
+            host="h",
+            time_stamp=time.time(),
+            value=9.0,
+            threshold=8.0,
+        )  # fmt: skip
+    )
+    return delivery
+
+
+def test_a_reply_without_end_is_read_up_to_the_cap_and_the_connection_closed():
+    with StreamingReply() as endpoint:  # 64 KiB chunks as fast as they are read, forever
+        delivery = _deliver(endpoint.url(), timeout=30.0, kind="wecom")
+        assert endpoint.closed.wait(20), f"the alert thread did not hang up ({endpoint.sent} bytes sent)"
+        delivery.close(10.0)
+    assert delivery.outcomes == {"delivered": 1}  # a 200; no error code in what was read
+    # Hung up after the cap, long before the attempt's 30 s: not a timeout that ended it.
+    assert endpoint.closed_at - endpoint.arrived < 10.0
+    assert MAX_REPLY_BYTES <= 64 * 1024
+
+
+def test_a_dripping_reply_is_read_only_until_the_attempts_timeout():
+    with StreamingReply(chunk=b"x", interval=0.01) as endpoint:  # 100 bytes/s: the cap is 11 min away
+        delivery = _deliver(endpoint.url(), timeout=1.0)
+        assert endpoint.closed.wait(20), f"the alert thread did not hang up ({endpoint.sent} bytes sent)"
+        delivery.close(10.0)
+    assert delivery.outcomes == {"delivered": 1}
+    assert endpoint.closed_at - endpoint.arrived < 1.0 + 0.8
+
+
+def test_a_reply_that_stalls_late_in_the_attempt_waits_only_for_what_is_left_of_it():
+    """A byte at 70 % of the timeout, then nothing: a read that waited a whole socket timeout
+    from there would end at 170 %."""
+    with StreamingReply(chunk=b"{", interval=1.4, stall_after=2) as endpoint:  # at 0 s, 1.4 s, then stalls
+        delivery = _deliver(endpoint.url(), timeout=2.0)
+        assert endpoint.closed.wait(20)
+        delivery.close(10.0)
+    assert delivery.outcomes == {"delivered": 1}
+    assert endpoint.closed_at - endpoint.arrived < 2.0 + 0.8
