@@ -7,9 +7,9 @@ are never followed (a POST turned into a GET to another host is not a delivery):
 a failure. At shutdown, what is queued gets until a deadline; whatever is left is counted
 as dropped. Every message about a notifier goes through its redactor.
 
-A reply is read for the platform's error code only: at most `MAX_REPLY_BYTES`, and only
-until the attempt's timeout, so an endpoint that streams without end neither grows memory
-nor holds the alert thread.
+A reply is read for the platform's error code only: at most 64 KiB, and only until the
+attempt's timeout (core/bounded_read.py), so an endpoint that streams without end neither
+grows memory nor holds the alert thread.
 """
 
 from __future__ import annotations
@@ -26,15 +26,12 @@ from typing import Any
 
 from otel_mindformers.alerts.alert import Alert
 from otel_mindformers.alerts.notifiers import Notifier
+from otel_mindformers.core.bounded_read import read_reply, reply_socket
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.workers import BoundedWorker
 from otel_mindformers.names import semconv
 
 _logger = get_logger(__name__)
-
-# What is read of a reply (platforms answer `{"errcode": 0, "errmsg": "ok"}`); the rest is
-# left unread and the connection closed.
-MAX_REPLY_BYTES = 64 * 1024
 
 DELIVERED = "delivered"
 FAILED = "failed"
@@ -60,30 +57,6 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 # urllib's usual handlers (proxies from the environment, HTTPS), with redirects refused.
 _OPENER = urllib.request.build_opener(_NoRedirects)
-
-
-def _read_reply(response: http.client.HTTPResponse, deadline: float) -> bytes:
-    """At most MAX_REPLY_BYTES of `response`'s body, read until `deadline` (monotonic). The
-    status was 2xx: a reply cut short, slow or broken is checked for what arrived of it."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < MAX_REPLY_BYTES:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        # Each read waits at most what is left of the attempt, not a whole socket timeout.
-        sock = getattr(getattr(response.fp, "raw", None), "_sock", None)
-        if sock is not None:
-            sock.settimeout(left)
-        try:
-            chunk = response.read1(MAX_REPLY_BYTES - size)
-        except (OSError, http.client.HTTPException):  # a timeout, a reset, a broken chunk
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 class NotificationDelivery(BoundedWorker[Alert]):
@@ -185,7 +158,7 @@ class NotificationDelivery(BoundedWorker[Alert]):
         deadline = time.monotonic() + timeout
         try:
             with _OPENER.open(request, timeout=timeout) as response:
-                reply = _read_reply(response, deadline)
+                reply, _ended = read_reply(response.read1, deadline, sock=reply_socket(response))
         except urllib.error.HTTPError as exc:
             exc.close()
             if 300 <= exc.code < 400:  # a redirect without a Location urllib could follow

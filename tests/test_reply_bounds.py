@@ -1,7 +1,8 @@
-"""A webhook reply is read within a bound (issue 24 item 3, another instance): an endpoint
-that streams a reply without end, or drips it, or stalls in the middle of it, neither grows
-the alert thread's memory nor holds it past the attempt's timeout. Real HTTP servers on
-127.0.0.1 (tests/support/webhook_receiver.py)."""
+"""Replies of network peers are read within a bound (issue 24 item 3, other instances): a
+webhook endpoint that streams a reply without end, drips it, or stalls in the middle of it
+neither grows the alert thread's memory nor holds it past the attempt's timeout; an OTLP/HTTP
+endpoint that streams its reply no longer grows the export thread's memory. Real HTTP
+servers on 127.0.0.1 (tests/support/webhook_receiver.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_mindformers.alerts.alert import Alert
-from otel_mindformers.alerts.delivery import MAX_REPLY_BYTES, NotificationDelivery
+from otel_mindformers.alerts.delivery import NotificationDelivery
 from otel_mindformers.alerts.notifiers import build_notifiers
-from otel_mindformers.config import NotifierConfig
+from otel_mindformers.config import NotifierConfig, OtlpConfig
+from otel_mindformers.telemetry.providers import otlp_exporters
 from tests.support.webhook_receiver import StreamingReply
 
 
@@ -53,7 +55,6 @@ def test_a_reply_without_end_is_read_up_to_the_cap_and_the_connection_closed():
     assert delivery.outcomes == {"delivered": 1}  # a 200; no error code in what was read
     # Hung up after the cap, long before the attempt's 30 s: not a timeout that ended it.
     assert endpoint.closed_at - endpoint.arrived < 10.0
-    assert MAX_REPLY_BYTES <= 64 * 1024
 
 
 def test_a_dripping_reply_is_read_only_until_the_attempts_timeout():
@@ -74,3 +75,20 @@ def test_a_reply_that_stalls_late_in_the_attempt_waits_only_for_what_is_left_of_
         delivery.close(10.0)
     assert delivery.outcomes == {"delivered": 1}
     assert endpoint.closed_at - endpoint.arrived < 2.0 + 0.8
+
+
+def test_an_otlp_http_reply_without_end_is_read_up_to_the_cap():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    with StreamingReply() as endpoint:
+        base = endpoint.url("")
+        span_exporter, _metrics, _logs = otlp_exporters(OtlpConfig(endpoint=base, protocol="http/protobuf", timeout=30))
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(span_exporter))
+        started = time.monotonic()
+        provider.get_tracer("t").start_span("step").end()  # exported now, on this thread
+        took = time.monotonic() - started
+        assert endpoint.closed.wait(20), f"the exporter did not hang up ({endpoint.sent} bytes sent)"
+        provider.shutdown()
+    assert took < 10.0  # the cap ended it, long before the request's 30 s

@@ -1,0 +1,53 @@
+"""A network peer's reply read within a bound of bytes and of time.
+
+An endpoint that streams a reply without end (a broken proxy, a misconfigured URL that
+answers with a stream) grows the reader's memory with `read()`, and one that drips it holds
+the reading thread for as long as it likes: a socket timeout bounds each wait, not the
+whole reply. We read replies only for a status or an error code, so at most
+`MAX_REPLY_BYTES` are read, and only until a deadline.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import time
+from collections.abc import Callable
+
+# Platforms and collectors answer `{"errcode": 0}` or a small protobuf: the rest is unread.
+MAX_REPLY_BYTES = 64 * 1024
+
+
+def reply_socket(response: http.client.HTTPResponse) -> socket.socket | None:
+    """The socket `response` reads from (http.client keeps it only inside its file object)."""
+    return getattr(getattr(response.fp, "raw", None), "_sock", None)
+
+
+def read_reply(
+    read1: Callable[[int], bytes],
+    deadline: float,
+    *,
+    sock: socket.socket | None = None,
+    max_bytes: int = MAX_REPLY_BYTES,
+) -> tuple[bytes, bool]:
+    """(At most `max_bytes` of a body read with `read1`, until `deadline` (monotonic); True
+    when the body ended within both). With `sock`, each read waits only for what is left
+    before the deadline, not a whole socket timeout. A timeout, a reset or a broken chunk ends
+    the reading: the caller checks what arrived."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= max_bytes:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        if sock is not None:
+            sock.settimeout(left)
+        try:
+            chunk = read1(max_bytes + 1 - size)  # one byte past the bound: is there more?
+        except (OSError, http.client.HTTPException):
+            break
+        if not chunk:
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)[:max_bytes], False
