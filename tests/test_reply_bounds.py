@@ -92,3 +92,34 @@ def test_an_otlp_http_reply_without_end_is_read_up_to_the_cap():
         assert endpoint.closed.wait(20), f"the exporter did not hang up ({endpoint.sent} bytes sent)"
         provider.shutdown()
     assert took < 10.0  # the cap ended it, long before the request's 30 s
+
+
+def test_a_capture_request_that_is_a_fifo_or_huge_is_not_read(tmp_path):
+    """Anyone who can write the capture folder can put a FIFO (reading it blocks until a
+    writer comes) or a huge file where `otel-mindformers capture` writes its request: the
+    watching training process reads neither, and still takes a real request after them."""
+    import os
+    import threading
+
+    from otel_mindformers.diagnosis import capture_store
+    from otel_mindformers.names import captures as names
+
+    request = tmp_path / names.CONTROL_FILE
+    watcher = capture_store.RequestWatcher(tmp_path)
+    os.mkfifo(request)
+    seen: list = []
+    poller = threading.Thread(target=lambda: seen.append(watcher.poll()), daemon=True)
+    poller.start()
+    poller.join(10)
+    if poller.is_alive():  # unblock the reader before failing: open the FIFO for writing
+        os.close(os.open(request, os.O_WRONLY | os.O_NONBLOCK))
+        poller.join(5)
+        raise AssertionError("the watcher blocked on a FIFO")
+    assert seen == [None]
+    request.unlink()
+    with open(request, "wb") as stream:  # valid JSON, 16 MiB of it
+        stream.write(b'{"id": "big", "kinds": ["stacks"], "pad": "' + b"x" * (16 << 20) + b'"}')
+    assert watcher.poll() is None
+    request.unlink()
+    fresh = capture_store.write_request(tmp_path, steps=1, ranks=None, kinds=["stacks"])
+    assert watcher.poll() == fresh

@@ -10,7 +10,9 @@ whole reply. We read replies only for a status or an error code, so at most
 from __future__ import annotations
 
 import http.client
+import os
 import socket
+import stat
 import time
 from collections.abc import Callable
 
@@ -51,3 +53,15 @@ def read_reply(
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)[:max_bytes], False
+
+
+def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes | None:
+    """The bytes of a regular file of at most `max_bytes`; None for a larger file, or one that
+    is no regular file (a FIFO would block the reader until someone writes to it). OSError
+    as `open` raises it (FileNotFoundError: no file)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, no writer needed
+    with os.fdopen(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = stream.read(max_bytes + 1)
+    return data if len(data) <= max_bytes else None
