@@ -123,3 +123,26 @@ def test_a_capture_request_that_is_a_fifo_or_huge_is_not_read(tmp_path):
     request.unlink()
     fresh = capture_store.write_request(tmp_path, steps=1, ranks=None, kinds=["stacks"])
     assert watcher.poll() == fresh
+
+
+def test_a_ledger_that_is_a_fifo_or_huge_is_kept_aside_not_read(tmp_path):
+    import os
+    import threading
+
+    from otel_mindformers.job.ledger import MAX_LEDGER_BYTES, new_ledger, read_ledger, write_ledger
+
+    path = tmp_path / "m.job.rank_0.ledger"
+    os.mkfifo(path)
+    read: list = []
+    reader = threading.Thread(target=lambda: read.append(read_ledger(path)), daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # unblock the reader before failing
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(5)
+        raise AssertionError("reading the ledger blocked on a FIFO")
+    assert read == [None] and not path.exists() and (tmp_path / f"{path.name}.corrupt").exists()
+    huge = new_ledger("job")
+    huge["attempts"] = [{"attempt": i, "pad": "x" * 1000} for i in range(MAX_LEDGER_BYTES // 1000 + 1)]
+    write_ledger(path, huge)  # valid, and past the bound
+    assert read_ledger(path) is None and not path.exists()
