@@ -61,7 +61,11 @@ def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes | Non
     as `open` raises it (FileNotFoundError: no file)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, no writer needed
     with os.fdopen(fd, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > max_bytes:
             return None
-        data = stream.read(max_bytes + 1)
+        # What fstat saw, and one byte more (a read of `max_bytes` would allocate them all).
+        data = stream.read(status.st_size + 1)
+        if len(data) > status.st_size:  # it grew since: the rest, within the bound
+            data += stream.read(max_bytes + 1 - len(data))
     return data if len(data) <= max_bytes else None
