@@ -11,7 +11,7 @@ OTLP to a receiver in another process. Variants, alternated round by round, medi
 - `logs on, rate-limited`: the default limit (100 per logger per 60 s) drops most lines.
 Reports the whole-run time and the time per logging call on the training thread.
 
-    .venv/bin/python benchmarks/bench_logs.py --carry [--rates 1000,2000,3000] [--seconds 15]
+    .venv/bin/python benchmarks/bench_logs.py --carry [--rates 1000,2000,3000] [--seconds 15] [--burst N]
 
 What the OTLP log queue carries (docs/logs.md): the log bridge and the providers as a run
 builds them (`otlp.logs_queue_size` unset), to a receiver in another process that decodes
@@ -117,13 +117,14 @@ def carry(args) -> None:
     from otel_mindformers.config import OtlpConfig
 
     queue = OtlpConfig().resolved_logs_queue_size()
-    rates = [float(rate) for rate in args.rates.split(",")]
+    burst = args.burst or queue
+    rates = [float(rate) for rate in args.rates.split(",") if rate]
     logging.getLogger().addHandler(logging.NullHandler())  # no last-resort printing of each line
     rows = []
     with ReceiverProcess(decoder="upb") as receiver:
         for protocol in args.protocols.split(","):
-            seconds, received, dropped = carried(protocol, receiver, queue, 0.0)
-            rows.append((protocol, f"burst of {queue}", f"{queue / seconds:.0f}", queue, received, dropped))
+            seconds, received, dropped = carried(protocol, receiver, burst, 0.0)
+            rows.append((protocol, f"burst of {burst}", f"{burst / seconds:.0f}", burst, received, dropped))
             for rate in rates:
                 lines = int(rate * args.seconds)
                 seconds, received, dropped = carried(protocol, receiver, lines, rate)
@@ -143,7 +144,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--carry", action="store_true", help="what the OTLP log queue carries, not the run cost")
     parser.add_argument("--protocols", default="grpc,http/json,http/protobuf")
-    parser.add_argument("--rates", default="1000,2000,3000")
+    parser.add_argument("--rates", default="1000,2000,3000", help="lines per second, comma-separated ('': none)")
+    parser.add_argument("--burst", type=int, default=0, help="lines of the burst (default: the queue's size)")
     parser.add_argument("--seconds", type=float, default=15.0)
     args = parser.parse_args()
     if args.carry:
