@@ -15,13 +15,14 @@ import socket
 import stat
 import time
 from collections.abc import Callable
+from typing import Any
 
 # Platforms and collectors answer `{"errcode": 0}` or a small protobuf: the rest is unread.
 MAX_REPLY_BYTES = 64 * 1024
 
 
-def reply_socket(response: http.client.HTTPResponse) -> socket.socket | None:
-    """The socket `response` reads from (http.client keeps it only inside its file object)."""
+def reply_socket(response: Any) -> socket.socket | None:
+    """The socket an `http.client.HTTPResponse` reads from (kept only inside its file object)."""
     return getattr(getattr(response.fp, "raw", None), "_sock", None)
 
 

@@ -43,6 +43,6 @@ class CertificateSession(requests.Session):
         )
         response._content = body
         if ended:  # read to its end: the connection goes back to the pool
-            response._content_consumed = True
+            response._content_consumed = True  # type: ignore[attr-defined]  # requests' own flag
         response.close()  # a reply cut short: its connection is closed, not reused
         return response

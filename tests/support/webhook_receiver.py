@@ -14,7 +14,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 
 @dataclass
@@ -26,7 +26,32 @@ class Received:
     arrived: float  # time.monotonic()
 
 
-class WebhookReceiver:
+_Server = TypeVar("_Server", bound="_LocalServer")
+
+
+class _LocalServer:
+    """A threading HTTP server on 127.0.0.1 for `handler`, served while in a `with` block."""
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self: _Server) -> _Server:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def url(self, path: str = "/hook") -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}{path}"
+
+
+class WebhookReceiver(_LocalServer):
     """`with WebhookReceiver(reply={"errcode": 0}) as rx:` → POST to `rx.url("/robot/send")`."""
 
     def __init__(self, *, status: int = 200, reply: Any = None, delay: float = 0.0) -> None:
@@ -67,22 +92,7 @@ class WebhookReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> WebhookReceiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-
-    def url(self, path: str = "/hook") -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}{path}"
+        self._serve(Handler)
 
     def wait_for(self, count: int, timeout: float = 30.0) -> list[Received]:
         """Block until `count` requests arrived (or the generous timeout passed); return all."""
@@ -104,7 +114,7 @@ def closed_port_url(path: str = "/hook") -> str:
     return f"http://127.0.0.1:{port}{path}"
 
 
-class StreamingReply:
+class StreamingReply(_LocalServer):
     """An endpoint on 127.0.0.1 that answers a POST with 200 and a body without end: `chunk`
     every `interval` seconds (0: as fast as the client reads), or, with `stall_after`, that
     many chunks and then nothing, holding the connection open. It records when the request
@@ -161,20 +171,8 @@ class StreamingReply:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> StreamingReply:
-        self._thread.start()
-        return self
+        self._serve(Handler)
 
     def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-
-    def url(self, path: str = "/hook") -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}{path}"
+        self._stop.set()  # the handlers' loops end, then the server
+        super().__exit__(*exc)
