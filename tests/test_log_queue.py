@@ -116,3 +116,13 @@ def test_the_queue_size_is_the_key_else_the_standard_variable_else_ours(monkeypa
     assert load_monitor_config({"otlp": {"logs_queue_size": 100}}).otlp.resolved_logs_queue_size() == 100
     monkeypatch.setenv("OTEL_BLRP_MAX_QUEUE_SIZE", "lots")  # unusable: ours, not the SDK's 2048
     assert load_monitor_config({}).otlp.resolved_logs_queue_size() == LOGS_QUEUE_SIZE
+
+
+def test_a_logs_queue_size_the_sdks_own_provider_overrides_is_said_to_be_ignored():
+    """Under `opentelemetry-instrument` the SDK's logger provider and its queue are used."""
+    from otel_mindformers.telemetry.providers import _ignored_settings
+
+    config = load_monitor_config({"output_type": ["otlp"], "otlp": {"logs_queue_size": 100}})
+    ignored = _ignored_settings(config.telemetry, {"logger_provider"}, builds_none=False)
+    assert ignored == ["otlp.logs_queue_size (set OTEL_BLRP_MAX_QUEUE_SIZE instead)"]
+    assert _ignored_settings(config.telemetry, {"meter_provider"}, builds_none=False) == []
