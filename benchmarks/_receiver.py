@@ -79,6 +79,7 @@ def _stats(receiver: Any) -> dict[str, Any]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "requests": len(traces) + len(metrics) + len(logs),
+        "log_records": sum(len(scope.log_records) for r in logs for rl in r.resource_logs for scope in rl.scope_logs),
         "request_bytes": sum(r.ByteSize() for r in traces + metrics + logs),
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "per_rank": {

@@ -6,6 +6,10 @@ with jittered exponential backoff on 5xx, 429, timeouts and connection errors. R
 are never followed (a POST turned into a GET to another host is not a delivery): a 3xx is
 a failure. At shutdown, what is queued gets until a deadline; whatever is left is counted
 as dropped. Every message about a notifier goes through its redactor.
+
+A reply is read for the platform's error code only: at most 64 KiB, and only until the
+attempt's timeout (core/bounded_read.py), so an endpoint that streams without end neither
+grows memory nor holds the alert thread.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 from otel_mindformers.alerts.alert import Alert
 from otel_mindformers.alerts.notifiers import Notifier
+from otel_mindformers.core.bounded_read import read_reply, reply_socket
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.workers import BoundedWorker
 from otel_mindformers.names import semconv
@@ -150,9 +155,10 @@ class NotificationDelivery(BoundedWorker[Alert]):
             headers={"Content-Type": "application/json; charset=utf-8"},
             method="POST",
         )
+        deadline = time.monotonic() + timeout
         try:
             with _OPENER.open(request, timeout=timeout) as response:
-                reply = response.read()
+                reply, _ended = read_reply(response.read1, deadline, sock=reply_socket(response))
         except urllib.error.HTTPError as exc:
             exc.close()
             if 300 <= exc.code < 400:  # a redirect without a Location urllib could follow

@@ -32,6 +32,8 @@ from otel_mindformers.config.checks import (
 from otel_mindformers.config.coercion import keys_of, parse_section
 from otel_mindformers.config.limits import (
     DEVICE_SOURCES,
+    LOGS_QUEUE_SIZE,
+    MAX_LOGS_QUEUE_SIZE,
     MINDFORMERS_NATIVE_KEYS,
     NOTIFIER_TYPES,
     OTLP_PROTOCOLS,
@@ -220,9 +222,21 @@ class OtlpConfig(_Section):
     insecure: Union[bool, None] = _key(default=None)
     # None: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE decides (cumulative by default).
     temporality: Union[str, None] = _key(default=None, check=_one_of(OTLP_TEMPORALITIES))
+    # Log records the SDK's batch processor holds before export; None: OTEL_BLRP_MAX_QUEUE_SIZE,
+    # else LOGS_QUEUE_SIZE (docs/logs.md: the burst and rate it carries, the memory it bounds).
+    logs_queue_size: Union[int, None] = _key(default=None, check=_at_least(1, MAX_LOGS_QUEUE_SIZE))
 
     def resolved_protocol(self) -> str:
         return self.protocol or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+
+    def resolved_logs_queue_size(self) -> int:
+        """`logs_queue_size`, else a valid OTEL_BLRP_MAX_QUEUE_SIZE, else LOGS_QUEUE_SIZE."""
+        if self.logs_queue_size is not None:
+            return self.logs_queue_size
+        variable = os.environ.get("OTEL_BLRP_MAX_QUEUE_SIZE", "").strip()
+        if variable.isdigit() and 1 <= int(variable) <= MAX_LOGS_QUEUE_SIZE:
+            return int(variable)
+        return LOGS_QUEUE_SIZE
 
     def resolved_export_interval(self) -> float:
         """Seconds between metric exports (OTEL_METRIC_EXPORT_INTERVAL is in ms)."""

@@ -25,10 +25,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from otel_mindformers.core.bounded_read import read_small_file
 from otel_mindformers.names import captures as names
 
 TRACE_GLOB = f"{names.PROFILE_DIR}/*_ascend_ms/ASCEND_PROFILER_OUTPUT/trace_view.json"
 RAW_GLOB = f"{names.PROFILE_DIR}/*_ascend_ms"
+# A request (`otel-mindformers capture`) is ~150 bytes and a manifest a few hundred: a file
+# past these is not ours, and is not read whole into a training process.
+_MAX_REQUEST_BYTES = 64 * 1024
+_MAX_MANIFEST_BYTES = 1024 * 1024
 
 
 def rank_folder(root: str | os.PathLike[str], rank: int) -> Path:
@@ -83,11 +88,18 @@ def make_room(rank_root: Path, max_bytes: int) -> list[Path]:
     return removed
 
 
-def read_manifest(folder: Path) -> dict[str, Any] | None:
+def _read_json(path: Path, max_bytes: int) -> Any:
+    """A small JSON file we wrote, read within a bound (core/bounded_read.py); None when it is
+    missing, unreadable, too large, no regular file (a FIFO), or not JSON."""
     try:
-        return json.loads((folder / names.MANIFEST_FILE).read_text(encoding="utf-8"))
+        data = read_small_file(path, max_bytes)
+        return None if data is None else json.loads(data.decode("utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    return _read_json(folder / names.MANIFEST_FILE, _MAX_MANIFEST_BYTES)
 
 
 def traces(folder: Path) -> list[Path]:
@@ -152,10 +164,7 @@ class RequestWatcher:
         return stat.st_mtime_ns, stat.st_size, stat.st_ino
 
     def _read(self) -> dict[str, Any] | None:
-        try:
-            body = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+        body = _read_json(self.path, _MAX_REQUEST_BYTES)
         return body if isinstance(body, dict) else None
 
     def poll(self) -> dict[str, Any] | None:

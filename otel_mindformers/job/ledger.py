@@ -8,8 +8,9 @@ under an exclusive `flock` on a `.lock` file beside it. The file itself is repla
 (`os.replace` of a temporary file in the same folder), so a reader, or a process killed
 mid-write, sees the old ledger or the new one, never half of one.
 
-A ledger that cannot be read as one (corrupt, truncated, another program's file) gives one
-warning, is kept aside as `*.corrupt`, and a fresh ledger starts: never a crash.
+A ledger that cannot be read as one (corrupt, truncated, another program's file, one past
+`MAX_LEDGER_BYTES`, a FIFO) gives one warning, is kept aside as `*.corrupt`, and a fresh
+ledger starts: never a crash.
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from otel_mindformers.core.bounded_read import read_small_file
 from otel_mindformers.core.guarded_log import get_logger
 
 _logger = get_logger(__name__)
 
 LEDGER_VERSION = 1
+# An attempt's entry is a few hundred bytes: 16 MiB are tens of thousands of restarts. A
+# larger file, or one that is no regular file, is not ours: kept aside, as a corrupt one.
+MAX_LEDGER_BYTES = 16 << 20
 LEDGER_SUFFIX = ".ledger"
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
@@ -61,14 +66,14 @@ def read_ledger(path: Path, *, repair: bool = True) -> dict[str, Any] | None:
     """The ledger at `path`, or None when there is none or it is unreadable (one warning;
     with `repair`, the bad file is kept aside as `*.corrupt` so a fresh ledger can start)."""
     try:
-        text = path.read_bytes()
+        text = read_small_file(path, MAX_LEDGER_BYTES)  # None: too large, or a FIFO: not ours
     except FileNotFoundError:
         return None
     except OSError as exc:
         _warn_once(path, "cannot read the job ledger %s (%s); starting a fresh one", path, exc.strerror)
         return None
     try:
-        data = json.loads(text)
+        data = json.loads(text) if text is not None else None
     except (ValueError, UnicodeDecodeError):
         data = None
     if _valid(data):

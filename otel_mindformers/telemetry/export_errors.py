@@ -86,8 +86,8 @@ class ExportErrorReporter(logging.Filter):
             _logger.warning(
                 "otel_mindformers: the OpenTelemetry SDK's queue for %s records is full, so records are dropped "
                 "in this process before export (to %s); training continues; the count is given at the end. "
-                "A larger OTEL_BLRP_MAX_QUEUE_SIZE / OTEL_BSP_MAX_QUEUE_SIZE, or fewer records "
-                "(logs.level, logs.rate_limit_per_logger), helps.",
+                "A larger queue (monitor_config otlp.logs_queue_size, OTEL_BLRP_MAX_QUEUE_SIZE, "
+                "OTEL_BSP_MAX_QUEUE_SIZE), or fewer records (logs.level, logs.rate_limit_per_logger), helps.",
                 signal,
                 self.destination,
             )
@@ -98,7 +98,11 @@ class ExportErrorReporter(logging.Filter):
             dropped, self.dropped = dict(self.dropped), {}
         if dropped and self.announce:
             counts = ", ".join(f"{count} {signal} record(s)" for signal, count in sorted(dropped.items()))
-            _logger.warning("otel_mindformers: full SDK queues dropped %s in this run before export", counts)
+            _logger.warning(
+                "otel_mindformers: full SDK queues dropped %s in this run before export (in this process, "
+                "not at the collector)",
+                counts,
+            )
 
     def report(self, failure: str) -> None:
         """Record a failure; the first one is announced (one warning), the rest are dropped."""

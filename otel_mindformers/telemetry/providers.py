@@ -40,6 +40,7 @@ from otel_mindformers.version import __version__
 _logger = get_logger(__name__)
 
 DEFAULT_SERVICE_NAME = "mindformers-train"
+_SDK_LOG_BATCH_SIZE = 512  # the SDK's default OTEL_BLRP_MAX_EXPORT_BATCH_SIZE
 
 
 @dataclass
@@ -81,7 +82,7 @@ class Telemetry:
         def work() -> None:
             # Side by side: each provider's last export waits on its own round trip.
             millis = int(timeout * 1000)
-            calls = [(provider, "force_flush", millis) for provider in self._borrowed]
+            calls: list[tuple[Any, ...]] = [(provider, "force_flush", millis) for provider in self._borrowed]
             calls += [(provider, "shutdown") for provider in self._owned]
             threads = [
                 threading.Thread(target=_call_quietly, args=call, name="otel-mindformers-shutdown", daemon=True)
@@ -251,6 +252,21 @@ def otlp_exporters(otlp: OtlpConfig):
     )
 
 
+def log_processor(exporter: LogRecordExporter, otlp: OtlpConfig) -> BatchLogRecordProcessor:
+    """The batch processor of the OTLP log records, its queue sized for the documented burst
+    and rate (`otlp.logs_queue_size`, docs/logs.md). Batch size and schedule delay stay the
+    SDK's (OTEL_BLRP_MAX_EXPORT_BATCH_SIZE, 512; OTEL_BLRP_SCHEDULE_DELAY, 1 s): batches of
+    64 to 1024 carried the same rate, and the worker exports as soon as a batch is queued, so
+    the delay only bounds how long a trickle waits."""
+    queue_size = otlp.resolved_logs_queue_size()
+    variable = os.environ.get("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", "").strip()
+    batch_size = int(variable) if variable.isdigit() and int(variable) >= 1 else _SDK_LOG_BATCH_SIZE
+    # The SDK refuses a batch larger than its queue: a small queue exports it whole.
+    return BatchLogRecordProcessor(
+        exporter, max_queue_size=queue_size, max_export_batch_size=min(batch_size, queue_size)
+    )
+
+
 def metric_temporality(choice: str) -> dict[type, AggregationTemporality]:
     """`otlp.temporality`, with the meaning OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE
     gives it: `delta` makes counters and histograms send what changed since the last
@@ -306,6 +322,8 @@ def _ignored_settings(config: TelemetryConfig, borrowed: set[str], builds_none: 
         ignored.append("output_type 'prometheus' (OTEL_METRICS_EXPORTER=prometheus serves it)")
     if builds_none and "otlp" in config.output_type and config.otlp != OtlpConfig():
         ignored.append("the otlp section (set OTEL_EXPORTER_OTLP_* instead)")
+    if "logger_provider" in borrowed and not builds_none and config.otlp.logs_queue_size is not None:
+        ignored.append("otlp.logs_queue_size (set OTEL_BLRP_MAX_QUEUE_SIZE instead)")
     if "tracer_provider" in borrowed and config.service_name:
         ignored.append("service_name (set OTEL_SERVICE_NAME instead)")
     return ignored
@@ -387,7 +405,7 @@ def build_telemetry(
     if logger_provider is None:
         logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         if log_exporter is not None:
-            logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
+            logger_provider.add_log_record_processor(log_processor(log_exporter, config.otlp))
         owned.append(logger_provider)
     else:
         borrowed.append(logger_provider)

@@ -243,6 +243,18 @@ class OtlpReceiver:
             for record in sl.log_records
         ]
 
+    def log_count(self, scope: str | None = None) -> int:
+        """Log records received (of one instrumentation scope), without decoding them."""
+        with self._lock:
+            requests = list(self.log_requests)
+        return sum(
+            len(scope_logs.log_records)
+            for request in requests
+            for resource_logs in request.resource_logs
+            for scope_logs in resource_logs.scope_logs
+            if scope is None or scope_logs.scope.name == scope
+        )
+
     def logs(self, scope: str | None = None) -> list[ReceivedLog]:
         """Decoded log records; `scope` keeps those of one instrumentation scope."""
         with self._lock:

@@ -14,7 +14,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 
 @dataclass
@@ -26,7 +26,32 @@ class Received:
     arrived: float  # time.monotonic()
 
 
-class WebhookReceiver:
+_Server = TypeVar("_Server", bound="_LocalServer")
+
+
+class _LocalServer:
+    """A threading HTTP server on 127.0.0.1 for `handler`, served while in a `with` block."""
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self: _Server) -> _Server:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def url(self, path: str = "/hook") -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}{path}"
+
+
+class WebhookReceiver(_LocalServer):
     """`with WebhookReceiver(reply={"errcode": 0}) as rx:` → POST to `rx.url("/robot/send")`."""
 
     def __init__(self, *, status: int = 200, reply: Any = None, delay: float = 0.0) -> None:
@@ -67,22 +92,7 @@ class WebhookReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> WebhookReceiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-
-    def url(self, path: str = "/hook") -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}{path}"
+        self._serve(Handler)
 
     def wait_for(self, count: int, timeout: float = 30.0) -> list[Received]:
         """Block until `count` requests arrived (or the generous timeout passed); return all."""
@@ -102,3 +112,67 @@ def closed_port_url(path: str = "/hook") -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}{path}"
+
+
+class StreamingReply(_LocalServer):
+    """An endpoint on 127.0.0.1 that answers a POST with 200 and a body without end: `chunk`
+    every `interval` seconds (0: as fast as the client reads), or, with `stall_after`, that
+    many chunks and then nothing, holding the connection open. It records when the request
+    arrived, the bytes it sent, and sets `closed` once the client closed the connection.
+    Past `limit` bytes it ends the reply itself (`closed` stays unset): a client that reads
+    without a bound fails its test without taking the machine's memory."""
+
+    def __init__(
+        self,
+        *,
+        chunk: bytes = b"x" * 65536,
+        interval: float = 0.0,
+        stall_after: int | None = None,
+        limit: int = 64 << 20,
+    ) -> None:
+        self.sent = 0
+        self.arrived: float | None = None
+        self.closed_at: float | None = None
+        self.closed = threading.Event()
+        self._stop = threading.Event()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):  # HTTP/1.0: the body ends where the connection does
+            def do_POST(self) -> None:
+                receiver.arrived = time.monotonic()
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                try:
+                    count = 0
+                    while not receiver._stop.is_set() and (stall_after is None or count < stall_after):
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                        receiver.sent += len(chunk)
+                        if receiver.sent >= limit:
+                            return
+                        count += 1
+                        if interval and count != stall_after:
+                            receiver._stop.wait(interval)
+                    self.connection.settimeout(0.05)
+                    while not receiver._stop.is_set():  # stalled: wait for the client to hang up
+                        try:
+                            if not self.connection.recv(1):
+                                break
+                        except TimeoutError:
+                            continue
+                except OSError:  # a reset or a broken pipe: the client hung up
+                    pass
+                if not receiver._stop.is_set():
+                    receiver.closed_at = time.monotonic()
+                    receiver.closed.set()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._serve(Handler)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()  # the handlers' loops end, then the server
+        super().__exit__(*exc)
