@@ -107,9 +107,9 @@ def _count_calls(monkeypatch, encoder: str) -> list[int]:
     """Wrap `otlp_in_place.<encoder>`: the sizes of the batches it is called with."""
     calls, real = [], getattr(otlp_in_place, encoder)
 
-    def counted(batch):
+    def counted(batch, *encoded):
         calls.append(len(batch))
-        return real(batch)
+        return real(batch, *encoded)
 
     monkeypatch.setattr(otlp_in_place, encoder, counted)
     return calls
@@ -184,3 +184,50 @@ def test_the_grpc_log_exporter_sends_the_in_place_request(otlp_receiver, monkeyp
         exporter.shutdown()
     assert calls == [len(records)]
     assert otlp_receiver.log_requests == [sdk_encode_logs(records)]
+
+
+def test_a_batch_past_the_collectors_message_limit_goes_as_several_requests(otlp_receiver, monkeypatch):
+    """A gRPC server takes 4 MiB per request by default: 160 log records at the bridge's
+    caps (a 32,000-character body and traceback each, about 10 MB) and 80 spans with a
+    64 KiB attribute arrive whole, in requests under the limit; one request would be refused
+    and lose every record in it."""
+    calls = _count_calls(monkeypatch, "encode_logs")
+    big = "x" * 32_000
+    provider = LoggerProvider(resource=Resource({"service.name": "train"}))
+    kept = InMemoryLogRecordExporter()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(kept))
+    otel_logger = provider.get_logger("test.big")
+    for index in range(160):
+        otel_logger.emit(body=f"{index} {big}", attributes={"exception.stacktrace": big})
+    records = list(kept.get_finished_logs())
+    exporter = InPlaceOTLPLogExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True)
+    try:
+        assert exporter.export(records).name == "SUCCESS"
+    finally:
+        exporter.shutdown()
+    assert sum(calls) == 160 and len(calls) >= 4
+    assert all(
+        len(request.SerializeToString()) <= otlp_in_place.MAX_REQUEST_BYTES + 4096
+        for request in otlp_receiver.log_requests
+    )
+    bodies = {
+        r.body.string_value.split()[0]
+        for q in otlp_receiver.log_requests
+        for rl in q.resource_logs
+        for sl in rl.scope_logs
+        for r in sl.log_records
+    }
+    assert bodies == {str(index) for index in range(160)}
+
+    spans_kept = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans_kept))
+    for index in range(80):
+        tracer_provider.get_tracer("t").start_span(f"big.{index}", attributes={"blob": "y" * 65536}).end()
+    span_exporter = InPlaceOTLPSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True)
+    try:
+        assert span_exporter.export(list(spans_kept.get_finished_spans())) is SpanExportResult.SUCCESS
+    finally:
+        span_exporter.shutdown()
+    assert len(otlp_receiver.trace_requests) >= 2
+    assert {span.name for span in otlp_receiver.spans()} == {f"big.{index}" for index in range(80)}

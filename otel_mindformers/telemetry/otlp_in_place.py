@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.grpc.exporter import OTLPExporterMixin
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -188,8 +189,70 @@ def _bytes_stub(service: ServiceDescriptor, response: Any) -> Callable[[Any], An
     return stub
 
 
-class InPlaceOTLPSpanExporter(OTLPSpanExporter):
-    """The SDK's gRPC span exporter; only the request is built by `encode_spans` below."""
+# A collector's gRPC server takes requests of up to 4 MiB by default (the OTel Collector's
+# `max_recv_msg_size_mib`, grpc-go's and grpcio's default): a batch is sent as requests of at
+# most this many bytes of items, leaving room for the resource and scope around them, so one
+# large item (a traceback, a big attribute) costs no other item its delivery.
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
+
+
+class _Chunk(list[Any]):
+    """Items of one request, with each item's encoded bytes (encoded once, to size it)."""
+
+    encoded: list[bytes]
+
+
+def _chunks(items: Sequence[Any], encoded: list[bytes], limit: int) -> list[_Chunk]:
+    chunks: list[_Chunk] = []
+    chunk, size = _Chunk(), 0
+    chunk.encoded = []
+    for item, body in zip(items, encoded):
+        if chunk and size + len(body) > limit:
+            chunks.append(chunk)
+            chunk, size = _Chunk(), 0
+            chunk.encoded = []
+        chunk.append(item)
+        chunk.encoded.append(body)
+        size += len(body) + 8  # the item's tag and length prefix, at most
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
+class _BoundedRequests:
+    """The SDK's gRPC exporter's `export`, a request per chunk of at most MAX_REQUEST_BYTES;
+    the first chunk that fails (after the SDK's retries) fails the batch, as one request
+    would have."""
+
+    _result: Any
+
+    def _encode_item(self, item: Any) -> bytes:
+        raise NotImplementedError
+
+    def _encode(self, items: Sequence[Any], encoded: list[bytes]) -> bytes:
+        raise NotImplementedError
+
+    def export(self, batch: Sequence[Any]) -> Any:
+        items = list(batch)
+        for chunk in _chunks(items, [self._encode_item(item) for item in items], MAX_REQUEST_BYTES):
+            result = OTLPExporterMixin._export(self, chunk)  # type: ignore[arg-type]
+            if result is not self._result.SUCCESS:
+                return result
+        return self._result.SUCCESS
+
+    def _translate_data(self, data: Sequence[Any]) -> bytes:
+        encoded = data.encoded if isinstance(data, _Chunk) else [self._encode_item(item) for item in data]
+        return self._encode(data, encoded)
+
+
+class InPlaceOTLPSpanExporter(_BoundedRequests, OTLPSpanExporter):  # type: ignore[misc]  # bytes for the bytes stub
+    """The SDK's gRPC span exporter, sending the requests `encode_spans` writes."""
+
+    def _encode_item(self, item: Any) -> bytes:
+        return _span(item)
+
+    def _encode(self, items: Sequence[Any], encoded: list[bytes]) -> bytes:
+        return encode_spans(items, encoded)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -197,12 +260,15 @@ class InPlaceOTLPSpanExporter(OTLPSpanExporter):
         self._stub = _bytes_stub(service, trace_service_pb2.ExportTraceServiceResponse)  # the SDK reconnects with it
         self._client = self._stub(self._channel)
 
-    def _translate_data(self, data: Sequence[ReadableSpan]) -> bytes:  # type: ignore[override]
-        return encode_spans(data)
 
+class InPlaceOTLPLogExporter(_BoundedRequests, OTLPLogExporter):  # type: ignore[misc]  # bytes for the bytes stub
+    """The SDK's gRPC log exporter, sending the requests `encode_logs` writes."""
 
-class InPlaceOTLPLogExporter(OTLPLogExporter):
-    """The SDK's gRPC log exporter; only the request is built by `encode_logs` below."""
+    def _encode_item(self, item: Any) -> bytes:
+        return _log_record(item)
+
+    def _encode(self, items: Sequence[Any], encoded: list[bytes]) -> bytes:
+        return encode_logs(items, encoded)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -210,33 +276,30 @@ class InPlaceOTLPLogExporter(OTLPLogExporter):
         self._stub = _bytes_stub(service, logs_service_pb2.ExportLogsServiceResponse)
         self._client = self._stub(self._channel)
 
-    def _translate_data(self, data: Sequence[ReadableLogRecord]) -> bytes:  # type: ignore[override]
-        return encode_logs(data)
-
 
 # --- requests ------------------------------------------------------------------------------
-def encode_spans(spans: Sequence[ReadableSpan]) -> bytes:
-    """The serialized ExportTraceServiceRequest for `spans`."""
-    return _request(_SPANS_LAYOUT, spans, _span)
+def encode_spans(spans: Sequence[ReadableSpan], encoded: list[bytes] | None = None) -> bytes:
+    """The serialized ExportTraceServiceRequest for `spans` (`encoded`: each one's bytes)."""
+    return _request(_SPANS_LAYOUT, spans, encoded if encoded is not None else [_span(span) for span in spans])
 
 
-def encode_logs(records: Sequence[ReadableLogRecord]) -> bytes:
-    """The serialized ExportLogsServiceRequest for `records`."""
-    return _request(_LOGS_LAYOUT, records, _log_record)
+def encode_logs(records: Sequence[ReadableLogRecord], encoded: list[bytes] | None = None) -> bytes:
+    """The serialized ExportLogsServiceRequest for `records` (`encoded`: each one's bytes)."""
+    return _request(_LOGS_LAYOUT, records, encoded if encoded is not None else [_log_record(r) for r in records])
 
 
-def _request(layout: _Layout, items: Sequence[Any], encode_item: Callable[[Any], bytes]) -> bytes:
+def _request(layout: _Layout, items: Sequence[Any], encoded: list[bytes]) -> bytes:
     """One resource entry per resource, one scope entry per instrumentation scope in it, in
     the order they first appear (as the SDK groups them)."""
-    grouped: dict[Any, dict[Any, list[Any]]] = {}
-    for item in items:
-        grouped.setdefault(item.resource, {}).setdefault(item.instrumentation_scope or None, []).append(item)
+    grouped: dict[Any, dict[Any, list[bytes]]] = {}
+    for item, body in zip(items, encoded):
+        grouped.setdefault(item.resource, {}).setdefault(item.instrumentation_scope or None, []).append(body)
     parts = []
     for resource, scopes in grouped.items():
         entry = [_field(layout.resource, _attributes(_RESOURCE_ATTRIBUTES, resource.attributes))]
         for scope, members in scopes.items():
             scope_entry = [_field(layout.scope, _scope(scope))]
-            scope_entry.extend(_field(layout.items, encode_item(member)) for member in members)
+            scope_entry.extend(_field(layout.items, body) for body in members)
             if scope is not None and scope.schema_url:
                 scope_entry.append(_string(layout.scope_schema, scope.schema_url))
             entry.append(_field(layout.scopes, b"".join(scope_entry)))
