@@ -107,6 +107,9 @@ def test_numbers_too_large_for_a_step_or_a_calendar_stop_neither_report(tmp_path
     _job(tmp_path, record, line)
     text, _ = _both_reports_survive(tmp_path)
     assert f"{float(huge):g}" in text  # the time stamp as the number it is
+    # The step line is left out of the report, named as replay names it.
+    summary = render(report_logs([tmp_path]), "text")
+    assert f"m_rank_0.json:2: step {int(huge)} is outside 0..2**63-1" in summary
 
 
 VARIANTS = {

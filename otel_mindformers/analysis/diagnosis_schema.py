@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from otel_mindformers.analysis.logs import INT64_LIMIT, INT64_MIN, walk_files
+from otel_mindformers.analysis.logs import walk_files
 from otel_mindformers.diagnosis import records
+
+_INT64 = 2**63  # steps and ranks past 64 bits are no step or rank (a corrupted record)
 
 
 def _integer(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value < INT64_LIMIT
+    return isinstance(value, int) and not isinstance(value, bool) and -_INT64 <= value < _INT64
 
 
 def _finite(value: object) -> bool:

@@ -121,6 +121,7 @@ class Series:
     alerts: list[AlertMark] = field(default_factory=list)
     foreign_lines: int = 0
     damaged_tails: list[Location] = field(default_factory=list)
+    out_of_range: list[str] = field(default_factory=list)  # `FILE:LINE: what`, lines left out
 
 
 @dataclass(frozen=True)
@@ -293,6 +294,7 @@ class Scanned(Generic[S]):
     alerts: list[AlertMark] = field(default_factory=list)
     foreign_lines: int = 0
     damaged_tails: list[Location] = field(default_factory=list)
+    out_of_range: list[str] = field(default_factory=list)  # `FILE:LINE: what`, lines left out
 
 
 class _PointList(list):
@@ -311,6 +313,7 @@ def read_logs(inputs: Sequence[str | Path]) -> list[Series]:
             alerts=s.alerts,
             foreign_lines=s.foreign_lines,
             damaged_tails=s.damaged_tails,
+            out_of_range=s.out_of_range,
         )
         for s in scan_logs(inputs, _PointList)
     ]
@@ -342,13 +345,18 @@ def _scan_set(log_set: LogSet, new_sink: Callable[[], S]) -> list[Scanned[S]]:
             kind = _classify(data, location, first.alerts)
             if kind is _OWN:
                 rank = _int_or_none(data.get("rank"))
+                point = _point(data, location)
+                problem = number_problem(rank, point)
+                if problem is not None:  # a corrupted or hand-edited line no tool can hold
+                    first.out_of_range.append(f"{location}: {problem}")
+                    continue
                 series = by_rank.get(rank)
                 if series is None:
                     series = by_rank[rank] = (
                         first if not by_rank else Scanned(str(log_set.name), rank, log_set.files, new_sink())
                     )
                     series.rank = rank
-                series.sink.add(_point(data, location))
+                series.sink.add(point)
                 first.foreign_lines += len(foreign_steps)
                 foreign_steps.clear()
             elif kind is _FOREIGN_STEP and not by_rank:
@@ -522,24 +530,24 @@ _INT64 = 2**63
 _LATEST_TIME_STAMP = (_INT64 - 1) / 1e9  # 2262-04-11
 
 
+def number_problem(rank: int | None, point: StepPoint) -> str | None:
+    """What in a line no analysis can hold: a step, epoch or rank past 64 bits (2**70), a
+    time stamp outside 1970..2262 (1e300); None when it can be read, reported and sent."""
+    if rank is not None and not 0 <= rank < _INT64:
+        return f"rank {rank} is outside 0..2**63-1"
+    if not 0 <= point.step < _INT64:
+        return f"step {point.step} is outside 0..2**63-1"
+    if point.epoch is not None and not 0 <= point.epoch < _INT64:
+        return f"epoch {point.epoch} is outside 0..2**63-1"
+    if point.time_stamp is not None and not 0 <= point.time_stamp <= _LATEST_TIME_STAMP:
+        return f"time_stamp {point.time_stamp!r} is not a time between 1970 and 2262 (seconds since the epoch)"
+    return None
+
+
 def replay_problems(series: Sequence[Series]) -> list[str]:
-    """`FILE:LINE: what` for every record whose numbers cannot be sent as telemetry (a step of
-    2**70, a time stamp of 1e300, a rank of 1e20); empty when the whole run can be."""
-    problems = []
-    for one in series:
-        if one.rank is not None and not 0 <= one.rank < _INT64 and one.points:
-            problems.append(f"{one.points[0].location}: rank {one.rank} is outside 0..2**63-1")
-        for point in one.points:
-            if not 0 <= point.step < _INT64:
-                problems.append(f"{point.location}: step {point.step} is outside 0..2**63-1")
-            if point.epoch is not None and not 0 <= point.epoch < _INT64:
-                problems.append(f"{point.location}: epoch {point.epoch} is outside 0..2**63-1")
-            if point.time_stamp is not None and not 0 <= point.time_stamp <= _LATEST_TIME_STAMP:
-                problems.append(
-                    f"{point.location}: time_stamp {point.time_stamp!r} is not a time between 1970 and 2262 "
-                    "(seconds since the epoch)"
-                )
-    return problems
+    """`FILE:LINE: what` for every record whose numbers cannot be sent as telemetry (the
+    reader left them out, `out_of_range`); empty when the whole run can be."""
+    return [note for one in series for note in one.out_of_range]
 
 
 def local_time(seconds: float, pattern: str = "%Y-%m-%d %H:%M:%S") -> str:
@@ -551,17 +559,13 @@ def local_time(seconds: float, pattern: str = "%Y-%m-%d %H:%M:%S") -> str:
         return f"{seconds:g}"
 
 
-# Steps and ranks are kept in 64-bit arrays: a JSON integer past that is not a step.
-INT64_MIN, INT64_LIMIT = -(2**63), 2**63
-
-
 def _int_or_none(value: object) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, int) and INT64_MIN <= value < INT64_LIMIT:
+    if isinstance(value, int):
         return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return None
 
 

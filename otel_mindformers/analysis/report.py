@@ -92,6 +92,7 @@ class SeriesSummary:
     restarts: list[Restart]
     foreign_lines: int
     damaged_tails: list[str]
+    out_of_range: list[str]  # `FILE:LINE: what`: lines whose numbers no analysis can hold
     skew_vs_median: float | None = None
     # The largest gradient norms over the run (model_state/top.py): name, value, step.
     top_layers: list[Peak] = field(default_factory=list)
@@ -130,7 +131,12 @@ def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRA
         for point in one.points:
             stats.add(point)
         summarised.append(
-            (stats, stats.summary(one.label, one.rank, one.files, one.alerts, one.foreign_lines, one.damaged_tails))
+            (
+                stats,
+                stats.summary(
+                    one.label, one.rank, one.files, one.alerts, one.foreign_lines, one.damaged_tails, one.out_of_range
+                ),
+            )
         )
     return _combine(summarised, straggler_threshold)
 
@@ -139,7 +145,12 @@ def report_logs(inputs, straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD
     """Read and summarise in one pass: each record updates its series' running summary and
     is dropped, so memory does not grow with the size of the logs' lines."""
     summarised = [
-        (one.sink, one.sink.summary(one.label, one.rank, one.files, one.alerts, one.foreign_lines, one.damaged_tails))
+        (
+            one.sink,
+            one.sink.summary(
+                one.label, one.rank, one.files, one.alerts, one.foreign_lines, one.damaged_tails, one.out_of_range
+            ),
+        )
         for one in scan_logs(inputs, SeriesStats)
     ]
     return _combine(summarised, straggler_threshold)
@@ -308,7 +319,9 @@ class SeriesStats:
         )
         return stride, [Gap(after, before, str(Location(paths[where], line))) for where, line, after, before in jumps]
 
-    def summary(self, label: str, rank: int | None, files, alerts, foreign_lines: int, damaged_tails) -> SeriesSummary:
+    def summary(
+        self, label: str, rank: int | None, files, alerts, foreign_lines: int, damaged_tails, out_of_range: list[str]
+    ) -> SeriesSummary:
         step_times = (
             self._step_times
             if self._step_times
@@ -346,6 +359,7 @@ class SeriesStats:
             restarts=self.restarts,
             foreign_lines=foreign_lines,
             damaged_tails=[str(location) for location in damaged_tails],
+            out_of_range=list(out_of_range),
             top_layers=self.top.layers(),
             top_parameters=self.top.parameters(),
             time=self.time_breakdown(),
@@ -533,6 +547,8 @@ def _findings(report: Report) -> list[str]:
             lines.append(f"{s.label}: truncated last line skipped at {location}")
         if s.foreign_lines:
             lines.append(f"{s.label}: {s.foreign_lines} line(s) from other writers skipped")
+        for note in s.out_of_range:
+            lines.append(f"{s.label}: line skipped, {note}")
     lines.extend(first_bad_rank_findings(report.series))  # diagnosis files beside the logs
     lines.extend(stragglers.findings(report.bottleneck))
     return lines
