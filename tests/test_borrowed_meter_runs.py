@@ -158,10 +158,13 @@ def test_a_failed_start_leaves_no_source_behind(workdir):
 # Under opentelemetry-instrument: the SDK's global providers, one plain script training twice.
 TWICE = f"""
 import runpy, sys, time
+from opentelemetry import metrics
 for steps in (5, 12):
     print("BEGIN", time.time(), flush=True)
     sys.argv = [{str(PLAIN_TRAIN)!r}, "--steps", str(steps)]
     runpy.run_path(sys.argv[0], run_name="__main__")
+print("END", time.time(), flush=True)
+metrics.get_meter_provider().force_flush()  # one collection after both runs ended
 """
 
 
@@ -181,9 +184,13 @@ def test_zero_code_second_run_exports_its_own_heartbeat(workdir, otlp_receiver):
         workdir,
     )
     second_begun = int(float(result.stdout.split("BEGIN")[2].split()[0]) * 1e9)
+    ended = int(float(result.stdout.split("END")[1].split()[0]) * 1e9)
     steps = sorted(otlp_receiver.points(diagnosis.PROGRESS_STEP.name), key=lambda p: p.time_unix_nano)
     assert steps and steps[-1].value == 12
     # What was collected after run 2 began is run 2's: run 1's last step time is gone.
     times = otlp_receiver.points(diagnosis.PROGRESS_LAST_STEP_TIME.name)
     later = [p.value for p in times if p.time_unix_nano > second_begun]
     assert later and min(later) * 1e9 > second_begun, later
+    # After both runs ended the SDK still exports (the step counters), but no run's gauges.
+    after = {p.metric for p in otlp_receiver.points() if p.time_unix_nano > ended}
+    assert after and not after & set(HEARTBEAT + JOB), after
