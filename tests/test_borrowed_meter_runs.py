@@ -5,11 +5,13 @@ every observable instrument reports the run going on, and a run that ended repor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
 import pytest
 from mindspore.train.callback import Callback
+from opentelemetry.sdk.trace import TracerProvider
 
 from otel_mindformers import MonitorCallback
 from otel_mindformers.names import diagnosis, job, semconv
@@ -153,6 +155,37 @@ def test_a_failed_start_leaves_no_source_behind(workdir):
     assert per_run(observed(capture.reader.collect_now())) == {}
     train([capture.callback(config(workdir))], steps=4)
     assert observed(capture.reader.batches[-1])[diagnosis.PROGRESS_STEP.name] == [(4, {semconv.ATTR_RANK: 0})]
+
+
+class RunSpanEndRaises:
+    """A tracer provider (the user's own) whose run span raises as it ends: what closes
+    before telemetry at the run's end fails."""
+
+    def __init__(self) -> None:
+        self._tracer = TracerProvider().get_tracer("test")
+
+    def get_tracer(self, *_args, **_kwargs):
+        return self
+
+    def start_span(self, name, *args, **kwargs):
+        span = self._tracer.start_span(name, *args, **kwargs)
+        if name == semconv.SPAN_RUN:
+
+            def refuse(*_args, **_kwargs):
+                raise RuntimeError("this run span refuses to end")
+
+            span.end = refuse
+        return span
+
+
+def test_a_run_whose_end_fails_before_telemetry_closes_leaves_no_source_behind(workdir):
+    capture = Capture()
+    broken = MonitorCallback(
+        config(workdir, device_monitor=False), tracer_provider=RunSpanEndRaises(), meter_provider=capture.meter_provider
+    )
+    with contextlib.suppress(RuntimeError):  # whether the run's end raises is not this test's matter
+        train([broken], steps=3)
+    assert per_run(observed(capture.reader.collect_now())) == {}
 
 
 # Under opentelemetry-instrument: the SDK's global providers, one plain script training twice.
