@@ -17,6 +17,7 @@ from otel_mindformers.devices.cache import ReadingCache
 from otel_mindformers.devices.poller import Poller
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
+from otel_mindformers.telemetry.observables import RunObservables
 from tests.support.cli import cli
 from tests.support.npu_fixture import NPU1_IDENTITY
 from tests.support.paths import FAKE_BIN, REPO
@@ -54,8 +55,8 @@ def config(**device_config):
 def started():
     telemetries = []
 
-    def start(cfg, identity=IDENTITY, meter=None):
-        telemetry = DeviceTelemetry.start(cfg.device_config, identity, meter)
+    def start(cfg, identity=IDENTITY, observables=None):
+        telemetry = DeviceTelemetry.start(cfg.device_config, identity, observables)
         telemetries.append(telemetry)
         return telemetry
 
@@ -185,7 +186,7 @@ def test_nothing_to_read_is_none(started):
 
 @pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_gauges_carry_the_fixture_numbers_with_rank_and_device(fake_npu_smi, reader, started):
-    telemetry = started(config(sources=["ascend", "host"]), meter=reader.meter)
+    telemetry = started(config(sources=["ascend", "host"]), observables=RunObservables(reader.meter))
     assert wait_until(lambda: {"npu_hbm_used_mb", "host_rss_mb"} <= set(telemetry.snapshot()))
     points = collect(reader)
     (hbm,) = [p for p in points[semconv.HW_NPU_MEMORY_USAGE] if p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE] == "hbm"]
@@ -213,7 +214,7 @@ def test_gauges_carry_the_fixture_numbers_with_rank_and_device(fake_npu_smi, rea
 
 @pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_collections_and_snapshots_never_run_npu_smi(fake_npu_smi, reader, started):
-    telemetry = started(config(sources=["ascend"], poll_interval=3600), meter=reader.meter)
+    telemetry = started(config(sources=["ascend"], poll_interval=3600), observables=RunObservables(reader.meter))
     assert wait_until(lambda: telemetry.snapshot())
     for _ in range(5):
         collect(reader)
@@ -231,7 +232,7 @@ def test_collections_and_snapshots_never_run_npu_smi(fake_npu_smi, reader, start
 
 def test_local_rank_zero_also_reports_the_node(fake_npu_smi, reader, started):
     identity = Identity(rank=0, world_size=2, local_rank=0, node_rank=3, device_id=0, device_target="Ascend")
-    telemetry = started(config(sources=["host"]), identity=identity, meter=reader.meter)
+    telemetry = started(config(sources=["host"]), identity=identity, observables=RunObservables(reader.meter))
     assert wait_until(lambda: "host_cpu_percent" in telemetry.snapshot())  # after a whole CPU window
     (cpu,) = collect(reader)[semconv.SYSTEM_CPU_UTILIZATION]
     # Issue 11 item 28: node series carry the reporting rank too, as every device point does.
@@ -246,7 +247,8 @@ def test_failing_npu_smi_is_counted_and_warned_once(
     monkeypatch.setenv("FAKE_NPU_SMI_MODE", mode)
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
         telemetry = started(
-            config(sources=["ascend", "host"], command_timeout=0.2, poll_interval=0.1), meter=reader.meter
+            config(sources=["ascend", "host"], command_timeout=0.2, poll_interval=0.1),
+            observables=RunObservables(reader.meter),
         )
 
         def failures():
@@ -265,20 +267,26 @@ def test_failing_npu_smi_is_counted_and_warned_once(
 
 @pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_a_second_run_on_the_same_meter_is_observed(fake_npu_smi, reader, started, monkeypatch):
-    # The SDK returns the first registration's instrument (and callbacks) for a repeated name.
-    first = started(config(sources=["ascend"]), meter=reader.meter)
+    # The SDK returns the first registration's instrument (and callbacks) for a repeated name:
+    # each run's readings are its sources on the shared instruments, removed at its end.
+    first_run = RunObservables(reader.meter)
+    first = started(config(sources=["ascend"]), observables=first_run)
     assert wait_until(lambda: first.snapshot())
     first.shutdown(timeout=10)
+    first_run.close()  # the run's end (Telemetry.close)
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
-    second = started(config(sources=["ascend"]), meter=reader.meter)
+    second_run = RunObservables(reader.meter)
+    second = started(config(sources=["ascend"]), observables=second_run)
     assert wait_until(lambda: second.snapshot().get("npu_power_w") == 85.6)
     (power,) = collect(reader)[semconv.HW_POWER]
     assert power.value == 85.6
+    second_run.close()
+    assert semconv.HW_POWER not in collect(reader)  # a run that ended reports nothing
 
 
 @pytest.mark.slow  # runs the fake npu-smi in a child process
 def test_readings_outlive_shutdown_for_the_final_export(fake_npu_smi, reader, started):
-    telemetry = started(config(sources=["ascend"]), meter=reader.meter)
+    telemetry = started(config(sources=["ascend"]), observables=RunObservables(reader.meter))
     assert wait_until(lambda: telemetry.snapshot())
     telemetry.shutdown(timeout=10)
     assert collect(reader)[semconv.HW_TEMPERATURE][0].value == 35.0

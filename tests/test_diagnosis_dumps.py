@@ -19,6 +19,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_mindformers.diagnosis import FirstNonFinite, Heartbeat, StackDumper, dump_stacks, records, stacks
 from otel_mindformers.job.identity import Identity
+from otel_mindformers.telemetry.observables import RunObservables
 from tests.support.in_memory import Capture
 from tests.support.metrics import counter_values
 
@@ -30,7 +31,8 @@ pytestmark = pytest.mark.slow  # real training runs
 
 def gauge_points(reader):
     points = {}
-    for resource_metrics in reader.get_metrics_data().resource_metrics:
+    data = reader.get_metrics_data()  # None: nothing was observed
+    for resource_metrics in data.resource_metrics if data else []:
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
                 for point in metric.data.data_points:
@@ -41,7 +43,8 @@ def gauge_points(reader):
 def test_heartbeat_reads_the_progress_at_each_collection():
     reader = InMemoryMetricReader()
     progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
-    Heartbeat.start(MeterProvider(metric_readers=[reader]).get_meter("t"), progress, {"training.rank": 5})
+    observables = RunObservables(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    Heartbeat.start(observables, progress, {"training.rank": 5})
     progress.step, progress.last_step_end = 41, time.perf_counter()
     finished_at = time.time()
     points = gauge_points(reader)
@@ -50,6 +53,8 @@ def test_heartbeat_reads_the_progress_at_each_collection():
     assert attributes == {"training.rank": 5} and abs(stamp - finished_at) < 1.0
     progress.step = 42
     assert gauge_points(reader)["mindformers.progress.step"][0] == 42
+    observables.close()  # the run ended: its heartbeat is no longer observed
+    assert "mindformers.progress.step" not in gauge_points(reader)
 
 
 class Pipelines(Capture):

@@ -3,6 +3,8 @@
 The gauges' callbacks read the run's progress object on the metric reader's thread, so the
 training thread pays nothing, and the values keep being exported while it is stuck: a
 Prometheus rule (collector-config/rules/) compares ranks and names those that stopped first.
+They are the run's sources on the meter's shared gauges (telemetry/observables.py): a later
+run in the process reports its own progress, and a run that ended reports none.
 """
 
 from __future__ import annotations
@@ -10,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.metrics import CallbackOptions, Observation
 
 from otel_mindformers.core.clock import WallClock
 from otel_mindformers.names.diagnosis import PROGRESS_LAST_STEP_TIME, PROGRESS_STEP
-from otel_mindformers.telemetry.instruments import create_instrument
+from otel_mindformers.telemetry.observables import RunObservables
 
 
 class Progress(Protocol):
@@ -25,19 +27,18 @@ class Progress(Protocol):
 class Heartbeat:
     """`mindformers.progress.step` and `mindformers.progress.last_step_time` for one rank."""
 
-    def __init__(self, meter: Meter, progress: Progress, point_attributes: dict[str, Any]) -> None:
+    def __init__(self, observables: RunObservables, progress: Progress, point_attributes: dict[str, Any]) -> None:
         self._progress = progress
         self._attributes = dict(point_attributes)
         self._clock = WallClock()
-        self._instruments = (
-            create_instrument(meter, PROGRESS_STEP, callbacks=[self._observe_step]),
-            create_instrument(meter, PROGRESS_LAST_STEP_TIME, callbacks=[self._observe_time]),
-        )
+        observables.observe(PROGRESS_STEP, self._observe_step)
+        observables.observe(PROGRESS_LAST_STEP_TIME, self._observe_time)
 
     @classmethod
-    def start(cls, meter: Meter, progress: Progress, point_attributes: dict[str, Any]) -> Heartbeat:
-        """Register the gauges; from now on every metric collection reads `progress`."""
-        return cls(meter, progress, point_attributes)
+    def start(cls, observables: RunObservables, progress: Progress, point_attributes: dict[str, Any]) -> Heartbeat:
+        """Register the gauges' sources; until `observables` closes, every metric collection
+        reads `progress`."""
+        return cls(observables, progress, point_attributes)
 
     def _observe_step(self, _options: CallbackOptions) -> Iterator[Observation]:
         yield Observation(self._progress.step, self._attributes)

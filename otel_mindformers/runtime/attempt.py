@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psutil
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
@@ -32,7 +32,7 @@ from otel_mindformers.job.ledger import ledger_path
 from otel_mindformers.names import job as names
 from otel_mindformers.names import phases as phase_names
 from otel_mindformers.outputs.runs import is_resumed
-from otel_mindformers.telemetry.instruments import create_instrument
+from otel_mindformers.telemetry.observables import RunObservables
 
 _logger = get_logger(__name__)
 
@@ -172,16 +172,15 @@ def run_span_attributes(tracker: AttemptTracker) -> dict[str, Any]:
 
 
 class JobGauges:
-    """The job gauges, read by the metric reader's thread from the tracker's last write."""
+    """The job gauges' sources for the run (until `observables` closes), read by the metric
+    reader's thread from the tracker's last write."""
 
-    def __init__(self, meter: Meter, tracker: AttemptTracker, point_attributes: dict[str, Any]) -> None:
+    def __init__(self, observables: RunObservables, tracker: AttemptTracker, point_attributes: dict[str, Any]) -> None:
         self._tracker = tracker
         self._attributes = dict(point_attributes)
-        self._instruments = (
-            create_instrument(meter, names.JOB_GOODPUT, callbacks=[self._goodput]),
-            create_instrument(meter, names.JOB_ATTEMPT, callbacks=[self._attempt]),
-            create_instrument(meter, names.JOB_NO_PROGRESS_ATTEMPTS, callbacks=[self._no_progress]),
-        )
+        observables.observe(names.JOB_GOODPUT, self._goodput)
+        observables.observe(names.JOB_ATTEMPT, self._attempt)
+        observables.observe(names.JOB_NO_PROGRESS_ATTEMPTS, self._no_progress)
 
     def _goodput(self, _options: CallbackOptions) -> Iterator[Observation]:
         value = self._tracker.job_goodput

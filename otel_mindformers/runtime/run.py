@@ -190,7 +190,7 @@ class MonitorRun:
         if attempt is not None:
             span_context = self.run_span.get_span_context()
             attempt.link_run_span(span_context.trace_id, span_context.span_id)
-            job_attempt.JobGauges(telemetry.meter, attempt, identity.point_attributes())
+            job_attempt.JobGauges(telemetry.observables, attempt, identity.point_attributes())
         # Phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`): the
         # training thread's clock reads; their time goes to the pipeline worker's ledger. Their
         # spans carry the rank only (the rest of the identity is the resource's): a user phase
@@ -215,8 +215,8 @@ class MonitorRun:
             before=self.timeline.before,
         )  # fmt: skip
         # Every rank's heartbeat, read by the metric reader's thread from the clock.
-        Heartbeat.start(telemetry.meter, self.clock, identity.point_attributes())
-        JobInfo(telemetry.meter, identity)  # the layout, where the resource could not carry it
+        Heartbeat.start(telemetry.observables, self.clock, identity.point_attributes())
+        JobInfo(telemetry.observables, identity)  # the layout, where the resource could not carry it
         step_ids = StepSpanIds.install(telemetry.tracer)
         job_attempt.record_killed_attempt(telemetry, step_ids, attempt)
         self.pipeline = SampledStepPipeline(
@@ -248,7 +248,7 @@ class MonitorRun:
             return None
         from otel_mindformers.devices import DeviceTelemetry
 
-        return DeviceTelemetry.start(self.config.device_config, self.identity, self.telemetry.meter)
+        return DeviceTelemetry.start(self.config.device_config, self.identity, self.telemetry.observables)
 
     def _start_alerts(self) -> Any:
         from otel_mindformers.alerts import AlertEngine
@@ -380,9 +380,17 @@ class MonitorRun:
         self._close(error, self.config.shutdown_timeout)
 
     def _close(self, error: BaseException | None, timeout: float) -> None:
-        """Close what started, in dependency order, within one deadline."""
+        """Close what started, in dependency order, within one deadline. Telemetry closes
+        last and whatever failed before it: its close removes the run's observable sources,
+        which on a borrowed provider would otherwise report this run after it ended."""
         remaining = Deadline(timeout).remaining
+        try:
+            self._close_subsystems(error, remaining)
+        finally:
+            if self.telemetry is not None:
+                _quietly(self.telemetry.close, remaining())
 
+    def _close_subsystems(self, error: BaseException | None, remaining: Callable[[], float]) -> None:
         if self.timeline is not None:
             self.timeline.close()
         self.end_epoch()
@@ -409,8 +417,6 @@ class MonitorRun:
             _quietly(self.stacks.stop)
         if self.devices is not None:
             _quietly(self.devices.shutdown)
-        if self.telemetry is not None:
-            _quietly(self.telemetry.close, remaining())
 
     def _outcome(self, error: BaseException | None) -> tuple[str, str | None]:
         if error is not None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.metrics import CallbackOptions, Observation
 
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
-from otel_mindformers.telemetry.instruments import create_instrument
+from otel_mindformers.telemetry.observables import RunObservables
 
 
 def job_info_attributes(identity: Identity) -> dict[str, str | int]:
@@ -27,11 +27,11 @@ def job_info_attributes(identity: Identity) -> dict[str, str | int]:
 
 
 class JobInfo:
-    """The gauge, registered on `meter` for the run; the callback only yields a constant."""
+    """The gauge's source for the run (until `observables` closes); it only yields a constant."""
 
-    def __init__(self, meter: Meter, identity: Identity) -> None:
+    def __init__(self, observables: RunObservables, identity: Identity) -> None:
         self._attributes = job_info_attributes(identity)
-        self._gauge = create_instrument(meter, semconv.JOB_INFO, callbacks=[self._observe])
+        observables.observe(semconv.JOB_INFO, self._observe)
 
     def _observe(self, _options: CallbackOptions) -> Iterator[Observation]:
         yield Observation(1, self._attributes)

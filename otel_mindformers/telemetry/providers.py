@@ -35,6 +35,7 @@ from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
+from otel_mindformers.telemetry.observables import RunObservables
 from otel_mindformers.version import __version__
 
 _logger = get_logger(__name__)
@@ -58,6 +59,11 @@ class Telemetry:
     # Run first and at once: what a next run in this process may need (a listening port).
     _release: list[Callable[[], None]] = field(default_factory=list)
     _export_errors: ExportErrorReporter | None = None  # reports a flush that overran, once
+    # The run's sources on the meter's observable instruments, removed by `close`.
+    observables: RunObservables = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.observables = RunObservables(self.meter)
 
     def flush_soon(self, timeout: float = 5.0) -> None:
         """Export what is buffered now, on a daemon thread (a span recorded after the fact
@@ -71,11 +77,19 @@ class Telemetry:
 
     def close(self, timeout: float) -> bool:
         """Flush (borrowed) or shut down (owned) every provider, within `timeout` seconds
-        (what is left of the run's shutdown budget). False: it did not finish in time.
+        (what is left of the run's shutdown budget), then remove the run's observable sources:
+        the last export carries the run's last values, and a borrowed provider exports none
+        of them after it. False: it did not finish in time.
 
         Exporter retries against a dead collector can outlive any deadline, so the work runs
         on a daemon thread that we stop waiting for: exit is never held hostage.
         """
+        try:
+            return self._flush_or_shut_down(timeout)
+        finally:
+            self.observables.close()
+
+    def _flush_or_shut_down(self, timeout: float) -> bool:
         for release in self._release:
             release()
 

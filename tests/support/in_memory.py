@@ -28,6 +28,13 @@ class KeepingReader(InMemoryMetricReader):
             self.batches.append(metrics_data)
         super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
 
+    def collect_now(self) -> Any:
+        """A new collection's data, None when nothing was observed (`get_metrics_data` then
+        hands back what the previous collection, a train-end flush say, left behind)."""
+        kept = len(self.batches)
+        self.collect()
+        return self.batches[-1] if len(self.batches) > kept else None
+
 
 class Capture:
     """Spans, metrics and log records of whatever records through `providers()`
