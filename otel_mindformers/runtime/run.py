@@ -391,26 +391,28 @@ class MonitorRun:
                 _quietly(self.telemetry.close, remaining())
 
     def _close_subsystems(self, error: BaseException | None, remaining: Callable[[], float]) -> None:
+        """Each closer runs whatever the one before it did: a run span whose `end` raises (a
+        broken tracer) still leaves no SIGUSR1 handler, log handler or thread behind."""
         if self.timeline is not None:
-            self.timeline.close()
-        self.end_epoch()
+            _quietly(self.timeline.close)
+        _quietly(self.end_epoch)
         # The pipeline drains first, so a rule's stop reason and the last lines land before
         # the run span ends and the providers flush.
         if self.pipeline is not None:
             if self._ended_at is not None:  # compile settled, the run's time breakdown
                 self.pipeline.end_run(self._ended_at)
-            self.pipeline.close(max(remaining(), LOCAL_DRAIN_SECONDS))
+            _quietly(self.pipeline.close, max(remaining(), LOCAL_DRAIN_SECONDS))
         _quietly(self.captures.close)  # after the pipeline: no request comes in behind it
         if self._state_reader is not None:
-            self._state_reader.close()
+            _quietly(self._state_reader.close)
             self._state_reader = None
-        job_line = self._end_attempt(error)
+        job_line = _quietly(self._end_attempt, error)
         if self.run_span is not None:
-            self._end_run_span(error)
+            _quietly(self._end_run_span, error)
         if self.alerts is not None:
-            self._notify_run_end(error, job_line)
+            _quietly(self._notify_run_end, error, job_line)
         if self.logs is not None:
-            self.logs.close()
+            _quietly(self.logs.close)
         if self.alerts is not None:
             _quietly(self.alerts.shutdown, remaining())
         if self.stacks is not None:
@@ -479,11 +481,13 @@ def _say_what_alerts_off_ignores(alerts: Any) -> None:
         )
 
 
-def _quietly(close: Callable[..., Any], *args: Any) -> None:
+def _quietly(close: Callable[..., Any], *args: Any) -> Any:
+    """`close(*args)`'s result, or None when it raised (warned)."""
     try:
-        close(*args)
+        return close(*args)
     except Exception as exc:  # shutting down telemetry must not mask the run's outcome
         _logger.warning("otel_mindformers: shutting down monitoring failed: %s", exc)
+        return None
 
 
 def _batch_size(cb_params: Any) -> int | None:

@@ -94,18 +94,11 @@ class Telemetry:
             release()
 
         def work() -> None:
-            # Side by side: each provider's last export waits on its own round trip.
             millis = int(timeout * 1000)
-            calls: list[tuple[Any, ...]] = [(provider, "force_flush", millis) for provider in self._borrowed]
-            calls += [(provider, "shutdown") for provider in self._owned]
-            threads = [
-                threading.Thread(target=_call_quietly, args=call, name="otel-mindformers-shutdown", daemon=True)
-                for call in calls
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            for provider in self._borrowed:
+                _call_quietly(provider, "force_flush", millis)
+            for provider in self._owned:
+                _call_quietly(provider, "shutdown")
             for hook in self._on_close:
                 hook()
 
