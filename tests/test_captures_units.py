@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,7 +17,10 @@ from otel_mindformers.cli import main as cli_main
 from otel_mindformers.config import ConfigError, load_monitor_config
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.diagnosis import capture_store
+from otel_mindformers.diagnosis.captures import CaptureController
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import captures as names
+from tests.support.in_memory import Capture
 
 
 def rec(step, **values):
@@ -160,6 +164,31 @@ def test_watcher_ignores_an_old_request_and_sees_each_new_one_once(tmp_path):
     (tmp_path / names.CONTROL_FILE).write_text("{not json")
     os.utime(tmp_path / names.CONTROL_FILE, ns=(1, 1))
     assert watcher.poll() is None
+
+
+def test_a_request_is_taken_by_the_first_sampled_step_that_ended_after_it(tmp_path):
+    """The pipeline's worker may handle an older step's record when the request appears
+    (it takes records in batches): that record must not take it, the next one does."""
+    config = load_monitor_config(
+        {
+            "alert_config": {
+                "enable_alert": True,
+                "capture": {"path": str(tmp_path), "on_demand": True, "kinds": ["batch"]},
+            }
+        }
+    )
+    providers = Capture().providers()
+    telemetry = SimpleNamespace(
+        logger=providers["logger_provider"].get_logger("t"), meter=providers["meter_provider"].get_meter("t")
+    )
+    controller = CaptureController.start(config.alert_config.capture, Identity(rank=0, world_size=1), telemetry, {})
+    request = capture_store.write_request(tmp_path, steps=2, ranks=None, kinds=["batch"])
+    controller.on_sampled_step(4, None, ended_at=request["requested_at"] - 0.5)  # ended before the request
+    assert capture_store.capture_folders(tmp_path / "rank_0") == []
+    controller.on_sampled_step(5, None, ended_at=request["requested_at"] + 0.5)
+    (folder,) = capture_store.capture_folders(tmp_path / "rank_0")
+    assert json.loads((folder / names.MANIFEST_FILE).read_text())["step"] == 5
+    controller.close()
 
 
 def _capture(rank_root, name, size):

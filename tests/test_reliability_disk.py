@@ -129,9 +129,14 @@ def test_log_folder_unwritable_mid_run(tmp_path):
         "log_rotation": {"max_bytes": 2000, "backup_count": 50},
     }
     process = spawn(spec, tmp_path, preexec_fn=obey_file_permissions)
+
+    def step_20_written() -> bool:  # the worker writes lines in batches, after the step
+        lines = [line for path in logs.glob("train_metric.json*") for line in path.read_text().splitlines()]
+        return marker.exists() and any(json.loads(line)["step"] == 20 for line in lines if line.endswith("}"))
+
     try:
         deadline = time.monotonic() + 120
-        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        while not step_20_written() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         logs.chmod(0o555)
         _, stderr = process.communicate(timeout=240)

@@ -70,7 +70,7 @@ class NoCaptures:
     def on_alert(self, rule: str, step: int, span: Span | None) -> str | None:
         return None
 
-    def on_sampled_step(self, step: int, span: Span | None) -> None:
+    def on_sampled_step(self, step: int, span: Span | None, ended_at: float) -> None:
         pass
 
     def note_batch(self, cb_params: Any, step: int) -> None:
@@ -126,6 +126,7 @@ class CaptureController:
             except ProfilerUnavailable as exc:
                 self._warn_once("profiler", "otel_mindformers: profile captures are off: %s", exc)
         self._watcher = store.RequestWatcher(self._root) if config.on_demand else None
+        self._waiting: dict[str, Any] | None = None  # a request newer than the record in hand
 
     # --- where a rule fired ------------------------------------------------------------------
     def on_alert(self, rule: str, step: int, span: Span | None) -> str | None:
@@ -135,16 +136,24 @@ class CaptureController:
         return self._request(rule, step, span, self._kinds, self._config.profile_steps, request_id=None)
 
     # --- pipeline worker, sampled steps -------------------------------------------------------
-    def on_sampled_step(self, step: int, span: Span | None) -> None:
-        """One stat of the request file; a new request for this rank is taken at once."""
+    def on_sampled_step(self, step: int, span: Span | None, ended_at: float) -> None:
+        """One stat of the request file; a new request for this rank is taken by the first
+        sampled step that ended (`ended_at`, wall seconds) after it was made: the worker may
+        be handling an older step's record when the request appears."""
         if self._watcher is None:
             return
-        try:
-            request = self._watcher.poll()
-        except Exception as exc:  # a vanished share: keep training, say it once
-            self._warn_once("watch", "otel_mindformers: cannot read capture requests: %s", exc)
-            return
+        request, self._waiting = self._waiting, None
+        if request is None:
+            try:
+                request = self._watcher.poll()
+            except Exception as exc:  # a vanished share: keep training, say it once
+                self._warn_once("watch", "otel_mindformers: cannot read capture requests: %s", exc)
+                return
         if request is None or not store.wanted_by(request, self._identity.rank):
+            return
+        requested_at = request.get("requested_at")
+        if isinstance(requested_at, (int, float)) and requested_at > ended_at:
+            self._waiting = request
             return
         kinds = [k for k in request.get("kinds") or self._kinds if k in names.KINDS] or self._kinds
         steps = int(request.get("steps") or self._config.profile_steps)

@@ -175,7 +175,7 @@ class SampledStepPipeline(BoundedWorker[object]):
             if fields.status.status_code is StatusCode.ERROR:  # a fault, not loss scaling
                 span.set_status(fields.status)
             reason = self._alerts.evaluate(record, span) if self._alerts is not None else None
-            self._captures.on_sampled_step(record.step, span)  # an on-demand request: one stat
+            self._captures.on_sampled_step(record.step, span, record.time_stamp)  # an on-demand request: one stat
         span.end(end_time=_ns(fields.end_time))
         if self._phases is not None:
             for interval in record.phases:  # start-up, compile, data wait: spans from timestamps
