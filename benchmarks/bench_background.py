@@ -67,19 +67,10 @@ def main() -> None:
         model.train(1, dataset, dataset_sink_mode=False)
         return time.perf_counter() - started
 
-    def beside_thread() -> float:
-        stop = threading.Event()
-        worker = threading.Thread(target=burn, args=(stop, busy, period), daemon=True)
-        worker.start()
-        try:
-            return train()
-        finally:
-            stop.set()
-            worker.join()
-
-    def beside_process() -> float:
-        stop = multiprocessing.Event()
-        worker = multiprocessing.Process(target=burn, args=(stop, busy, period))
+    def beside(make_event: Any, make_worker: Any) -> float:
+        """A bare run with `burn` going in a worker of `make_worker`'s kind."""
+        stop = make_event()
+        worker = make_worker(target=burn, args=(stop, busy, period), daemon=True)
         worker.start()
         try:
             return train()
@@ -88,7 +79,10 @@ def main() -> None:
             worker.join()
 
     train()  # compile
-    variants = {"thread": beside_thread, "process": beside_process}
+    variants = {
+        "thread": lambda: beside(threading.Event, threading.Thread),
+        "process": lambda: beside(multiprocessing.Event, multiprocessing.Process),
+    }
     ratios: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(args.rounds):
         names = list(variants) if round_ % 2 == 0 else list(reversed(variants))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -43,9 +44,16 @@ class _Recorder(BoundedWorker[int]):
         self.batches.append([])
 
 
-def test_what_queues_while_the_worker_is_busy_is_one_batch_handled_in_order():
+@pytest.mark.parametrize(
+    ("batching", "batches"),
+    [
+        ({"batch_interval": 0.05, "max_batch": 64}, [[0], list(range(1, 11))]),  # the pipeline's way
+        ({}, [[n] for n in range(11)]),  # the default: one item at a time
+    ],
+)
+def test_what_queues_while_the_worker_is_busy_is_handled_in_order_in_batches(batching, batches):
     release = threading.Event()
-    worker = _Recorder({0: release}, batch_interval=0.05, max_batch=64)
+    worker = _Recorder({0: release}, **batching)
     worker.submit(0)
     assert worker.entered[0].wait(WAIT)
     for item in range(1, 11):
@@ -53,19 +61,7 @@ def test_what_queues_while_the_worker_is_busy_is_one_batch_handled_in_order():
     release.set()
     assert worker.close(WAIT) == []
     assert worker.handled == list(range(11))
-    assert [batch for batch in worker.batches if batch] == [[0], list(range(1, 11))]
-
-
-def test_a_worker_without_batching_takes_one_item_at_a_time():
-    release = threading.Event()
-    worker = _Recorder({0: release})
-    worker.submit(0)
-    assert worker.entered[0].wait(WAIT)
-    for item in range(1, 4):
-        worker.submit(item)
-    release.set()
-    assert worker.close(WAIT) == []
-    assert [batch for batch in worker.batches if batch] == [[0], [1], [2], [3]]
+    assert [batch for batch in worker.batches if batch] == batches
 
 
 def test_close_returns_the_batch_the_worker_did_not_reach_and_never_handles_it_after():

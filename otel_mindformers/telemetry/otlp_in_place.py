@@ -220,11 +220,19 @@ def _chunks(items: Sequence[Any], encoded: list[bytes], limit: int) -> list[_Chu
 
 
 class _BoundedRequests:
-    """The SDK's gRPC exporter's `export`, a request per chunk of at most MAX_REQUEST_BYTES;
-    the first chunk that fails (after the SDK's retries) fails the batch, as one request
-    would have."""
+    """The SDK's gRPC exporter, sending bytes through `_bytes_stub` (the SDK reconnects with
+    it too), a request per chunk of at most MAX_REQUEST_BYTES; the first chunk that fails
+    (after the SDK's retries) fails the batch, as one request would have."""
 
     _result: Any
+    _channel: Any
+    _service: ServiceDescriptor
+    _response: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stub = _bytes_stub(self._service, self._response)
+        self._client = self._stub(self._channel)
 
     def _encode_item(self, item: Any) -> bytes:
         raise NotImplementedError
@@ -248,33 +256,27 @@ class _BoundedRequests:
 class InPlaceOTLPSpanExporter(_BoundedRequests, OTLPSpanExporter):  # type: ignore[misc]  # bytes for the bytes stub
     """The SDK's gRPC span exporter, sending the requests `encode_spans` writes."""
 
+    _service = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"]
+    _response = trace_service_pb2.ExportTraceServiceResponse
+
     def _encode_item(self, item: Any) -> bytes:
         return _span(item)
 
     def _encode(self, items: Sequence[Any], encoded: list[bytes]) -> bytes:
         return encode_spans(items, encoded)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        service = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"]
-        self._stub = _bytes_stub(service, trace_service_pb2.ExportTraceServiceResponse)  # the SDK reconnects with it
-        self._client = self._stub(self._channel)
-
 
 class InPlaceOTLPLogExporter(_BoundedRequests, OTLPLogExporter):  # type: ignore[misc]  # bytes for the bytes stub
     """The SDK's gRPC log exporter, sending the requests `encode_logs` writes."""
+
+    _service = logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"]
+    _response = logs_service_pb2.ExportLogsServiceResponse
 
     def _encode_item(self, item: Any) -> bytes:
         return _log_record(item)
 
     def _encode(self, items: Sequence[Any], encoded: list[bytes]) -> bytes:
         return encode_logs(items, encoded)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        service = logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"]
-        self._stub = _bytes_stub(service, logs_service_pb2.ExportLogsServiceResponse)
-        self._client = self._stub(self._channel)
 
 
 # --- requests ------------------------------------------------------------------------------
