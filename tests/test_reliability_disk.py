@@ -47,6 +47,14 @@ def _whole_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
+def _step_of(line: str) -> int | None:
+    """The step of a whole JSON line; None for a line still being written."""
+    try:
+        return json.loads(line)["step"]
+    except ValueError:
+        return None
+
+
 def _tensorboard_steps(logdir: Path) -> list[int]:
     """The loss steps TensorBoard's own reader finds in a rank folder."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -131,8 +139,11 @@ def test_log_folder_unwritable_mid_run(tmp_path):
     process = spawn(spec, tmp_path, preexec_fn=obey_file_permissions)
 
     def step_20_written() -> bool:  # the worker writes lines in batches, after the step
-        lines = [line for path in logs.glob("train_metric.json*") for line in path.read_text().splitlines()]
-        return marker.exists() and any(json.loads(line)["step"] == 20 for line in lines if line.endswith("}"))
+        try:
+            lines = [line for path in logs.glob("train_metric.json*") for line in path.read_text().splitlines()]
+        except FileNotFoundError:  # rotated between the listing and the read: look again
+            return False
+        return marker.exists() and any(_step_of(line) == 20 for line in lines)
 
     try:
         deadline = time.monotonic() + 120
