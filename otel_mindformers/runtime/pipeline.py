@@ -50,11 +50,6 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
-class _Step(NamedTuple):
-    record: StepRecord
-    window: Window
-
-
 class _Lost(NamedTuple):
     phase: str
     seconds: float
@@ -88,7 +83,6 @@ class SampledStepPipeline(BoundedWorker[object]):
         captures: Any = NO_CAPTURES,
         sections: Any = None,
         max_queue: int = 1024,
-        batch_interval: float = BATCH_INTERVAL,
     ) -> None:
         self._tracer = tracer
         self._instruments = instruments
@@ -110,7 +104,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         self.dropped = 0
         self.dropped_phases = 0
         self._phase_failed = False
-        super().__init__("otel-mindformers-steps", max_queue, batch_interval, MAX_BATCH)
+        super().__init__("otel-mindformers-steps", max_queue, BATCH_INTERVAL, MAX_BATCH)
 
     # --- worker thread ---------------------------------------------------------------------
     def handle(self, item: object) -> None:
@@ -118,8 +112,6 @@ class SampledStepPipeline(BoundedWorker[object]):
             self._handle_step(*self._complete(item))
         elif type(item) is phase:
             self._handle_phase(item)
-        elif type(item) is _Step:
-            self._handle_step(*item)
         elif type(item) is _Lost:
             self._accounting.lost(*item)
         elif type(item) is _RunEnd:
@@ -201,9 +193,6 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._sinks.close()
 
     # --- caller side (training thread) -------------------------------------------------------
-    def submit_step(self, record: StepRecord, window: Window) -> None:
-        self.submit(_Step(record, window))
-
     # A sampled step as the training thread knows it (a tuple; `complete` builds its
     # record): `submit` itself, without a frame of its own on the sampled step.
     submit_sample = BoundedWorker.submit
@@ -242,9 +231,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         the records not written."""
         left: list[StepRecord] = []
         for item in super().close(timeout):
-            if type(item) is _Step:
-                left.append(item.record)
-            elif type(item) is tuple:
+            if type(item) is tuple:
                 left.append(self._complete(item)[0])
         if left:
             _logger.warning(
