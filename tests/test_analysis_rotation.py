@@ -93,7 +93,7 @@ def test_concurrent_writers_roll_over_without_losing_lines(tmp_path):
         from otel_mindformers.outputs.jsonl import JsonLinesSink
         sink = JsonLinesSink(Path(sys.argv[1]), LogRotationConfig(max_bytes=2000, backup_count=1000))
         for i in range(400):
-            sink.append(('{"writer": "%s", "i": %d, "pad": "%s"}\\n' % (sys.argv[2], i, "x" * (i % 50))).encode())
+            sink.append([('{"writer": "%s", "i": %d, "pad": "%s"}\\n' % (sys.argv[2], i, "x" * (i % 50))).encode()])
         sink.close()
         """
     )
@@ -150,10 +150,50 @@ def test_a_line_longer_than_max_bytes_gets_a_file_of_its_own(tmp_path):
     path = tmp_path / "m.json"
     sink = JsonLinesSink(path, LogRotationConfig(max_bytes=10, backup_count=5))
     for i in range(3):
-        sink.append(json.dumps({"step": i, "pad": "x" * 40}).encode() + b"\n")
+        sink.append([json.dumps({"step": i, "pad": "x" * 40}).encode() + b"\n"])
     sink.close()
     (log_set,) = discover([path])
     assert [[line["step"] for line in assert_whole_lines([p])] for p in log_set.files] == [[0], [1], [2]]
+
+
+def test_a_batch_of_lines_rolls_over_between_whole_lines(tmp_path):
+    """The pipeline hands a batch of records at once: the file still rolls over between them."""
+    from otel_mindformers.config import LogRotationConfig
+    from otel_mindformers.outputs.jsonl import JsonLinesSink
+
+    path = tmp_path / "m.json"
+    sink = JsonLinesSink(path, LogRotationConfig(max_bytes=100, backup_count=10))
+    sink.append([json.dumps({"step": i, "pad": "x" * 20}).encode() + b"\n" for i in range(7)])
+    sink.close()
+    (log_set,) = discover([path])
+    assert [[line["step"] for line in assert_whole_lines([p])] for p in log_set.files] == [[0, 1], [2, 3], [4, 5], [6]]
+    assert all(p.stat().st_size <= 100 for p in log_set.files)
+
+
+@pytest.mark.slow
+def test_a_short_write_of_a_batch_keeps_its_whole_lines(tmp_path):
+    """A disk that fills in the middle of a batch: the lines that made it stay, the partial one goes."""
+    script = textwrap.dedent(
+        """
+        import json, resource, signal, sys
+        from pathlib import Path
+        from otel_mindformers.outputs.jsonl import JsonLinesSink
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing
+        sink = JsonLinesSink(Path(sys.argv[1]))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
+        try:
+            sink.append([json.dumps({"step": i, "pad": "x" * 7}).encode() + b"\\n" for i in range(5)])
+        except OSError as exc:
+            print(exc.errno)
+        """
+    )
+    path = tmp_path / "m.json"
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "28", "the short write is reported as a full disk"
+    # 30-byte lines under a 100-byte limit: three whole lines fit, the fourth was cut.
+    assert [line["step"] for line in assert_whole_lines([path])] == [0, 1, 2]
 
 
 def test_tensorboard_rolls_over_past_max_bytes_and_prunes(tmp_path):
@@ -167,14 +207,16 @@ def test_tensorboard_rolls_over_past_max_bytes_and_prunes(tmp_path):
     for step in range(1, 41):
         # is_last makes the sink flush every record, so sizes are on disk when checked.
         sink.write(
-            StepRecord(
-                step=step,
-                epoch=1,
-                rank=0,
-                time_stamp=1000.0 + step,
-                values={"loss": 1.0 / step, "learning_rate": 0.1},
-                is_last=True,
-            )
+            [
+                StepRecord(
+                    step=step,
+                    epoch=1,
+                    rank=0,
+                    time_stamp=1000.0 + step,
+                    values={"loss": 1.0 / step, "learning_rate": 0.1},
+                    is_last=True,
+                )
+            ]
         )
     sink.close()
     files = sorted(tmp_path.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime)

@@ -26,7 +26,7 @@ def _write(path: str, rank: int, start: multiprocessing.Event) -> None:
     sink = JsonLinesSink(Path(path), LogRotationConfig(max_bytes=400, backup_count=1_000))
     start.wait()
     for step in range(1, LINES + 1):
-        sink.write(StepRecord(step=step, epoch=1, rank=rank, time_stamp=1.0, values={"loss": 0.5}))
+        sink.write([StepRecord(step=step, epoch=1, rank=rank, time_stamp=1.0, values={"loss": 0.5})])
     sink.close()
 
 

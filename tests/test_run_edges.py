@@ -65,8 +65,9 @@ class _StuckStdout:
 
 @pytest.mark.slow
 def test_records_a_stuck_output_never_took_are_counted_at_train_end(workdir, monkeypatch, caplog):
-    """The worker is stuck writing step 1: steps 2 and 3 are left in the queue after the
-    local drain, and the warning counts those records (the run's end is not one)."""
+    """The worker is stuck writing its first batch (step 1, with step 2 when it was queued
+    by then): after the local drain the warning counts every record not on disk, the stuck
+    batch's and those left in the queue (the run's end is not one)."""
     stuck = _StuckStdout()
     monkeypatch.setattr("sys.stdout", stuck)
     try:
@@ -74,7 +75,7 @@ def test_records_a_stuck_output_never_took_are_counted_at_train_end(workdir, mon
             _drive(ms.Tensor(1.0), steps=3, output_type=["stdout"], shutdown_timeout=0)
     finally:
         stuck.release.set()
-    assert "sampled steps did not drain within 10.0 s; 2 record(s) not written" in caplog.text
+    assert "sampled steps did not drain within 10.0 s; 3 record(s) not written" in caplog.text
 
 
 @pytest.mark.slow

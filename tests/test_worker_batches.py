@@ -8,6 +8,7 @@ SDK MeterProvider with an in-memory reader; events, not sleeps, decide the order
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -97,9 +98,12 @@ def _points(reader: InMemoryMetricReader) -> dict[str, list]:
     return out
 
 
-def test_a_batchs_gauges_and_counters_export_what_applying_each_record_would():
+@pytest.mark.parametrize("copies", [False, True], ids=["one attribute dict", "equal dicts in turn"])
+def test_a_batchs_gauges_and_counters_export_what_applying_each_record_would(copies):
     """Five records applied as one batch against the same five applied one by one, each
-    flushed at once: a gauge's last value, a counter's sum, every histogram observation."""
+    flushed at once: a gauge's last value, a counter's sum, every histogram observation.
+    Measurements are held by their attribute dict's identity: equal dicts (the model state's
+    are new for each record) are separate keys, and a gauge's last value must still win."""
     records = [_record(step, loss=2.0 - step / 10, overflow=step in (2, 3)) for step in range(1, 6)]
     attributes = {"training.rank": 0}
     batched_reader, single_reader = InMemoryMetricReader(), InMemoryMetricReader()
@@ -109,7 +113,9 @@ def test_a_batchs_gauges_and_counters_export_what_applying_each_record_would():
     real_flush = batched.coalesced.flush
     batched.coalesced.flush = lambda: (calls.append(1), real_flush())  # type: ignore[method-assign]
     for record in records:
-        batched.apply(measurements(record, attributes))
+        # In turn: the shared dict, then an equal copy, then the shared dict again...
+        held = dict(attributes) if copies and record.step % 2 == 0 else attributes
+        batched.apply(measurements(record, held))
         single.apply(measurements(record, attributes))
         single.flush()
     batched.flush()
@@ -131,3 +137,40 @@ def test_nothing_held_reaches_the_sdk_before_the_batch_ends():
     assert held[tm.instrument_name(tm.STEP_TIME)][0][2] == 1  # histograms are not held
     instruments.flush()
     assert _points(reader)[tm.STEPS.name] == [((("training.rank", 0),), 1, None)]
+
+
+@pytest.mark.slow
+def test_a_batch_of_sampled_steps_reaches_each_output_in_one_write(tmp_path, monkeypatch):
+    """In a real training at interval 1: while the worker is held inside its first write, the
+    next steps queue; they then reach the JSON lines output as one batch, every line once, in
+    step order."""
+    from mindspore.train import Callback
+
+    from otel_mindformers import MonitorCallback
+    from otel_mindformers.outputs.jsonl import JsonLinesSink
+    from tests.support import training
+
+    queued = threading.Event()  # the training thread has ended step 10
+    batches: list[list[int]] = []
+    real_write = JsonLinesSink.write
+
+    def held_write(sink, records):
+        batches.append([record.step for record in records])
+        if len(batches) == 1:
+            assert queued.wait(WAIT)
+        real_write(sink, records)
+
+    monkeypatch.setattr(JsonLinesSink, "write", held_write)
+
+    class StepTen(Callback):
+        def on_train_step_end(self, run_context):
+            if run_context.original_args().cur_step_num == 10:
+                queued.set()
+
+    path = tmp_path / "m.json"
+    monitor = MonitorCallback({"interval": 1, "output_type": ["json_file"], "json_log_path": str(path)})
+    training.train([monitor, StepTen()], steps=30)
+    assert [step for batch in batches for step in batch] == list(range(1, 31))
+    assert len(batches[1]) >= 9, f"steps 2..10 queued behind the held write: {batches}"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["step"] for line in lines] == list(range(1, 31))

@@ -388,9 +388,8 @@ def replay_tensorboard(series: Sequence[Series], directory: str | Path) -> Repla
         staging = Path(tempfile.mkdtemp(prefix=".replay-", dir=target))
         try:
             sink = TensorBoardSink(staging)
-            for record in records:
-                sink.write(record)
-                points += len(record.values) + len(record.device)
+            sink.write(records)
+            points += sum(len(record.values) + len(record.device) for record in records)
             sink.close()
             (written,) = staging.glob("events.out.tfevents.*")
             os.replace(written, target / TENSORBOARD_FILE)

@@ -26,6 +26,21 @@ def counted_nonfinite(names: Iterable[str], overflow: object) -> list[str]:
     return [name for name in names if not loss_scaling_explains(name, overflow)]
 
 
+# Key sets in the table's order: a run's records share one or two key sets, so each is
+# sorted once, not on every call (several per record, on the pipeline's worker).
+_ORDERED: dict[tuple[str, ...], tuple[str, ...]] = {}
+_ORDERED_MAX = 256  # key sets kept (a replay of mixed logs may bring many)
+
+
+def _table_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+    ordered = _ORDERED.get(keys)
+    if ordered is None:
+        if len(_ORDERED) >= _ORDERED_MAX:
+            _ORDERED.clear()
+        ordered = _ORDERED[keys] = tuple(sorted(keys, key=lambda key: ORDER.get(key, len(ORDER))))
+    return ordered
+
+
 @dataclass(frozen=True)
 class PhaseInterval:
     """A phase known from timestamps (wall seconds). `seconds` is what the histogram and the
@@ -75,11 +90,13 @@ class StepRecord:
 
     def ordered_values(self) -> list[tuple[str, float | bool]]:
         """Values in the table's order (loss first), for lines people read."""
-        return sorted(self.values.items(), key=lambda item: ORDER.get(item[0], len(ORDER)))
+        values = self.values
+        return [(key, values[key]) for key in _table_order(tuple(values))]
 
     def nonfinite(self) -> list[str]:
         """Keys of the values that are NaN or ±Inf, in the table's order."""
-        return [name for name, value in self.ordered_values() if isinstance(value, float) and not math.isfinite(value)]
+        bad = [name for name, value in self.values.items() if isinstance(value, float) and not math.isfinite(value)]
+        return list(_table_order(tuple(bad))) if len(bad) > 1 else bad
 
     def to_json_dict(self) -> dict[str, object]:
         """The strict-JSON line: NaN/Inf become null and are listed under "nonfinite"."""

@@ -1,10 +1,13 @@
 """The sink contract, and the fan-out that feeds every sink on the pipeline's worker thread.
 
+Sinks take the sampled steps of one worker batch at once: at interval 1 that is a dozen
+records, written with one lock, one `write(2)` and one flush where each record made its own.
 A sink that raises is disabled with one warning naming it; the other sinks carry on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from otel_mindformers.core.guarded_log import get_logger
@@ -18,20 +21,21 @@ class OutputSink(Protocol):
 
     name: str
 
-    def write(self, record: StepRecord) -> None: ...
+    def write(self, records: Sequence[StepRecord]) -> None:
+        """Records of consecutive sampled steps, in step order."""
 
     def close(self) -> None: ...
 
 
 class SinkFanout:
-    """Hands each record to every live sink."""
+    """Hands each batch of records to every live sink."""
 
     def __init__(self, sinks: list[OutputSink]) -> None:
         self._sinks = list(sinks)
 
-    def write(self, record: StepRecord) -> None:
+    def write(self, records: Sequence[StepRecord]) -> None:
         for sink in list(self._sinks):
-            self._guarded(sink, sink.write, record)
+            self._guarded(sink, sink.write, records)
 
     def close(self) -> None:
         for sink in self._sinks:

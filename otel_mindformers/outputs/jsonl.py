@@ -1,6 +1,6 @@
 """`json_file`: one strict-JSON object per sampled step, per rank.
 
-Each line goes out in a single `write(2)` on an O_APPEND descriptor while holding an
+A batch of lines goes out in a single `write(2)` on an O_APPEND descriptor while holding an
 exclusive `flock`, so lines never interleave with another writer of the same file (the
 article's custom monitor appends to `json_log_path` too, and several ranks may share a
 folder). A disk error disables the sink with one warning naming the path; lines already
@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
@@ -93,8 +94,13 @@ def _backups_of(path: Path) -> list[tuple[int, Path]]:
     ]
 
 
+# One encoder for every line: `json.dumps` with options builds a new one per call, which
+# cost as much as encoding the line.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(", ", ": "))
+
+
 def encode(record: StepRecord) -> bytes:
-    return (json.dumps(record.to_json_dict(), allow_nan=False, separators=(", ", ": ")) + "\n").encode()
+    return (_ENCODER.encode(record.to_json_dict()) + "\n").encode()
 
 
 class JsonLinesSink:
@@ -109,26 +115,40 @@ class JsonLinesSink:
     def _open(self) -> int:
         return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def write(self, record: StepRecord) -> None:
+    def write(self, records: Sequence[StepRecord]) -> None:
         try:
-            self.append(encode(record))
+            self.append([encode(record) for record in records])
         except OSError as exc:
             raise OSError(f"cannot write {self.path}: {exc.strerror}") from exc
 
-    def append(self, line: bytes) -> None:
+    def append(self, lines: Sequence[bytes]) -> None:
+        """Whole lines (each ends in a newline), under one lock, in one write per file."""
         self._lock_current_file()
         try:
             size = os.fstat(self._fd).st_size
-            # A line longer than max_bytes still gets a file of its own, never an empty backup.
-            if size and 0 < self._rotation.max_bytes < size + len(line):
-                self._roll_over()
-            written = os.write(self._fd, line)
-            if written != len(line):
-                # A short write (disk full) would leave half a line: cut it back off.
-                os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
-                raise OSError(28, "No space left on device")
+            limit = self._rotation.max_bytes
+            chunk: list[bytes] = []
+            for line in lines:
+                # A line longer than max_bytes still gets a file of its own, never an empty backup.
+                if size and 0 < limit < size + len(line):
+                    self._write_whole(b"".join(chunk))
+                    self._roll_over()
+                    size, chunk = 0, []
+                chunk.append(line)
+                size += len(line)
+            self._write_whole(b"".join(chunk))
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _write_whole(self, data: bytes) -> None:
+        if not data:
+            return
+        written = os.write(self._fd, data)
+        if written != len(data):
+            # A short write (disk full) leaves part of a line: cut the file back to the last whole one.
+            whole = data.rfind(b"\n", 0, written) + 1
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - written + whole)
+            raise OSError(28, "No space left on device")
 
     def _lock_current_file(self) -> None:
         """Lock the file `path` names now: while we waited, another writer may have rolled it over."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import TextIO
 
 from otel_mindformers.core.record import StepRecord
@@ -27,9 +28,9 @@ class StdoutSink:
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
 
-    def write(self, record: StepRecord) -> None:
+    def write(self, records: Sequence[StepRecord]) -> None:
         stream = self._stream or sys.stdout
-        stream.write(format_line(record) + "\n")
+        stream.write("".join([format_line(record) + "\n" for record in records]))
         stream.flush()
 
     def close(self) -> None:

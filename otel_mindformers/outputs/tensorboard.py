@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
@@ -112,23 +113,27 @@ class TensorBoardSink:
             self._writer.close()
             self._open_event_file()
 
-    def write(self, record: StepRecord) -> None:
+    def write(self, records: Sequence[StepRecord]) -> None:
+        try:
+            for record in records:
+                self._write_record(record)
+            if time.monotonic() - self._last_flush >= _FLUSH_SECONDS or (records and records[-1].is_last):
+                self._writer.flush()
+                self._last_flush = time.monotonic()
+        except OSError as exc:
+            raise OSError(f"cannot write {self._event_file}: {exc.strerror}") from exc
+
+    def _write_record(self, record: StepRecord) -> None:
         scalars = [(name, float(value)) for name, value in record.values.items()]
         scalars += [(f"device/{name}", float(value)) for name, value in record.device.items()]
         if record.model_state:
             scalars += [(tag, float(value)) for tag, value in record.model_state.scalars()]
         # The bytes tensorboardX's Event would serialize to, at a tenth of its CPU (event_bytes.py).
         event = scalar_event(record.time_stamp, record.step, scalars)
-        try:
-            # Checked before writing, so a new file starts only when a record is there for it.
-            self._roll_over_if_full()
-            self._write_serialized(event)
-            self._written += len(event) + _RECORD_FRAMING
-            if time.monotonic() - self._last_flush >= _FLUSH_SECONDS or record.is_last:
-                self._writer.flush()
-                self._last_flush = time.monotonic()
-        except OSError as exc:
-            raise OSError(f"cannot write {self._event_file}: {exc.strerror}") from exc
+        # Checked before writing, so a new file starts only when a record is there for it.
+        self._roll_over_if_full()
+        self._write_serialized(event)
+        self._written += len(event) + _RECORD_FRAMING
 
     def _write_serialized(self, event: bytes) -> None:
         write = getattr(self._writer, "_write_serialized_event", None)

@@ -6,8 +6,9 @@ phases, the time breakdown, the device readings; accounting.py), starts the step
 with the step's real start and end times, applies
 the step's measurements inside the span's context (so the step-duration histogram's
 exemplar points at the span), runs the alert rules (which may add span events, name the
-fired rules in the record, and ask training to stop), ends the span, and hands the record
-to the local outputs. A full queue drops the record (counted, reported once) rather than
+fired rules in the record, and ask training to stop) and ends the span. At the end of a
+batch of records (core/workers.py) it hands them to the local outputs at once: one write
+per output for the batch. A full queue drops the record (counted, reported once) rather than
 block a step. Time lost to training-thread phases comes through the same queue, so the time
 ledger sees it in order: a `phase()` object itself (its span is started and ended here, with
 the ids it had while it ran; PhaseRecorder.record_deferred), else its seconds (`lost`). A
@@ -101,6 +102,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._sections = sections  # RankSections (diagnosis/stragglers.py) or None
         self._complete = complete  # a sampled step's tuple -> (StepRecord, Window): MonitorRun's
         self._stop_requested = False
+        self._unwritten: list[StepRecord] = []  # this batch's records, for the outputs at its end
         self.dropped = 0
         self.dropped_phases = 0
         self._phase_failed = False
@@ -140,7 +142,7 @@ class SampledStepPipeline(BoundedWorker[object]):
             self._record_telemetry(record)
         except Exception as exc:  # telemetry must never cost the local outputs their line
             _logger.warning("otel_mindformers: recording step %d failed: %s", record.step, exc)
-        self._sinks.write(record)
+        self._unwritten.append(record)
 
     def _record_telemetry(self, record: StepRecord) -> None:
         fields = recording.step_span(record)
@@ -188,6 +190,9 @@ class SampledStepPipeline(BoundedWorker[object]):
 
     def end_batch(self) -> None:
         self._instruments.flush()  # the batch's gauges and counters, one SDK call each
+        if self._unwritten:  # the batch's lines: one write per output
+            self._sinks.write(self._unwritten)
+            self._unwritten = []  # only now: `close` counts a stuck write's records as not written
 
     def on_stop(self) -> None:
         self._sinks.close()
@@ -229,8 +234,10 @@ class SampledStepPipeline(BoundedWorker[object]):
     def close(self, timeout: float = 5.0) -> list[StepRecord]:  # type: ignore[override]  # the records, not the queue items
         """Drain what is queued and close every output, within `timeout` seconds; return
         the records not written."""
-        left: list[StepRecord] = []
-        for item in super().close(timeout):
+        queued = super().close(timeout)
+        # Past the deadline: the batch's records, handled or in a write that is stuck, are not written either.
+        left = list(self._unwritten) if self._thread.is_alive() else []
+        for item in queued:
             if type(item) is tuple:
                 left.append(self._complete(item)[0])
         if left:
