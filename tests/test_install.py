@@ -61,8 +61,22 @@ def _stack_dumps(folder: Path) -> Path:
     return folder
 
 
+def _analysed_capture(root: Path) -> Path:
+    """A capture folder as `capture --analyse` leaves it: its manifest and a (here empty)
+    profiler trace, so `capture --plot` gets as far as drawing."""
+    folder = root / "rank_0" / "20261201T000000-step5-manual"
+    trace = folder / "profile" / "r0_ascend_ms" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text("[]")
+    manifest = {"rank": 0, "step": 5, "trigger": "manual", "status": "analysed", "time_stamp": time.time()}
+    (folder / "capture.json").write_text(json.dumps(manifest))
+    return root
+
+
 def _commands(tmp_path: Path, dumps: Path, endpoint: str) -> list[tuple[list[str], int, str]]:
     """(arguments, exit status, a line the output holds) of each command a base install runs."""
+    no_matplotlib = "needs matplotlib, which is not installed: pip install 'otel-mindformers[analysis]'"
+    captures = _analysed_capture(tmp_path / "captures")
     return [
         (["--version"], 0, "otel-mindformers "),
         (
@@ -82,7 +96,17 @@ def _commands(tmp_path: Path, dumps: Path, endpoint: str) -> list[tuple[list[str
         (
             ["plot", str(LOGS / "gap_and_restart.json"), "-o", str(tmp_path / "loss.png")],
             1,
-            "error: plot needs matplotlib, which is not installed: pip install 'otel-mindformers[analysis]'",
+            f"error: plot {no_matplotlib}",
+        ),
+        (
+            ["plot", "--attempts", str(LOGS / "gap_and_restart.json"), "-o", str(tmp_path / "attempts.png")],
+            1,
+            f"error: plot {no_matplotlib}",
+        ),
+        (
+            ["capture", "--plot", str(tmp_path / "trace.png"), str(captures)],
+            1,
+            f"error: capture --plot {no_matplotlib}",
         ),
     ]
 
