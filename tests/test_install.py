@@ -23,6 +23,7 @@ from otel_mindformers.diagnosis.dumps import StackDumper
 from otel_mindformers.diagnosis.records import diagnosis_path
 from otel_mindformers.job.identity import Identity
 from tests.support.backends import unavailable
+from tests.support.hidden import hiding
 from tests.support.otlp_receiver import OtlpReceiver
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,10 +37,7 @@ BUILD_WHEEL = "pip wheel --no-deps -w dist ."
 
 
 def _hide(tmp_path: Path, modules) -> dict[str, str]:
-    shim = tmp_path / "shim"
-    shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([hiding(tmp_path / "shim", modules), str(REPO)])}
 
 
 def _stack_dumps(folder: Path) -> Path:
