@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,23 @@ def _pip(python: Path, *arguments: str, cwd: Path) -> subprocess.CompletedProces
         text=True,
         timeout=900,
     )
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_the_package_and_its_type_marker_and_nothing_else(tmp_path):
+    """What a user installs from the README's wheel line: every module of the package, the
+    PEP 561 marker (without it mypy rejects `from otel_mindformers import MonitorCallback` in
+    the user's training code as untyped), and no tests, examples or backend configs."""
+    source = _clean_copy(tmp_path / "checkout")
+    built = _pip(Path(sys.executable), *BUILD_WHEEL.split()[1:], cwd=source)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    (wheel,) = (source / "dist").glob("otel_mindformers-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = {path.relative_to(source).as_posix() for path in (source / "otel_mindformers").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
+    assert "otel_mindformers/py.typed" in names
+    tops = {name.split("/")[0] for name in names}
+    assert tops == {"otel_mindformers", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, tops
 
 
 @pytest.mark.slow
