@@ -103,7 +103,11 @@ def main() -> None:
     if "json_file" in monitor_cfg.output_type:
         print(f"  JSON lines : {Path(monitor_cfg.json_log_path).resolve()}")
     if "tensorboard" in monitor_cfg.output_type:
-        print(f"  TensorBoard: {Path(monitor_cfg.tensorboard_path).resolve()}  (tensorboard --logdir ...)")
+        tensorboard = Path(monitor_cfg.tensorboard_path).resolve()
+        if tensorboard.exists():
+            print(f"  TensorBoard: {tensorboard}  (tensorboard --logdir ...)")
+        else:  # tensorboardX is missing or broken: the output was off (the warning above says which)
+            print("  TensorBoard: off, see the warning above")
     print("  Plot it    : otel-mindformers plot output/  (or python examples/analyze_loss.py)")
 
 

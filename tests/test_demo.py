@@ -5,9 +5,11 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
+from tests.support.hidden import hiding
 from tests.support.paths import REPO
 
 
@@ -49,6 +51,32 @@ def test_demo_command_trains_and_writes_every_local_output():
     assert builtin[-1]["loss"] < builtin[0]["loss"] / 10, "the tiny LM learns its sequences"
     assert set(builtin[0]) >= {"loss", "learning_rate", "grad_norm", "train_per_step_time", "overflow"}
     assert any((output / "tensorboard_log" / "rank_0").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_demo_without_tensorboardx_warns_once_and_says_the_output_was_off(tmp_path):
+    """A user who installed the package without its `tensorboard` extra runs the example as
+    written: one warning names the extra, training completes, and the closing summary does not
+    point at a TensorBoard folder that was never written."""
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([hiding(tmp_path / "shim", ["tensorboardX"]), str(REPO)]),
+    }
+    result = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "train_main.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if "tensorboard" in line.lower()]
+    assert len(warnings) == 1 and "pip install 'otel-mindformers[tensorboard]'" in warnings[0], result.stderr
+    assert "  TensorBoard: off, see the warning above" in result.stdout.splitlines(), result.stdout
+    assert not (tmp_path / "output" / "tensorboard_log").exists()
+    assert len([line for line in result.stdout.splitlines() if line.startswith("[otel_mindformers]")]) == 7
 
 
 TELEMETRY_PAGE = REPO / "docs" / "telemetry.md"

@@ -14,15 +14,13 @@ import tomllib
 
 from otel_mindformers.config.extras import EXTRA_OF_MODULE
 from tests.support.cli import cli
+from tests.support.hidden import hiding
 from tests.support.paths import REPO
 from tests.support.reliability_worker import run
 
 
 def _hide(tmp_path: Path, *modules: str) -> dict[str, str]:
-    shim = tmp_path / "shim"
-    shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules))
-    return {"PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
+    return {"PYTHONPATH": os.pathsep.join([hiding(tmp_path / "shim", modules), str(REPO)])}
 
 
 def test_the_table_names_extras_of_pyproject():
@@ -92,6 +90,8 @@ def test_training_without_an_outputs_extra_runs_with_one_warning(tmp_path, outpu
     assert len(warnings) == 1 and f"pip install 'otel-mindformers[{output}]'" in warnings[0], process.stderr
     lines = (tmp_path / "output" / "train_metric.json").read_text().splitlines()
     assert len(lines) == 6
+    # An output that is off leaves no trace on disk: an empty TensorBoard folder would say it ran.
+    assert sorted(p.name for p in (tmp_path / "output").iterdir() if p.is_dir()) == []
 
 
 @pytest.mark.slow
@@ -173,6 +173,7 @@ def test_a_tensorboardx_that_fails_on_import_turns_the_output_off_and_training_r
     assert f"tensorboardX fails on import ({error}: " in warnings[0]
     assert "pip install 'otel-mindformers[tensorboard]'" in warnings[0]
     assert len((tmp_path / "output" / "train_metric.json").read_text().splitlines()) == 4
+    assert not (tmp_path / "output" / "tensorboard_log").exists()
 
     validated = _validate(tmp_path, "output_type: [tensorboard]", {**os.environ, **env})
     assert validated.returncode == 1

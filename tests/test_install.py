@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from otel_mindformers.diagnosis.dumps import StackDumper
 from otel_mindformers.diagnosis.records import diagnosis_path
 from otel_mindformers.job.identity import Identity
 from tests.support.backends import unavailable
+from tests.support.hidden import hiding
 from tests.support.otlp_receiver import OtlpReceiver
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,10 +38,7 @@ BUILD_WHEEL = "pip wheel --no-deps -w dist ."
 
 
 def _hide(tmp_path: Path, modules) -> dict[str, str]:
-    shim = tmp_path / "shim"
-    shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([hiding(tmp_path / "shim", modules), str(REPO)])}
 
 
 def _stack_dumps(folder: Path) -> Path:
@@ -61,8 +60,22 @@ def _stack_dumps(folder: Path) -> Path:
     return folder
 
 
+def _analysed_capture(root: Path) -> Path:
+    """A capture folder as `capture --analyse` leaves it: its manifest and a (here empty)
+    profiler trace, so `capture --plot` gets as far as drawing."""
+    folder = root / "rank_0" / "20261201T000000-step5-manual"
+    trace = folder / "profile" / "r0_ascend_ms" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text("[]")
+    manifest = {"rank": 0, "step": 5, "trigger": "manual", "status": "analysed", "time_stamp": time.time()}
+    (folder / "capture.json").write_text(json.dumps(manifest))
+    return root
+
+
 def _commands(tmp_path: Path, dumps: Path, endpoint: str) -> list[tuple[list[str], int, str]]:
     """(arguments, exit status, a line the output holds) of each command a base install runs."""
+    no_matplotlib = "needs matplotlib, which is not installed: pip install 'otel-mindformers[analysis]'"
+    captures = _analysed_capture(tmp_path / "captures")
     return [
         (["--version"], 0, "otel-mindformers "),
         (
@@ -82,7 +95,17 @@ def _commands(tmp_path: Path, dumps: Path, endpoint: str) -> list[tuple[list[str
         (
             ["plot", str(LOGS / "gap_and_restart.json"), "-o", str(tmp_path / "loss.png")],
             1,
-            "error: plot needs matplotlib, which is not installed: pip install 'otel-mindformers[analysis]'",
+            f"error: plot {no_matplotlib}",
+        ),
+        (
+            ["plot", "--attempts", str(LOGS / "gap_and_restart.json"), "-o", str(tmp_path / "attempts.png")],
+            1,
+            f"error: plot {no_matplotlib}",
+        ),
+        (
+            ["capture", "--plot", str(tmp_path / "trace.png"), str(captures)],
+            1,
+            f"error: capture --plot {no_matplotlib}",
         ),
     ]
 
@@ -133,6 +156,23 @@ def _pip(python: Path, *arguments: str, cwd: Path) -> subprocess.CompletedProces
         text=True,
         timeout=900,
     )
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_the_package_and_its_type_marker_and_nothing_else(tmp_path):
+    """What a user installs from the README's wheel line: every module of the package, the
+    PEP 561 marker (without it mypy rejects `from otel_mindformers import MonitorCallback` in
+    the user's training code as untyped), and no tests, examples or backend configs."""
+    source = _clean_copy(tmp_path / "checkout")
+    built = _pip(Path(sys.executable), *BUILD_WHEEL.split()[1:], cwd=source)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    (wheel,) = (source / "dist").glob("otel_mindformers-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = {path.relative_to(source).as_posix() for path in (source / "otel_mindformers").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
+    assert "otel_mindformers/py.typed" in names
+    tops = {name.split("/")[0] for name in names}
+    assert tops == {"otel_mindformers", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, tops
 
 
 @pytest.mark.slow

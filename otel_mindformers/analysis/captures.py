@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from otel_mindformers.config.extras import MATPLOTLIB_MODULES, missing_package
 from otel_mindformers.diagnosis import capture_store as store
 from otel_mindformers.names import captures as names
 
@@ -150,6 +151,10 @@ def _analyse(root: Path) -> int:
 
 
 def _plot(root: str, output: str) -> int:
+    missing = missing_package("capture --plot", MATPLOTLIB_MODULES)
+    if missing is not None:
+        print(f"error: {missing}", file=sys.stderr)
+        return 1
     analysed = [m for m in store.list_captures(root) if m["traces"]]
     if not analysed:
         print(f"error: no analysed profile under {root}", file=sys.stderr)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from otel_mindformers.analysis.logs import AnalysisError, Location, Series, read_logs, replay_problems
 from otel_mindformers.config import OTLP_PROTOCOLS
-from otel_mindformers.config.extras import TENSORBOARD_MODULES, import_optional, install_hint
+from otel_mindformers.config.extras import MATPLOTLIB_MODULES, TENSORBOARD_MODULES, missing_package
 
 _LOGS_HELP = (
     "JSON-lines logs: files, globs or folders (a folder finds every *_rank_*.json in it); "
@@ -137,17 +137,16 @@ def _one_line_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[
 def _require(command: str, modules: Iterable[str]) -> None:
     """An optional package the command needs, missing or failing on import: one line naming
     it, the error and the extra."""
-    for module in modules:
-        _, problem = import_optional(module)
-        if problem is not None:
-            raise AnalysisError(f"{command} needs {module}, which {problem}: {install_hint(module)}")
+    problem = missing_package(command, modules)
+    if problem is not None:
+        raise AnalysisError(problem)
 
 
 @_one_line_errors
 def _plot(args: argparse.Namespace) -> int:
+    _require("plot", MATPLOTLIB_MODULES)  # both drawings, the curves and the attempts
     if args.attempts:
         return _plot_attempts(args)
-    _require("plot", ("matplotlib", "matplotlib.figure"))
     from otel_mindformers.analysis.plot import plot  # matplotlib loads only for this command
 
     series = _read(args)

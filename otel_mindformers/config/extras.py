@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import threading
+from collections.abc import Iterable
 from types import ModuleType
 
 from otel_mindformers.config import MonitorConfig
@@ -42,6 +43,9 @@ TENSORBOARD_MODULES = (
 
 
 PROMETHEUS_MODULES = ("prometheus_client", "opentelemetry.exporter.prometheus")  # the one the other imports first
+
+# What the drawing commands import (`plot`, `plot --attempts`, `capture --plot`).
+MATPLOTLIB_MODULES = ("matplotlib", "matplotlib.figure")
 
 
 def install_hint(module: str) -> str:
@@ -114,6 +118,16 @@ def _needed_modules(config: MonitorConfig) -> list[tuple[str, str]]:
     return needed
 
 
+def missing_package(who: str, modules: Iterable[str]) -> str | None:
+    """ "`who` needs `module`, which is not installed: pip install ..." for the first of
+    `modules` that is missing or fails on import; None when all import."""
+    for module in modules:
+        _, problem = import_optional(module)
+        if problem is not None:
+            return f"{who} needs {module}, which {problem}: {install_hint(module)}"
+    return None
+
+
 def missing_extras(config: MonitorConfig) -> list[str]:
     """One line per enabled part of `config` whose package is not installed or fails on
     import (`validate` imports them: a broken package is found before training)."""
@@ -123,7 +137,7 @@ def missing_extras(config: MonitorConfig) -> list[str]:
     for key, module in _needed_modules(config):
         if key in problems:
             continue  # one line per part: the modules after the first that fails fail with it
-        _, problem = import_optional(module)
+        problem = missing_package(key, (module,))
         if problem is not None:
-            problems[key] = f"{key} needs {module}, which {problem}: {install_hint(module)}"
+            problems[key] = problem
     return list(problems.values())

@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 
 from otel_mindformers.config import ConfigError, MonitorConfig
+from otel_mindformers.config.extras import TENSORBOARD_MODULES, output_off_warning
 from otel_mindformers.job.identity import Identity, detect_identity
 from otel_mindformers.outputs.jsonl import rank_path
 from otel_mindformers.outputs.tensorboard import rank_dir
@@ -71,11 +72,15 @@ def check_output_paths(config: MonitorConfig, identity: Identity | None = None) 
 
 def prepare_output_paths(config: MonitorConfig, identity: Identity | None = None) -> None:
     """Create the enabled outputs' folders; ConfigError naming the key of a path that cannot
-    be written."""
+    be written. The TensorBoard folder is left uncreated when tensorboardX is missing or
+    broken: that output is off for the run (one warning), and an empty folder would say
+    otherwise."""
     identity = identity or detect_identity()
     problems = []
     for key, path, is_file in _targets(config, identity):
         problem = _problem(key, path, is_file)
+        if key == TENSORBOARD_KEY and output_off_warning("tensorboard", TENSORBOARD_MODULES) is not None:
+            continue
         if problem is None:
             folder = path.parent if is_file else path
             try:
