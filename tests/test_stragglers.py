@@ -97,7 +97,8 @@ def test_a_rank_that_waits_for_its_data_records_it_itself_once(data_starved):
     )
     assert event[names.ATTR_SHARE] > 0.2 and event["training.step"] == flagged[0]
     (log,) = signal_logs(capture)
-    assert "rank 0 holds the job back: it waited for its data" in log.body
+    # One process is the whole job: nobody waits for it, it waits for its data.
+    assert log.body.startswith("training is input-bound: it waited for its data")
     (point,) = capture.points()[SIGNALS]
     assert point.value == 1 and point.attributes[names.ATTR_SCORE] == names.SCORE_RELATIVE
 
@@ -125,6 +126,40 @@ class _BusyFrom:
     def _spin(self) -> None:
         while self._spinning.is_set():
             pass
+
+
+def _window(step: int, data_wait: float) -> StepRecord:
+    in_step = 1.0 - data_wait
+    sections = {names.SECTION_DATA_WAIT: data_wait, names.SECTION_IN_STEP: in_step, WINDOW_KEY: 1.0, STEPS_KEY: 1.0}
+    return StepRecord(step=step, epoch=1, rank=1, time_stamp=float(step), sections=sections)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_each_episode_is_counted_and_the_training_log_warns_once(world_size, caplog):
+    """A data share hovering at the threshold starts episode after episode: every one is an
+    event and a count, the training log names the section once. Its words say who waits."""
+    from otel_mindformers.config.schema import StragglerConfig
+    from otel_mindformers.diagnosis.stragglers import RankSections
+    from otel_mindformers.job.identity import Identity
+    from otel_mindformers.telemetry.instruments import Coalesced
+
+    capture = Capture()
+    sections = RankSections(
+        capture.meter_provider.get_meter("t"),
+        capture.logger_provider.get_logger("t"),
+        Identity(rank=1, world_size=world_size),
+        StragglerConfig(windows=2),
+    )
+    shares = [0.5, 0.5, 0.1, 0.5, 0.5, 0.1, 0.5, 0.5]  # three episodes of two windows
+    with caplog.at_level("WARNING", logger="otel_mindformers"):
+        for step, share in enumerate(shares, start=1):
+            sections.observe(_window(step, share), None, Coalesced())
+    assert len(signal_logs(capture)) == 3
+    assert capture.points()[SIGNALS][0].value == 3
+    (warning,) = [r.getMessage() for r in caplog.records if "waited for its data" in r.getMessage()]
+    who = "rank 1 holds the job back" if world_size > 1 else "training is input-bound"
+    assert warning.startswith(f"otel_mindformers: {who}: it waited for its data 50%")
+    assert SIGNALS in warning  # where the later episodes went
 
 
 @timed

@@ -16,7 +16,9 @@ learns the job's pace inside the gradient all-reduce, so
 
 Each signal needs `windows` consecutive windows, and fires once per episode: a span event
 on the step span, an OTel log record, the counter `mindformers.rank.straggler.signals` and
-the section's name in the JSON line's `stragglers`.
+the section's name in the JSON line's `stragglers`; the training log's warning comes once per
+section (a share hovering at the threshold starts episode after episode). A process that is
+the whole job is told it is input-bound: there are no other ranks to hold back.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class RankSections:
         self._rise = _Streak(config.windows)
         self._history: deque[float] = deque(maxlen=HISTORY)  # in-step seconds per step, by window
         self._streak: list[float] = []  # the windows of the current rise, kept out of the baseline
+        self._warned: set[str] = set()  # sections already named in the training log
 
     def observe(self, record: StepRecord, span: Span | None, coalesced: Coalesced) -> None:
         """`coalesced` holds the section series' adds until the pipeline's batch ends."""
@@ -109,11 +112,15 @@ class RankSections:
         config = self._config
         share = sections[names.SECTION_DATA_WAIT] / window
         if self._data.update(share > config.data_share):
+            waited = (
+                f"it waited for its data {share:.0%} of its wall time for {config.windows} sampled "
+                f"window(s) (threshold {config.data_share:.0%})"
+            )
             self._signal(
                 counter, record, span, names.SECTION_DATA_WAIT, names.SCORE_RELATIVE, {names.ATTR_SHARE: share},
-                f"rank {self._identity.rank} holds the job back: it waited for its data {share:.0%} of its "
-                f"wall time for {config.windows} sampled window(s) (threshold {config.data_share:.0%}); "
-                "the other ranks wait for it inside their step",
+                f"rank {self._identity.rank} holds the job back: {waited}; the other ranks wait for it inside their step"
+                if self._identity.distributed  # one process has no job to hold back: it is input-bound
+                else f"training is input-bound: {waited}; the data pipeline, not the step, sets the pace",
             )  # fmt: skip
         per_step = sections[names.SECTION_IN_STEP] / steps
         if share > config.data_share:  # a baseline of steps, not of waits for data
@@ -157,7 +164,13 @@ class RankSections:
         event = {**attributes, **extra, semconv.ATTR_STEP: record.step, "message": message}
         record_event(span, self._otel_logger, names.EVENT_STRAGGLER, message, event, SeverityNumber.WARN)
         record.stragglers.append(section)
-        _logger.warning("otel_mindformers: %s", message)
+        if section not in self._warned:  # the training log once per section; every episode is counted
+            self._warned.add(section)
+            _logger.warning(
+                "otel_mindformers: %s (later episodes: the counter %s and span events, not this log)",
+                message,
+                names.STRAGGLER_SIGNALS.name,
+            )
 
 
 __all__ = ["TELL_APART", "RankSections"]
