@@ -72,6 +72,16 @@ def _analysed_capture(root: Path) -> Path:
     return root
 
 
+def _raw_capture(root: Path) -> Path:
+    """A capture taken with `analysis: deferred`: its manifest and a raw profile folder that
+    `capture --analyse` has not analysed yet."""
+    folder = root / "rank_0" / "20261201T000000-step5-manual"
+    (folder / "profile" / "r0_ascend_ms").mkdir(parents=True)
+    manifest = {"rank": 0, "step": 5, "trigger": "manual", "status": "raw", "time_stamp": time.time()}
+    (folder / "capture.json").write_text(json.dumps(manifest))
+    return root
+
+
 def _commands(tmp_path: Path, dumps: Path, endpoint: str) -> list[tuple[list[str], int, str]]:
     """(arguments, exit status, a line the output holds) of each command a base install runs."""
     no_matplotlib = "needs matplotlib, which is not installed: pip install 'otel-mindformers[analysis]'"
@@ -106,6 +116,11 @@ def _commands(tmp_path: Path, dumps: Path, endpoint: str) -> list[tuple[list[str
             ["capture", "--plot", str(tmp_path / "trace.png"), str(captures)],
             1,
             f"error: capture --plot {no_matplotlib}",
+        ),
+        (
+            ["capture", "--analyse", str(_raw_capture(tmp_path / "raw_captures"))],
+            1,
+            "error: capture --analyse needs mindspore, which is not installed: pip install mindspore",
         ),
     ]
 
