@@ -4,6 +4,10 @@
 thread, a caller): no debugger, and no signal is sent to the process, so MindSpore's own
 threads are never interrupted. A snapshot is bounded (threads, frames per thread, frames in
 all, characters per source line), keeping the innermost frames, which say where a thread is.
+
+Not `faulthandler.dump_traceback(all_threads=True)`: on CPython 3.11 that C walk reads the
+thread list without its lock, and crashes the process when a native MindSpore data thread
+creates its thread state meanwhile (docs/hangs.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,17 @@
 """One rank of the hang test, started by msrun: trains on its own (no collective, so the
 other rank runs ahead) with a MonitorCallback; rank `--block-rank` blocks in its data at
-step `--block-at` until the test opens the FIFO `--release` for writing."""
+step `--block-at` until the test opens the FIFO `--release` for writing. With FAULT_LOG_DIR
+set, a fatal signal leaves every thread's Python stack there (tests/support/fault_log.py)."""
 
 import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support import fault_log  # noqa: E402
+
+fault_log.enable()  # before MindSpore registers its exit handlers: the log's mark comes after them
 
 from mindspore.communication import get_rank, init  # noqa: E402
 
