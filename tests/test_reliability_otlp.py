@@ -184,6 +184,26 @@ def test_exit_is_not_delayed_past_the_shutdown_timeout(tmp_path, protocol):
     assert "did not flush within" in process.stderr
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_a_collector_refusing_every_export_costs_exit_one_short_try_not_the_shutdown_timeout(tmp_path, protocol):
+    """Nothing listens at the endpoint all run long: at train end the failure is known and
+    recent, so the last flush gets one short try instead of the whole `shutdown_timeout`
+    (60 s here) or the exporter's retries (30 s); the failure is still said once, and the
+    local output is whole."""
+    # The exporter's own timeout (30 s) is what a flush without the cap would wait for.
+    spec = _spec(tmp_path, f"http://127.0.0.1:{free_port()}", steps=40, protocol=protocol, timeout=30.0)
+    spec["config"].update(shutdown_timeout=60.0, json_log_path=str(tmp_path / "m.json"))
+    process, report = run(spec, tmp_path)
+    exited = time.time()
+    assert process.returncode == 0, process.stderr[-3000:]
+    # One short try and interpreter teardown; never the exporter's 30 s nor the 60 s budget.
+    assert exited - report["last_step_end"] < 20.0, process.stderr[-3000:]
+    said = [line for line in process.stderr.splitlines() if line.startswith("otel_mindformers:")]
+    ours = [line for line in said if "OTLP export" in line or "flush" in line]
+    assert len(ours) == 1 and "OTLP export to" in ours[0], said
+    assert len((tmp_path / "m.json").read_text().splitlines()) == 40
+
+
 def test_memory_stays_bounded_against_a_blackholed_collector(tmp_path):
     """Spans pile up behind an export that never returns: the SDK's queue limit (set small
     here through its standard variables) must hold them, so traced memory plateaus."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator
 
 from otel_mindformers.config.redaction import Redactor, endpoint_secrets, printable_endpoint
@@ -58,6 +59,7 @@ class ExportErrorReporter(logging.Filter):
         )
         self.announce = announce
         self.first_failure: str | None = None  # the first failure's message: export is failing
+        self.last_failure_at: float | None = None  # time.monotonic() of the latest one
         self._lock = threading.Lock()
         self._loggers: list[logging.Logger] = []
         self.dropped: dict[str, int] = {}  # what full SDK queues dropped, by signal
@@ -65,6 +67,11 @@ class ExportErrorReporter(logging.Filter):
     @property
     def failing(self) -> bool:
         return self.first_failure is not None
+
+    def failed_within(self, seconds: float) -> bool:
+        """A failure was seen in the last `seconds`: export is failing now, not only once."""
+        last = self.last_failure_at
+        return last is not None and time.monotonic() - last <= seconds
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
@@ -108,6 +115,7 @@ class ExportErrorReporter(logging.Filter):
         """Record a failure; the first one is announced (one warning), the rest are dropped."""
         failure = self._redact(failure)
         with self._lock:
+            self.last_failure_at = time.monotonic()
             first = self.first_failure is None
             if first:
                 self.first_failure = failure

@@ -41,6 +41,11 @@ from otel_mindformers.version import __version__
 _logger = get_logger(__name__)
 
 DEFAULT_SERVICE_NAME = "mindformers-train"
+# An export failure this recent at train end means the collector is failing now (the SDK's
+# exporters retry every few seconds, and each retry that fails is seen): the last flush then
+# gets FAILING_FLUSH_SECONDS, not the whole `shutdown_timeout`.
+FAILING_NOW_SECONDS = 30.0
+FAILING_FLUSH_SECONDS = 1.0
 _SDK_LOG_BATCH_SIZE = 512  # the SDK's default OTEL_BLRP_MAX_EXPORT_BATCH_SIZE
 
 
@@ -92,6 +97,10 @@ class Telemetry:
     def _flush_or_shut_down(self, timeout: float) -> bool:
         for release in self._release:
             release()
+        reporter = self._export_errors or ExportErrorReporter.installed()
+        if reporter is not None and reporter.failed_within(FAILING_NOW_SECONDS):
+            # The collector refused the last exports: one more try, not the whole budget.
+            timeout = min(timeout, FAILING_FLUSH_SECONDS)
 
         def work() -> None:
             millis = int(timeout * 1000)
@@ -115,7 +124,6 @@ class Telemetry:
             )
         else:
             message = f"telemetry did not flush within {timeout:.1f} s; unsent data is dropped"
-        reporter = self._export_errors or ExportErrorReporter.installed()
         if reporter is not None:
             reporter.report(message)  # one warning in all, with the export failures
         else:
