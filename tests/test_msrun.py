@@ -114,6 +114,14 @@ def test_two_rank_msrun_job_monitored_with_environment_variables_alone(workdir, 
     )
     run([str(REPO / "examples" / "msrun_train.sh"), "--steps", "6"], env, workdir)
 
+    # Every process of the job loaded the `mindformers` resource detector: the SDK logs a
+    # detector that fails to import (a circular import did, in every msrun process) and skips it.
+    logs = sorted((workdir / "msrun_log").glob("*.log"))
+    assert [log.name for log in logs] == ["scheduler.log", "worker_0.log", "worker_1.log"]
+    for log in logs:
+        text = log.read_text(errors="replace")
+        assert "Failed to load resource detector" not in text and "Traceback" not in text, (log.name, text[:3000])
+
     # Per-rank JSON files; training metrics from rank 0 only, step time and host readings from both.
     output = workdir / "output"
     assert sorted(p.name for p in output.glob("*.json")) == ["train_metric_rank_0.json", "train_metric_rank_1.json"]

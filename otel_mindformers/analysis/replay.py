@@ -57,9 +57,10 @@ from otel_mindformers.core.record import StepRecord
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
+from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 from otel_mindformers.names.spec import Kind, MetricSpec
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
-from otel_mindformers.telemetry.providers import DEFAULT_SERVICE_NAME, otlp_exporters
+from otel_mindformers.telemetry.providers import otlp_exporters
 from otel_mindformers.version import __version__
 
 SPANS_PER_EXPORT = 512

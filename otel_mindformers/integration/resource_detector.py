@@ -12,7 +12,7 @@ from opentelemetry.sdk.resources import Resource, ResourceDetector
 
 from otel_mindformers.job.identity import detect_identity, rank_in_environment
 from otel_mindformers.names import semconv
-from otel_mindformers.telemetry.providers import DEFAULT_SERVICE_NAME
+from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 
 
 class MindFormersResourceDetector(ResourceDetector):

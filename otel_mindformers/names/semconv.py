@@ -21,6 +21,8 @@ from otel_mindformers.names.spec import Kind, MetricSpec
 from otel_mindformers.names.stragglers import STRAGGLER_METRICS
 
 INSTRUMENTATION_NAME = "otel_mindformers"
+# `service.name` when neither monitor_config nor OTEL_SERVICE_NAME gives one.
+DEFAULT_SERVICE_NAME = "mindformers-train"
 
 # The phase of a phase span and of `mindformers.phase.duration` points (names/phases.py).
 ATTR_PHASE = phase_names.ATTR_PHASE

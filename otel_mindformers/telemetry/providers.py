@@ -34,13 +34,13 @@ from otel_mindformers.config.extras import PROMETHEUS_MODULES, output_off_warnin
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
+from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.telemetry.observables import RunObservables
 from otel_mindformers.version import __version__
 
 _logger = get_logger(__name__)
 
-DEFAULT_SERVICE_NAME = "mindformers-train"
 # An export failure this recent at train end means the collector is failing now (the SDK's
 # exporters retry every few seconds, and each retry that fails is seen): the last flush then
 # gets FAILING_FLUSH_SECONDS, not the whole `shutdown_timeout`.
