@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests.support.hidden import hiding
+from tests.support.instrumented import run
 from tests.support.paths import REPO
 
 
@@ -63,15 +64,7 @@ def test_demo_without_tensorboardx_warns_once_and_says_the_output_was_off(tmp_pa
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join([hiding(tmp_path / "shim", ["tensorboardX"]), str(REPO)]),
     }
-    result = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "train_main.py")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run([sys.executable, str(REPO / "examples" / "train_main.py")], env, tmp_path)
     warnings = [line for line in result.stderr.splitlines() if "tensorboard" in line.lower()]
     assert len(warnings) == 1 and "pip install 'otel-mindformers[tensorboard]'" in warnings[0], result.stderr
     assert "  TensorBoard: off, see the warning above" in result.stdout.splitlines(), result.stdout

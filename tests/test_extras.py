@@ -13,6 +13,7 @@ import pytest
 import tomllib
 
 from otel_mindformers.config.extras import EXTRA_OF_MODULE
+from tests.support import instrumented
 from tests.support.cli import cli
 from tests.support.hidden import hiding
 from tests.support.paths import REPO
@@ -100,29 +101,14 @@ def test_no_optional_module_is_needed_to_import_the_package_or_its_cli(tmp_path)
     a file that every run or CLI command imports. With every optional module hidden, the
     package, the callback and the CLI still import, and `--help` runs."""
     env = {**os.environ, **_hide(tmp_path, *EXTRA_OF_MODULE)}
-    imported = subprocess.run(
-        [sys.executable, "-c", "import otel_mindformers, otel_mindformers.cli"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert imported.returncode == 0, imported.stderr[-2000:]
+    instrumented.run([sys.executable, "-c", "import otel_mindformers, otel_mindformers.cli"], env, tmp_path, 120)
     # The callback imports MindSpore, which needs psutil itself: psutil is optional only
     # where MindSpore is not imported.
     without_psutil = [module for module in EXTRA_OF_MODULE if module != "psutil"]
     (tmp_path / "run").mkdir()
     run_env = {**os.environ, **_hide(tmp_path / "run", *without_psutil)}
-    imported = subprocess.run(
-        [sys.executable, "-c", "import otel_mindformers.runtime.callback, otel_mindformers.runtime.run"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=run_env,
-    )
-    assert imported.returncode == 0, imported.stderr[-2000:]
+    callback = "import otel_mindformers.runtime.callback, otel_mindformers.runtime.run"
+    instrumented.run([sys.executable, "-c", callback], run_env, tmp_path, 120)
     helped = cli("--help", cwd=tmp_path, timeout=120, env=env)
     assert helped.returncode == 0, helped.stderr[-2000:]
 

@@ -12,7 +12,6 @@ DIR is `alert_config.capture.path` of the job (runs watch it with `on_demand: tr
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from otel_mindformers.config.extras import MATPLOTLIB_MODULES, install_hint, missing_package
+from otel_mindformers.config.extras import MATPLOTLIB_MODULES, is_installed, missing_package, needs_line
 from otel_mindformers.diagnosis import capture_store as store
 from otel_mindformers.names import captures as names
 
@@ -138,12 +137,9 @@ def _analyse(root: Path) -> int:
     if not raw:
         print(f"nothing to analyse under {root}")
         return 0
-    if importlib.util.find_spec("mindspore") is None:  # the profiler's parser is MindSpore's
-        print(
-            f"error: capture --analyse needs mindspore, which is not installed: {install_hint('mindspore')} "
-            "(the version that took the profiles)",
-            file=sys.stderr,
-        )
+    if not is_installed("mindspore"):  # the profiler's parser is MindSpore's; not imported here
+        line = needs_line("capture --analyse", "mindspore", "is not installed")
+        print(f"error: {line} (the version that took the profiles)", file=sys.stderr)
         return 1
     failed = 0
     for folder in raw:

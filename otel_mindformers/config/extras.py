@@ -89,17 +89,27 @@ def is_installed(module: str) -> bool:
         return False
 
 
-def output_off_warning(output: str, modules: tuple[str, ...]) -> str | None:
-    """The one warning that turns `output` off when one of its `modules` is missing or fails
-    on import; None when all import."""
+def first_problem(modules: Iterable[str]) -> tuple[str, str] | None:
+    """The first of `modules` that is missing or fails on import, and why (import_optional's
+    words); None when all import."""
     for module in modules:
         _, problem = import_optional(module)
         if problem is not None:
-            return (
-                f"otel_mindformers: the {output} output (monitor_config.output_type) is off: "
-                f"{module} {problem}; {install_hint(module)}"
-            )
+            return module, problem
     return None
+
+
+def output_off_warning(output: str, modules: tuple[str, ...]) -> str | None:
+    """The one warning that turns `output` off when one of its `modules` is missing or fails
+    on import; None when all import."""
+    found = first_problem(modules)
+    if found is None:
+        return None
+    module, problem = found
+    return (
+        f"otel_mindformers: the {output} output (monitor_config.output_type) is off: "
+        f"{module} {problem}; {install_hint(module)}"
+    )
 
 
 def _needed_modules(config: MonitorConfig) -> list[tuple[str, str]]:
@@ -118,14 +128,17 @@ def _needed_modules(config: MonitorConfig) -> list[tuple[str, str]]:
     return needed
 
 
+def needs_line(who: str, module: str, problem: str) -> str:
+    """ "`who` needs `module`, which `problem`: pip install ...", the one line of `validate`
+    and the CLI for a package that is missing or broken."""
+    return f"{who} needs {module}, which {problem}: {install_hint(module)}"
+
+
 def missing_package(who: str, modules: Iterable[str]) -> str | None:
-    """ "`who` needs `module`, which is not installed: pip install ..." for the first of
-    `modules` that is missing or fails on import; None when all import."""
-    for module in modules:
-        _, problem = import_optional(module)
-        if problem is not None:
-            return f"{who} needs {module}, which {problem}: {install_hint(module)}"
-    return None
+    """`needs_line` for the first of `modules` that is missing or fails on import; None when
+    all import."""
+    found = first_problem(modules)
+    return None if found is None else needs_line(who, *found)
 
 
 def missing_extras(config: MonitorConfig) -> list[str]:

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from otel_mindformers.config import ConfigError, MonitorConfig
-from otel_mindformers.config.extras import TENSORBOARD_MODULES, output_off_warning
+from otel_mindformers.config.extras import TENSORBOARD_MODULES, first_problem
 from otel_mindformers.job.identity import Identity, detect_identity
 from otel_mindformers.outputs.jsonl import rank_path
 from otel_mindformers.outputs.tensorboard import rank_dir
@@ -78,9 +78,9 @@ def prepare_output_paths(config: MonitorConfig, identity: Identity | None = None
     identity = identity or detect_identity()
     problems = []
     for key, path, is_file in _targets(config, identity):
-        problem = _problem(key, path, is_file)
-        if key == TENSORBOARD_KEY and output_off_warning("tensorboard", TENSORBOARD_MODULES) is not None:
+        if key == TENSORBOARD_KEY and first_problem(TENSORBOARD_MODULES) is not None:
             continue
+        problem = _problem(key, path, is_file)
         if problem is None:
             folder = path.parent if is_file else path
             try:
