@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import sys
 from pathlib import Path
 
 import mindspore as ms
 import pytest
 from mindspore.train.callback import Callback
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from otel_mindformers import MonitorCallback
 from otel_mindformers.job.ledger import ledger_path
@@ -208,3 +215,72 @@ def test_the_ledger_is_written_on_events_not_per_step(workdir, monkeypatch):
     # (wakes that arrive together may share a write).
     assert 3 <= len(writes) - on_training_thread <= 7
     assert ledger(workdir)["attempts"][0]["durable_step"] == 40
+
+
+# --- an exit on purpose is a stop, not a crash -----------------------------------------------------
+class SignalAt(Callback):
+    """Send this process `signum` at step 4, as a scheduler does. (Not SIGINT: MindSpore's own
+    handler turns Ctrl-C during training into a SIGTERM that ends the process, whatever
+    handler Python has; the next attempt writes it down as killed.)"""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num == 4:
+            os.kill(os.getpid(), self.signum)
+
+
+def _exit_143(signum, frame):  # the usual preemption handler, after saving a checkpoint
+    sys.exit(128 + signum)
+
+
+def _exit_0(signum, frame):
+    sys.exit(0)
+
+
+def _exit_1(signum, frame):
+    sys.exit(1)
+
+
+@pytest.mark.parametrize(
+    ("signum", "handler", "raised", "outcome", "reason"),
+    [
+        (signal.SIGTERM, _exit_143, SystemExit, "stopped", "the process exited on SIGTERM (sys.exit(143))"),
+        (signal.SIGTERM, _exit_0, SystemExit, "stopped", "the process exited (sys.exit(0))"),
+        (signal.SIGTERM, _exit_1, SystemExit, "crashed", "SystemExit: 1"),
+    ],
+    ids=["handler-exits-143", "handler-exits-0", "handler-exits-1"],
+)
+def test_a_signal_that_ends_the_run_is_written_down_as_what_it_was(workdir, signum, handler, raised, outcome, reason):
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    previous = signal.signal(signum, handler)
+    try:
+        with WebhookReceiver() as receiver:
+            callback = MonitorCallback(
+                config(
+                    workdir,
+                    interval=1,
+                    alert_config={
+                        "enable_alert": True,
+                        "notify_run_end": True,
+                        "notifiers": [{"type": "webhook", "url": receiver.url()}],
+                    },
+                ),
+                tracer_provider=provider,
+            )
+            with pytest.raises(raised):
+                train([callback, SignalAt(signum)], epochs=1)
+            (notice,) = [r.body for r in receiver.wait_for(1) if r.body["rule"] == "run_end"]
+    finally:
+        signal.signal(signum, previous)
+    (entry,) = ledger(workdir)["attempts"]
+    assert entry["outcome"] == outcome and entry["reason"].startswith(reason), entry
+    assert entry["last_step"] >= 4
+    assert notice["severity"] == ("critical" if outcome == "crashed" else "warning"), notice
+    assert reason in notice["message"]
+    (run_span,) = [span for span in spans.get_finished_spans() if span.name == "mindformers.train"]
+    assert run_span.status.status_code is StatusCode.ERROR, "the run did not complete"
+    assert run_span.attributes.get("training.stop_reason", "").startswith(reason) == (outcome == "stopped")

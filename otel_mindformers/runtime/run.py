@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -422,7 +423,7 @@ class MonitorRun:
 
     def _outcome(self, error: BaseException | None) -> tuple[str, str | None]:
         if error is not None:
-            return "crashed", f"{type(error).__name__}: {error}"
+            return outcome_of_error(error)
         reason = self.stop_reason or self.stop_pending
         if reason is not None:
             return "stopped", reason
@@ -456,10 +457,34 @@ class MonitorRun:
             self.stop_reason = self.stop_pending
             span.set_attribute(semconv.ATTR_STOP_REASON, self.stop_reason)
         if error is not None:
+            outcome, reason = outcome_of_error(error)
+            if outcome == "stopped" and self.stop_reason is None:  # Ctrl-C, a signal's exit
+                span.set_attribute(semconv.ATTR_STOP_REASON, reason)
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         span.set_attribute(semconv.ATTR_STEP, self.clock.step)
         span.end()
+
+
+def outcome_of_error(error: BaseException) -> tuple[str, str]:
+    """How a run that an exception ended is written down: Ctrl-C, and an exit on purpose (a
+    scheduler's SIGTERM whose handler saves a checkpoint and calls `sys.exit(143)`, or
+    `sys.exit(0)`), stopped the run; anything else crashed it."""
+    if isinstance(error, KeyboardInterrupt):
+        return "stopped", "interrupted (KeyboardInterrupt: Ctrl-C or SIGINT)"
+    if isinstance(error, SystemExit):
+        code = error.code
+        if code is None or code == 0:
+            return "stopped", f"the process exited (sys.exit({code!r}))"
+        # A shell's convention: 128 + N is "ended by signal N".
+        if isinstance(code, int) and 128 < code < 128 + signal.NSIG:
+            try:
+                name = signal.Signals(code - 128).name
+            except ValueError:  # a number no signal has
+                pass
+            else:
+                return "stopped", f"the process exited on {name} (sys.exit({code}))"
+    return "crashed", f"{type(error).__name__}: {error}"
 
 
 def _say_what_alerts_off_ignores(alerts: Any) -> None:
