@@ -17,6 +17,7 @@ import pytest
 from otel_mindformers import MonitorCallback
 from otel_mindformers.analysis.logs import read_logs
 from tests.support import training
+from tests.support.cli import cli, cli_output
 from tests.support.jsonl import json_lines as lines
 from tests.support.paths import EXAMPLES
 from tests.support.permissions import obey_file_permissions
@@ -91,6 +92,25 @@ def test_a_second_run_sets_the_first_runs_log_aside(workdir):
         ("train_metric", [1, 2, 4, 6, 8]),
         (kept.stem, [1, 2, 4, 6]),
     ]
+
+
+def test_report_of_the_folder_reads_its_latest_run_and_names_the_earlier_one(workdir):
+    training.train([monitor(workdir, custom_monitor_callback=None)], steps=6, shape="tuple5")
+    training.train([monitor(workdir, custom_monitor_callback=None)], steps=8, shape="tuple5")
+    (kept,) = sorted((workdir / "output").glob("train_metric.*.json"))
+    stamp = kept.name.split(".")[1]
+
+    done = cli("report", "output", "--format", "json", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [(s["label"], s["last_step"]) for s in report["series"]] == [("rank 0", 8)]
+    assert report["stragglers"] == [] and report["slowest"] is None, "one run: nothing to compare"
+    (note,) = done.stderr.strip().splitlines()
+    assert f"left out the logs of 1 earlier run(s) set aside there ({stamp})" in note
+
+    # Named, the files are read as given: both runs, each its own series.
+    both = json.loads(cli_output("report", str(kept), "output/train_metric.json", "--format", "json", cwd=workdir))
+    assert sorted(s["last_step"] for s in both["series"]) == [6, 8]
 
 
 def test_a_third_run_keeps_both_earlier_runs_and_their_rotated_backups(workdir):

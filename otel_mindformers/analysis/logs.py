@@ -28,10 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord, counted_nonfinite
 from otel_mindformers.model_state.state import ModelState
 from otel_mindformers.names import training as tm
-from otel_mindformers.outputs.runs import is_set_aside
+from otel_mindformers.outputs.runs import is_set_aside, set_aside_stamp
+
+_logger = get_logger(__name__)
 
 RANK_FILE_PATTERN = "*_rank_*.json"
 
@@ -135,8 +138,9 @@ class LogSet:
 # --- discovery -----------------------------------------------------------------------------
 
 
-def discover(inputs: Sequence[str | Path]) -> list[LogSet]:
+def discover(inputs: Sequence[str | Path], *, one_run_per_folder: bool = False) -> list[LogSet]:
     """Resolve files, globs and directories into log sets, each named once, in input order.
+    With `one_run_per_folder`, a folder yields the logs of its latest run only (`_one_run`).
 
     Linear in the number of files: each folder is listed once (a rotated set's backups are
     found in that listing, not by listing the folder again per file), and a walk follows a
@@ -144,7 +148,7 @@ def discover(inputs: Sequence[str | Path]) -> list[LogSet]:
     listings = _Listings()
     bases: dict[Path, None] = {}
     for item in inputs:
-        for path in _expand(str(item), listings):
+        for path in _expand(str(item), listings, one_run_per_folder):
             bases.setdefault(_base_of(path), None)
     return [LogSet(base, listings.members(base)) for base in bases]
 
@@ -231,7 +235,7 @@ def _match_parts(pattern: Sequence[str], parts: Sequence[str]) -> bool:
     return len(parts) in reachable
 
 
-def _expand(item: str, listings: _Listings) -> list[Path]:
+def _expand(item: str, listings: _Listings, one_run_per_folder: bool = False) -> list[Path]:
     path = Path(item)
     if path.is_dir():
         files = list(walk_files(path))
@@ -242,7 +246,7 @@ def _expand(item: str, listings: _Listings) -> list[Path]:
             raise LogReadError(
                 f"{item}: no step logs in this directory (looked for {RANK_FILE_PATTERN} and JSON-lines *.json files)"
             )
-        return found
+        return _one_run(found, item) if one_run_per_folder else found
     if _GLOB_CHARS & set(item):
         matches = _glob(item)
         if not matches:
@@ -253,6 +257,29 @@ def _expand(item: str, listings: _Listings) -> list[Path]:
     if _base_of(path) != path and listings.members(_base_of(path)):
         return [path]  # a backup named after it was rotated away: its set still exists
     raise LogReadError(f"{item}: no such file or directory")
+
+
+def _one_run(found: list[Path], folder: str) -> list[Path]:
+    """A folder's logs of one run: the run writing there now, else the last one set aside.
+    Earlier runs' logs set aside beside them (outputs/runs.py) are other runs, not other
+    ranks: `report` would compare them as stragglers and span its wall time across them."""
+    by_run: dict[str | None, list[Path]] = {}
+    for path in found:
+        by_run.setdefault(set_aside_stamp(path), []).append(path)
+    if len(by_run) == 1:
+        return found
+    stamps = sorted(stamp for stamp in by_run if stamp is not None)
+    kept = None if None in by_run else stamps[-1]
+    others = [stamp for stamp in stamps if stamp != kept]
+    _logger.warning(
+        "otel_mindformers: %s: reading %s; left out the logs of %d earlier run(s) set aside there (%s): "
+        "name their files to read them",
+        folder,
+        "the current run" if kept is None else f"the run set aside as {kept}",
+        len(others),
+        ", ".join(others),
+    )
+    return by_run[kept]
 
 
 def _base_of(path: Path) -> Path:
@@ -319,11 +346,13 @@ def read_logs(inputs: Sequence[str | Path]) -> list[Series]:
     ]
 
 
-def scan_logs(inputs: Sequence[str | Path], new_sink: Callable[[], S]) -> list[Scanned[S]]:
+def scan_logs(
+    inputs: Sequence[str | Path], new_sink: Callable[[], S], *, one_run_per_folder: bool = False
+) -> list[Scanned[S]]:
     """Read `inputs` line by line, handing each series' points to a sink of its own: memory
     stays with the sinks (a running summary keeps a few numbers per record, not the lines)."""
     scanned: list[Scanned[S]] = []
-    for log_set in discover(inputs):
+    for log_set in discover(inputs, one_run_per_folder=one_run_per_folder):
         scanned += _scan_set(log_set, new_sink)
     labels = _labels([(Path(s.label), s.rank) for s in scanned])  # the label is the set's name so far
     for one, label in zip(scanned, labels):

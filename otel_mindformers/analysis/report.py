@@ -143,7 +143,8 @@ def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRA
 
 def report_logs(inputs, straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD) -> Report:
     """Read and summarise in one pass: each record updates its series' running summary and
-    is dropped, so memory does not grow with the size of the logs' lines."""
+    is dropped, so memory does not grow with the size of the logs' lines. A folder is its
+    latest run: the earlier runs set aside there are other runs, not slower ranks."""
     summarised = [
         (
             one.sink,
@@ -151,7 +152,7 @@ def report_logs(inputs, straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD
                 one.label, one.rank, one.files, one.alerts, one.foreign_lines, one.damaged_tails, one.out_of_range
             ),
         )
-        for one in scan_logs(inputs, SeriesStats)
+        for one in scan_logs(inputs, SeriesStats, one_run_per_folder=True)
     ]
     return _combine(summarised, straggler_threshold)
 

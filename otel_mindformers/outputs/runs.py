@@ -35,14 +35,23 @@ def stamp(last_write: float) -> str:
 _KEPT_STAMP = re.compile(r"\.\d{8}-\d{6}(?:_\d+)?$")
 
 
-def is_set_aside(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a file a later run set aside (`train_metric.20261105-101530.json`,
-    `diagnosis_rank_0.20261105-101530.jsonl`; rotated backups `.N` after it too)."""
+def set_aside_stamp(path: str | os.PathLike[str]) -> str | None:
+    """The stamp of the run that wrote `path` when a later run set it aside
+    (`train_metric.20261105-101530.json` → `20261105-101530`, `_2` included; rotated
+    backups `.N` after it too); None for a file no run set aside. Stamps sort in the
+    order the runs ended."""
     name = Path(path).name
     stem = name.split(".", 1)[0]
     rest = name[len(stem) :]
     parts = rest.split(".")  # "", stamp, suffix, [backup index]
-    return len(parts) >= 3 and _KEPT_STAMP.search("." + parts[1]) is not None
+    if len(parts) >= 3 and _KEPT_STAMP.search("." + parts[1]) is not None:
+        return parts[1]
+    return None
+
+
+def is_set_aside(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a file a later run set aside (see `set_aside_stamp`)."""
+    return set_aside_stamp(path) is not None
 
 
 def free_name(name_for: Callable[[str], Path], run_stamp: str) -> Path:
