@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -78,6 +79,67 @@ def test_close_returns_the_batch_the_worker_did_not_reach_and_never_handles_it_a
     second.set()
     worker._thread.join(WAIT)
     assert worker.handled == [0, 1]
+
+
+def _taken(worker: BoundedWorker) -> bool:
+    """The worker took everything submitted off its queue (it holds it, handled or not)."""
+    deadline = time.monotonic() + WAIT
+    while worker._queue.qsize() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return not worker._queue.qsize()
+
+
+def _handled(worker: _Recorder, count: int) -> float:
+    """Wait until `count` items are handled; the seconds it took."""
+    started = time.monotonic()
+    while len(worker.handled) < count and time.monotonic() - started < WAIT:
+        time.sleep(0.001)
+    assert len(worker.handled) >= count
+    return time.monotonic() - started
+
+
+def test_an_item_that_arrives_soon_after_another_waits_for_company_up_to_min_batch():
+    worker = _Recorder({}, batch_interval=0.5, max_batch=64, min_batch=4, max_delay=WAIT)
+    worker.submit(0)  # the first item goes at once: nothing came before it
+    _handled(worker, 1)
+    worker.submit(1)
+    assert _taken(worker)  # the worker holds item 1, waiting
+    for item in range(2, 5):
+        worker.submit(item)
+    assert worker.close(WAIT) == []
+    assert [batch for batch in worker.batches if batch] == [[0], [1, 2, 3, 4]]
+
+
+def test_a_lone_item_waits_at_most_max_delay_and_not_at_all_when_items_come_seldom():
+    # Checks every 0.5 s: two quiet checks take as long as max_delay.
+    worker = _Recorder({}, batch_interval=0.5, max_batch=64, min_batch=8, max_delay=1.0)
+    worker.submit(0)
+    _handled(worker, 1)
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < 1.2:  # longer than max_delay without an item
+        time.sleep(0.01)
+    worker.submit(1)
+    assert _handled(worker, 2) < 0.9, "an item long after the last one waits for nothing"
+    worker.submit(2)  # soon after item 1: it waits for company, which never comes
+    assert _handled(worker, 3) >= 0.9
+    assert worker.close(WAIT) == []
+
+
+def test_a_lone_item_stops_waiting_when_nothing_else_comes():
+    worker = _Recorder({}, batch_interval=0.01, max_batch=64, min_batch=8, max_delay=WAIT)
+    worker.submit(0)
+    _handled(worker, 1)
+    worker.submit(1)  # the caller then pauses (a hang, a checkpoint, a kill on its way)
+    assert _handled(worker, 2) < WAIT / 2, "two quiet checks end the wait, not max_delay"
+    assert worker.close(WAIT) == []
+
+
+def test_close_does_not_wait_out_the_wait():
+    worker = _Recorder({}, batch_interval=3600.0, max_batch=64, min_batch=8, max_delay=3600.0)
+    worker.submit(0)
+    _handled(worker, 1)
+    worker.submit(1)  # the worker rests, then would wait an hour for company
+    assert worker.close(WAIT) == [] and worker.handled == [0, 1]
 
 
 def _record(step: int, loss: float, overflow: bool) -> StepRecord:
