@@ -105,6 +105,15 @@ def test_stop_after_configured_number_of_anomalous_steps(workdir):
     }
 
 
+def test_a_rules_stop_is_honoured_at_the_next_step_end_not_the_next_sampled_one(workdir):
+    # Interval 5000: after step 1 the next sampled step would be past the end of the run.
+    run = Run(workdir, {"stop_on_nonfinite": False, "stop_after_anomalous_steps": 1}, interval=5000)
+    train([run.callback], steps=1500, faults=Faults(nan_at={1}))
+    assert run.callback.stop_reason == "1 consecutive anomalous sampled steps, the last at step 1"
+    last = run.lines()[-1]["step"]  # the run's last step, sampled at train end
+    assert 1 < last < 1500, "the worker's stop request wakes the next step end"
+
+
 def test_loss_spike_fires_once_then_resolves(workdir):
     with WebhookReceiver() as receiver:
         run = Run(

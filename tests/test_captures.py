@@ -36,13 +36,13 @@ PROFILE_STEPS = 3
 class Run:
     """A MonitorCallback on in-memory SDK pipelines with captures under `workdir/captures`."""
 
-    def __init__(self, workdir, alert_section, capture_section):
+    def __init__(self, workdir, alert_section, capture_section, interval=1):
         self.json_path = workdir / "train_metric.json"
         self.captures = workdir / "captures"
         self.telemetry = Capture()
         self.callback = MonitorCallback(
             {
-                "interval": 1,
+                "interval": interval,
                 "grad_monitor": False,
                 "output_type": ["json_file"],
                 "json_log_path": str(self.json_path),
@@ -322,6 +322,20 @@ def test_deferred_analysis_leaves_raw_data_that_the_command_analyses(workdir, ca
     assert cli_main(["capture", "--list", "--format", "json", str(run.captures)]) == 0
     (listed,) = json.loads(capsys.readouterr().out)
     assert listed["status"] == "analysed"  # the command's trace, seen by the listing
+
+
+def test_a_profile_a_rule_asks_for_starts_at_the_next_step_end_not_the_next_sampled_one(workdir):
+    run = Run(
+        workdir,
+        {"alert_interval": 1, "loss_threshold": 0.0, "loss_spike": {"enable": False}},
+        {"rules": ["loss_threshold"], "kinds": ["profile"], "profile_steps": 2, "analysis": "deferred"},
+        interval=5000,  # after step 1, the next sampled step would be past the end of the run
+    )
+    train([run.callback], steps=300)
+    # (The run's last step, sampled at train end, fires the rule again: a capture too late to start.)
+    (info,) = [manifest(folder) for folder in run.folders() if manifest(folder)["step"] == 1]
+    assert info["status"] == "raw", info
+    assert 1 < info["first_step"] < 299
 
 
 def test_graph_mode_profile_holds_the_compiled_graphs_operators(workdir):

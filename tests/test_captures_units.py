@@ -15,6 +15,7 @@ from otel_mindformers.alerts.alert import Alert
 from otel_mindformers.alerts.rules import NO_DATA, Finding
 from otel_mindformers.cli import main as cli_main
 from otel_mindformers.config import ConfigError, load_monitor_config
+from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.record import StepRecord
 from otel_mindformers.diagnosis import capture_store
 from otel_mindformers.diagnosis.captures import CaptureController
@@ -181,7 +182,9 @@ def test_a_request_is_taken_by_the_first_sampled_step_that_ended_after_it(tmp_pa
     telemetry = SimpleNamespace(
         logger=providers["logger_provider"].get_logger("t"), meter=providers["meter_provider"].get_meter("t")
     )
-    controller = CaptureController.start(config.alert_config.capture, Identity(rank=0, world_size=1), telemetry, {})
+    controller = CaptureController.start(
+        config.alert_config.capture, Identity(rank=0, world_size=1), telemetry, {}, StepClock()
+    )
     request = capture_store.write_request(tmp_path, steps=2, ranks=None, kinds=["batch"])
     controller.on_sampled_step(4, None, ended_at=request["requested_at"] - 0.5)  # ended before the request
     assert capture_store.capture_folders(tmp_path / "rank_0") == []

@@ -8,18 +8,29 @@ import time
 
 
 class StepClock:
-    """Progress shared with other threads: written on every step, read off-thread.
+    """Every field the step hooks touch, in one object: inside `Model.train` each object a
+    hook touches is a cache miss (docs/performance.md).
 
-    `last_step_end` is in `time.perf_counter()` seconds (the hot path's one clock);
-    `phase` is what the training thread is doing now ("step", "data_wait", "evaluation",
-    "checkpoint.save", ... or "outside" before and after training)."""
+    Shared with other threads: `step`, `last_step_end` (in `time.perf_counter()` seconds,
+    the hot path's one clock) and `phase` (what the training thread is doing now: "step",
+    "data_wait", "evaluation", "checkpoint.save", ... or "outside" before and after
+    training) are read off-thread (the stall watchdog, the heartbeat gauges); `wake` is set
+    by another thread that needs the training thread at the next step end (a stop to
+    honour, a capture to start; runtime/callback.py clears it there).
+    The training thread's own: `step_begin` and `data_wait` (timing/timeline.py),
+    `step_offset` (the job's step after a resume, job/resume.py) and `next_sample`
+    (runtime/cadence.py)."""
 
-    __slots__ = ("step", "last_step_end", "phase")
+    __slots__ = ("step", "last_step_end", "phase", "step_begin", "data_wait", "step_offset", "next_sample", "wake")
 
     def __init__(self) -> None:
         self.step = 0
-        self.last_step_end = time.perf_counter()
+        self.last_step_end = self.step_begin = time.perf_counter()
         self.phase = "outside"
+        self.data_wait = 0.0  # seconds between steps this window, less the phases in them
+        self.step_offset = 0
+        self.next_sample = 1
+        self.wake = False
 
 
 class WallClock:

@@ -32,6 +32,7 @@ from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import Span
 
 from otel_mindformers.config.schema import CaptureConfig
+from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.diagnosis import capture_store as store
 from otel_mindformers.diagnosis.profiler import ProfilerUnavailable, ProfileSession, load_profiler
@@ -91,14 +92,17 @@ class CaptureController:
 
     @classmethod
     def start(
-        cls, config: CaptureConfig, identity: Identity, telemetry: Any, cb_params: Any
+        cls, config: CaptureConfig, identity: Identity, telemetry: Any, cb_params: Any, progress: StepClock
     ) -> CaptureController | NoCaptures:
         if not config.enabled:
             return NO_CAPTURES
-        return cls(config, identity, telemetry, cb_params)
+        return cls(config, identity, telemetry, cb_params, progress)
 
-    def __init__(self, config: CaptureConfig, identity: Identity, telemetry: Any, cb_params: Any) -> None:
-        self.active = False  # read by the training thread at every step end
+    def __init__(
+        self, config: CaptureConfig, identity: Identity, telemetry: Any, cb_params: Any, progress: StepClock
+    ) -> None:
+        self.active = False  # read by the training thread at a step end `progress.wake` marks
+        self._progress = progress
         self._config = config
         self._identity = identity
         self._otel_logger = telemetry.logger
@@ -262,6 +266,7 @@ class CaptureController:
         self._write_manifest(folder, manifest)
         if profile is not None:
             self.active = True  # the training thread starts it at its next step end
+            self._progress.wake = True
         self._announce(folder, trigger, step, taken, steps, span)
         return str(folder)
 

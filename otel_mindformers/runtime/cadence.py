@@ -8,18 +8,26 @@ not the epoch length, so the last step cannot be known in advance).
 
 from __future__ import annotations
 
+from otel_mindformers.core.clock import StepClock
+
 
 class Cadence:
-    """The sampling state of one run. `next_sample` is the only field the hot path reads."""
+    """The sampling state of one run. The hot path reads only `next_sample`, which lives on
+    the run's StepClock (the step hooks' one object)."""
 
-    __slots__ = ("interval", "step_spans", "next_sample", "window_start", "window_step", "last_sampled")
+    __slots__ = ("interval", "step_spans", "_progress", "window_start", "window_step", "last_sampled")
 
-    def __init__(self, interval: int, step_spans: bool | int, first_step: int, now: float) -> None:
+    def __init__(self, interval: int, step_spans: bool | int, first_step: int, now: float, progress: StepClock) -> None:
         self.interval = interval
         self.step_spans = step_spans
-        self.next_sample = first_step + 1  # the first step is always sampled
+        self._progress = progress
+        progress.next_sample = first_step + 1  # the first step is always sampled
         self.window_start, self.window_step = now, first_step
         self.last_sampled = first_step
+
+    @property
+    def next_sample(self) -> int:
+        return self._progress.next_sample
 
     def close_window(self, step: int, end: float) -> tuple[int, float]:
         """The steps and seconds since the previous sample; starts the next window."""
@@ -29,7 +37,7 @@ class Cadence:
         elapsed = end - self.window_start
         self.window_start, self.window_step, self.last_sampled = end, step, step
         # Sample by the real step: the next multiple of `interval` after this one.
-        self.next_sample = (step // self.interval + 1) * self.interval
+        self._progress.next_sample = (step // self.interval + 1) * self.interval
         return steps, elapsed
 
     def unsampled_last(self, step: int) -> bool:

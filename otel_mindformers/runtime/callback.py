@@ -1,8 +1,9 @@
 """`MonitorCallback`: the MindSpore Callback that turns training steps into telemetry.
 
-Every step only reads clocks (and one capture attribute); a sampled step adds one readback of its outputs (on
-`report_ranks`) and one put on the pipeline's bounded queue, whose worker thread
-(pipeline.py) does the rest. The cost model and its measurements: docs/performance.md.
+Every step only reads clocks and the run's StepClock (core/clock.py: the one object the
+step hooks touch); a sampled step adds one readback of its outputs (on `report_ranks`) and
+one put on the pipeline's bounded queue, whose worker thread (pipeline.py) does the rest.
+The cost model and its measurements: docs/performance.md.
 
 The callback holds the configuration and the custom monitors, which outlive a run; what a
 run owns lives in a `MonitorRun` (run.py) that exists only while the run does.
@@ -17,6 +18,7 @@ from typing import Any
 from mindspore.train import Callback
 
 from otel_mindformers.config import MonitorConfig, load_monitor_config
+from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import training as tm
@@ -24,7 +26,6 @@ from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.runtime.custom_monitors import BaseMonitor, load_monitor_class
 from otel_mindformers.runtime.extract import LazyLearningRate, OutputReader, optimizer_of
 from otel_mindformers.runtime.run import MonitorRun
-from otel_mindformers.timing.timeline import RunTimeline
 
 _logger = get_logger(__name__)
 
@@ -77,6 +78,7 @@ class MonitorCallback(Callback):
         # hook compares the context and reuses them (no method call on unsampled steps).
         self._run_context: Any = None
         self._cb_params: Any = None
+        self._hot: StepClock | None = None  # the run's StepClock while it runs: all the step hooks read
         self.identity: Identity | None = None
         self.stop_reason: str | None = None
 
@@ -93,7 +95,7 @@ class MonitorCallback(Callback):
         cb_params = run_context.original_args()
         self._run = run = MonitorRun.start(self.config, cb_params, self._providers)
         self._run_context, self._cb_params = run_context, cb_params
-        self._clock = run.clock
+        self._clock = self._hot = run.clock
         self.identity, self.stop_reason = run.identity, None
         optimizer = optimizer_of(cb_params) if self.custom_monitors else None
         self._lazy_lr = LazyLearningRate(optimizer) if optimizer is not None else None
@@ -107,36 +109,45 @@ class MonitorCallback(Callback):
             self._run.begin_epoch(int(run_context.original_args().get("cur_epoch_num") or 0))
 
     def on_train_step_begin(self, run_context: Any) -> None:
-        run = self._run
-        if run is None:
+        clock = self._hot
+        if clock is None:
             return
-        # The data wait: a clock read and an addition (timeline.py turns it into a phase).
-        timeline: RunTimeline = run.timeline  # type: ignore[assignment]  # a started run has one
-        timeline.step_begin = now = _perf_counter()
-        timeline.data_wait += now - run.clock.last_step_end
+        # The data wait: a clock read and an addition (timing/timeline.py turns it into a phase).
+        clock.step_begin = now = _perf_counter()
+        clock.data_wait += now - clock.last_step_end
 
     def on_train_step_end(self, run_context: Any) -> None:
-        run = self._run
-        if run is None:
+        clock = self._hot
+        if clock is None:
             return
         now = _perf_counter()
         cb_params = self._cb_params if run_context is self._run_context else run_context.original_args()
         # Indexed, not `cb_params.cur_step_num`: that attribute goes through a failed lookup
         # and a Python __getattr__, measured at ~25 us per step inside Model.train.
-        step = cb_params["cur_step_num"] + run.step_offset  # the job's step (job/resume.py)
-        clock = run.clock
+        step = cb_params["cur_step_num"] + clock.step_offset  # the job's step (job/resume.py)
         previous_end = clock.last_step_end
         clock.step, clock.last_step_end = step, now
-        if self.custom_monitors:
+        if step < clock.next_sample and not clock.wake:
+            return
+        # A sampled step, or one that custom monitors, a stop or a capture want (in this
+        # frame: a call of its own would cost a sampled step a cold frame).
+        run: MonitorRun = self._run  # type: ignore[assignment]  # set with self._hot
+        # Cleared before reading what set it: a wake set from here on is seen at the next step.
+        clock.wake = False
+        if self.custom_monitors:  # they see every step end (the first one is always sampled)
+            clock.wake = True
             self._feed_custom_monitors(cb_params, step)
             self._call_custom("on_train_step_end", run_context)
-        if step >= run.cadence.next_sample:
+        if step >= clock.next_sample:
             run.sample(cb_params, step, previous_end, now)
         if run.stop_pending is not None:
             run.honour_stop(run_context)
             self.stop_reason = run.stop_reason
-        if run.captures.active:  # a profile capture starts or steps at this boundary
-            run.captures.on_step_end(step)
+        captures = run.captures
+        if captures.active:  # a profile capture starts or steps at this boundary
+            captures.on_step_end(step)
+            if captures.active:
+                clock.wake = True
 
     def on_eval_begin(self, run_context: Any) -> None:
         if self._run is not None:  # Model.fit's validation; a Model.eval outside training is no phase
@@ -208,7 +219,7 @@ class MonitorCallback(Callback):
         try:
             run.finish(cb_params, error)
         finally:
-            self._run = self._run_context = self._cb_params = None
+            self._run = self._run_context = self._cb_params = self._hot = None
         self.stop_reason = run.stop_reason
 
     def _finish_at_exit(self) -> None:

@@ -106,10 +106,11 @@ class MonitorRun:
         self._cb_params = cb_params  # one object for the whole run: the step of a checkpoint save
         # One clock for the hot path; wall time derived from it only on sampled steps.
         self.wall_clock = WallClock()
-        self.cadence = Cadence(config.interval, config.step_spans, first_step, self.wall_clock.perf0)
         self.clock = StepClock()
         self.clock.step, self.clock.last_step_end = first_step, self.wall_clock.perf0
-        self.stop_pending: str | None = None  # set by the pipeline's worker thread
+        self.clock.step_begin, self.clock.step_offset = self.wall_clock.perf0, self.step_offset
+        self.cadence = Cadence(config.interval, config.step_spans, first_step, self.wall_clock.perf0, self.clock)
+        self.stop_pending: str | None = None  # set by the pipeline's worker thread (with clock.wake)
         # Captures (diagnosis/captures.py): the training thread reads `captures.active`.
         self.captures: Any = NO_CAPTURES
         self.stop_reason: str | None = None
@@ -170,7 +171,7 @@ class MonitorRun:
         first_step, wall_clock = self._first_step, self.wall_clock
 
         self.devices = self._start_devices()
-        self.captures = CaptureController.start(config.alert_config.capture, identity, telemetry, cb_params)
+        self.captures = CaptureController.start(config.alert_config.capture, identity, telemetry, cb_params, self.clock)
         # Every monitored run answers SIGUSR1 with a stack dump (the stall runbook's advice),
         # alerts on or off. Started here, on the training thread: the thread the dumps watch.
         self.stacks = StackDumper.start(config.json_log_path, identity, telemetry.logger, self.clock)
@@ -199,7 +200,7 @@ class MonitorRun:
         self.timeline = RunTimeline(
             tracer=telemetry.tracer, meter=telemetry.meter, parent_span=self._phase_parent,
             span_attributes=identity.point_attributes(), point_attributes=identity.point_attributes(),
-            clock=self.clock, wall_clock=wall_clock, on_charged=self._phase_charged,
+            clock=self.clock, on_charged=self._phase_charged,
             callbacks=cb_params.get("list_callback"),
         )  # fmt: skip
         if attempt is not None:
@@ -308,15 +309,15 @@ class MonitorRun:
             loss = values.get(tm.LOSS)
             if loss is not None and not math.isfinite(loss):
                 self.stop_pending = f"non-finite loss ({loss}) at step {step}"
-        timeline: RunTimeline = self.timeline  # type: ignore[assignment]  # set by start(), before any step
+        clock = self.clock
         if self._attempt_first_step:  # the attempt's first step, once (False without an attempt)
             self._attempt_first_step = False
-            job_attempt.first_step(self.attempt, self.run_span, timeline.step_begin, end)
-        data_wait, timeline.data_wait = timeline.data_wait, 0.0  # timeline.take_data_wait, in this frame
+            job_attempt.first_step(self.attempt, self.run_span, clock.step_begin, end)
+        data_wait, clock.data_wait = clock.data_wait, 0.0  # the window's data wait, taken in this frame
         self.pipeline.submit_sample(  # type: ignore[union-attr]  # set by start(), before any step
             (
                 step, cb_params.get("cur_epoch_num"), values, model_state, is_last,
-                steps, elapsed, previous_end, timeline.step_begin, end, data_wait,
+                steps, elapsed, previous_end, clock.step_begin, end, data_wait,
             )
         )  # fmt: skip
 
@@ -350,6 +351,7 @@ class MonitorRun:
         """A rule asked to stop (worker thread): honoured at the next step boundary."""
         if self.stop_pending is None and self.stop_reason is None:
             self.stop_pending = reason
+            self.clock.wake = True  # the training thread honours it at the next step end
 
     def honour_stop(self, run_context: Any) -> None:
         """Training thread: stop after this step, once, and say why."""

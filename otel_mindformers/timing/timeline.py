@@ -1,8 +1,9 @@
 """One run's timeline on the training thread: the clock reads that phases are made from.
 
-The hot path touches two fields: the step-begin hook stores `step_begin` and adds the gap
-since the previous step's end to `data_wait` (a clock read and an addition). A sampled step
-takes both into its `Window` and zeroes `data_wait` (runtime/run.py `sample`); the
+The hot path touches two fields of the run's StepClock: the step-begin hook stores
+`step_begin` and adds the gap since the previous step's end to `data_wait` (a clock read and
+an addition). A sampled step takes both into its `Window` and zeroes `data_wait`
+(runtime/run.py `sample`); the
 pipeline's worker turns them into phases and the time ledger (accounting.py). Phases that end on the training thread
 (evaluation, checkpoint saves, user phases) are taken out of the data wait here (`_charged`)
 and their seconds reach the ledger on the worker: through the pipeline's queue, with the
@@ -18,7 +19,7 @@ from typing import Any
 
 from opentelemetry.trace import Span
 
-from otel_mindformers.core.clock import WallClock
+from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.record import PhaseInterval
 from otel_mindformers.names import phases as phase_names
 from otel_mindformers.names.phases import PHASE_DURATION
@@ -40,16 +41,13 @@ class RunTimeline:
         parent_span: Callable[[], Span],
         span_attributes: dict[str, Any],
         point_attributes: dict[str, Any],
-        clock: Any,
-        wall_clock: WallClock,
+        clock: StepClock,
         on_charged: Callable[[str, float], None],
         callbacks: Any = (),
     ) -> None:
         self._clock = clock
         self._on_charged = on_charged
         self._ledger: Callable[[str, float], None] = _nowhere  # the pipeline's `lost` (defer_to)
-        self.step_begin = wall_clock.perf0  # perf_counter at the latest step's begin (hot path)
-        self.data_wait = 0.0  # seconds between steps this window, less the phases in them (hot path)
         histogram = create_instrument(meter, PHASE_DURATION, explicit_bucket_boundaries_advisory=list(PHASE_BUCKETS))
         self.recorder = PhaseRecorder(
             tracer=tracer, histogram=histogram, parent_span=parent_span, span_attributes=span_attributes,
@@ -74,8 +72,9 @@ class RunTimeline:
     def _charged(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread: its part there."""
         # Between a step's end and the next one's begin: not data wait, though the gap holds it.
-        if self.step_begin <= self._clock.last_step_end:
-            self.data_wait -= seconds
+        clock = self._clock
+        if clock.step_begin <= clock.last_step_end:
+            clock.data_wait -= seconds
         self._on_charged(phase, seconds)
 
     def _lost(self, phase: str, seconds: float) -> None:
