@@ -68,7 +68,7 @@ def _three_attempts(workdir: Path):
                     worker.wait_for_ledger_step(ledger, extra["pause_at"], process)
                     # Killed once its lines are out: a record still queued when a process is
                     # SIGKILLed is lost (at most 0.5 s of them, docs/restarts.md).
-                    _wait_for_line(output / "train_metric.json", extra["pause_at"])
+                    worker.wait_for_line(output / "train_metric.json", extra["pause_at"])
                     killed.append(worker.kill(process))
                 else:
                     out, err = process.communicate(timeout=300)
@@ -81,16 +81,6 @@ def _three_attempts(workdir: Path):
             "clock": worker.read_clock(clock), "spawned": spawned, "killed": killed, "pids": pids,
             "receiver": receiver,
         }  # fmt: skip
-
-
-def _wait_for_line(path: Path, step: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lines = path.read_text().splitlines() if path.exists() else []
-        if any(json.loads(line).get("step") == step for line in lines if line.endswith("}")):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"no line for step {step} in {path} within {timeout} s")
 
 
 def _steps_of(job, attempt: int) -> list[dict]:

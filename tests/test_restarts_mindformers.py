@@ -77,6 +77,10 @@ def test_a_mindformers_resume_is_the_next_attempt_of_the_job(workdir):
     }
     with worker.reaped(_spawn(workdir, **spec, pause_at=PAUSE)) as first:
         _wait_paused_and_heard(workdir, first)
+        # Killed once its lines are out, up to the last step our hook saw (the ledger's; the
+        # pause may come before our hook at step 6): a SIGKILL loses what is still queued.
+        heard = json.loads((workdir / "output" / "train_metric.job.rank_0.ledger").read_text())
+        worker.wait_for_line(workdir / "output" / "train_metric.json", heard["attempts"][-1]["last_step"])
         worker.kill(first)
     meta = json.loads((workdir / "ckpt" / "checkpoint" / "rank_0" / "meta.json").read_text())
     assert meta["last_step"] == SAVE  # MindFormers resumes from step 4

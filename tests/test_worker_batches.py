@@ -111,8 +111,7 @@ def test_an_item_that_arrives_soon_after_another_waits_for_company_up_to_min_bat
 
 
 def test_a_lone_item_waits_at_most_max_delay_and_not_at_all_when_items_come_seldom():
-    # Checks every 0.5 s: two quiet checks take as long as max_delay.
-    worker = _Recorder({}, batch_interval=0.5, max_batch=64, min_batch=8, max_delay=1.0)
+    worker = _Recorder({}, batch_interval=0.01, max_batch=64, min_batch=8, max_delay=1.0)
     worker.submit(0)
     _handled(worker, 1)
     quiet_since = time.monotonic()
@@ -126,11 +125,11 @@ def test_a_lone_item_waits_at_most_max_delay_and_not_at_all_when_items_come_seld
 
 
 def test_a_lone_item_stops_waiting_when_nothing_else_comes():
-    worker = _Recorder({}, batch_interval=0.01, max_batch=64, min_batch=8, max_delay=WAIT)
+    worker = _Recorder({}, batch_interval=0.01, max_batch=64, min_batch=8, max_delay=WAIT, max_quiet=0.05)
     worker.submit(0)
     _handled(worker, 1)
     worker.submit(1)  # the caller then pauses (a hang, a checkpoint, a kill on its way)
-    assert _handled(worker, 2) < WAIT / 2, "two quiet checks end the wait, not max_delay"
+    assert _handled(worker, 2) < WAIT / 2, "max_quiet without a new item ends the wait, not max_delay"
     assert worker.close(WAIT) == []
 
 

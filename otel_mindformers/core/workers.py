@@ -12,7 +12,7 @@ second instead of once per item, and a batch can share work (one gauge set for m
 records, in `end_batch`). With a `min_batch`, an item that arrives alone, less than
 `max_delay` seconds after the previous one woke the worker, waits (checking every
 `batch_interval`) until `min_batch` items are queued, `max_delay` has passed or nothing came
-for two checks: a lone item
+for `max_quiet` seconds: a lone item
 runs every line of the worker's code cold (about three times the cost of an item in a
 batch, docs/performance.md), and a sampled step every 50 ms would otherwise always arrive
 alone. Items further apart than that would wait for nothing: they are handled at once.
@@ -43,6 +43,7 @@ class BoundedWorker(Generic[T]):
         *,
         min_batch: int = 1,
         max_delay: float = 0.0,
+        max_quiet: float = float("inf"),
     ) -> None:
         # SimpleQueue: a put is one C call (queue.Queue takes a lock and notifies a
         # condition, ~5 us on the training thread); the bound is checked before the put.
@@ -50,7 +51,7 @@ class BoundedWorker(Generic[T]):
         self._max_queue = max_queue
         self._batch_interval = batch_interval
         self._max_batch = max_batch  # taken off the queue at once: the bound is max_queue + max_batch
-        self._min_batch, self._max_delay = min_batch, max_delay
+        self._min_batch, self._max_delay, self._max_quiet = min_batch, max_delay, max_quiet
         self._closing = threading.Event()  # ends the rest between batches
         self._batch: deque[object] = deque()  # taken off the queue, not handled yet
         self._deadline: Deadline | None = None
@@ -143,12 +144,16 @@ class BoundedWorker(Generic[T]):
 
     def _wait_for_company(self, woke: float) -> None:
         """Hold the item just taken until `min_batch` items are queued, `max_delay` has
-        passed, nothing came for two checks in a row (the caller paused: a hang, a
+        passed, nothing came for `max_quiet` seconds (the caller paused: a hang, a
         checkpoint, a kill on its way), or `close` began."""
         until = woke + self._max_delay
-        queued, quiet = self._queue.qsize(), 0
-        while queued + 1 < self._min_batch and quiet < 2 and time.monotonic() < until:
+        queued, grew = self._queue.qsize(), woke
+        while queued + 1 < self._min_batch:
             if self._closing.wait(self._batch_interval):
                 return
+            now = time.monotonic()
             queued, before = self._queue.qsize(), queued
-            quiet = quiet + 1 if queued == before else 0
+            if queued != before:
+                grew = now
+            if now >= until or now - grew >= self._max_quiet:
+                return

@@ -74,6 +74,18 @@ def wait_for_ledger_step(ledger: Path, step: int, process: subprocess.Popen, tim
     raise AssertionError(f"no heartbeat at step {step} in {ledger} within {timeout} s")
 
 
+def wait_for_line(path: Path, step: int, timeout: float = 60.0) -> None:
+    """Until the JSON log at `path` holds the line of `step` (a paused attempt's last lines
+    are written within MAX_QUIET of the pause; a SIGKILL before that loses them)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if any(json.loads(line).get("step") == step for line in lines if line.endswith("}")):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no line for step {step} in {path} within {timeout} s")
+
+
 def kill(process: subprocess.Popen) -> float:
     """SIGKILL the attempt; the time it was sent (the test's clock)."""
     sent = time.time()
