@@ -12,10 +12,10 @@ second instead of once per item, and a batch can share work (one gauge set for m
 records, in `end_batch`). With a `min_batch`, an item that arrives alone, less than
 `max_delay` seconds after the previous one woke the worker, waits (checking every
 `batch_interval`) until `min_batch` items are queued, `max_delay` has passed or nothing came
-for `max_quiet` seconds: a lone item
-runs every line of the worker's code cold (about three times the cost of an item in a
-batch, docs/performance.md), and a sampled step every 50 ms would otherwise always arrive
-alone. Items further apart than that would wait for nothing: they are handled at once.
+for `max_quiet` seconds: a lone item runs every line of the worker's code cold (about three
+times the cost of an item in a batch, docs/performance.md), and a sampled step every 50 ms
+would otherwise always arrive alone. Items further apart than that would wait for nothing:
+they are handled at once.
 """
 
 from __future__ import annotations
