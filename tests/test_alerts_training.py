@@ -182,7 +182,8 @@ def test_stalled_data_wait_is_dumped_named_stuck_and_resolved(workdir):
         functions = [f["function"] for t in dump["threads"] for f in t["frames"]]
         assert "wait_for_the_test_to_release_batch" in functions
         assert dump["threads"][0]["name"] == "MainThread" and dump["threads"][0]["training"]
-    assert not any(t["moved"] for t in dumps[1]["threads"] if not t["name"].startswith("otel-mindformers"))
+    moved = [t for t in dumps[1]["threads"] if t["moved"] and not t["name"].startswith("otel-mindformers")]
+    assert not moved, [(t["name"], [f["function"] for f in t["frames"]][-4:]) for t in moved]
 
     # The same stacks as OTel log records.
     logs = [r for r in run.log_records() if r.event_name == "mindformers.stacks"]
