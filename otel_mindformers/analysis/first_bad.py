@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from otel_mindformers.analysis.diagnosis_schema import DiagnosisRecords, read_records
-from otel_mindformers.analysis.logs import current_series
 from otel_mindformers.diagnosis import records
 from otel_mindformers.outputs.runs import is_set_aside
 
@@ -54,9 +53,9 @@ def from_diagnosis(read: DiagnosisRecords) -> Iterable[tuple[int, int, list[str]
 def report_findings(series: Iterable[Any]) -> list[str]:
     """The `report` command's line naming the first bad rank: `series` are its summaries
     (`rank`, `files`, `nonfinite_steps`); diagnosis files are looked for beside their files."""
-    # Earlier runs' logs, set aside in the same folder (outputs/runs.py), are not this run's:
-    # judged only when nothing else is, and then with every diagnosis file beside them.
-    series = current_series(list(series))
+    # `report` reads a folder's latest run (analysis/logs.py `discover`); the diagnosis files
+    # beside it are the current ones, unless that run's logs were set aside (outputs/runs.py).
+    series = list(series)
     only_kept = all(is_set_aside(f) for s in series for f in s.files)
     folders = {Path(f).parent for s in series for f in s.files}
     logged: list[tuple[int, int, list[str]]] = [

@@ -111,15 +111,15 @@ def build_hang_report(inputs: Sequence[str | Path]) -> HangReport:
 
 def _logged_heartbeats(inputs: Sequence[str | Path]) -> Iterable[tuple[int, int, float | None]]:
     """(rank, last step, its time) from each JSON step log found under the inputs."""
-    from otel_mindformers.analysis.logs import AnalysisError, current_series, read_logs
+    from otel_mindformers.analysis.logs import AnalysisError, read_logs
 
     series = []
     for item in inputs:
         try:
-            series += read_logs([item])
+            series += read_logs([item], one_run_per_folder=True)  # not an earlier run's log set aside there
         except AnalysisError:  # a folder with dumps only, or a dump file named directly
             continue
-    for one in current_series(series):  # not an earlier run's log set aside beside them
+    for one in series:
         if one.rank is not None and one.points:
             last = max(one.points, key=lambda p: p.step)
             yield one.rank, last.step, last.time_stamp

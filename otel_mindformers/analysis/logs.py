@@ -26,13 +26,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.record import StepRecord, counted_nonfinite
 from otel_mindformers.model_state.state import ModelState
 from otel_mindformers.names import training as tm
-from otel_mindformers.outputs.runs import is_set_aside, set_aside_stamp
+from otel_mindformers.outputs.runs import set_aside_stamp
 
 _logger = get_logger(__name__)
 
@@ -329,8 +329,9 @@ class _PointList(list):
         self.append(point)
 
 
-def read_logs(inputs: Sequence[str | Path]) -> list[Series]:
-    """Every series found in `inputs`, labelled so that a legend tells them apart."""
+def read_logs(inputs: Sequence[str | Path], *, one_run_per_folder: bool = False) -> list[Series]:
+    """Every series found in `inputs`, labelled so that a legend tells them apart; with
+    `one_run_per_folder`, a folder's latest run only (`discover`)."""
     return [
         Series(
             label=s.label,
@@ -342,7 +343,7 @@ def read_logs(inputs: Sequence[str | Path]) -> list[Series]:
             damaged_tails=s.damaged_tails,
             out_of_range=s.out_of_range,
         )
-        for s in scan_logs(inputs, _PointList)
+        for s in scan_logs(inputs, _PointList, one_run_per_folder=one_run_per_folder)
     ]
 
 
@@ -492,13 +493,6 @@ def _point(data: dict, location: Location) -> StepPoint:
         time=_seconds_by_phase(data.get("time")),
         sections=_finite_numbers(data.get("sections")),
     )
-
-
-def current_series(series: list[Any]) -> list[Any]:
-    """The series of the runs that wrote last: earlier runs' logs set aside beside them
-    (outputs/runs.py) are left out, unless nothing else was given."""
-    current = [one for one in series if not all(is_set_aside(f) for f in one.files)]
-    return current or series
 
 
 def _finite_numbers(raw: object) -> dict[str, float] | None:
