@@ -298,6 +298,8 @@ def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
     worker_log = (workdir / "msrun_log" / "worker_1.log").read_text()
     assert f"picked up capture request {info['request_id']}" in worker_log
     assert "picked up capture request" not in (workdir / "msrun_log" / "worker_0.log").read_text()
+    # The finished profile was stopped: MindSpore does not warn at exit that it may be incomplete.
+    assert "at the end of the program" not in worker_log
     assert os.path.exists(captures / names.CONTROL_FILE)
 
 

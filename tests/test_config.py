@@ -16,6 +16,8 @@ import yaml
 from otel_mindformers import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.config import OTLP_PROTOCOLS, parse_monitor_config
 from otel_mindformers.integration.instrumentor import _config_from_environment
+from otel_mindformers.job.identity import detect_identity
+from otel_mindformers.outputs import build_sinks
 from otel_mindformers.outputs.paths import check_output_paths, prepare_output_paths
 from otel_mindformers.runtime.custom_monitors import load_monitor_class
 from tests.support.cli import cli
@@ -393,6 +395,11 @@ def _unusable_json_path(kind: str, root: Path) -> Path:
         (root / "ro").mkdir()
         (root / "ro").chmod(0o555)
         return root / "ro" / "new" / "out.json"
+    elif kind == "dangling link":  # exists() is False for it, yet open() and mkdir() fail
+        (root / "out.json").symlink_to(root / "gone" / "out.json")
+    elif kind == "under a dangling link":
+        (root / "logs").symlink_to(root / "unmounted")
+        return root / "logs" / "out.json"
     return root / "out.json"
 
 
@@ -402,6 +409,8 @@ PATH_PROBLEMS = {
     "read-only file": "is not writable",
     "under a file": "is not a directory",
     "read-only folder": "is not writable",
+    "dangling link": "is a symbolic link to",
+    "under a dangling link": "is a symbolic link to",
 }
 
 
@@ -447,6 +456,27 @@ def test_unusable_json_log_path_is_named_before_training(workdir, kind):
     assert sorted(workdir.rglob("*")) == before, "checking creates nothing"
     with pytest.raises(ConfigError, match=re.escape(problem)):
         prepare_output_paths(cfg)  # a FIFO would otherwise block the JSON sink's open forever
+
+
+def test_a_tensorboard_path_through_a_dangling_link_is_named(workdir):
+    (workdir / "tb").symlink_to(workdir / "unmounted")
+    cfg = load_monitor_config({"output_type": ["tensorboard"], "tensorboard_path": "tb"})
+    (problem,) = check_output_paths(cfg)
+    assert (
+        problem
+        == f"monitor_config.tensorboard_path: 'tb' is a symbolic link to {str(workdir / 'unmounted')!r}, which does not exist"
+    )
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        prepare_output_paths(cfg)
+
+
+def test_a_json_log_the_system_refuses_past_the_checks_is_named_at_run_start(workdir):
+    # /proc passes the checks (a writable folder to root, whose access() ignores the mode
+    # bits), but nothing can be created in it: the open itself fails.
+    cfg = load_monitor_config({"output_type": ["stdout", "json_file"], "json_log_path": "/proc/train_metric.json"})
+    identity = detect_identity()
+    with pytest.raises(ConfigError, match=r"^monitor_config.json_log_path: cannot write '/proc/train_metric.json': "):
+        build_sinks(cfg.outputs, identity, reports_training=True)
 
 
 def test_tensorboard_path_that_is_a_file_is_named(workdir):

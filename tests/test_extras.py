@@ -170,6 +170,27 @@ def test_a_tensorboardx_that_fails_on_import_turns_the_output_off_and_training_r
     assert line.endswith("): pip install 'otel-mindformers[tensorboard]'")
 
 
+@pytest.mark.slow
+def test_a_tensorboard_writer_that_fails_after_a_clean_import_turns_the_output_off(tmp_path):
+    # crc32c imports, and fails in the checksum of the event file's first record.
+    env = _broken(
+        tmp_path, "crc32c", "def crc32c(data, value=0):\n    raise RuntimeError('illegal instruction in crc32c')"
+    )
+    spec = {
+        "config": {"interval": 1, "output_type": ["tensorboard", "json_file"]},
+        "steps": 4,
+        "report": str(tmp_path / "report.json"),
+        "log_level": "WARNING",
+    }
+    process, _ = run(spec, tmp_path, env=env)
+    assert process.returncode == 0, process.stderr[-3000:]
+    warnings = [line for line in process.stderr.splitlines() if "tensorboard" in line.lower()]
+    assert len(warnings) == 1, process.stderr[-3000:]
+    assert "the tensorboard output (monitor_config.output_type) is off: its event writer failed " in warnings[0]
+    assert "(RuntimeError: illegal instruction in crc32c)" in warnings[0]
+    assert len((tmp_path / "output" / "train_metric.json").read_text().splitlines()) == 4
+
+
 # Every other optional package, broken, in the code path that imports it. psutil breaks
 # with an ImportError only: the OpenTelemetry SDK (and MindSpore) import it too, and
 # survive nothing else.

@@ -70,7 +70,14 @@ class ProfileSession:
     def step(self) -> bool:
         self._prof.step()
         self.left -= 1
-        return self.left <= 0
+        if self.left > 0:
+            return False
+        # The schedule has saved its N steps; stopping now only marks the profile stopped.
+        # Left started, MindSpore stops it whenever the object is collected, on any thread,
+        # and warns "profile is stopped at the end of the program" (or, at exit, "not
+        # stopped ... may be incomplete") about a capture that is complete.
+        _stop_quietly(self._prof)
+        return True
 
     def abandon(self) -> None:
         _stop_quietly(self._prof)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from otel_mindformers.config import OutputsConfig
-from otel_mindformers.config.extras import TENSORBOARD_MODULES, output_off_warning
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from otel_mindformers.config import ConfigError, OutputsConfig
+from otel_mindformers.config.extras import TENSORBOARD_MODULES, install_hint, output_off_warning
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.outputs import jsonl, tensorboard
 from otel_mindformers.outputs.base import OutputSink, SinkFanout
 from otel_mindformers.outputs.jsonl import JsonLinesSink, rank_path
+from otel_mindformers.outputs.paths import JSON_LOG_KEY, TENSORBOARD_KEY
 from otel_mindformers.outputs.runs import is_resumed
 from otel_mindformers.outputs.stdout import StdoutSink
 from otel_mindformers.outputs.tensorboard import TensorBoardSink, rank_dir
@@ -26,23 +31,62 @@ def build_sinks(
     kinds = config.output_type
     resumed = is_resumed(first_step)
     sinks: list[OutputSink] = []
-    if "stdout" in kinds and reports_training:
-        sinks.append(StdoutSink())
-    if "json_file" in kinds:
-        path = rank_path(config.json_log_path, identity)
-        if not resumed:
-            jsonl.set_previous_run_aside(path)
-        sinks.append(JsonLinesSink(path, config.log_rotation))
-    if "tensorboard" in kinds:
-        unavailable = output_off_warning("tensorboard", TENSORBOARD_MODULES)
-        if unavailable:  # an optional extra: training goes on without this output
-            _logger.warning(unavailable)
-        else:
-            logdir = rank_dir(config.tensorboard_path, identity)
+    try:
+        if "stdout" in kinds and reports_training:
+            sinks.append(StdoutSink())
+        if "json_file" in kinds:
+            path = rank_path(config.json_log_path, identity)
             if not resumed:
-                tensorboard.set_previous_run_aside(logdir)
-            sinks.append(TensorBoardSink(logdir, config.log_rotation, first_step + 1 if resumed else None))
+                jsonl.set_previous_run_aside(path)
+            with _naming(JSON_LOG_KEY, path):
+                sinks.append(JsonLinesSink(path, config.log_rotation))
+        if "tensorboard" in kinds:
+            tensorboard_sink = _tensorboard_sink(config, identity, resumed, first_step)
+            if tensorboard_sink is not None:
+                sinks.append(tensorboard_sink)
+    except BaseException:
+        for sink in sinks:
+            sink.close()
+        raise
     return sinks
+
+
+def _tensorboard_sink(
+    config: OutputsConfig, identity: Identity, resumed: bool, first_step: int
+) -> TensorBoardSink | None:
+    """The TensorBoard output, or None with one warning when its packages are missing or
+    broken: an optional extra, so training goes on without it."""
+    unavailable = output_off_warning("tensorboard", TENSORBOARD_MODULES)
+    if unavailable:
+        _logger.warning(unavailable)
+        return None
+    logdir = rank_dir(config.tensorboard_path, identity)
+    if not resumed:
+        tensorboard.set_previous_run_aside(logdir)
+    try:
+        with _naming(TENSORBOARD_KEY, logdir):
+            return TensorBoardSink(logdir, config.log_rotation, first_step + 1 if resumed else None)
+    except ConfigError:
+        raise
+    except Exception as exc:  # tensorboardX imported, then failed in its writer (a broken crc32c, protobuf)
+        _logger.warning(
+            "otel_mindformers: the tensorboard output (monitor_config.output_type) is off: "
+            "its event writer failed (%s: %s); %s",
+            type(exc).__name__,
+            exc,
+            install_hint("tensorboardX"),
+        )
+        return None
+
+
+@contextmanager
+def _naming(key: str, path: Path) -> Iterator[None]:
+    """A path the checks passed but the system refused (root past permission bits, a
+    read-only mount, /proc): the ConfigError that names the key, before the first step."""
+    try:
+        yield
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
 
 
 __all__ = ["OutputSink", "SinkFanout", "build_sinks"]

@@ -2,7 +2,8 @@
 
 `check_output_paths` is what `otel-mindformers validate` runs: it creates nothing and
 reports each path an enabled output could not use (its nearest existing folder is not a
-writable directory; the target is a directory, a FIFO or a read-only file). At run start
+writable directory; the target is a directory, a FIFO, a read-only file, or a symbolic link
+to nothing, or lies under one). At run start
 `prepare_output_paths` creates the folders and raises `ConfigError` naming the key, so a
 bad path stops the run before its first step, not on the output thread (a FIFO would block
 the opening of the JSON log forever).
@@ -54,8 +55,10 @@ def _problem(key: str, path: Path, is_file: bool) -> str | None:
         if not os.access(path, os.W_OK | (0 if is_file else os.X_OK)):
             return f"{key}: {str(path)!r} is not writable"
         return None
-    ancestor = path.parent
+    ancestor = path
     while not ancestor.exists() and ancestor != ancestor.parent:
+        if ancestor.is_symlink():  # exists() follows it: a dangling link looks absent, yet blocks mkdir
+            return f"{key}: {str(ancestor)!r} is a symbolic link to {os.readlink(ancestor)!r}, which does not exist"
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         return f"{key}: cannot create {str(path)!r}: {str(ancestor)!r} is not a directory"
