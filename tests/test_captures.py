@@ -266,7 +266,7 @@ def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
             str(REPO / "tests" / "support" / "capture_worker.py"),
             str(config),
             "--steps",
-            "300",
+            "400",
         ],
         env=env,
         cwd=workdir,
@@ -282,6 +282,10 @@ def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
             time.sleep(0.2)
         assert cli_main(["capture", "--steps", "3", "--ranks", "1", str(captures), "--wait", "120"]) == 0
         answer = capsys.readouterr().out
+        # Every rank (no --ranks): the wait ends when both have answered, while the job runs on.
+        assert cli_main(["capture", "--kinds", "stacks", str(captures), "--wait", "300"]) == 0
+        assert job.poll() is None, "the wait for every rank outlasted the job"
+        every = capsys.readouterr().out
         output, _ = job.communicate(timeout=600)
     finally:
         if job.poll() is None:
@@ -289,18 +293,31 @@ def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
             job.wait()
     assert job.returncode == 0, output[-3000:]
     assert "rank 1: step" in answer
-    assert not (captures / "rank_0").exists()
-    (folder,) = capture_store.capture_folders(captures / "rank_1")
+    assert "rank 0: step" in every and "rank 1: step" in every
+    (only,) = capture_store.capture_folders(captures / "rank_0")  # the first request was not rank 0's
+    assert manifest(only)["requested_kinds"] == ["stacks"]
+    (folder, _) = capture_store.capture_folders(captures / "rank_1")
     info = manifest(folder)
     assert info["trigger"] == names.TRIGGER_ON_DEMAND and info["request_id"] and info["rank"] == 1
     by_step, _ = ops_by_step(wait_for_trace(folder), info["step_windows_ns"])
     assert len(by_step) == 3 and all(by_step.values())
     worker_log = (workdir / "msrun_log" / "worker_1.log").read_text()
     assert f"picked up capture request {info['request_id']}" in worker_log
-    assert "picked up capture request" not in (workdir / "msrun_log" / "worker_0.log").read_text()
+    assert f"picked up capture request {info['request_id']}" not in (workdir / "msrun_log" / "worker_0.log").read_text()
+    assert "(stacks)" in worker_log, "a request without a profile names no profile steps"
     # The finished profile was stopped: MindSpore does not warn at exit that it may be incomplete.
     assert "at the end of the program" not in worker_log
     assert os.path.exists(captures / names.CONTROL_FILE)
+
+
+def test_a_wait_that_no_rank_answers_fails_naming_the_folder(tmp_path, capsys):
+    folder = tmp_path / "no_job_here"
+    assert cli_main(["capture", "--kinds", "stacks", str(folder), "--wait", "0.3"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"no answer within 0.3 s from any rank (is a run with alert_config.capture.on_demand: true writing its captures under {folder}?)"
+        in err
+    )
 
 
 def test_deferred_analysis_leaves_raw_data_that_the_command_analyses(workdir, capsys):

@@ -172,9 +172,15 @@ def test_job_goodput_matches_a_hand_calculation_from_the_tests_clocks(job):
     for number in (1, 2, 3):
         steps = _steps_of(job, number)
         last = steps[-1]["step"]
-        span = steps[-1]["t"] - steps[0]["t"]  # the attempt's steps after its first
+        # The attempt's steps after its first, each from its begin to its end: the time
+        # between steps (the worker's sleep, the next batch) is badput, as in the run's own
+        # time breakdown.
+        begins = {
+            e["step_begin"]: e["t"] for e in job["clock"] if e.get("pid") == steps[0]["pid"] and "step_begin" in e
+        }
+        computing = sum(e["t"] - begins[e["step"]] for e in steps[1:])
         lost = last - resumes[number] if number < 3 else 0
-        productive += span - lost * span / (len(steps) - 1)
+        productive += computing - lost * computing / (len(steps) - 1)
     returned = next(e["t"] for e in job["clock"] if e.get("event") == "returned")
     hand = productive / (returned - job["spawned"][0])
     report = json.loads(_cli("report", str(job["output"]), "--format", "json", cwd=job["workdir"]).stdout)["job"]

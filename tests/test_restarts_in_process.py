@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers import MonitorCallback
+from otel_mindformers.analysis.attempts import job_report
 from otel_mindformers.job.ledger import ledger_path
 from tests.support import training
 from tests.support.webhook_receiver import WebhookReceiver
@@ -69,6 +70,20 @@ def lines(workdir: Path) -> list[dict]:
 
 def ledger(workdir: Path) -> dict:
     return json.loads(ledger_path(str(workdir / "output" / "train_metric.json"), 0).read_text())
+
+
+# --- the job's goodput -------------------------------------------------------------------------
+def test_the_wait_for_data_is_the_jobs_badput_as_it_is_the_runs(workdir):
+    # Every batch waits 100 ms in the loader (which prefetches): much of the run waits for data.
+    faults = training.Faults(sleep_at={step: 0.1 for step in range(2, 21)})
+    training.train([MonitorCallback(config(workdir))], steps=20, faults=faults)
+    run_time = lines(workdir)[-1]["time"]
+    assert run_time["data_wait"] > 0.5
+    totals = job_report([workdir / "output"])["totals"]
+    assert totals["seconds"]["data_wait"] == pytest.approx(run_time["data_wait"])
+    # The job's productive time is its steps' compute, as the run's own breakdown says.
+    assert totals["seconds"]["productive"] == pytest.approx(run_time["productive"], abs=0.1)
+    assert totals["goodput"] < 1 - totals["seconds"]["data_wait"] / totals["wall_seconds"]
 
 
 # --- the job's step ----------------------------------------------------------------------------

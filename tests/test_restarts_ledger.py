@@ -70,7 +70,7 @@ def _entry(attempt, start, first_begin, first_end, last_time, resume, last, end=
         "first_step_end": first_end, "last_step_time": last_time, "last_heartbeat": last_time + 0.5,
         "resume_step": resume, "last_step": last, "end": end, "outcome": outcome,
         "checkpoint_save_seconds": 1.0, "checkpoint_load_seconds": extra.get("load", 0.0),
-        "durable_step": extra.get("durable", resume),
+        "durable_step": extra.get("durable", resume), "data_wait_seconds": extra.get("data_wait", 0.0),
     }  # fmt: skip
 
 
@@ -95,6 +95,24 @@ def test_the_timeline_by_hand():
     assert totals["wall_seconds"] == 51.0
     assert sum(totals["seconds"].values()) == pytest.approx(51.0)
     assert totals["goodput"] == pytest.approx((12 - 4 * 12 / 13 + 8.0) / 51.0)
+
+
+def test_the_wait_for_data_is_badput_and_lost_steps_are_their_compute():
+    # The first attempt of the test above, 2.6 s of its 13 s of steps waiting for data.
+    entries = [
+        _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", durable=10, data_wait=2.6),
+        _entry(2, 30.0, 40.0, 41.0, 50.0, 10, 20, end=51.0, outcome="completed", load=2.0),
+    ]
+    timeline = job_timeline(entries)
+    first = timeline["attempts"][0]["seconds"]
+    compute_per_step = (13 - 1 - 2.6) / 13
+    assert first["data_wait"] == pytest.approx(2.6)
+    assert first["lost_progress"] == pytest.approx(4 * compute_per_step)
+    assert first["productive"] == pytest.approx(13 - 1 - 2.6 - 4 * compute_per_step)
+    totals = timeline["totals"]
+    assert totals["badput_types"]["data_wait"] == "DATA_LOADING_SYNC"
+    assert sum(totals["seconds"].values()) == pytest.approx(51.0)
+    assert totals["goodput"] == pytest.approx((first["productive"] + 8.0) / 51.0)
 
 
 @pytest.mark.parametrize(

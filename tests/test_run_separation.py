@@ -112,6 +112,15 @@ def test_report_of_the_folder_reads_its_latest_run_and_names_the_earlier_one(wor
     both = json.loads(cli_output("report", str(kept), "output/train_metric.json", "--format", "json", cwd=workdir))
     assert sorted(s["last_step"] for s in both["series"]) == [6, 8]
 
+    # Each run's job is the one its lines name: the earlier one's ledger was kept with its log.
+    earlier_job, current_job = (lines(path)[-1]["job"]["id"] for path in (kept, workdir / "output/train_metric.json"))
+    assert earlier_job != current_job
+    assert report["job"]["job_id"] == current_job
+    alone = json.loads(cli_output("report", str(kept), "--format", "json", cwd=workdir))
+    assert alone["job"]["job_id"] == earlier_job and alone["job"]["ledgers"][0].endswith(".ledger.job1")
+    assert both["job"]["job_id"] == current_job, "two runs named: the current job, not the two merged"
+    assert "job " + earlier_job + ": 1 attempt, 1 rank(s)" in cli_output("report", str(kept), cwd=workdir)
+
 
 def test_a_third_run_keeps_both_earlier_runs_and_their_rotated_backups(workdir):
     rotation = {"log_rotation": {"max_bytes": 500, "backup_count": 10}, "interval": 1}

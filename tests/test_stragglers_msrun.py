@@ -203,6 +203,11 @@ def test_the_rank_whose_data_is_slow_is_named_live_and_by_the_report(tmp_path):
     assert 0.5 < top["lost_s"] / (verdict["steps"] * (BATCH * SLEEP_PER_SAMPLE - healthy_ms / 1000)) < 2
     # The job's useful time is what the slow rank's steps took, not rank 0's waiting.
     assert verdict["job_goodput"] < 0.5
+    # The job across restarts moves at rank 1's pace too: its ledger gives the job's totals,
+    # with its wait for data as badput (rank 0's waiting for it was step time).
+    job_totals = report["job"]["totals"]
+    assert job_totals["rank"] == 1 and job_totals["seconds"]["data_wait"] > 0.5 * top["lost_s"]
+    assert job_totals["goodput"] < verdict["job_goodput"]
     assert "no stragglers" not in text and "bottleneck: rank 1, data_wait" in text, text
 
 

@@ -4,8 +4,9 @@ Every rank keeps `{stem}.job.rank_{r}.ledger` beside its JSON log (job/ledger.py
 the ranks' ledgers become one table: per attempt, when it began and ended, how it ended,
 its steps, the steps it lost, the downtime before it, and how many ranks ran it; then the
 job's totals (goodput, badput by category with the ml-goodput-measurement type each maps
-to). Times come from the lowest rank's ledger; an attempt ends the way its worst rank
-ended (crashed > killed > stopped > completed).
+to). The totals come from the ledger of the rank that waited longest for its data (the
+lowest rank when none waited longer); an attempt ends the way its worst rank ended
+(crashed > killed > stopped > completed).
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from otel_mindformers.analysis.logs import local_time
 from otel_mindformers.job.goodput import is_alive, job_timeline
 from otel_mindformers.job.ledger import LEDGER_SUFFIX, read_ledger
 from otel_mindformers.names import job as names
+from otel_mindformers.outputs.runs import is_set_aside
 
-_RANK = re.compile(r"\.job\.rank_(\d+)" + re.escape(LEDGER_SUFFIX) + "$")
+# A rank's ledger, or an earlier job's kept beside it (`.ledger.job2`: job/attempts.py).
+_RANK = re.compile(r"\.job\.rank_(\d+)" + re.escape(LEDGER_SUFFIX) + r"(\.job\d+)?$")
+_TAIL_BYTES = 64 * 1024  # a few step lines: the last one naming the job is among them
 _SEVERITY = {
     names.OUTCOME_COMPLETED: 0,
     names.OUTCOME_RUNNING: 1,
@@ -43,11 +47,11 @@ def _ledger_ranks(inputs: Iterable[str | Path]) -> dict[Path, int]:
     found: dict[Path, int] = {}
     for item in inputs:
         path = Path(item)
+        candidates: Iterable[Path]
         if path.is_dir():
             candidates = path.glob(f"*.job.rank_*{LEDGER_SUFFIX}")
         elif path.exists():
-            stem = path.name.split(".")[0].split("_rank_")[0]
-            candidates = path.parent.glob(f"{stem}.job.rank_*{LEDGER_SUFFIX}")
+            candidates = _ledgers_of_log(path)
         else:
             candidates = (Path(p) for p in glob.glob(str(item)) if Path(p).is_dir())
             candidates = (c for d in candidates for c in d.glob(f"*.job.rank_*{LEDGER_SUFFIX}"))
@@ -56,6 +60,57 @@ def _ledger_ranks(inputs: Iterable[str | Path]) -> dict[Path, int]:
             if match:
                 found[candidate] = int(match[1])
     return dict(sorted(found.items(), key=lambda item: (str(item[0].parent), item[1])))
+
+
+def _one_job(read: dict[Path, dict[str, Any]]) -> dict[Path, int]:
+    """The ledgers (with their ranks) of one job: named logs of two runs would otherwise
+    merge two jobs' attempts. The job still keeping its ledgers at their names wins, else
+    the one set aside last (the highest `.jobN`)."""
+
+    def recency(path: Path) -> tuple[int, int]:
+        kept = _RANK.search(path.name)[2]  # type: ignore[index]  # every path here matched _RANK
+        return (1, 0) if kept is None else (0, int(kept[len(".job") :]))
+
+    if not read:
+        return {}
+    job = read[max(read, key=recency)]["job_id"]
+    return {path: int(_RANK.search(path.name)[1]) for path in read if read[path]["job_id"] == job}  # type: ignore[index]
+
+
+def _ledgers_of_log(log: Path) -> list[Path]:
+    """The ledgers of the job that wrote `log`: those beside it, or, for a log a later run
+    set aside (outputs/runs.py), the earlier job's kept with it, found by the job id its
+    lines carry (none when they carry none: better no job than the next one's)."""
+    stem = log.name.split(".")[0].split("_rank_")[0]
+    current = list(log.parent.glob(f"{stem}.job.rank_*{LEDGER_SUFFIX}"))
+    if not is_set_aside(log):
+        return current
+    job_id = _last_job_id(log)
+    kept = log.parent.glob(f"{stem}.job.rank_*{LEDGER_SUFFIX}.job*")
+    return [p for p in [*current, *kept] if job_id is not None and _job_of(p) == job_id]
+
+
+def _last_job_id(log: Path) -> str | None:
+    """The job id of the log's last line that names one (a bounded read of its tail)."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - _TAIL_BYTES))
+            tail = handle.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(tail):
+        try:
+            job = json.loads(line).get("job")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(job, dict) and isinstance(job.get("id"), str):
+            return job["id"]
+    return None
+
+
+def _job_of(ledger: Path) -> str | None:
+    data = read_ledger(ledger, repair=False)
+    return None if data is None else data["job_id"]
 
 
 def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -78,15 +133,12 @@ def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def job_report(inputs: Sequence[str | Path], now: float | None = None) -> dict[str, Any] | None:
     """The job's attempts and totals from the ledgers beside `inputs`; None without any."""
-    ledgers = _ledger_ranks(inputs)
+    read = {path: data for path in _ledger_ranks(inputs) if (data := read_ledger(path, repair=False)) is not None}
+    ledgers = _one_job(read)
     rank_rows: dict[int, list[dict[str, Any]]] = {}
     timelines: dict[int, dict[str, Any]] = {}
-    job_ids: set[str] = set()
     for path, rank in ledgers.items():
-        data = read_ledger(path, repair=False)
-        if data is None:
-            continue
-        job_ids.add(data["job_id"])
+        data = read[path]
         now = now if now is not None else time.time()
         live = [a for a in data["attempts"] if is_alive(a, now)]
         current = live[-1]["attempt_id"] if live else None
@@ -95,12 +147,16 @@ def job_report(inputs: Sequence[str | Path], now: float | None = None) -> dict[s
         rank_rows[rank] = timeline["attempts"]
     if not timelines:
         return None
-    lowest = min(timelines)
+    # A synchronous job moves at the pace of its most held-back rank: the others waited for
+    # its data inside the all-reduce, as step time. Its clocks give the totals (ties: the
+    # lowest rank).
+    held_back = max(sorted(timelines), key=lambda rank: timelines[rank]["totals"]["seconds"]["data_wait"])
     attempts = _merge(rank_rows)
-    totals = dict(timelines[lowest]["totals"])
+    totals = dict(timelines[held_back]["totals"])
+    totals["rank"] = held_back
     totals["lost_steps"] = sum(row["lost_steps"] for row in attempts)
     return {
-        "job_id": sorted(job_ids)[0] if len(job_ids) == 1 else sorted(job_ids),
+        "job_id": read[next(iter(ledgers))]["job_id"],
         "ranks": sorted(timelines),
         "ledgers": [str(p) for p in ledgers],
         "attempts": attempts,
@@ -147,10 +203,7 @@ def _totals_lines(job: dict[str, Any]) -> list[str]:
         f"  job goodput {'-' if goodput is None else f'{goodput:.1%}'} of {_duration(wall)} since the first attempt began; "
         f"{totals['lost_steps']} steps lost, {_duration(totals['downtime_seconds'])} of downtime",
     ]
-    for key, seconds in totals["seconds"].items():
-        share = seconds / wall if wall > 0 else 0.0
-        kind = totals["badput_types"].get(key, "")
-        lines.append(f"    {key:<16} {_duration(seconds):>10}  {share:6.1%}  {kind}")
+    lines += [f"    {key:<16} {seconds:>10}  {share:>6}  {kind}" for key, seconds, share, kind in _categories(totals)]
     if totals["no_progress_attempts"] > 1:
         lines.append(
             f"  no progress: the last {totals['no_progress_attempts']} attempts ended without passing step "
@@ -159,15 +212,28 @@ def _totals_lines(job: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _categories(totals: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(category, time, share of the wall time, BadputType) for productive and each badput."""
+    wall = totals["wall_seconds"]
+    return [
+        (key, _duration(seconds), f"{seconds / wall if wall > 0 else 0.0:.1%}", totals["badput_types"].get(key, ""))
+        for key, seconds in totals["seconds"].items()
+    ]
+
+
 def render_job(job: dict[str, Any], fmt: str = "text") -> str:
     """The attempts section of `report` (text or markdown)."""
-    ident = job["job_id"] if isinstance(job["job_id"], str) else ", ".join(job["job_id"])
-    header = f"job {ident}: {len(job['attempts'])} attempts, {len(job['ranks'])} rank(s)"
+    count = len(job["attempts"])
+    header = f"job {job['job_id']}: {count} attempt{'' if count == 1 else 's'}, {len(job['ranks'])} rank(s)"
     if fmt == "markdown":
         rows = _rows(job)
         lines = [f"## {header}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
         lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
-        return "\n".join(lines + ["", *(f"- {line.strip()}" for line in _totals_lines(job))]) + "\n"
+        summary, *rest = _totals_lines(job)
+        lines += ["", summary.strip(), "", "| category | time | share | BadputType |", "|---|---|---|---|"]
+        lines += [f"| {' | '.join(cells)} |" for cells in _categories(job["totals"])]
+        lines += [f"- {line.strip()}" for line in rest[len(job["totals"]["seconds"]) :]]
+        return "\n".join(lines) + "\n"
     return "\n".join([header, *_aligned(_rows(job)), *_totals_lines(job)]) + "\n"
 
 

@@ -114,18 +114,35 @@ def _capture(args: argparse.Namespace) -> int:
     answered = _wait_for(args.dir, request["id"], args.ranks, args.wait)
     for manifest in answered:
         print(f"rank {manifest['rank']}: step {manifest['step']}: {manifest['folder']}")
-    if args.ranks is not None and len(answered) < len(args.ranks):
-        missing = sorted(set(args.ranks) - {m["rank"] for m in answered})
+    if not answered:
+        print(
+            f"no answer within {args.wait:g} s from {'any rank' if args.ranks is None else who} "
+            "(is a run with alert_config.capture.on_demand: true "
+            f"writing its captures under {args.dir}?)",
+            file=sys.stderr,
+        )
+        return 1
+    missing = sorted(_expected(args.ranks, answered) - {m["rank"] for m in answered})
+    if missing:
         print(f"no answer within {args.wait:g} s from rank(s) {','.join(map(str, missing))}", file=sys.stderr)
         return 1
     return 0
 
 
+def _expected(ranks: list[int] | None, answered: list[dict[str, Any]]) -> set[int]:
+    """The ranks asked; for every rank, those of the job as its answers give its size."""
+    if ranks is not None:
+        return set(ranks)
+    sizes = [m["world_size"] for m in answered if isinstance(m.get("world_size"), int)]
+    return set(range(max(sizes, default=0)))
+
+
 def _wait_for(root: str, request_id: str, ranks: list[int] | None, timeout: float) -> list[dict[str, Any]]:
+    """The request's answers, once every rank expected has answered or at the timeout."""
     deadline = time.monotonic() + timeout
     while True:
         answered = [m for m in store.list_captures(root) if m.get("request_id") == request_id]
-        if ranks is not None and {m["rank"] for m in answered} >= set(ranks):
+        if answered and {m["rank"] for m in answered} >= _expected(ranks, answered):
             return answered
         if time.monotonic() >= deadline:
             return answered

@@ -162,12 +162,12 @@ class CaptureController:
         kinds = [k for k in request.get("kinds") or self._kinds if k in names.KINDS] or self._kinds
         steps = int(request.get("steps") or self._config.profile_steps)
         _logger.warning(
-            "otel_mindformers: rank %d picked up capture request %s at step %d (%s, %d steps)",
+            "otel_mindformers: rank %d picked up capture request %s at step %d (%s%s)",
             self._identity.rank,
             request["id"],
             step,
             ", ".join(kinds),
-            steps,
+            f", {steps} steps" if names.KIND_PROFILE in kinds else "",
         )
         self._request(names.TRIGGER_ON_DEMAND, step, span, kinds, steps, request_id=request["id"])
 

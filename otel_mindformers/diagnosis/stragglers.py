@@ -112,15 +112,16 @@ class RankSections:
         config = self._config
         share = sections[names.SECTION_DATA_WAIT] / window
         if self._data.update(share > config.data_share):
+            # Between steps is the next batch, and the callbacks' hooks after ours and before it.
             waited = (
-                f"it waited for its data {share:.0%} of its wall time for {config.windows} sampled "
-                f"window(s) (threshold {config.data_share:.0%})"
+                f"it waited between steps (for its data, or for callbacks) {share:.0%} of its wall time "
+                f"for {config.windows} sampled window(s) (threshold {config.data_share:.0%})"
             )
             self._signal(
                 counter, record, span, names.SECTION_DATA_WAIT, names.SCORE_RELATIVE, {names.ATTR_SHARE: share},
                 f"rank {self._identity.rank} holds the job back: {waited}; the other ranks wait for it inside their step"
                 if self._identity.distributed  # one process has no job to hold back: it is input-bound
-                else f"training is input-bound: {waited}; the data pipeline, not the step, sets the pace",
+                else f"training is input-bound: {waited}; the data pipeline or a slow callback, not the step, sets the pace",
             )  # fmt: skip
         per_step = sections[names.SECTION_IN_STEP] / steps
         if share > config.data_share:  # a baseline of steps, not of waits for data

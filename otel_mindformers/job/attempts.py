@@ -5,7 +5,8 @@ An attempt's entry in the ledger:
 `first_step_begin`, `first_step_end` (Unix seconds), `resume_step` (the job step it started
 after), `last_step` and `last_step_time` (its last finished step, as of its last heartbeat),
 `last_heartbeat`, `durable_step` and `durable_time` (its last checkpoint written, or the
-step it resumed from), `checkpoint_save_seconds`, `checkpoint_load_seconds`, `trace_id` and
+step it resumed from), `checkpoint_save_seconds`, `checkpoint_load_seconds`,
+`data_wait_seconds` (the run's wait for data between steps, as of its last sampled step), `trace_id` and
 `span_id` (its run span, which the next attempt's links to), `heartbeat_interval`, and, once it ended,
 `outcome` (completed, stopped, crashed), `reason` and `end`. An entry that never got its
 end is `killed`, ended at its last heartbeat: the next attempt writes that down.
@@ -135,6 +136,7 @@ class AttemptTracker:
             "durable_time": None,
             "checkpoint_save_seconds": 0.0,
             "checkpoint_load_seconds": checkpoint_load_seconds,
+            "data_wait_seconds": 0.0,
             "heartbeat_interval": heartbeat_interval,
             "outcome": None,
         }
@@ -172,6 +174,12 @@ class AttemptTracker:
             with self._lock:
                 self.entry["checkpoint_load_seconds"] = float(self.entry["checkpoint_load_seconds"]) + seconds
             self._wake.set()
+
+    def note_data_wait(self, seconds: float) -> None:
+        """The run's wait for data so far (the pipeline worker, each sampled step): the next
+        heartbeat writes it down; badput for the job (job/goodput.py)."""
+        with self._lock:
+            self.entry["data_wait_seconds"] = seconds
 
     def line_fields(self) -> dict[str, Any]:
         """The JSON line's `job` object (sampled steps)."""

@@ -15,7 +15,8 @@ Per attempt, from its own clock readings (Unix seconds):
   to attempt k+1's first step, split into `no_process` (until k+1's process began),
   `startup`, `checkpoint_load` and `compile`.
 - job goodput = productive time / (the last attempt's end, or now) − the first attempt's
-  process start; productive = step time, less checkpoint saves, less the lost steps' time.
+  process start; productive = step time, less checkpoint saves, less the wait for data
+  between steps, less the lost steps' time (their own compute: their data wait is data wait).
   The rest is badput, by the categories of `names.job.BADPUT_CATEGORIES` (mapped to
   ml-goodput-measurement's BadputType); the categories and productive sum to the wall time.
 """
@@ -61,14 +62,15 @@ def outcome_of(entry: dict[str, Any], live: bool = False) -> str:
     return names.OUTCOME_RUNNING if live else names.OUTCOME_KILLED
 
 
-def _steps_part(entry: dict[str, Any]) -> tuple[int, float, float]:
-    """(steps, seconds of steps after the first, checkpoint-save seconds among them)."""
+def _steps_part(entry: dict[str, Any]) -> tuple[int, float, float, float]:
+    """(steps, seconds of steps after the first, checkpoint-save and data-wait seconds among them)."""
     resume = int(entry.get("resume_step") or 0)
     last = int(entry.get("last_step") or resume)
     first_end, last_time = _f(entry, "first_step_end"), _f(entry, "last_step_time")
     span = max(0.0, last_time - first_end) if first_end is not None and last_time is not None else 0.0
     save = min(span, float(entry.get("checkpoint_save_seconds") or 0.0))
-    return max(0, last - resume), span, save
+    data = min(span - save, float(entry.get("data_wait_seconds") or 0.0))
+    return max(0, last - resume), span, save, data
 
 
 def no_progress_streak(entries: list[dict[str, Any]]) -> int:
@@ -102,13 +104,13 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
         end = attempt_end(entry, now if live else None)
         first_begin, first_end = _f(entry, "first_step_begin"), _f(entry, "first_step_end")
         load = float(entry.get("checkpoint_load_seconds") or 0.0)
-        steps, span, save = _steps_part(entry)
+        steps, span, save, data = _steps_part(entry)
         last = int(entry.get("last_step") or entry.get("resume_step") or 0)
         lost = 0
         if following is not None:
             lost = max(0, min(steps, last - int(following.get("resume_step") or 0)))
-        mean = (span - save) / (steps - 1) if steps > 1 else 0.0
-        lost_seconds = min(span - save, lost * mean)
+        mean = (span - save - data) / (steps - 1) if steps > 1 else 0.0
+        lost_seconds = min(span - save - data, lost * mean)
         if first_begin is not None:
             startup = max(0.0, first_begin - start - load)
             compile_ = max(0.0, (first_end or first_begin) - first_begin)
@@ -116,13 +118,14 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
             startup, compile_ = max(0.0, end - start - load), 0.0
         last_time = _f(entry, "last_step_time") or first_end
         other = max(0.0, end - last_time) if last_time is not None else 0.0
-        productive = max(0.0, span - save - lost_seconds)
+        productive = max(0.0, span - save - data - lost_seconds)
         seconds = {
             names.PRODUCTIVE: productive,
             "startup": startup,
             "checkpoint_load": min(load, max(0.0, end - start)),
             "compile": compile_,
             "checkpoint_save": save,
+            "data_wait": data,
             "lost_progress": lost_seconds,
             "other": other,
         }

@@ -90,6 +90,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         step_ids: StepSpanIds | None = None,
         captures: Any = NO_CAPTURES,
         sections: Any = None,
+        job_progress: Callable[[StepRecord], None] | None = None,
         max_queue: int = 1024,
     ) -> None:
         self._tracer = tracer
@@ -108,6 +109,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._captures = captures
         self._sections = sections  # RankSections (diagnosis/stragglers.py) or None
         self._complete = complete  # a sampled step's tuple -> (StepRecord, Window): MonitorRun's
+        self._job_progress = job_progress  # the attempt's share of a completed record (MonitorRun's)
         self._stop_requested = False
         self._unwritten: list[StepRecord] = []  # this batch's records, for the outputs at its end
         self.dropped = 0
@@ -149,6 +151,8 @@ class SampledStepPipeline(BoundedWorker[object]):
     def _handle_step(self, record: StepRecord, window: Window) -> None:
         try:
             self._accounting.complete(record, window)
+            if self._job_progress is not None:
+                self._job_progress(record)
             if self._devices is not None:
                 record.device = self._devices()
         except Exception as exc:  # a half-completed record is still worth its line

@@ -38,6 +38,7 @@ from otel_mindformers.job.resume import step_offset
 from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
+from otel_mindformers.names.phases import PHASE_DATA_WAIT
 from otel_mindformers.outputs import SinkFanout, build_sinks
 from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.outputs.runs import set_aside_unless_resumed
@@ -238,6 +239,7 @@ class MonitorRun:
             # Every rank's section times and straggler signal, whatever `report_ranks` says.
             sections=RankSections(telemetry.meter, telemetry.logger, identity, config.stragglers),
             complete=self.complete_sample,
+            job_progress=self._job_progress if attempt is not None else None,
         )
         self.timeline.defer_to(self.pipeline, step_ids)
         self.logs = LogBridge.start(
@@ -336,9 +338,14 @@ class MonitorRun:
             started_at=wall(previous_end),
             model_state=model_state or None,
         )
-        if self.attempt is not None:
-            record.job = self.attempt.line_fields()
         return record, Window(steps, elapsed, previous_end, step_begin, end, data_wait)
+
+    def _job_progress(self, record: StepRecord) -> None:
+        """The pipeline worker's, once the record's time is accounted: the run's data wait
+        goes to the attempt's ledger (badput for the job), and the job's fields to the line."""
+        attempt = self.attempt  # passed to the pipeline only with an attempt
+        attempt.note_data_wait(record.time_breakdown.get(PHASE_DATA_WAIT, 0.0))
+        record.job = attempt.line_fields()
 
     def _phase_charged(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread (its seconds reach the pipeline

@@ -127,6 +127,10 @@ def main(argv: list[str]) -> None:
     class UserClock(Callback):
         """The test's own clock: after MonitorCallback and ModelCheckpoint in the list."""
 
+        def on_train_step_begin(self, run_context):
+            step = initial_epoch * steps + int(run_context.original_args().cur_step_num)
+            note({"step_begin": step, "t": time.time(), "pid": os.getpid()})
+
         def on_train_step_end(self, run_context):
             cb_params = run_context.original_args()
             step = initial_epoch * steps + int(cb_params.cur_step_num)
