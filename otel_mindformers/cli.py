@@ -35,11 +35,12 @@ def _validate(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"invalid: {problem}", file=sys.stderr)
         return 1
+    ignored = config.alert_config.ignored_while_off()
+    if ignored:  # valid, and what the run would warn about
+        print(f"warning: {ignored}", file=sys.stderr)
     state = "enabled" if config.enable else "disabled (enable: false)"
-    print(
-        f"{args.config}: valid; monitoring {state}, every {config.interval} steps, "
-        f"outputs: {', '.join(config.output_type)}"
-    )
+    outputs = ", ".join(dict.fromkeys(config.output_type)) or "none"
+    print(f"{args.config}: valid; monitoring {state}, every {config.interval} steps, outputs: {outputs}")
     return 0
 
 

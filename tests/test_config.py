@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from otel_mindformers import ConfigError, MonitorConfig, load_monitor_config
+from otel_mindformers.cli import main as cli_main
 from otel_mindformers.config import OTLP_PROTOCOLS, parse_monitor_config
 from otel_mindformers.integration.instrumentor import _config_from_environment
 from otel_mindformers.job.identity import detect_identity
@@ -290,6 +291,20 @@ def test_cli_validate_ok_and_error(tmp_path):
     result = cli("validate", str(bad), cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == "invalid: monitor_config.interval: must be >= 1, got -2"
+
+
+def test_cli_validate_says_what_the_run_would_warn_about_and_lists_outputs_once(tmp_path, capsys):
+    path = tmp_path / "quiet.yaml"
+    path.write_text("monitor_config:\n  output_type: [stdout, stdout]\n  alert_config:\n    loss_threshold: 8\n")
+    assert cli_main(["validate", str(path)]) == 0
+    said = capsys.readouterr()
+    assert said.out.strip().endswith("outputs: stdout")
+    assert (
+        said.err.strip() == "warning: alert_config.loss_threshold has no effect while alert_config.enable_alert is off"
+    )
+    path.write_text("monitor_config:\n  output_type: []\n")
+    assert cli_main(["validate", str(path)]) == 0
+    assert capsys.readouterr().out.strip().endswith("outputs: none")
 
 
 # --- configuration users already have: MindFormers YAMLs ------------------------------------

@@ -209,6 +209,22 @@ class AlertConfig(_Section):
     # A notice when the run ends (completed / stopped early / crashed), see docs/alerts.md.
     notify_run_end: bool = _key(default=False)
 
+    def ignored_while_off(self) -> str | None:
+        """The settings only the alert engine reads, given while it is off (the stall dumps'
+        SIGUSR1 works either way): one sentence naming them, for the run's log and `validate`."""
+        if self.enable_alert:
+            return None
+        defaults = type(self)()
+        ignored = [
+            key
+            for key in ("notify_run_end", "stall_timeout", "notifiers", "stop_after_anomalous_steps", "loss_threshold")
+            if getattr(self, key) != getattr(defaults, key)
+        ]
+        if not ignored:
+            return None
+        verb = "has" if len(ignored) == 1 else "have"
+        return f"alert_config.{', alert_config.'.join(ignored)} {verb} no effect while alert_config.enable_alert is off"
+
 
 @dataclasses.dataclass(repr=False)
 class OtlpConfig(_Section):

@@ -258,7 +258,9 @@ class MonitorRun:
         from otel_mindformers.alerts import AlertEngine
 
         config = self.config
-        _say_what_alerts_off_ignores(config.alert_config)
+        ignored = config.alert_config.ignored_while_off()
+        if ignored:
+            _logger.warning("otel_mindformers: %s", ignored)
         return AlertEngine.start(
             config.alert_config,
             self.identity,
@@ -494,25 +496,6 @@ def outcome_of_error(error: BaseException) -> tuple[str, str]:
             else:
                 return "stopped", f"the process exited on {name} (sys.exit({code}))"
     return "crashed", f"{type(error).__name__}: {error}"
-
-
-def _say_what_alerts_off_ignores(alerts: Any) -> None:
-    """Settings that only the alert engine reads, given while it is off: one warning naming
-    them (the stall dumps' SIGUSR1 works either way)."""
-    if alerts.enable_alert:
-        return
-    defaults = type(alerts)()
-    ignored = [
-        key
-        for key in ("notify_run_end", "stall_timeout", "notifiers", "stop_after_anomalous_steps", "loss_threshold")
-        if getattr(alerts, key) != getattr(defaults, key)
-    ]
-    if ignored:
-        _logger.warning(
-            "otel_mindformers: alert_config.%s %s no effect while alert_config.enable_alert is off",
-            ", alert_config.".join(ignored),
-            "has" if len(ignored) == 1 else "have",
-        )
 
 
 def _quietly(close: Callable[..., Any], *args: Any) -> Any:
