@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers import MonitorCallback
-from otel_mindformers.analysis.attempts import job_report
+from otel_mindformers.analysis.attempts import job_report, render_job
 from otel_mindformers.job.ledger import ledger_path
 from tests.support import training
 from tests.support.webhook_receiver import WebhookReceiver
@@ -178,6 +178,11 @@ def test_three_attempts_crashing_at_the_same_step_fire_the_no_progress_alert(wor
     entries = ledger(workdir)["attempts"]
     assert [(a["outcome"], a["last_step"]) for a in entries] == [("crashed", 7)] * 3
     assert entries[0]["reason"] == "RuntimeError: injected crash at step 7"
+    # No checkpoint: the last attempt's 7 steps are lost unless something saved them.
+    text = render_job(job_report([workdir / "output"]))
+    rows = {line.split()[0]: line for line in text.splitlines() if line.split()[:1] and line.split()[0].isdigit()}
+    assert "crashed" in rows["3"] and "0 (7 at risk)" in rows["3"]
+    assert "at risk" not in rows["1"] and "at risk" not in rows["2"]
 
 
 def test_two_attempts_that_make_progress_do_not_fire_it(workdir):

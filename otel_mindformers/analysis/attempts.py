@@ -185,9 +185,18 @@ def _rows(job: dict[str, Any]) -> list[tuple[str, ...]]:
         rows.append((
             str(row["attempt"]), str(len(row["ranks"])), _clock(row["start"]), _clock(row["end"]), outcome,
             f"{row['resume_step'] + 1}..{row['last_step']}" if row["steps"] else "-",
-            str(row["lost_steps"]), _duration((row["downtime"] or {}).get("total")),
+            _lost(row), _duration((row["downtime"] or {}).get("total")),
         ))  # fmt: skip
     return rows
+
+
+def _lost(row: dict[str, Any]) -> str:
+    """The steps computed again; for a last attempt that did not complete, the steps past its
+    last checkpoint, which the next attempt will compute again if it resumes from there."""
+    at_risk = row.get("at_risk_steps") or 0
+    if at_risk and row["outcome"] != "completed":
+        return f"{row['lost_steps']} ({at_risk} at risk)"
+    return str(row["lost_steps"])
 
 
 def _aligned(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
