@@ -205,3 +205,35 @@ def test_report_and_plot_show_the_attempts(job, tmp_path):
     result = _cli("plot", "--attempts", str(job["output"]), "-o", str(image), cwd=job["workdir"])
     assert result.returncode == 0, result.stderr
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_a_killed_attempts_last_step_comes_from_its_log_when_the_heartbeat_lags():
+    """A heartbeat every 10 minutes: the ledger last heard of attempt 1 at its step-20
+    checkpoint, its log at step 25. The report counts the five steps attempt 2 computes again."""
+    with worker.private_dir() as workdir:
+        checkpoints, output, clock = workdir / "ckpt", workdir / "output", workdir / "clock.jsonl"
+        checkpoints.mkdir()
+        config = {
+            "interval": 1,
+            "output_type": ["json_file"],
+            "json_log_path": str(output / "train_metric.json"),
+            "restarts": {"heartbeat_interval": 600},
+        }
+        base = {
+            "config": config, "epochs": EPOCHS, "steps": STEPS, "checkpoint_dir": str(checkpoints),
+            "save_steps": SAVE, "clock": str(clock),
+        }  # fmt: skip
+        with worker.reaped(worker.spawn({**base, "pause_at": 25}, workdir)) as process:
+            worker.wait_for_line(output / "train_metric.json", 25)
+            worker.kill(process)
+        ledger = json.loads((output / "train_metric.job.rank_0.ledger").read_text())
+        assert ledger["attempts"][0]["last_step"] < 25, "the test needs a heartbeat behind the log"
+        resumed = {**base, "initial_epoch": 2, "resume": str(worker.latest_checkpoint(checkpoints))}
+        with worker.reaped(worker.spawn(resumed, workdir)) as process:
+            _, err = process.communicate(timeout=300)
+            assert process.returncode == 0, err[-4000:]
+        text = _cli("report", str(output), cwd=workdir).stdout
+        assert "killed     1..25   5" in text and "completed  21..50  0" in text, text
+        job = json.loads(_cli("report", str(output), "--format", "json", cwd=workdir).stdout)["job"]
+        assert job["totals"]["lost_steps"] == 5

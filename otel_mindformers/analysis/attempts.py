@@ -77,6 +77,14 @@ def _one_job(read: dict[Path, dict[str, Any]]) -> dict[Path, int]:
     return {path: int(_RANK.search(path.name)[1]) for path in read if read[path]["job_id"] == job}  # type: ignore[index]
 
 
+def _as_logged(entry: dict[str, Any], logged: Any) -> dict[str, Any]:
+    """The ledger's entry, with the last step its rank's log saw when that is later (the
+    heartbeat that would have said so never came: the attempt was killed)."""
+    if logged is None or logged.last_step <= int(entry.get("last_step") or 0):
+        return entry
+    return {**entry, "last_step": logged.last_step, "last_step_time": logged.last_time or entry.get("last_step_time")}
+
+
 def _ledgers_of_log(log: Path) -> list[Path]:
     """The ledgers of the job that wrote `log`: those beside it, or, for a log a later run
     set aside (outputs/runs.py), the earlier job's kept with it, found by the job id its
@@ -131,18 +139,30 @@ def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return merged
 
 
-def job_report(inputs: Sequence[str | Path], now: float | None = None) -> dict[str, Any] | None:
-    """The job's attempts and totals from the ledgers beside `inputs`; None without any."""
+def job_report(
+    inputs: Sequence[str | Path], now: float | None = None, logged: Sequence[Any] = ()
+) -> dict[str, Any] | None:
+    """The job's attempts and totals from the ledgers beside `inputs`; None without any.
+    `logged`: the report's series summaries (analysis/report.py), whose lines may know an
+    attempt's last step better than the ledger: a killed attempt's last heartbeat lags its
+    last line by up to `heartbeat_interval`."""
     read = {path: data for path in _ledger_ranks(inputs) if (data := read_ledger(path, repair=False)) is not None}
     ledgers = _one_job(read)
     rank_rows: dict[int, list[dict[str, Any]]] = {}
     timelines: dict[int, dict[str, Any]] = {}
+    last_logged = {
+        (series.rank, attempt.job_id, attempt.attempt): attempt for series in logged for attempt in series.attempts
+    }
     for path, rank in ledgers.items():
         data = read[path]
         now = now if now is not None else time.time()
-        live = [a for a in data["attempts"] if is_alive(a, now)]
+        entries = [
+            _as_logged(entry, last_logged.get((rank, data["job_id"], entry.get("attempt"))))
+            for entry in data["attempts"]
+        ]
+        live = [a for a in entries if is_alive(a, now)]
         current = live[-1]["attempt_id"] if live else None
-        timeline = job_timeline(data["attempts"], now, current)
+        timeline = job_timeline(entries, now, current)
         timelines[rank] = timeline
         rank_rows[rank] = timeline["attempts"]
     if not timelines:
@@ -246,9 +266,10 @@ def render_job(job: dict[str, Any], fmt: str = "text") -> str:
     return "\n".join([header, *_aligned(_rows(job)), *_totals_lines(job)]) + "\n"
 
 
-def with_job(rendered: str, inputs: Sequence[str | Path], fmt: str) -> str:
-    """`report`'s output with the job's attempts after it (under "job" in JSON)."""
-    job = job_report(inputs)
+def with_job(rendered: str, inputs: Sequence[str | Path], fmt: str, logged: Sequence[Any] = ()) -> str:
+    """`report`'s output with the job's attempts after it (under "job" in JSON); `logged`:
+    as for `job_report`."""
+    job = job_report(inputs, logged=logged)
     if job is None:
         return rendered
     if fmt == "json":

@@ -175,7 +175,7 @@ def _report(args: argparse.Namespace) -> int:
 
     report = report_logs(args.logs, args.straggler_threshold)
     _note_damaged_tails(location for summary in report.series for location in summary.damaged_tails)
-    text = with_job(render(report, args.format), args.logs, args.format)
+    text = with_job(render(report, args.format), args.logs, args.format, report.series)
     if getattr(args, "captures", None):
         from otel_mindformers.analysis.captures import with_captures
 

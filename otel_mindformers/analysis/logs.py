@@ -83,6 +83,8 @@ class StepPoint:
     time: dict[str, float] | None = None
     # The line's `sections` object: the window's seconds by section (timing/sections.py).
     sections: dict[str, float] | None = None
+    # The line's job id and attempt number (its `job` object, job/attempts.py), when it has them.
+    job: tuple[str, int] | None = None
 
     def value(self, name: str) -> float:
         return self.values.get(name, math.nan)
@@ -492,7 +494,14 @@ def _point(data: dict, location: Location) -> StepPoint:
         model_state=data["model_state"] if isinstance(data.get("model_state"), dict) else None,
         time=_seconds_by_phase(data.get("time")),
         sections=_finite_numbers(data.get("sections")),
+        job=_job_attempt(data.get("job")),
     )
+
+
+def _job_attempt(raw: object) -> tuple[str, int] | None:
+    if isinstance(raw, dict) and isinstance(raw.get("id"), str) and type(raw.get("attempt")) is int:
+        return raw["id"], raw["attempt"]
+    return None
 
 
 def _finite_numbers(raw: object) -> dict[str, float] | None:

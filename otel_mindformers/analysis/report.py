@@ -65,6 +65,17 @@ class TimeBreakdown:
         return self.lost_s.get(phase, 0.0) / self.wall_s if self.wall_s > 0 else None
 
 
+@dataclass(frozen=True)
+class LoggedAttempt:
+    """An attempt of a job as a series' lines saw it: its last logged step and that line's
+    time. Fresher than the ledger's last heartbeat for an attempt that was killed."""
+
+    job_id: str
+    attempt: int
+    last_step: int
+    last_time: float | None
+
+
 @dataclass
 class SeriesSummary:
     label: str
@@ -98,6 +109,7 @@ class SeriesSummary:
     top_layers: list[Peak] = field(default_factory=list)
     top_parameters: list[Peak] = field(default_factory=list)
     time: TimeBreakdown | None = None
+    attempts: list[LoggedAttempt] = field(default_factory=list)
 
 
 @dataclass
@@ -227,9 +239,16 @@ class SeriesStats:
         self._time_before: dict[str, float] = {}  # the finished runs' last `time` objects, summed
         self._time: dict[str, float] | None = None  # the current run's latest one
         self.sections = stragglers.SectionHistory()
+        self._attempts: dict[tuple[str, int], list] = {}  # (job id, attempt) -> [last step, its time]
 
     def add(self, point: StepPoint) -> None:
         stamp = point.time_stamp
+        if point.job is not None:
+            seen = self._attempts.get(point.job)
+            if seen is None:
+                self._attempts[point.job] = [point.step, stamp]
+            elif point.step > seen[0]:
+                seen[0], seen[1] = point.step, stamp
         if stamp is not None:
             self.first_stamp = stamp if self.first_stamp is None else min(self.first_stamp, stamp)
             self.last_stamp = stamp if self.last_stamp is None else max(self.last_stamp, stamp)
@@ -364,6 +383,7 @@ class SeriesStats:
             top_layers=self.top.layers(),
             top_parameters=self.top.parameters(),
             time=self.time_breakdown(),
+            attempts=[LoggedAttempt(job, attempt, *seen) for (job, attempt), seen in self._attempts.items()],
         )
 
 
