@@ -75,3 +75,16 @@ def test_ids_do_not_depend_on_the_order_files_are_given(otlp_receiver):
     otlp_receiver.trace_requests.clear()
     replay_otlp(list(reversed(forward)), config, run_id="r")
     assert sorted((s.trace_id, s.span_id) for s in otlp_receiver.spans()) == first
+
+
+@pytest.mark.slow  # the exporter's own retries before it gives up
+def test_a_collector_that_is_not_there_is_one_error_that_does_not_promise_a_retry():
+    from otel_mindformers.analysis.replay import ReplayError
+    from tests.support.instrumented import free_port
+
+    config = OtlpConfig(endpoint=f"http://127.0.0.1:{free_port()}", protocol="grpc")
+    with pytest.raises(ReplayError) as raised:
+        replay_otlp(read_logs([FIXTURES / "multirank"]), config, run_id="r")
+    said = str(raised.value)
+    assert said.startswith("sending the spans of rank 0 to http://127.0.0.1:") and "failed: " in said
+    assert "UNAVAILABLE" in said and "retrying" not in said

@@ -131,3 +131,13 @@ def test_a_run_that_lost_no_time_to_any_phase_renders_without_a_largest_loss(tmp
     text = render(build_report(read_logs([log])), fmt)
     assert "largest loss" not in text.lower()
     assert text.strip()
+
+
+def test_a_rule_a_step_line_names_is_said_once(tmp_path):
+    log = tmp_path / "train_metric.json"
+    log.write_text(
+        '{"time_stamp": 1.0, "step": 1, "epoch": 1, "rank": 0, "loss": 4.0}\n'
+        '{"time_stamp": 2.0, "step": 2, "epoch": 1, "rank": 0, "loss": 4.1, "alerts": ["overflow_streak"]}\n'
+    )
+    text = render(build_report(read_logs([log])), "text")
+    assert "alert, step 2: overflow_streak\n" in text, text

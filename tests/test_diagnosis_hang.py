@@ -218,3 +218,40 @@ def test_behind_seconds_is_how_long_before_the_leader_a_rank_last_finished_a_ste
     assert (leader.rank, leader.time_stamp, leader.behind_steps, leader.behind_seconds) == (0, 1000.0, 0, None)
     assert (behind.rank, behind.time_stamp, behind.behind_steps, behind.behind_seconds) == (1, 940.0, 3, 60.0)
     assert report.behind == [behind]
+
+
+@pytest.mark.slow  # a real training
+def test_the_first_nonfinite_step_comes_from_the_log_without_diagnosis_files(workdir):
+    """With the default `nonfinite_check` no diagnosis file is written: the reporting rank's
+    JSON log is the evidence, as `report` reads it."""
+    from otel_mindformers import MonitorCallback
+    from tests.support import training
+
+    output = workdir / "output"
+    config = {"interval": 1, "output_type": ["json_file"], "json_log_path": str(output / "train_metric.json")}
+    training.train([MonitorCallback(config)], steps=6, faults=training.Faults(nan_at={3}))
+    lines = [json.loads(line) for line in (output / "train_metric.json").read_text().splitlines()]
+    first = next(line for line in lines if line.get("nonfinite"))
+    assert not list(output.glob(records.FILE_PATTERN))
+    found = build_hang_report([output]).first_nonfinite
+    assert found is not None and found.step == first["step"]
+    assert found.ranks == {0: sorted(first["nonfinite"])}
+
+
+def test_this_packages_wrapper_is_not_the_users_own_code(tmp_path):
+    """Under zero-code the training call runs through the instrumentor's wrapper: a checkout
+    or editable install is outside site-packages, yet its frames are not the user's code."""
+    import mindspore.dataset.engine.iterators as iterators
+
+    import otel_mindformers.integration.instrumentor as instrumentor
+    from otel_mindformers.diagnosis.stacks import Frame, ThreadStack
+
+    script = tmp_path / "train.py"
+    frames = (
+        Frame(str(script), 33, "main", "trainer.train()"),
+        Frame(instrumentor.__file__, 124, "_training_process", "return wrapped(*bound.args, **bound.kwargs)"),
+        Frame(iterators.__file__, 521, "_get_next", "data = self._iterator.GetNextAsMap()"),
+    )
+    stack = ThreadStack("MainThread", 1, True, frames)
+    assert stack.innermost_own_code() == frames[0]
+    assert stack.own_code_tail() == ((frames[0],), 2)

@@ -151,6 +151,13 @@ def test_two_rank_msrun_job_monitored_with_environment_variables_alone(workdir, 
             resource[semconv.ATTR_LAUNCHER],
         ) == ("msrun-test", 2, rank, rank, "msrun")
     assert resources[0]["service.instance.id"] != resources[1]["service.instance.id"]
+    # The layout: data parallel over both ranks (the script sets no device_num; init() gives 2).
+    for span in runs:
+        layout = [
+            span.attributes.get(key)
+            for key in (semconv.ATTR_PARALLEL_MODE, semconv.ATTR_PARALLEL_DEVICES, semconv.ATTR_PARALLEL_DATA)
+        ]
+        assert layout == ["data_parallel", 2, 2], layout
 
     def ranks_of(metric):
         """(resource rank, point rank) of every point of `metric`."""

@@ -300,7 +300,7 @@ def test_report_names_the_rank_whose_data_holds_the_job_back_and_what_it_cost(tm
     text = cli_report(tmp_path)
     assert "no stragglers" not in text
     assert "bottleneck: rank 1, data_wait: the job lost 14.4 s (90.0% of its wall time)" in text
-    assert "job useful time 1.520 s of 16.0 s (job goodput 0.095)" in text
+    assert "job useful time 1.520 s of 16.0 s (useful share 0.095)" in text
     assert "rank 1: holds the job back in data_wait" in text.split("Findings")[1]
     assert "bottleneck: rank 1, data_wait" in cli_report(tmp_path, "--format", "markdown")
 

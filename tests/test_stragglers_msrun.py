@@ -262,3 +262,4 @@ def test_a_rank_whose_step_time_rises_is_caught_by_the_individual_score(tmp_path
     assert verdict["bottleneck"] is None
     assert 1 in {rise["rank"] for rise in verdict["rises"]}
     assert "look alike from host clocks" in text and "npu-smi" in text, text
+    assert "see below for the ranks whose step time rose" in text, text

@@ -79,10 +79,16 @@ def _one_job(read: dict[Path, dict[str, Any]]) -> dict[Path, int]:
 
 def _as_logged(entry: dict[str, Any], logged: Any) -> dict[str, Any]:
     """The ledger's entry, with the last step its rank's log saw when that is later (the
-    heartbeat that would have said so never came: the attempt was killed)."""
+    heartbeat that would have said so never came: the attempt was killed). It was alive at
+    that line: an attempt without an end record ends no earlier (job/goodput.py)."""
     if logged is None or logged.last_step <= int(entry.get("last_step") or 0):
         return entry
-    return {**entry, "last_step": logged.last_step, "last_step_time": logged.last_time or entry.get("last_step_time")}
+    corrected = {**entry, "last_step": logged.last_step}
+    if logged.last_time is not None:
+        corrected["last_step_time"] = logged.last_time
+        if entry.get("end") is None:
+            corrected["last_heartbeat"] = max(float(entry.get("last_heartbeat") or 0.0), logged.last_time)
+    return corrected
 
 
 def _ledgers_of_log(log: Path) -> list[Path]:

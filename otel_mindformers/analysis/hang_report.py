@@ -84,7 +84,8 @@ def build_hang_report(inputs: Sequence[str | Path]) -> HangReport:
         if rank not in latest or record.get("time_stamp", 0.0) >= latest[rank].get("time_stamp", 0.0):
             latest[rank] = record
     beats = {rank: Heartbeat(rank, r["step"], r.get("last_step_time"), "dump") for rank, r in latest.items()}
-    for rank, step, stamp in _logged_heartbeats(inputs):
+    logged = _logged_series(inputs)
+    for rank, step, stamp in _logged_heartbeats(logged):
         known = beats.get(rank)
         if known is None or step > known.step:
             beats[rank] = Heartbeat(rank, step, stamp, "log")
@@ -103,14 +104,14 @@ def build_hang_report(inputs: Sequence[str | Path]) -> HangReport:
         leading_step=leader.step,
         groups=_group(latest),
         ranks_without_dump=sorted(set(beats) - set(latest)),
-        first_nonfinite=first_nonfinite(from_diagnosis(read)),
+        first_nonfinite=first_nonfinite([*from_diagnosis(read), *_logged_nonfinite(logged)]),
         dump_files=[str(p) for p in files],
         notes=read.notes,
     )
 
 
-def _logged_heartbeats(inputs: Sequence[str | Path]) -> Iterable[tuple[int, int, float | None]]:
-    """(rank, last step, its time) from each JSON step log found under the inputs."""
+def _logged_series(inputs: Sequence[str | Path]) -> list[Any]:
+    """The JSON step logs found under the inputs, a folder's latest run only."""
     from otel_mindformers.analysis.logs import AnalysisError, read_logs
 
     series = []
@@ -119,10 +120,27 @@ def _logged_heartbeats(inputs: Sequence[str | Path]) -> Iterable[tuple[int, int,
             series += read_logs([item], one_run_per_folder=True)  # not an earlier run's log set aside there
         except AnalysisError:  # a folder with dumps only, or a dump file named directly
             continue
+    return series
+
+
+def _logged_heartbeats(series: list[Any]) -> Iterable[tuple[int, int, float | None]]:
+    """(rank, last step, its time) from each series."""
     for one in series:
         if one.rank is not None and one.points:
             last = max(one.points, key=lambda p: p.step)
             yield one.rank, last.step, last.time_stamp
+
+
+def _logged_nonfinite(series: list[Any]) -> Iterable[tuple[int, int, list[str]]]:
+    """(rank, step, metrics) of each series' first line with a non-finite value that loss
+    scaling does not explain: the reporting ranks' evidence, without `nonfinite_check: all_ranks`."""
+    for one in series:
+        if one.rank is None:
+            continue
+        for point in sorted(one.points, key=lambda p: p.step):
+            if point.counted_nonfinite:
+                yield one.rank, point.step, sorted(point.counted_nonfinite)
+                break
 
 
 def _group(latest: dict[int, dict[str, Any]]) -> list[StackGroup]:

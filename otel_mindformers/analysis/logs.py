@@ -112,7 +112,8 @@ class AlertMark:
     location: Location
 
     def describe(self) -> str:
-        return f"{self.rule}: {self.message}" if self.rule else self.message
+        # A step line names only the rules that fired there: the rule is all there is to say.
+        return f"{self.rule}: {self.message}" if self.rule and self.message != self.rule else self.message
 
 
 @dataclass

@@ -24,6 +24,7 @@ import bisect
 import hashlib
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -355,8 +356,13 @@ def replay_otlp(
     return ReplayResult(run_id, len(series), records_total, sent_spans, sent_points, skipped)
 
 
+# The exporter's line says what it would do next; the command stops instead.
+_RETRYING = re.compile(r",? retrying in [0-9.]+ ?s\.?")
+
+
 def _refused(what: str, series: Series, target: str, reason: str | None) -> str:
-    return f"sending the {what} of {series.label} to {target} failed: {reason or 'the exporter gave no reason'}"
+    said = _RETRYING.sub(".", reason) if reason else "the exporter gave no reason"
+    return f"sending the {what} of {series.label} to {target} failed: {said}"
 
 
 def _point_count(data: MetricsData) -> int:

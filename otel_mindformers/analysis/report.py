@@ -493,10 +493,15 @@ def _straggler_line(report: Report) -> str | None:
             f"{_num(report.median_step_time_ms)} ms): {named}"
         )
     slowest = by_label[report.slowest]
-    if report.bottleneck is not None and report.bottleneck.named:
+    if report.bottleneck is not None and report.bottleneck.bottleneck is not None:
         return (
             f"step times agree (median {_num(report.median_step_time_ms)} ms) because the ranks move in step: "
             f"see below for the rank that holds them back"
+        )
+    if report.bottleneck is not None and report.bottleneck.rises:
+        return (
+            f"step times agree (median {_num(report.median_step_time_ms)} ms) because the ranks move in step: "
+            f"see below for the ranks whose step time rose"
         )
     return (
         f"no stragglers: every series within {report.straggler_threshold:.0%} of the median "

@@ -180,7 +180,7 @@ def lines(result: Verdict | None) -> list[str]:
     goodput = "-" if result.job_goodput is None else f"{result.job_goodput:.3f}"
     out = [
         f"job useful time {_seconds(result.job_useful_s)} of {_seconds(result.job_wall_s)} "
-        f"(job goodput {goodput}) over {result.windows} window(s), {result.steps} steps, {result.ranks} ranks"
+        f"(useful share {goodput}) over {result.windows} window(s), {result.steps} steps, {result.ranks} ranks"
     ]
     top = result.bottleneck
     if top is not None:

@@ -33,6 +33,10 @@ _LIBRARY_DIRS = tuple(
     os.path.normcase(os.path.realpath(p))
     for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
 )
+# This package's own frames (a zero-code wrapper around the user's training call) are not the
+# user's code, wherever it is installed: a checkout or an editable install lies outside the
+# dirs above, and a dump read elsewhere carries the paths of the machine that wrote it.
+_OWN_PACKAGE = f"{os.sep}otel_mindformers{os.sep}"
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,10 @@ class Frame:
         return f"{self.function} ({self.file}:{self.line})"
 
     def is_library(self) -> bool:
-        """In the standard library (frozen modules too) or an installed package."""
-        return self.file.startswith("<") or os.path.normcase(os.path.realpath(self.file)).startswith(_LIBRARY_DIRS)
+        """In the standard library (frozen modules too), an installed package, or this one."""
+        if self.file.startswith("<") or _OWN_PACKAGE in self.file:
+            return True
+        return os.path.normcase(os.path.realpath(self.file)).startswith(_LIBRARY_DIRS)
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "function": self.function, "source": self.source}

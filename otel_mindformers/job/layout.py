@@ -74,13 +74,27 @@ def _parallel_context() -> dict[str, str | int]:
         mode = str(mindspore.get_auto_parallel_context("parallel_mode"))
         attrs: dict[str, str | int] = {semconv.ATTR_PARALLEL_MODE: mode}
         if mode != "stand_alone":
-            attrs[semconv.ATTR_PARALLEL_DEVICES] = int(mindspore.get_auto_parallel_context("device_num"))
+            attrs[semconv.ATTR_PARALLEL_DEVICES] = _devices(mindspore)
             attrs[semconv.ATTR_PARALLEL_PIPELINE] = int(mindspore.get_auto_parallel_context("pipeline_stages"))
             if mode == "data_parallel":
                 attrs[semconv.ATTR_PARALLEL_DATA] = attrs[semconv.ATTR_PARALLEL_DEVICES]
         return attrs
     except Exception:  # a MindSpore without this context: no layout, not a failure
         return {}
+
+
+def _devices(mindspore: Any) -> int:
+    """The devices in the parallel group: `device_num` when the script set it, else (it stays
+    at its default of 1 after `init()`) the communication group's size."""
+    devices = int(mindspore.get_auto_parallel_context("device_num"))
+    if devices > 1:
+        return devices
+    try:
+        from mindspore.communication import get_group_size
+
+        return int(get_group_size())
+    except Exception:  # communication not initialised: one device
+        return devices
 
 
 def layout_attributes() -> dict[str, str | int]:
