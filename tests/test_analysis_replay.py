@@ -88,3 +88,26 @@ def test_a_collector_that_is_not_there_is_one_error_that_does_not_promise_a_retr
     said = str(raised.value)
     assert said.startswith("sending the spans of rank 0 to http://127.0.0.1:") and "failed: " in said
     assert "UNAVAILABLE" in said and "retrying" not in said
+
+
+def test_replayed_tensorboard_shows_a_resumed_runs_steps_once(tmp_path):
+    """Steps 1..5, then a resume from step 3 logging 4..8 in the same file: TensorBoard reads
+    each step once, the resumed run's, as the live output's restart marker makes it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from otel_mindformers.analysis.replay import replay_tensorboard
+
+    log = tmp_path / "train_metric.json"
+    lines = [
+        {"time_stamp": float(step), "step": step, "epoch": 1, "rank": 0, "loss": step + 0.1} for step in range(1, 6)
+    ]
+    lines += [
+        {"time_stamp": 10.0 + step, "step": step, "epoch": 1, "rank": 0, "loss": step + 0.5} for step in range(4, 9)
+    ]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    replay_tensorboard(read_logs([log]), tmp_path / "tb")
+    (rank_dir,) = (tmp_path / "tb").iterdir()
+    events = EventAccumulator(str(rank_dir))
+    events.Reload()
+    shown = [(e.step, round(e.value, 3)) for e in events.Scalars("loss")]
+    assert shown == [(1, 1.1), (2, 2.1), (3, 3.1), (4, 4.5), (5, 5.5), (6, 6.5), (7, 7.5), (8, 8.5)]

@@ -17,6 +17,7 @@ from otel_mindformers.names import job as job_names
 from otel_mindformers.names import semconv
 from otel_mindformers.names.diagnosis import PROGRESS_STEP
 from tests.support import restart_worker as worker
+from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT
 from tests.support.otlp_receiver import OtlpReceiver
 
 STEPS, EPOCHS, SAVE = 10, 5, 10
@@ -62,7 +63,8 @@ def _three_attempts(workdir: Path):
                 spec["resume"] = str(worker.latest_checkpoint(checkpoints))
                 assert spec["resume"].endswith(f"-{resume_step // STEPS}_{STEPS}.ckpt")
             spawned.append(time.time())
-            with worker.reaped(worker.spawn(spec, workdir)) as process:
+            # Each attempt started by the same scheduler span (W3C trace context).
+            with worker.reaped(worker.spawn(spec, workdir, {"TRACEPARENT": TRACEPARENT})) as process:
                 pids.append(process.pid)
                 if "pause_at" in extra:
                     worker.wait_for_ledger_step(ledger, extra["pause_at"], process)
@@ -143,6 +145,8 @@ def test_the_attempts_are_linked_in_the_trace(job):
     assert runs[3].links == [(runs[2].trace_id, runs[2].span_id)]
     assert runs[3].attributes[job_names.ATTR_LOST_STEPS] == 5
     assert runs[3].attributes[job_names.ATTR_PREVIOUS_OUTCOME] == "killed"
+    # Every attempt's run span is a child of the scheduler's, the killed ones' recorded too.
+    assert {(s.trace_id, s.parent_span_id) for s in runs.values()} == {(TRACE_ID, LAUNCHER_SPAN_ID)}
     # The killed attempts' spans end at their last heartbeat, with an error status.
     for number in (1, 2):
         assert runs[number].status_code == 2
@@ -172,13 +176,13 @@ def test_job_goodput_matches_a_hand_calculation_from_the_tests_clocks(job):
     for number in (1, 2, 3):
         steps = _steps_of(job, number)
         last = steps[-1]["step"]
-        # The attempt's steps after its first, each from its begin to its end: the time
-        # between steps (the worker's sleep, the next batch) is badput, as in the run's own
-        # time breakdown.
-        begins = {
-            e["step_begin"]: e["t"] for e in job["clock"] if e.get("pid") == steps[0]["pid"] and "step_begin" in e
-        }
-        computing = sum(e["t"] - begins[e["step"]] for e in steps[1:])
+        # The attempt's steps after its first, each from its begin to its end as
+        # MonitorCallback's neighbours saw them: the time between steps (the worker's
+        # sleep, checkpoint saves, the next batch) is badput, as in the run's own breakdown.
+        mine = [e for e in job["clock"] if e.get("pid") == steps[0]["pid"]]
+        begins = {e["step_begin"]: e["t"] for e in mine if "step_begin" in e}
+        ends = {e["step_end"]: e["t"] for e in mine if "step_end" in e}
+        computing = sum(ends[e["step"]] - begins[e["step"]] for e in steps[1:])
         lost = last - resumes[number] if number < 3 else 0
         productive += computing - lost * computing / (len(steps) - 1)
     returned = next(e["t"] for e in job["clock"] if e.get("event") == "returned")

@@ -395,7 +395,7 @@ def replay_tensorboard(series: Sequence[Series], directory: str | Path) -> Repla
         staging = Path(tempfile.mkdtemp(prefix=".replay-", dir=target))
         try:
             sink = TensorBoardSink(staging)
-            sink.write(records)
+            _write_with_restarts(sink, records)
             points += sum(len(record.values) + len(record.device) for record in records)
             sink.close()
             (written,) = staging.glob("events.out.tfevents.*")
@@ -403,3 +403,15 @@ def replay_tensorboard(series: Sequence[Series], directory: str | Path) -> Repla
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return ReplayResult(None, len(series), records_total, 0, points, skipped)
+
+
+def _write_with_restarts(sink: Any, records: Sequence[StepRecord]) -> None:
+    """The records in order, with the restart marker the live output writes where a resumed
+    run logs a step again: TensorBoard shows each step once, the later run's."""
+    start = 0
+    for index in range(1, len(records)):
+        if records[index].step <= records[index - 1].step:
+            sink.write(records[start:index])
+            sink.mark_restart(records[index].step)
+            start = index
+    sink.write(records[start:])

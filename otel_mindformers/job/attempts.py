@@ -7,7 +7,8 @@ after), `last_step` and `last_step_time` (its last finished step, as of its last
 `last_heartbeat`, `durable_step` and `durable_time` (its last checkpoint written, or the
 step it resumed from), `checkpoint_save_seconds`, `checkpoint_load_seconds`,
 `data_wait_seconds` (the run's wait for data between steps, as of its last sampled step), `trace_id` and
-`span_id` (its run span, which the next attempt's links to), `heartbeat_interval`, and, once it ended,
+`span_id` (its run span, which the next attempt's links to), `parent_span_id` (the launcher's
+span it is a child of, when there is one), `heartbeat_interval`, and, once it ended,
 `outcome` (completed, stopped, crashed), `reason` and `end`. An entry that never got its
 end is `killed`, ended at its last heartbeat: the next attempt writes that down.
 
@@ -163,9 +164,13 @@ class AttemptTracker:
         return tracker
 
     # --- training thread (events, never per step) -------------------------------------------
-    def link_run_span(self, trace_id: int, span_id: int) -> None:
+    def link_run_span(self, trace_id: int, span_id: int, parent_span_id: int | None = None) -> None:
+        """The run span's ids, and its parent's (the launcher's span, from TRACEPARENT): a
+        later attempt records this one's span with them if this one is killed."""
         with self._lock:
             self.entry["trace_id"], self.entry["span_id"] = f"{trace_id:032x}", f"{span_id:016x}"
+            if parent_span_id is not None:
+                self.entry["parent_span_id"] = f"{parent_span_id:016x}"
         self._wake.set()
 
     def note_checkpoint_load(self, seconds: float) -> None:

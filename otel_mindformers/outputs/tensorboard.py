@@ -80,9 +80,11 @@ class TensorBoardSink:
         self._rotation = rotation or LogRotationConfig()
         self._open_event_file()
         if purge_from_step is not None:
-            self._mark_restart(purge_from_step)
+            self.mark_restart(purge_from_step)
 
-    def _mark_restart(self, step: int) -> None:
+    def mark_restart(self, step: int) -> None:
+        """TensorBoard's restart marker (`SessionLog.START` at `step`, what
+        `SummaryWriter(purge_step=)` writes): what earlier events hold from `step` on is hidden."""
         from tensorboardX.proto.event_pb2 import Event, SessionLog
 
         self._writer.write_event(

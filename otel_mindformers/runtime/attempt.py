@@ -133,7 +133,6 @@ def record_killed_attempt(telemetry: Any, step_ids: Any, tracker: AttemptTracker
         trace_id, span_id = int(previous["trace_id"], 16), int(previous["span_id"], 16)
     except (KeyError, TypeError, ValueError):
         return
-    from opentelemetry import context as otel_context
     from opentelemetry.trace import Status, StatusCode
 
     from otel_mindformers.job.goodput import attempt_end
@@ -142,7 +141,7 @@ def record_killed_attempt(telemetry: Any, step_ids: Any, tracker: AttemptTracker
     with step_ids.preset_ids(trace_id, span_id):
         span = telemetry.tracer.start_span(
             semconv.SPAN_RUN,
-            context=otel_context.Context(),
+            context=_parent_of(previous, trace_id),
             links=_link_to(tracker.history[-2] if len(tracker.history) > 1 else None),
             start_time=int(float(previous.get("train_begin") or previous["process_start"]) * 1e9),
             attributes={
@@ -158,6 +157,20 @@ def record_killed_attempt(telemetry: Any, step_ids: Any, tracker: AttemptTracker
     span.set_status(Status(StatusCode.ERROR, "killed: no end record (inferred from its last heartbeat)"))
     span.end(end_time=int(attempt_end(previous) * 1e9))
     telemetry.flush_soon()  # this attempt may be killed too before the batch goes out
+
+
+def _parent_of(previous: dict[str, Any], trace_id: int) -> Any:
+    """The context the killed attempt's run span started in: its launcher's span (from the
+    ledger), else none."""
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    try:
+        parent = int(previous["parent_span_id"], 16)
+    except (KeyError, TypeError, ValueError):
+        return otel_context.Context()
+    launcher = SpanContext(trace_id, parent, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return trace.set_span_in_context(trace.NonRecordingSpan(launcher))
 
 
 def run_span_attributes(tracker: AttemptTracker) -> dict[str, Any]:

@@ -192,7 +192,8 @@ class MonitorRun:
         self.stacks.attach_run_span(self.run_span)
         if attempt is not None:
             span_context = self.run_span.get_span_context()
-            attempt.link_run_span(span_context.trace_id, span_context.span_id)
+            parent = getattr(self.run_span, "parent", None)  # an SDK span's parent SpanContext
+            attempt.link_run_span(span_context.trace_id, span_context.span_id, parent.span_id if parent else None)
             job_attempt.JobGauges(telemetry.observables, attempt, identity.point_attributes())
         # Phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`): the
         # training thread's clock reads; their time goes to the pipeline worker's ledger. Their

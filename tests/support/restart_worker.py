@@ -29,9 +29,9 @@ from pathlib import Path
 from tests.support import reliability_worker
 
 
-def spawn(spec: dict, cwd: Path) -> subprocess.Popen:
-    """Start one attempt in `cwd`."""
-    return reliability_worker.spawn(spec, cwd, module="tests.support.restart_worker")
+def spawn(spec: dict, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start one attempt in `cwd` (`env` adds to this process's environment)."""
+    return reliability_worker.spawn(spec, cwd, env, module="tests.support.restart_worker")
 
 
 @contextlib.contextmanager
@@ -127,10 +127,6 @@ def main(argv: list[str]) -> None:
     class UserClock(Callback):
         """The test's own clock: after MonitorCallback and ModelCheckpoint in the list."""
 
-        def on_train_step_begin(self, run_context):
-            step = initial_epoch * steps + int(run_context.original_args().cur_step_num)
-            note({"step_begin": step, "t": time.time(), "pid": os.getpid()})
-
         def on_train_step_end(self, run_context):
             cb_params = run_context.original_args()
             step = initial_epoch * steps + int(cb_params.cur_step_num)
@@ -152,7 +148,33 @@ def main(argv: list[str]) -> None:
         directory=spec["checkpoint_dir"],
         config=CheckpointConfig(save_checkpoint_steps=int(spec["save_steps"]), keep_checkpoint_max=20),
     )
-    callbacks = [MonitorCallback(spec["config"]), checkpoint, UserClock()]
+
+    class StepEdges(Callback):
+        """Where MonitorCallback sees a step begin and end: the callback just before it
+        notes the begin, the one just after it the end."""
+
+        def __init__(self, edge: str) -> None:
+            self.edge = edge
+
+        def _note(self, run_context) -> None:
+            step = initial_epoch * steps + int(run_context.original_args().cur_step_num)
+            note({self.edge: step, "t": time.time(), "pid": os.getpid()})
+
+        def on_train_step_begin(self, run_context):
+            if self.edge == "step_begin":
+                self._note(run_context)
+
+        def on_train_step_end(self, run_context):
+            if self.edge == "step_end":
+                self._note(run_context)
+
+    callbacks = [
+        StepEdges("step_begin"),
+        MonitorCallback(spec["config"]),
+        StepEdges("step_end"),
+        checkpoint,
+        UserClock(),
+    ]
     model.train(
         int(spec["epochs"]),
         build_dataset(steps),
