@@ -96,10 +96,20 @@ def test_kubernetes_attributes_only_inside_kubernetes():
     assert not any(k.startswith("k8s.") for k in detect_identity({"HOSTNAME": "laptop"}).attributes())
 
 
-def test_ranks_of_one_job_have_distinct_stable_instance_ids():
+def test_ranks_of_one_job_have_distinct_stable_instance_ids(tmp_path, monkeypatch):
     ids = {detect_identity({**MSRUN_WORKER_1, "RANK_ID": str(r)}).instance_id for r in range(4)}
     assert len(ids) == 4
     assert detect_identity(MSRUN_WORKER_1).instance_id == detect_identity(MSRUN_WORKER_1).instance_id
+    # No launcher names the job: two jobs on one host, each from its own folder, stay apart;
+    # a job restarted from its folder keeps its ids.
+    assert "MS_JOB_ID" not in MSRUN_WORKER_1
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    by_folder = {}
+    for folder in ("a", "b", "a"):
+        monkeypatch.chdir(tmp_path / folder)
+        by_folder.setdefault(folder, set()).add(detect_identity(MSRUN_WORKER_1).instance_id)
+    assert len(by_folder["a"]) == 1 and by_folder["a"] != by_folder["b"]
 
 
 @pytest.mark.slow

@@ -67,6 +67,9 @@ class Identity:
     host_name: str = ""
     kubernetes: tuple[tuple[str, str], ...] = ()  # k8s.* resource attributes
     job: tuple[tuple[str, str | int], ...] = ()  # parallel layout and software versions
+    # Where the process started: on one host, it tells apart jobs that no launcher names
+    # (a job restarted from its folder keeps it).
+    workdir: str = ""
 
     @property
     def distributed(self) -> bool:
@@ -74,7 +77,7 @@ class Identity:
 
     @property
     def instance_id(self) -> str:
-        key = f"{self.job_id or ''}/{self.host_name}/{self.rank}"
+        key = f"{self.job_id or self.workdir}/{self.host_name}/{self.rank}"
         return str(uuid.uuid5(_INSTANCE_NAMESPACE, key))
 
     def attributes(self) -> dict[str, str | int]:
@@ -237,4 +240,5 @@ def detect_identity(env: Mapping[str, str] | None = None) -> Identity:
         host_name=socket.gethostname(),
         kubernetes=_kubernetes(env),
         job=tuple(job_attributes(env).items()),
+        workdir=os.getcwd(),
     )
