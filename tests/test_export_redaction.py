@@ -153,3 +153,24 @@ def test_records_a_full_sdk_queue_drops_are_counted_per_signal_and_not_blamed_on
     assert "dropped in this process" in first
     (total,) = [m for m in messages if "full SDK queues dropped" in m]
     assert f"{dropped} Log record(s)" in total
+
+
+def test_another_exporters_failure_is_not_taken_for_ours():
+    """A provider of the user's, or an earlier run's, exporting to a collector that is down:
+    its failures name its own address; this run's reporter, for another, lets them be."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    provider = TracerProvider()
+    span = provider.get_tracer("test").start_span("s")
+    span.end()
+    for destination, blamed in ((f"http://127.0.0.1:{free_port()}", False), (dead, True)):
+        exporter = OTLPSpanExporter(endpoint=dead, insecure=True, timeout=1)
+        reporter = ExportErrorReporter(destination, announce=False).install()
+        try:
+            exporter.export([span])
+        finally:
+            reporter.uninstall()
+            exporter.shutdown()
+        assert reporter.failing is blamed, (destination, reporter.first_failure)

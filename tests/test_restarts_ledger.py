@@ -115,6 +115,14 @@ def test_the_wait_for_data_is_badput_and_lost_steps_are_their_compute():
     assert totals["goodput"] == pytest.approx((first["productive"] + 8.0) / 51.0)
 
 
+def test_a_wait_known_up_to_an_earlier_step_is_carried_at_its_rate_to_the_last():
+    # The worker's last record was step 9 of the 14 the clock saw: the queued ones never came.
+    (entry,) = [_entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", data_wait=1.8)]
+    entry["data_wait_step"] = 9
+    seconds = job_timeline([entry])["attempts"][0]["seconds"]
+    assert seconds["data_wait"] == pytest.approx(1.8 * 14 / 9)
+
+
 @pytest.mark.parametrize(
     ("ends", "streak"),
     [

@@ -159,6 +159,9 @@ class CaptureController:
         if isinstance(requested_at, (int, float)) and requested_at > ended_at:
             self._waiting = request
             return
+        if self._profile is not None:  # one capture at a time: this request is taken after it
+            self._waiting = request
+            return
         kinds = [k for k in request.get("kinds") or self._kinds if k in names.KINDS] or self._kinds
         steps = int(request.get("steps") or self._config.profile_steps)
         _logger.warning(

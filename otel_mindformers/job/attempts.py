@@ -6,7 +6,8 @@ An attempt's entry in the ledger:
 after), `last_step` and `last_step_time` (its last finished step, as of its last heartbeat),
 `last_heartbeat`, `durable_step` and `durable_time` (its last checkpoint written, or the
 step it resumed from), `checkpoint_save_seconds`, `checkpoint_load_seconds`,
-`data_wait_seconds` (the run's wait for data between steps, as of its last sampled step), `trace_id` and
+`data_wait_seconds` and `data_wait_step` (the run's wait for data between steps, up to the
+step of the worker's last record), `trace_id` and
 `span_id` (its run span, which the next attempt's links to), `parent_span_id` (the launcher's
 span it is a child of, when there is one), `heartbeat_interval`, and, once it ended,
 `outcome` (completed, stopped, crashed), `reason` and `end`. An entry that never got its
@@ -180,11 +181,12 @@ class AttemptTracker:
                 self.entry["checkpoint_load_seconds"] = float(self.entry["checkpoint_load_seconds"]) + seconds
             self._wake.set()
 
-    def note_data_wait(self, seconds: float) -> None:
-        """The run's wait for data so far (the pipeline worker, each sampled step): the next
-        heartbeat writes it down; badput for the job (job/goodput.py)."""
+    def note_data_wait(self, seconds: float, step: int) -> None:
+        """The run's wait for data up to `step` (the pipeline worker, each sampled record; it
+        lags the clock's last step by the records still queued): the next heartbeat writes
+        it down; badput for the job (job/goodput.py)."""
         with self._lock:
-            self.entry["data_wait_seconds"] = seconds
+            self.entry["data_wait_seconds"], self.entry["data_wait_step"] = seconds, step
 
     def line_fields(self) -> dict[str, Any]:
         """The JSON line's `job` object (sampled steps)."""

@@ -69,7 +69,13 @@ def _steps_part(entry: dict[str, Any]) -> tuple[int, float, float, float]:
     first_end, last_time = _f(entry, "first_step_end"), _f(entry, "last_step_time")
     span = max(0.0, last_time - first_end) if first_end is not None and last_time is not None else 0.0
     save = min(span, float(entry.get("checkpoint_save_seconds") or 0.0))
-    data = min(span - save, float(entry.get("data_wait_seconds") or 0.0))
+    data = float(entry.get("data_wait_seconds") or 0.0)
+    # The wait is known up to the worker's last record, the steps up to the clock's: a killed
+    # attempt's queued records never came, so its wait is carried at its rate to the last step.
+    known = int(entry.get("data_wait_step") or last) - resume
+    if 0 < known < last - resume:
+        data *= (last - resume) / known
+    data = min(span - save, data)
     return max(0, last - resume), span, save, data
 
 

@@ -347,7 +347,7 @@ class MonitorRun:
         """The pipeline worker's, once the record's time is accounted: the run's data wait
         goes to the attempt's ledger (badput for the job), and the job's fields to the line."""
         attempt = self.attempt  # passed to the pipeline only with an attempt
-        attempt.note_data_wait(record.time_breakdown.get(PHASE_DATA_WAIT, 0.0))
+        attempt.note_data_wait(record.time_breakdown.get(PHASE_DATA_WAIT, 0.0), record.step)
         record.job = attempt.line_fields()
 
     def _phase_charged(self, phase: str, seconds: float) -> None:

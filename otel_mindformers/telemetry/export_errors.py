@@ -16,8 +16,10 @@ masked in the exporters' own text (the gRPC exporter quotes `user:token@host:431
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator
 
 from otel_mindformers.config.redaction import Redactor, endpoint_secrets, printable_endpoint
@@ -41,6 +43,24 @@ _EXPORT_LOGGER_PREFIXES = (
 _QUEUE_FULL = "Queue full, dropping %s."
 
 
+# The gRPC exporter names its target: "... exporting traces to 127.0.0.1:4317, retrying ...",
+# "Failed to export traces to 127.0.0.1:4317, error code: ...".
+_NAMED_TARGET = re.compile(r"(?:exporting|export) \w+ to (?P<address>[^\s,]+)")
+
+
+def _address_of(destination: str) -> str | None:
+    """`host:port` of an endpoint URL (the default port of its scheme when it gives none)."""
+    try:
+        parts = urllib.parse.urlsplit(destination if "//" in destination else f"//{destination}")
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None
+    if not parts.hostname or not port:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # IPv6, as gRPC writes it
+    return f"{host}:{port}"
+
+
 def _export_loggers() -> Iterator[logging.Logger]:
     for name in list(logging.Logger.manager.loggerDict):
         if name.startswith(_EXPORT_LOGGER_PREFIXES):
@@ -58,6 +78,7 @@ class ExportErrorReporter(logging.Filter):
             endpoint_secrets(destination) | {secret.strip() for secret in secrets if secret.strip()}
         )
         self.announce = announce
+        self._address = _address_of(destination)  # host:port, as the gRPC exporter names it
         self.first_failure: str | None = None  # the first failure's message: export is failing
         self.last_failure_at: float | None = None  # time.monotonic() of the latest one
         self._lock = threading.Lock()
@@ -79,7 +100,15 @@ class ExportErrorReporter(logging.Filter):
         if record.msg == _QUEUE_FULL and isinstance(record.args, tuple) and record.args:
             self._dropped_by_queue(str(record.args[0]))
             return False
-        self.report(record.getMessage())
+        message = record.getMessage()
+        named = _NAMED_TARGET.search(message)
+        if (
+            named is not None
+            and self._address is not None
+            and named["address"].rsplit("@", 1)[-1].lower() != self._address
+        ):
+            return True  # another exporter's (a provider of the user's, an earlier run's): not ours
+        self.report(message)
         return False
 
     def _dropped_by_queue(self, signal: str) -> None:
