@@ -46,6 +46,21 @@ def _split(url: str) -> urllib.parse.SplitResult:
     return urllib.parse.urlsplit(text if "://" in text else f"//{text}")
 
 
+def host_port(url: str) -> str | None:
+    """`host:port` of an endpoint as the gRPC exporter writes it (IPv6 in brackets, the
+    scheme's default port when none is given), also in the form without a scheme; None when
+    it names no host or port."""
+    try:
+        split = _split(url)
+        port = split.port or {"http": 80, "https": 443}.get(split.scheme)
+    except ValueError:
+        return None
+    if not split.hostname or not port:
+        return None
+    host = f"[{split.hostname}]" if ":" in split.hostname else split.hostname
+    return f"{host}:{port}"
+
+
 def _query_values(split: urllib.parse.SplitResult) -> set[str]:
     return {
         value

@@ -19,10 +19,9 @@ import logging
 import re
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterable, Iterator
 
-from otel_mindformers.config.redaction import Redactor, endpoint_secrets, printable_endpoint
+from otel_mindformers.config.redaction import Redactor, endpoint_secrets, host_port, printable_endpoint
 from otel_mindformers.core.guarded_log import get_logger
 
 _logger = get_logger("otel_mindformers.telemetry")
@@ -48,19 +47,6 @@ _QUEUE_FULL = "Queue full, dropping %s."
 _NAMED_TARGET = re.compile(r"(?:exporting|export) \w+ to (?P<address>[^\s,]+)")
 
 
-def _address_of(destination: str) -> str | None:
-    """`host:port` of an endpoint URL (the default port of its scheme when it gives none)."""
-    try:
-        parts = urllib.parse.urlsplit(destination if "//" in destination else f"//{destination}")
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    except ValueError:
-        return None
-    if not parts.hostname or not port:
-        return None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # IPv6, as gRPC writes it
-    return f"{host}:{port}"
-
-
 def _export_loggers() -> Iterator[logging.Logger]:
     for name in list(logging.Logger.manager.loggerDict):
         if name.startswith(_EXPORT_LOGGER_PREFIXES):
@@ -78,7 +64,7 @@ class ExportErrorReporter(logging.Filter):
             endpoint_secrets(destination) | {secret.strip() for secret in secrets if secret.strip()}
         )
         self.announce = announce
-        self._address = _address_of(destination)  # host:port, as the gRPC exporter names it
+        self._address = host_port(destination)  # as the gRPC exporter names it
         self.first_failure: str | None = None  # the first failure's message: export is failing
         self.last_failure_at: float | None = None  # time.monotonic() of the latest one
         self._lock = threading.Lock()
