@@ -59,6 +59,7 @@ import mindspore as ms  # noqa: E402  (before anything imports protobuf)
 import numpy as np  # noqa: E402
 from _mlp import BATCH, CLASSES, FEATURES, HIDDEN, HOOKS, Redirected, build_model  # noqa: E402
 from _receiver import ReceiverProcess  # noqa: E402
+from _switchback import Gate, Periods, SwitchbackPlan, mean_periods, pair_ratios  # noqa: E402
 from mindspore import Tensor  # noqa: E402
 from mindspore.dataset import NumpySlicesDataset  # noqa: E402
 from mindspore.train import Callback  # noqa: E402
@@ -278,11 +279,58 @@ def run(args: argparse.Namespace, folder: Path, endpoint: str | None) -> dict[st
             flush=True,
         )
     result = _summarise(args, walls, timed, first_edge or {})
+    if args.pairs:
+        bare_step = result["bare_ms_per_step"] / 1e3
+        result["switchback"] = switchback(args, model, x, y, folder, endpoint, bare_step, threads)
     sampled_steps = sum(_sampled(step, args.interval) for step in range(1, args.steps + 1))
     extra = statistics.median(background["ours"]) - statistics.median(background["bare"])
     result["ours: background CPU per sampled step, us"] = extra / sampled_steps * 1e6
     result["ours: background CPU per sampled step by thread, us"] = threads.per_step("ours", sampled_steps)
     return result
+
+
+def switchback(
+    args: argparse.Namespace,
+    model: Any,
+    x: np.ndarray,
+    y: np.ndarray,
+    folder: Path,
+    endpoint: str | None,
+    bare_step: float,
+    threads: _ThreadCPU,
+) -> dict[str, Any]:
+    """One long run, ours switched on and off in blocks (benchmarks/_switchback.py)."""
+    from otel_mindformers.runtime.callback import MonitorCallback
+
+    plan = SwitchbackPlan.for_step_time(bare_step, args.interval, args.pairs)
+    repeats = -(-plan.steps // args.steps)
+    dataset = NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(BATCH).repeat(repeats)
+    gate = Gate(MonitorCallback(_ours_config(args, folder / "switchback", endpoint)))
+    periods = Periods(gate, plan)
+    print(
+        f"  switchback: {plan.pairs} pairs of {plan.block}-step blocks (guard {plan.guard}), {plan.steps} steps",
+        file=sys.stderr,
+        flush=True,
+    )
+    with Redirected(folder / "training.log"), threads.counting("switchback"):
+        started = time.perf_counter()
+        model.train(1, dataset, callbacks=[gate, periods], dataset_sink_mode=False)
+        wall = time.perf_counter() - started
+    ends = periods.ends[: plan.steps]
+    ratios = pair_ratios(plan, ends)
+    means = mean_periods(plan, ends)
+    on_steps = plan.arms.count(True) * plan.block
+    sampled_on = on_steps // args.interval
+    return {
+        "plan": {"block": plan.block, "guard": plan.guard, "pairs": plan.pairs, "steps": plan.steps},
+        "wall_s": wall,
+        "ms_per_step_on": means[True] * 1e3,
+        "ms_per_step_off": means[False] * 1e3,
+        "per_step": _paired(ratios),
+        "background CPU per sampled step by thread, us": {
+            thread: seconds / sampled_on * 1e6 for thread, seconds in threads.runs["switchback"][-1].items()
+        },
+    }
 
 
 class _ThreadCPU:
@@ -412,6 +460,8 @@ def report(result: dict[str, Any]) -> None:
             if us >= 1
         )
     )
+    if "switchback" in result:
+        _report_switchback(result)
     for name in ("ours", "ours timed", "ours timed: whole run less begin/end", "bare callback timed"):
         whole = result[name if name.endswith("begin/end") else f"{name}: whole run"]
         low, high = whole["ci95"]
@@ -419,6 +469,32 @@ def report(result: dict[str, Any]) -> None:
             f"whole run {name.replace(': whole run', ',')} / bare: median of paired ratios {whole['median_ratio']:.4f}, 95 % bootstrap interval "
             f"[{low:.4f}, {high:.4f}] (±{(high - low) / 2 * 100:.2f} %), sign test p = {whole['sign_test_p']:.3g}"
         )
+
+
+def _report_switchback(result: dict[str, Any]) -> None:
+    sb, cfg = result["switchback"], result["config"]
+    plan, per_step = sb["plan"], sb["per_step"]
+    low, high = per_step["ci95"]
+    edges = result["ours timed: hooks"]
+    edge_ms = edges["on_train_begin_ms"] + edges["on_train_end_ms"]
+    run_ms = cfg["steps"] * sb["ms_per_step_off"]
+    print(
+        f"switchback, one run of {plan['steps']} steps ({sb['wall_s']:.0f} s), {plan['pairs']} pairs of "
+        f"{plan['block']}-step blocks, the first {plan['guard']} of each left out: step period "
+        f"{sb['ms_per_step_on']:.3f} ms with ours, {sb['ms_per_step_off']:.3f} ms without; "
+        f"per-step slowdown, median of paired block ratios {per_step['median_ratio']:.4f}, 95 % bootstrap "
+        f"interval [{low:.4f}, {high:.4f}] (±{(high - low) / 2 * 100:.2f} %), sign test p = {per_step['sign_test_p']:.3g}; "
+        f"with begin + end ({edge_ms:.1f} ms warm) a {cfg['steps']}-step run: "
+        f"{per_step['median_ratio'] + edge_ms / run_ms:.4f}"
+    )
+    print(
+        "  background CPU per sampled step with ours on (by thread): "
+        + ", ".join(
+            f"{thread} {us:.0f} µs"
+            for thread, us in sorted(sb["background CPU per sampled step by thread, us"].items(), key=lambda kv: -kv[1])
+            if us >= 1
+        )
+    )
 
 
 def main() -> None:
@@ -429,6 +505,9 @@ def main() -> None:
     parser.add_argument("--outputs", choices=["local", "all"], default="local")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument(
+        "--pairs", type=int, default=60, help="switchback block pairs in one long run after the rounds (0: none)"
+    )
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
     print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())}, {os.cpu_count()} CPUs")
