@@ -5,6 +5,9 @@ are not shipped back."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from mindspore.train import Callback
@@ -17,6 +20,7 @@ from tests.support import training
 pytestmark = pytest.mark.slow  # real training runs
 
 SCRIPT = "train_script"
+REPO = Path(__file__).resolve().parent.parent
 
 
 class _Lines(Callback):
@@ -103,3 +107,42 @@ def test_a_root_level_above_logs_level_is_said_at_start():
         root.setLevel(level)
     (said,) = [m for m in seen if "root logger's level is WARNING" in m]
     assert "logs.level is INFO" in said and "setLevel(logging.INFO)" in said
+
+
+_SCRIPT_THAT_NEVER_CONFIGURES_LOGGING = """
+import logging, sys
+from mindspore.train import Callback
+from otel_mindformers import MonitorCallback
+from tests.support import training
+
+class Warns(Callback):
+    def on_train_step_end(self, run_context):
+        if run_context.original_args()["cur_step_num"] == 2:
+            logging.getLogger("train_script").warning("loss looks odd at step 2")
+
+monitor = MonitorCallback({
+    "interval": 5, "output_type": ["otlp"], "json_log_path": sys.argv[2] + "/m.json",
+    "otlp": {"endpoint": sys.argv[1], "export_interval": 0.2},
+    "logs": {"enable": True, "level": "INFO"},
+})
+training.train([monitor, Warns()], steps=4)
+logging.getLogger("train_script").warning("after training")
+"""
+
+
+def test_a_script_that_never_configures_logging_keeps_its_warnings_on_the_console(tmp_path, otlp_receiver):
+    # Python prints such a script's warnings through logging.lastResort, used only while no
+    # handler is found: the bridge's handler on the root must not silence the console.
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT_THAT_NEVER_CONFIGURES_LOGGING, otlp_receiver.grpc_endpoint, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert "loss looks odd at step 2" in lines  # the script's, during the run, as Python prints it
+    assert any("logs.level is INFO, but the root logger's level is WARNING" in line for line in lines)  # ours
+    assert "after training" in lines  # and after the run, with the bridge gone
+    assert [log.body for log in otlp_receiver.logs("train_script")] == ["loss looks odd at step 2"]  # shipped too

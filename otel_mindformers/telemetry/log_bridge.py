@@ -283,6 +283,19 @@ def isolated_loggers(prefixes: Iterable[str]) -> list[logging.Logger]:
     ]
 
 
+def _finds_no_handler(logger: logging.Logger) -> bool:
+    """Python's `logging.lastResort` prints this logger's warnings to stderr: no handler on
+    the way up its hierarchy (a script that never configures logging)."""
+    node: Any = logger
+    while node is not None:
+        if node.handlers:
+            return False
+        if not node.propagate:
+            return True
+        node = node.parent
+    return True
+
+
 def _is_sdk_handler(handler: logging.Handler) -> bool:
     """The SDK's own handler, which OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED puts on the root."""
     from opentelemetry.sdk._logs import LoggingHandler
@@ -294,11 +307,16 @@ class LogBridge:
     """The handler of one run: on its loggers from `start` to `close`."""
 
     def __init__(
-        self, handler: TrainingLogHandler, loggers: list[logging.Logger], displaced: list[logging.Handler]
+        self,
+        handler: TrainingLogHandler,
+        loggers: list[logging.Logger],
+        displaced: list[logging.Handler],
+        last_resort: list[logging.Logger],
     ) -> None:
         self.handler = handler
         self._loggers = loggers
         self._displaced = displaced
+        self._last_resort = last_resort
 
     @classmethod
     def start(cls, config: LogsConfig, provider: Any, correlation: RunCorrelation) -> LogBridge | None:
@@ -313,8 +331,13 @@ class LogBridge:
         for sdk_handler in displaced:
             root.removeHandler(sdk_handler)
         loggers = [root, *isolated_loggers(config.loggers)]
+        # Where Python's last resort printed warnings to stderr, ours would silence it (a
+        # handler was found): the console keeps them, as without the bridge.
+        last_resort = [lg for lg in loggers if _finds_no_handler(lg)] if logging.lastResort is not None else []
         for logger in loggers:
             logger.addHandler(handler)
+        for logger in last_resort:
+            logger.addHandler(logging.lastResort)  # type: ignore[arg-type]  # checked above
         wanted = logging.getLevelName(config.level)
         if root.getEffectiveLevel() > wanted:  # records below the root's level are never made
             _logger.warning(
@@ -324,11 +347,13 @@ class LogBridge:
                 logging.getLevelName(root.getEffectiveLevel()), config.level,
             )  # fmt: skip
         _logger.debug("otel_mindformers: shipping log records of %s", [lg.name for lg in loggers])
-        return cls(handler, loggers, displaced)
+        return cls(handler, loggers, displaced, last_resort)
 
     def close(self) -> None:
         for logger in self._loggers:
             logger.removeHandler(self.handler)
+        for logger in self._last_resort:
+            logger.removeHandler(logging.lastResort)  # type: ignore[arg-type]  # added at start
         root = logging.getLogger()
         for sdk_handler in self._displaced:
             root.addHandler(sdk_handler)
