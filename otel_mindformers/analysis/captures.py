@@ -160,7 +160,9 @@ def _analyse(root: Path) -> int:
         return 1
     failed = 0
     for folder in raw:
-        done = subprocess.run([sys.executable, "-c", _CPU_ANALYSIS, str(folder)], capture_output=True, text=True)
+        # Absolute: MindSpore's parser resolves a relative folder against a data root of its own.
+        analysis = [sys.executable, "-c", _CPU_ANALYSIS, str(folder.resolve())]
+        done = subprocess.run(analysis, capture_output=True, text=True)
         trace = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
         if done.returncode == 0 and trace.exists():
             print(f"analysed {folder}: {trace}")
