@@ -149,6 +149,10 @@ def test_tensorboard_shows_each_run_once(workdir):
     (earlier,) = [run for run in shown if run != "rank_0"]
     assert earlier.startswith("rank_0/")
     assert shown == {"rank_0": [1, 2, 4, 6, 8], earlier: [1, 2, 4, 6]}
+    # Replayed from the JSON logs of both runs: the same runs, in the same layout.
+    done = cli("replay", "output", "--tensorboard", "replayed", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert tensorboard_steps(workdir / "replayed") == shown
 
 
 def test_tensorboard_hides_what_a_resumed_run_logs_again(workdir):

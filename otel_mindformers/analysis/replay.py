@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,7 @@ from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 from otel_mindformers.names.spec import Kind, MetricSpec
+from otel_mindformers.outputs.runs import set_aside_stamp
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.telemetry.providers import otlp_exporters
 from otel_mindformers.version import __version__
@@ -375,7 +377,8 @@ def _point_count(data: MetricsData) -> int:
 
 
 def replay_tensorboard(series: Sequence[Series], directory: str | Path) -> ReplayResult:
-    """Scalars under `<directory>/rank_<x>/` (the live layout), written by the live sink.
+    """Scalars under `<directory>/rank_<x>/` (the live layout; a run set aside by a later one
+    under `rank_<x>/<stamp>/`), written by the live sink.
 
     Each rank gets one event file with a fixed name, replaced whole: replaying again gives
     the same file, not a second copy of every point.
@@ -384,13 +387,12 @@ def replay_tensorboard(series: Sequence[Series], directory: str | Path) -> Repla
 
     directory = Path(directory)
     records_total = skipped = points = 0
+    current_runs = Counter(one.rank for one in series if _set_aside_stamp(one) is None)
     for one in series:
         records = as_records(one)
         records_total += len(records)
         skipped += len(one.points) - len(records)
-        # The live layout when ranks tell the series apart; the label when two runs share a rank.
-        folder = f"rank_{one.rank}" if one.label == f"rank {one.rank}" else one.label
-        target = directory / folder.replace("/", "_").replace(" ", "_")
+        target = directory / _tensorboard_folder(one, current_runs)
         target.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".replay-", dir=target))
         try:
@@ -403,6 +405,23 @@ def replay_tensorboard(series: Sequence[Series], directory: str | Path) -> Repla
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return ReplayResult(None, len(series), records_total, 0, points, skipped)
+
+
+def _set_aside_stamp(one: Series) -> str | None:
+    return set_aside_stamp(one.files[-1]) if one.files else None
+
+
+def _tensorboard_folder(one: Series, current_runs: Counter) -> str:
+    """The live output's layout: `rank_<x>/` for a rank's current run, `rank_<x>/<stamp>/` for
+    a run set aside by a later one (outputs/runs.py); the series' label where two current
+    runs share a rank (files of two folders named together)."""
+    rank = f"rank_{one.rank}"
+    stamp = _set_aside_stamp(one)
+    if one.rank is not None and stamp is not None:
+        return f"{rank}/{stamp}"
+    if one.rank is not None and current_runs[one.rank] == 1:
+        return rank
+    return one.label.replace("/", "_").replace(" ", "_")
 
 
 def _write_with_restarts(sink: Any, records: Sequence[StepRecord]) -> None:
