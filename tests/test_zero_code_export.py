@@ -99,13 +99,16 @@ def test_a_healthy_collector_gets_everything_and_nothing_is_said(workdir, otlp_r
     assert sorted(s.attributes[semconv.ATTR_STEP] for s in otlp_receiver.spans(semconv.SPAN_STEP)) == [1, 2, 3, 4, 5, 6]
 
 
-def test_settings_the_sdk_environment_overrides_are_named_once(workdir, otlp_receiver):
+@pytest.mark.parametrize("outputs", [["json_file", "otlp", "prometheus"], ["stdout", "prometheus"]])
+def test_settings_the_sdk_environment_overrides_are_named_once(workdir, otlp_receiver, outputs):
+    # The otlp section is named with or without `otlp` in output_type: the SDK's exporters
+    # send everything where its environment says, never where the section says.
     port = free_port()
     result = _train(
         workdir,
         otlp_receiver.grpc_endpoint,
         _quiet(
-            output_type=["json_file", "otlp", "prometheus"],
+            output_type=outputs,
             service_name="from-yaml",
             otlp={"endpoint": "http://127.0.0.1:1", "protocol": "http/protobuf"},
             prometheus={"port": port},

@@ -335,7 +335,7 @@ def _ignored_settings(config: TelemetryConfig, borrowed: set[str], builds_none: 
     ignored = []
     if "meter_provider" in borrowed and "prometheus" in config.output_type:
         ignored.append("output_type 'prometheus' (OTEL_METRICS_EXPORTER=prometheus serves it)")
-    if builds_none and "otlp" in config.output_type and config.otlp != OtlpConfig():
+    if builds_none and config.otlp != OtlpConfig():  # the SDK's exporters send where its environment says
         ignored.append("the otlp section (set OTEL_EXPORTER_OTLP_* instead)")
     if "logger_provider" in borrowed and not builds_none and config.otlp.logs_queue_size is not None:
         ignored.append("otlp.logs_queue_size (set OTEL_BLRP_MAX_QUEUE_SIZE instead)")
