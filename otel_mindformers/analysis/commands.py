@@ -14,8 +14,9 @@ from otel_mindformers.config import OTLP_PROTOCOLS
 from otel_mindformers.config.extras import MATPLOTLIB_MODULES, TENSORBOARD_MODULES, missing_package
 
 _LOGS_HELP = (
-    "JSON-lines logs: files, globs or folders (a folder finds every *_rank_*.json in it); "
-    "rotated backups (name.json.1 ... .N) are read with their file"
+    "JSON-lines logs: files, globs or folders (a folder finds every *_rank_*.json under it, or, "
+    "if there is none, the *.json files directly in it); rotated backups (name.json.1 ... .N) "
+    "are read with their file"
 )
 
 
