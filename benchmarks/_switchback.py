@@ -70,7 +70,6 @@ class Gate(Callback):
 
     def __init__(self, inner: Callback) -> None:
         super().__init__()
-        self.inner = inner
         self.on = True
         self._step_begin = inner.on_train_step_begin
         self._step_end = inner.on_train_step_end
@@ -105,13 +104,19 @@ class Periods(Callback):
             self._gate.on = self._plan.arms[done // self._plan.block]
 
 
-def pair_ratios(plan: SwitchbackPlan, ends: list[float]) -> list[float]:
-    """Per measured pair: mean step period with ours / without, guards left out."""
+def _block_means(plan: SwitchbackPlan, ends: list[float]) -> list[float]:
+    """Each block's mean step period over its measured steps (its guard left out), in seconds."""
     means = []
     for index in range(len(plan.arms)):
         first = index * plan.block + plan.guard
         last = (index + 1) * plan.block - 1
         means.append((ends[last] - ends[first - 1]) / (last - first + 1))
+    return means
+
+
+def pair_ratios(plan: SwitchbackPlan, ends: list[float]) -> list[float]:
+    """Per measured pair: mean step period with ours / without, guards left out."""
+    means = _block_means(plan, ends)
     ratios = []
     for pair in range(1, len(plan.arms) // 2):  # pair 0 is the lead-in
         a, b = 2 * pair, 2 * pair + 1
@@ -121,10 +126,6 @@ def pair_ratios(plan: SwitchbackPlan, ends: list[float]) -> list[float]:
 
 
 def mean_periods(plan: SwitchbackPlan, ends: list[float]) -> dict[bool, float]:
-    """The mean step period of each arm over its measured steps, in seconds."""
-    spans: dict[bool, list[float]] = {True: [], False: []}
-    for index, arm in enumerate(plan.arms[2:], start=2):
-        first = index * plan.block + plan.guard
-        last = (index + 1) * plan.block - 1
-        spans[arm].append((ends[last] - ends[first - 1]) / (last - first + 1))
-    return {arm: statistics.fmean(values) for arm, values in spans.items()}
+    """The mean step period of each arm over its measured blocks (the lead-in left out), in seconds."""
+    measured = list(zip(plan.arms, _block_means(plan, ends)))[2:]
+    return {arm: statistics.fmean(mean for on, mean in measured if on is arm) for arm in (True, False)}
