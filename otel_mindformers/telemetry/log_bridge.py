@@ -283,19 +283,6 @@ def isolated_loggers(prefixes: Iterable[str]) -> list[logging.Logger]:
     ]
 
 
-def _finds_no_handler(logger: logging.Logger) -> bool:
-    """Python's `logging.lastResort` prints this logger's warnings to stderr: no handler on
-    the way up its hierarchy (a script that never configures logging)."""
-    node: Any = logger
-    while node is not None:
-        if node.handlers:
-            return False
-        if not node.propagate:
-            return True
-        node = node.parent
-    return True
-
-
 def _is_sdk_handler(handler: logging.Handler) -> bool:
     """The SDK's own handler, which OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED puts on the root."""
     from opentelemetry.sdk._logs import LoggingHandler
@@ -333,7 +320,7 @@ class LogBridge:
         loggers = [root, *isolated_loggers(config.loggers)]
         # Where Python's last resort printed warnings to stderr, ours would silence it (a
         # handler was found): the console keeps them, as without the bridge.
-        last_resort = [lg for lg in loggers if _finds_no_handler(lg)] if logging.lastResort is not None else []
+        last_resort = [lg for lg in loggers if not lg.hasHandlers()] if logging.lastResort is not None else []
         for logger in loggers:
             logger.addHandler(handler)
         for logger in last_resort:
