@@ -33,8 +33,10 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # +16 bytecodes over 333 / 427: the unsampled step's 7, the batch-note and the attempt's
     # first-step checks (attributes read, no call: a call would cost far more cold); +10 for
     # `wake` (cleared, and set again while custom monitors or a capture want every step).
-    "scalar": {"python_calls": 9, "c_calls": 10, "opcodes": 359},
-    "tuple5": {"python_calls": 12, "c_calls": 16, "opcodes": 453},
+    # Then 9 -> 6 / 12 -> 6 Python calls: the read plan calls `Tensor._item` itself (not
+    # `item()`, its Python wrapper), and the inbox says it was written in an attribute.
+    "scalar": {"python_calls": 6, "c_calls": 10, "opcodes": 334},
+    "tuple5": {"python_calls": 6, "c_calls": 16, "opcodes": 413},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's

@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 from mindspore import nn
 from mindspore.dataset import GeneratorDataset
-from mindspore.train import Model
+from mindspore.train import Callback, Model
 
 from otel_mindformers import MonitorCallback
 from otel_mindformers.model_state import LocalNormTrainOneStepCell
+from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.model_state.parameters import ParameterFilter, kind_of, layer_of
 from otel_mindformers.names import model_state as specs
 from otel_mindformers.names import semconv
+from tests.support import training
 from tests.support.jsonl import json_lines as lines
 from tests.support.readbacks import record_readbacks
 
@@ -163,6 +165,25 @@ def test_a_spike_in_one_layers_gradient_is_named_by_the_alert(workdir, otlp_rece
     assert event[specs.ATTR_LAYER] == "2"
     assert event[specs.ATTR_PARAMETER].startswith("layers.2.")
     assert "moved most: layer 2" in event["message"]
+
+
+class _WritesWeightNorm(Callback):
+    """Puts a reading in the inbox each step, as MindFormers' TrainingStateMonitor does
+    through the wrapped `_output` (model_state/mindformers_hooks.py)."""
+
+    def on_train_step_end(self, run_context):
+        step = run_context.original_args()["cur_step_num"]
+        INBOX.put("weight_norm", np.float32(step * 0.5), step)
+
+
+def test_inbox_readings_reach_the_line_when_the_outputs_carry_no_local_norms(workdir):
+    """A scalar loss: nothing for the 7-tuple path to read, so only the inbox having been
+    written tells the sampled step to take it; a step with nothing written adds nothing."""
+    cb = MonitorCallback({"interval": 2, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json")})
+    training.train([_WritesWeightNorm(), cb], steps=6, mode=ms.GRAPH_MODE)
+    assert [(line["step"], line.get("weight_norm")) for line in lines(workdir / "m.json")] == [
+        (1, 0.5), (2, 1.0), (4, 2.0), (6, 3.0),
+    ]  # fmt: skip
 
 
 def test_unsampled_steps_do_no_readback_of_the_seven_tuple(workdir, monkeypatch):

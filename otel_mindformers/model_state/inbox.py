@@ -51,6 +51,9 @@ class StateInbox:
         self._micro: dict[str, tuple[int, list[Any]]] = {}
         self._expert_loads: dict[str, tuple[int, list[float]]] = {}
         self._drop_rates: dict[str, tuple[int, float]] = {}
+        # True once MindFormers wrote since the last take: an attribute, not a method, because
+        # the run reads it on every sampled step, where each call is a cold frame.
+        self.written = False
 
     @property
     def open(self) -> bool:
@@ -69,6 +72,7 @@ class StateInbox:
         self._micro.clear()
         self._expert_loads.clear()
         self._drop_rates.clear()
+        self.written = False
 
     # --- MindFormers' side (training thread) ---------------------------------------------
     def put(self, tag: str, data: Any, step: int) -> None:
@@ -81,6 +85,7 @@ class StateInbox:
             seen[1].append(data)
         else:
             self._latest[tag] = (step, data)
+        self.written = True
 
     def put_expert_load(self, tag: str, loads: Any, step: int) -> None:
         """`expert_load/<layer>` with `{ep_i: load}` as TopkBiasBalanceCallback writes it."""
@@ -88,18 +93,16 @@ class StateInbox:
             layer = tag.rsplit("/", 1)[-1]
             values = [loads[k] for k in sorted(loads, key=lambda k: int(re.sub(r"\D", "", k) or 0))]
             self._expert_loads[layer] = (step, values)
+            self.written = True
 
     def put_log_line(self, message: str, step: int) -> None:
         """MoEDropRateCallback logs `layer: i, drop_rate: x`: the log line is its only output."""
         match = _DROP_RATE.search(message) if self._runs else None
         if match:
             self._drop_rates[match.group(1)] = (step, float(match.group(2)))
+            self.written = True
 
     # --- the run's side (training thread, sampled steps) ------------------------------------
-    def empty(self) -> bool:
-        """True when MindFormers wrote nothing since the last take (most runs, most steps)."""
-        return not (self._latest or self._micro or self._expert_loads or self._drop_rates)
-
     def take(self, after_step: int) -> tuple[dict[str, float], ModelState]:
         """Readings written for steps after `after_step`: the scalar training metrics, and the
         model state (parsed later, on the worker thread, by `ModelState.summary`)."""
