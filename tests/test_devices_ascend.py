@@ -339,6 +339,22 @@ def test_old_driver_without_ecc_health_board_keeps_its_readings_and_names_each_q
     assert calls(fake_npu_smi).count("info -t board -i 0 -c 0") == 1  # a board that cannot tell is not asked again
 
 
+@pytest.mark.slow  # runs a fake npu-smi in a child process
+def test_each_failing_query_names_its_own_command(tmp_path):
+    # A driver whose table reads but whose `-t` queries print bytes that are not UTF-8:
+    # each query's one-time warning names the command that printed them (the `-t common`
+    # one used to name `-t usages`, which sends the operator to the wrong query).
+    table = Path(__file__).parent / "fixtures" / "npu_smi" / "910b" / "info.txt"
+    tool = tmp_path / "npu-smi"
+    tool.write_text(f'#!/bin/sh\nif [ "$*" = info ]; then cat "{table}"; else printf "\\377\\376\\n"; fi\n')
+    tool.chmod(0o755)
+    readings = AscendSource(str(tool), 5.0, [0], 0, {}).read()
+    assert readings.snapshot["npu_hbm_total_mb"] == 32768.0  # the table still reads
+    problems = {p.query: str(p) for p in readings.problems}
+    assert {"npu-smi info -t usages", "npu-smi info -t common"} <= problems.keys()
+    assert all(f"`{query}` output" in message for query, message in problems.items()), problems
+
+
 def test_energy_is_integrated_from_power_over_the_polls():
     clock = Clock()
     energy = EnergyIntegrator(clock)

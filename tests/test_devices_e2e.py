@@ -4,6 +4,8 @@ PATH, exported over OTLP to a real receiver on 127.0.0.1, and written to JSON li
 import json
 import os
 import resource
+import time
+from pathlib import Path
 
 import mindspore
 import pytest
@@ -212,3 +214,45 @@ def test_faults_links_clocks_energy_and_job_reach_the_receiver_from_fixtures(wor
     assert resource[semconv.ATTR_MINDSPORE_VERSION] == mindspore.__version__
     assert resource[semconv.ATTR_PARALLEL_MODE] == "stand_alone"
     assert not otlp_receiver.points(semconv.DEVICE_POLL_FAILURES)
+
+
+def _running(pid: int) -> bool:
+    """`pid` exists and is not a zombie (an orphan may wait for a reaper that never comes)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_a_tool_hung_when_the_run_ends_does_not_outlive_it(workdir, monkeypatch):
+    # npu-smi hangs in a child (a driver call under a wrapper) with a long command_timeout:
+    # training ends while the poll waits on it. The poll thread is a daemon and the tool's
+    # group runs in its own session, so once the script exits nothing would ever kill them.
+    tool = workdir / "npu-smi"
+    child = workdir / "child.pid"
+    tool.write_text(f'#!/bin/sh\nsleep 600 &\necho $! > "{child}"\nwait\n')
+    tool.chmod(0o755)
+    callback = MonitorCallback(
+        {
+            "interval": 2,
+            "output_type": ["json_file"],
+            "json_log_path": str(workdir / "m.json"),
+            "device_monitor": True,
+            "device_config": {
+                "poll_interval": 0.1,
+                "command_timeout": 120.0,
+                "npu_smi_path": str(tool),
+                "sources": ["ascend"],
+            },
+        }
+    )
+    training.train([callback], steps=30)
+
+    pid = int(child.read_text())
+    deadline = time.monotonic() + 5
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(pid), "the hung npu-smi outlived the run"
+    lines = [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
+    assert len(lines) == 16 and not any("npu_utilization" in line for line in lines)

@@ -113,8 +113,9 @@ def test_no_optional_module_is_needed_to_import_the_package_or_its_cli(tmp_path)
     assert helped.returncode == 0, helped.stderr[-2000:]
 
 
-# An installed package that fails on import, as users meet it: its own ImportError, or the
-# protobuf mismatch's TypeError (raised from a generated _pb2 module, several lines long).
+# An installed package that fails on import, as users meet it: its own ImportError, the
+# protobuf mismatch's TypeError (raised from a generated _pb2 module, several lines long),
+# or a package that calls sys.exit() when it finds its own dependency wrong.
 BROKEN = {
     "import-error": ("ImportError", "raise ImportError('cannot import name _C from partially initialised module')"),
     "protobuf-mismatch": (
@@ -122,6 +123,7 @@ BROKEN = {
         "raise TypeError('Descriptors cannot be created directly.\\n"
         "If this call came from a _pb2.py file, your generated code is out of date')",
     ),
+    "sys-exit": ("SystemExit", "import sys\nsys.exit('this build needs protobuf<4, found 5.29: reinstall it')"),
 }
 
 

@@ -76,7 +76,9 @@ def import_optional(module: str) -> tuple[ModuleType | None, str | None]:
             else:
                 try:
                     _IMPORTED[module] = (importlib.import_module(module), None)
-                except Exception as exc:  # whatever an installed package raises on import
+                # Whatever an installed package raises on import, sys.exit() included (a
+                # package that exits when its own dependency is wrong); not Ctrl-C.
+                except (Exception, SystemExit) as exc:
                     _IMPORTED[module] = (None, f"fails on import ({_first_line(exc)})")
         return _IMPORTED[module]
 

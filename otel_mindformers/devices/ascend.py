@@ -132,7 +132,7 @@ class AscendSource:
         return parse(self._info(kind, npu_id, chip_id))
 
     def _blocks(self, kind: str, npu_id: int) -> list[smi.ChipBlock]:
-        return smi.parse_chip_blocks(self._info(kind, npu_id))
+        return smi.parse_chip_blocks(self._info(kind, npu_id), f"npu-smi info -t {kind}")
 
     def _board(self, chip: smi.NpuChip, queries: Queries) -> smi.ChipBoard:
         """The chip's board fields, read on the first poll; a board that cannot tell is not

@@ -6,6 +6,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import IO, TypeVar
@@ -18,6 +19,27 @@ from otel_mindformers.devices.base import SourceError
 # parse of a huge answer would compete with the training thread for the interpreter.
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 _CHUNK = 64 * 1024
+
+# The tool call in flight on each thread (by thread ident), so that the thread that owns a
+# poll loop can be stopped out of a hung call: `kill_tool_of`.
+_in_flight: dict[int, subprocess.Popen[bytes]] = {}
+_in_flight_lock = threading.Lock()
+
+
+def kill_tool_of(thread_ident: int | None) -> bool:
+    """Kill the process group of the tool call that the thread `thread_ident` is waiting
+    on, if any (its `run_tool` then raises at once); True when one was killed. For a run
+    that ends while its poll thread waits on a hung tool: the poll thread is a daemon and
+    dies with the process, and the tool's group, in its own session, would outlive both."""
+    with _in_flight_lock:
+        process = _in_flight.get(thread_ident) if thread_ident is not None else None
+        if process is None or process.returncode is not None:
+            return False
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the group ended meanwhile
+            return False
+        return True
 
 
 def run_tool(argv: Sequence[str], timeout: float, max_bytes: int = MAX_OUTPUT_BYTES) -> str:
@@ -39,6 +61,9 @@ def run_tool(argv: Sequence[str], timeout: float, max_bytes: int = MAX_OUTPUT_BY
     except OSError as exc:
         raise SourceError("not_found", f"cannot run {argv[0]!r}: {exc.strerror}") from None
     command = " ".join(argv)
+    thread = threading.get_ident()
+    with _in_flight_lock:
+        _in_flight[thread] = process
     try:
         out, err = _read_bounded(process, time.monotonic() + timeout, max_bytes)
     except subprocess.TimeoutExpired:
@@ -46,6 +71,8 @@ def run_tool(argv: Sequence[str], timeout: float, max_bytes: int = MAX_OUTPUT_BY
     except OverflowError:
         raise SourceError("parse", f"{command} wrote more than {max_bytes} bytes; stopped it") from None
     finally:
+        with _in_flight_lock:
+            _in_flight.pop(thread, None)
         _stop(process)
     if process.returncode != 0:
         detail = _first_line(err) or _first_line(out) or "no output"

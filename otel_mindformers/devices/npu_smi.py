@@ -148,9 +148,10 @@ def _usage_values(raw: dict[str, str]) -> dict[str, float]:
     return {name: value for key, name in _KEYS.items() if (value := number(raw.get(key, ""))) is not None}
 
 
-def parse_chip_blocks(text: str) -> list[ChipBlock]:
-    """One ChipBlock per `-t usages` / `-t common` chip block with a known value."""
-    return [ChipBlock(chip, values) for chip, values in _per_chip(text, _usage_values, "npu-smi info -t usages")]
+def parse_chip_blocks(text: str, form: str = "npu-smi info -t usages") -> list[ChipBlock]:
+    """One ChipBlock per `-t usages` / `-t common` chip block with a known value; `form`,
+    the command that printed `text`, is what a parse error names."""
+    return [ChipBlock(chip, values) for chip, values in _per_chip(text, _usage_values, form)]
 
 
 # --- `-t ecc`, `-t health`, `-t board` --------------------------------------------------------

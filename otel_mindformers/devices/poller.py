@@ -10,6 +10,7 @@ from opentelemetry.metrics import Counter
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.devices.base import Source, SourceError
 from otel_mindformers.devices.cache import ReadingCache
+from otel_mindformers.devices.command import kill_tool_of
 from otel_mindformers.names import semconv
 
 _logger = get_logger(__name__)
@@ -45,10 +46,13 @@ class Poller:
         self._thread.start()
 
     def stop(self, timeout: float) -> None:
-        """Return within `timeout`; a poll stuck in a tool call finishes (and closes the
-        sources) on its own, bounded by the tool's timeout."""
+        """Return within about `timeout`. A poll still stuck in a tool call then has the
+        tool's process group killed, so the poll ends (and closes the sources) at once:
+        the process may exit right after the run, and a hung tool would outlive it."""
         self._stop.set()
         self._thread.join(timeout)
+        if self._thread.is_alive() and kill_tool_of(self._thread.ident):
+            self._thread.join(min(timeout, 1.0))
 
     def poll_once(self) -> None:
         for source in list(self._sources):
@@ -57,6 +61,8 @@ class Poller:
             try:
                 readings = source.read()
             except Exception as exc:  # a device tool must never take training down
+                if self._stop.is_set():  # a tool killed by `stop`: not the device's failure
+                    return
                 self._cache.drop(source.name)
                 self._count_failure(source.name, exc)
                 if isinstance(exc, SourceError) and exc.error_type == "not_found":

@@ -131,7 +131,11 @@ TABLE: tuple[TrainingMetric, ...] = (
     ),
     TrainingMetric(
         LOSS_SCALE,
-        MetricSpec("mindformers.train.loss_scale", Kind.GAUGE, "", "Loss scale in use at the sampled step."),
+        MetricSpec(
+            "mindformers.train.loss_scale", Kind.GAUGE, "",
+            "Loss scale the train cell returned at the sampled step: MindSpore's loss-scale cells return it "
+            "after the step's update (already lowered on a step that overflowed).",
+        ),
         "scale", lambda value: f"{value:g}", output_position=2,
     ),
     TrainingMetric(
