@@ -270,6 +270,27 @@ def test_missing_file_names_the_path(tmp_path):
         load_monitor_config(tmp_path / "nope.yaml")
 
 
+@pytest.mark.slow  # a real training run
+def test_a_path_under_home_is_written_where_the_user_meant(workdir, monkeypatch):
+    """`~/...` in the YAML is the home folder, as in a shell; not a folder named `~` here."""
+    from otel_mindformers import MonitorCallback
+    from tests.support import training
+    from tests.support.jsonl import json_lines
+
+    home = workdir / "home"
+    monkeypatch.setenv("HOME", str(home))
+    path = workdir / "monitor.yaml"
+    path.write_text(
+        "monitor_config:\n  interval: 2\n  output_type: [json_file, tensorboard]\n"
+        "  json_log_path: ~/runs/m.json\n  tensorboard_path: ~/runs/tb\n"
+    )
+    training.train([MonitorCallback(load_monitor_config(path))], steps=4)
+
+    assert [line["step"] for line in json_lines(home / "runs" / "m.json")] == [1, 2, 4]
+    assert list((home / "runs" / "tb").rglob("events.out.tfevents.*"))
+    assert not (workdir / "~").exists()
+
+
 def test_defaults_are_usable_without_a_file(workdir):
     cfg = load_monitor_config(None)
     assert isinstance(cfg, MonitorConfig) and cfg.enable and cfg.interval == 10

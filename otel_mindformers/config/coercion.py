@@ -182,6 +182,8 @@ def parse_section(cls: type, raw: Any, path: str):
             coerced = _coerce(key, hints[name], value)
             if field.metadata.get("secret"):
                 coerced = _strip_secret(coerced)
+            if field.metadata.get("path") and isinstance(coerced, str):
+                coerced = os.path.expanduser(coerced)  # `~/runs/m.json`, not a folder named `~`
             check = field.metadata.get("check")
             if check is not None:
                 check(key, coerced)

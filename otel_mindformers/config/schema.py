@@ -53,11 +53,13 @@ def _key(
     factory: Any = dataclasses.MISSING,
     secret: bool = False,
     url: bool = False,
+    path: bool = False,
 ):
     """`secret=True`: a token (a webhook URL, a header, a signing key). It is left out of the
     config's repr and of every message, and stripped of surrounding whitespace (what
-    `$(cat file)` leaves: a trailing newline). `url=True`: shown without its credentials."""
-    metadata = {"aliases": aliases, "check": check, "secret": secret, "url": url}
+    `$(cat file)` leaves: a trailing newline). `url=True`: shown without its credentials.
+    `path=True`: a leading `~` is the user's home, as in a shell."""
+    metadata = {"aliases": aliases, "check": check, "secret": secret, "url": url, "path": path}
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -164,7 +166,7 @@ class CaptureConfig(_Section):
     cooldown_steps: int = _key(default=200, check=_at_least(0))
     max_captures: int = _key(default=10, check=_at_least(1))
     max_bytes: int = _key(default=2_000_000_000, check=_at_least(0))
-    path: str = _key(default="./output/captures", check=_check_output_path)
+    path: str = _key(default="./output/captures", check=_check_output_path, path=True)
     on_demand: bool = _key(default=False)
     # async: the profiler's analysis runs in its own process as the capture ends; deferred:
     # raw data only, analysed later by `otel-mindformers capture --analyse`.
@@ -295,7 +297,7 @@ class DeviceConfig(_Section):
 
     poll_interval: float = _key(default=5.0, check=_seconds(0.1))
     command_timeout: float = _key(default=5.0, check=_seconds(0.1))
-    npu_smi_path: str = _key(default="npu-smi", check=_check_output_path)
+    npu_smi_path: str = _key(default="npu-smi", check=_check_output_path, path=True)
     sources: list[str] = _key(factory=lambda: ["auto"], check=_one_of(DEVICE_SOURCES))
 
 
@@ -388,8 +390,8 @@ class MonitorConfig(_Section):
     enable: bool = _key(default=True, aliases=("monitor_on",))
     interval: int = _key(default=10, aliases=("step_interval",), check=_at_least(1))
     output_type: list[str] = _key(factory=lambda: ["stdout", "json_file"], check=_one_of(OUTPUT_TYPES))
-    tensorboard_path: str = _key(default="./output/tensorboard_log", check=_check_output_path)
-    json_log_path: str = _key(default="./output/train_metric.json", check=_check_file_path)
+    tensorboard_path: str = _key(default="./output/tensorboard_log", check=_check_output_path, path=True)
+    json_log_path: str = _key(default="./output/train_metric.json", check=_check_file_path, path=True)
     monitored_metrics: list[str] = _key(factory=lambda: list(KNOWN_METRICS), check=_one_of(KNOWN_METRICS))
     # None (unset): report the global norm where the train network returns it, silently;
     # true: the user asked for it, so its absence is worth one warning; false: never.
