@@ -9,6 +9,8 @@ import importlib.metadata
 import json
 import logging
 import os
+import subprocess
+import sys
 
 import pytest
 from mindspore.train import Model
@@ -193,6 +195,55 @@ def test_an_invalid_environment_config_is_said_at_start_and_refuses_training(wor
     training.train([], steps=1)  # uninstrumented again: nothing left behind
 
 
+def test_a_custom_monitor_whose_constructor_raises_is_one_config_error_naming_the_key(workdir, monkeypatch, capture):
+    (workdir / "raising_monitor.py").write_text(
+        "from otel_mindformers import BaseMonitor\n"
+        "class Raising(BaseMonitor):\n"
+        "    def __init__(self, config):\n"
+        "        raise RuntimeError('no licence for the metrics server')\n"
+    )
+    config = workdir / "monitor.yaml"
+    config.write_text("monitor_config:\n  custom_monitor_callback: raising_monitor.Raising\n")
+    monkeypatch.setenv("OTEL_PYTHON_MINDFORMERS_CONFIG", str(config))
+    try:
+        otel_mindformers.instrument(**capture.providers())  # the class imports: built with the run's callback
+        with pytest.raises(ConfigError) as refused:
+            training.train([], steps=2)
+    finally:
+        otel_mindformers.uninstrument()
+    assert refused.value.problems == [
+        "monitor_config.custom_monitor_callback: building 'raising_monitor.Raising' raised RuntimeError: "
+        "no licence for the metrics server"
+    ]
+    assert capture.runs() == []
+
+
+def test_a_script_that_changes_directory_is_checked_where_it_trains(workdir, monkeypatch, caplog, capture):
+    """Relative output paths and the custom monitor's module are checked at process start from
+    the working directory of then; a run from another one is checked again there, not refused."""
+    (workdir / "job").mkdir()
+    (workdir / "job" / "job_dir_monitor.py").write_text(
+        "from otel_mindformers import BaseMonitor\nclass Here(BaseMonitor):\n    pass\n"
+    )
+    config = workdir / "monitor.yaml"
+    config.write_text(
+        "monitor_config:\n  output_type: [json_file]\n  json_log_path: out/m.json\n"
+        "  custom_monitor_callback: job_dir_monitor.Here\n"
+    )
+    monkeypatch.setenv("OTEL_PYTHON_MINDFORMERS_CONFIG", str(config))
+    with caplog.at_level(logging.ERROR, logger="otel_mindformers"):
+        try:
+            otel_mindformers.instrument(**capture.providers())
+            (said,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+            monkeypatch.chdir(workdir / "job")
+            training.train([], steps=2)
+        finally:
+            otel_mindformers.uninstrument()
+            sys.modules.pop("job_dir_monitor", None)
+    assert "cannot import module 'job_dir_monitor'" in said  # from workdir, at start
+    assert len(capture.runs()) == 1 and (workdir / "job" / "out" / "m.json").exists()
+
+
 def test_invalid_config_in_code_raises(workdir):
     with pytest.raises(ConfigError, match=r"monitor_config\.interval"):
         otel_mindformers.instrument({"interval": 0})
@@ -256,6 +307,10 @@ def test_opentelemetry_instrument_monitors_an_unmodified_script(workdir, otlp_re
     resource = run_span.resource
     assert (resource["service.name"], resource["deployment.environment"]) == ("plain-train", "ci")
     assert (resource[semconv.ATTR_RANK], resource[semconv.ATTR_WORLD_SIZE]) == (0, 1)
+    # Built at start-up, before the job ledger is read: the ledger's job id is on the run span
+    # only (docs/distributed.md), and the rank's instance id is the same on both.
+    assert run_span.attributes["service.instance.id"] == resource["service.instance.id"]
+    assert run_span.attributes[semconv.ATTR_JOB_ID].startswith("local-") and semconv.ATTR_JOB_ID not in resource
     assert {p.metric for p in otlp_receiver.points()} >= {
         tm.instrument_name(tm.LOSS),
         tm.instrument_name(tm.LEARNING_RATE),
@@ -273,3 +328,67 @@ def test_disabled_instrumentation_sends_nothing(workdir, otlp_receiver):
     assert "training finished" in result.stdout
     assert otlp_receiver.spans() == [] and otlp_receiver.points() == []
     assert not (workdir / "output" / "train_metric.json").exists()
+
+
+START = "the script starts"  # printed by the script's first line: what came before is process start
+
+
+def started(env, workdir, *command):
+    """`opentelemetry-instrument COMMAND` (default: python -c <print START>): its output, in order."""
+    command = command or ("python", "-c", f"print({START!r})")
+    result = subprocess.run(
+        instrumented(*command), env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert result.returncode == 0, result.stdout
+    return result.stdout
+
+
+@pytest.mark.parametrize(
+    ("dotted", "problem"),
+    [
+        ("no_such_module_xyz.Monitor", "cannot import module 'no_such_module_xyz' (ModuleNotFoundError:"),
+        ("json.NoSuchMonitor", "module 'json' has no class 'NoSuchMonitor'"),
+        ("json.JSONDecoder", "'json.JSONDecoder' is not a subclass of otel_mindformers.BaseMonitor"),
+    ],
+)
+def test_a_custom_monitor_that_cannot_be_loaded_is_said_at_process_start(workdir, dotted, problem):
+    """Before the script runs (it would build its data and network first), not at Model.train."""
+    config = workdir / "monitor.yaml"
+    config.write_text(f"monitor_config:\n  custom_monitor_callback: {dotted}\n")
+    output = started(child_env(OTEL_PYTHON_MINDFORMERS_CONFIG=str(config), OTEL_TRACES_EXPORTER="none"), workdir)
+    said = f"otel_mindformers: OTEL_PYTHON_MINDFORMERS_CONFIG={config} is invalid, so training is refused"
+    assert said in output and f"monitor_config.custom_monitor_callback: {problem}" in output
+    assert output.index(said) < output.index(START)
+
+
+def test_an_output_path_that_cannot_be_written_is_said_at_process_start(workdir):
+    (workdir / "a_file").write_text("")
+    config = workdir / "monitor.yaml"
+    config.write_text("monitor_config:\n  output_type: [json_file]\n  json_log_path: a_file/m.json\n")
+    output = started(child_env(OTEL_PYTHON_MINDFORMERS_CONFIG=str(config), OTEL_TRACES_EXPORTER="none"), workdir)
+    problem = "monitor_config.json_log_path: cannot create 'a_file/m.json': 'a_file' is not a directory"
+    assert f"{config} is invalid, so training is refused" in output and problem in output
+    assert output.index(problem) < output.index(START)
+
+
+def test_a_custom_monitor_beside_the_script_is_found_at_process_start(workdir):
+    (workdir / "job").mkdir()
+    (workdir / "job" / "my_monitor.py").write_text(
+        "from otel_mindformers import BaseMonitor\nclass Mine(BaseMonitor):\n    pass\n"
+    )
+    (workdir / "job" / "train.py").write_text(f"print({START!r})\n")
+    config = workdir / "monitor.yaml"
+    config.write_text("monitor_config:\n  custom_monitor_callback: my_monitor.Mine\n")
+    env = child_env(OTEL_PYTHON_MINDFORMERS_CONFIG=str(config), OTEL_TRACES_EXPORTER="none")
+    output = started(env, workdir, "python", str(workdir / "job" / "train.py"))
+    assert output.strip() == START
+
+
+def test_a_config_given_by_the_flag_is_named_by_the_flag(workdir):
+    bad = workdir / "monitor.yaml"
+    bad.write_text("monitor_config:\n  intervl: 5\n")
+    env = child_env(OTEL_TRACES_EXPORTER="none")
+    output = started(env, workdir, f"--mindformers_config={bad}", "python", "-c", f"print({START!r})")
+    assert f"otel_mindformers: opentelemetry-instrument --mindformers_config {bad} is invalid" in output
+    assert "OTEL_PYTHON_MINDFORMERS_CONFIG=" not in output
+    assert output.index("is invalid") < output.index(START)

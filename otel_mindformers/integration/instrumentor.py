@@ -40,7 +40,11 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.integration import checkpoint_load, mindformers_glue, propagation
-from otel_mindformers.integration.environment_variables import OTEL_PYTHON_MINDFORMERS_CONFIG
+from otel_mindformers.integration.environment_variables import (
+    CONFIG_BEFORE_FLAGS,
+    CONFIG_FLAG,
+    OTEL_PYTHON_MINDFORMERS_CONFIG,
+)
 from otel_mindformers.integration.mindformers_glue import ZeroCode
 from otel_mindformers.integration.package import _instruments
 from otel_mindformers.integration.patches import Patches
@@ -68,6 +72,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
     _registered_by_instrument = False  # instrument() registered it, so uninstrument() unregisters
     _settings: ZeroCode | None = None  # set while instrumented
     _config_error: ConfigError | None = None  # OTEL_PYTHON_MINDFORMERS_CONFIG is invalid: training is refused
+    _checked_in: str | None = None  # the working directory where _check_before_training refused it
     _mindformers: Patches | None = None  # what patching MindFormers changed
     _mindspore: Patches | None = None  # MindSpore's load_checkpoint (checkpoint_load.py)
     _model: Patches | None = None  # what patching mindspore.train.Model changed
@@ -115,8 +120,8 @@ class MindFormersInstrumentor(BaseInstrumentor):
             self._mindformers = mindformers_glue.patch_mindformers(self._training_process)
 
     def _training_process(self, wrapped: Callable, _instance: Any, args: tuple, kwargs: dict) -> Any:
-        if self._config_error is not None:
-            raise self._config_error
+        if (refusal := self._refusal()) is not None:
+            raise refusal
         bound = inspect.signature(wrapped).bind(*args, **kwargs)
         mindformers_glue.with_one_monitor(bound, self._settings)
         token = mindformers_glue.TRAINER_RUNNING.set(True)
@@ -135,14 +140,21 @@ class MindFormersInstrumentor(BaseInstrumentor):
         config: MonitorConfig | None
         if kwargs.get("config") is not None:
             config = load_monitor_config(kwargs["config"])
+            _check_before_training(config)
         else:
+            # Under opentelemetry-instrument an exception here would also skip every other
+            # instrumentor (and stop a process that never trains): say it now, and refuse
+            # the training run itself, as the code path refuses a bad config.
             try:
                 config = _config_from_environment()
             except ConfigError as exc:
-                # Under opentelemetry-instrument an exception here would also skip every other
-                # instrumentor (and stop a process that never trains): say it now, and refuse
-                # the training run itself, as the code path refuses a bad config.
                 config, self._config_error = None, _refusal(exc)
+            else:
+                try:
+                    _check_before_training(config)
+                except ConfigError as exc:
+                    self._config_error, self._checked_in = _refusal(exc), os.getcwd()
+            if self._config_error is not None:
                 _logger.error("%s", self._config_error)
         self._settings = ZeroCode(config=config, providers={name: kwargs.get(name) for name in _PROVIDERS})
         self._registered_by_instrument = self.register()
@@ -152,9 +164,24 @@ class MindFormersInstrumentor(BaseInstrumentor):
 
             self._exit_guard = SdkExitGuard.install((config or MonitorConfig()).shutdown_timeout)
 
+    def _refusal(self) -> ConfigError | None:
+        """The error that refuses this run, if any. The output paths and the custom monitor's
+        import were checked relative to the working directory at process start: a script that
+        has changed directory since is checked again, where its run will look."""
+        if self._checked_in is not None and self._checked_in != os.getcwd():
+            self._checked_in = None
+            try:
+                _check_before_training(self._settings.config if self._settings else None)
+            except ConfigError as exc:
+                self._config_error = _refusal(exc)
+            else:
+                self._config_error = None
+        return self._config_error
+
     def _uninstrument(self, **kwargs: Any) -> None:
         self._settings = None
         self._config_error = None
+        self._checked_in = None
         if self._model is not None:
             self._model.undo()
             self._model = None
@@ -177,8 +204,8 @@ class MindFormersInstrumentor(BaseInstrumentor):
         settings = self._settings
         if settings is None or mindformers_glue.inside_trainer():
             return wrapped(*args, **kwargs)
-        if self._config_error is not None:
-            raise self._config_error
+        if (refusal := self._refusal()) is not None:
+            raise refusal
         from otel_mindformers.runtime.callback import MonitorCallback
 
         bound = inspect.signature(wrapped).bind(*args, **kwargs)
@@ -198,12 +225,56 @@ class MindFormersInstrumentor(BaseInstrumentor):
         wrapt.register_post_import_hook(patch, module)  # runs now if already imported
 
 
+def _check_before_training(config: MonitorConfig | None) -> None:
+    """What a run would refuse at its start, checked now, at process start, rather than at
+    the first `Model.train`, after the script has built its data and network: the output
+    paths (nothing is created) and the class `custom_monitor_callback` names (imported, with
+    the script's directory importable, as it will be when the script runs; not in msrun's
+    launcher, which never trains: each worker checks at its own start). Building the
+    monitor runs the user's code (the article's opens its log file): that waits for the run.
+    ConfigError with every problem found."""
+    if config is None or not config.enable:
+        return
+    from otel_mindformers.outputs.paths import check_output_paths
+
+    problems = check_output_paths(config)
+    script = sys.argv[0] if sys.argv and os.path.isfile(sys.argv[0]) else ""
+    if config.custom_monitor_callback and os.path.basename(script) != "msrun":
+        from otel_mindformers.runtime.custom_monitors import load_monitor_class
+
+        added = os.path.dirname(os.path.abspath(script)) if script else None
+        if added is not None and added not in sys.path:
+            sys.path.insert(0, added)
+        else:
+            added = None
+        try:
+            load_monitor_class(config)
+        except ConfigError as exc:
+            problems += exc.problems
+        finally:
+            if added is not None:
+                sys.path.remove(added)
+    if problems:
+        raise ConfigError(*problems)
+
+
+def _named_by() -> str:
+    """How the user named the config: `--mindformers_config PATH` typed after
+    opentelemetry-instrument (environment_variables.py records what the variable was before
+    that command parsed its flags), else the variable."""
+    path = os.environ[OTEL_PYTHON_MINDFORMERS_CONFIG]
+    before = os.environ.get(CONFIG_BEFORE_FLAGS)
+    if before is not None and before != path:
+        return f"opentelemetry-instrument --{CONFIG_FLAG} {path}"
+    return f"{OTEL_PYTHON_MINDFORMERS_CONFIG}={path}"
+
+
 def _refusal(exc: ConfigError) -> ConfigError:
     """The error every training run of the process raises before its first step."""
     path = os.environ[OTEL_PYTHON_MINDFORMERS_CONFIG]
     refusal = ConfigError(*exc.problems)
     refusal.args = (
-        f"otel_mindformers: {OTEL_PYTHON_MINDFORMERS_CONFIG}={path} is invalid, so training is refused before "
+        f"otel_mindformers: {_named_by()} is invalid, so training is refused before "
         f"its first step (check it with `otel-mindformers validate {path}`; to train without monitoring, set "
         f"{OTEL_PYTHON_DISABLED_INSTRUMENTATIONS}=mindformers): {exc}",
     )

@@ -70,6 +70,10 @@ class Identity:
     # Where the process started: on one host, it tells apart jobs that no launcher names
     # (a job restarted from its folder keeps it).
     workdir: str = ""
+    # job_id is the job ledger's own (read at run start, job/attempts.py), not a launcher's or
+    # monitor_config.job_id: service.instance.id stays the one derived from workdir, which a
+    # resource built at process start (opentelemetry-instrument) already carries.
+    job_id_from_ledger: bool = False
 
     @property
     def distributed(self) -> bool:
@@ -77,7 +81,8 @@ class Identity:
 
     @property
     def instance_id(self) -> str:
-        key = f"{self.job_id or self.workdir}/{self.host_name}/{self.rank}"
+        job = self.workdir if self.job_id_from_ledger else self.job_id or self.workdir
+        key = f"{job}/{self.host_name}/{self.rank}"
         return str(uuid.uuid5(_INSTANCE_NAMESPACE, key))
 
     def attributes(self) -> dict[str, str | int]:

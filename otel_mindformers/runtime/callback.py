@@ -23,7 +23,7 @@ from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs.paths import prepare_output_paths
-from otel_mindformers.runtime.custom_monitors import BaseMonitor, load_monitor_class
+from otel_mindformers.runtime.custom_monitors import BaseMonitor, build_monitor, load_monitor_class
 from otel_mindformers.runtime.extract import LazyLearningRate, OutputReader, optimizer_of
 from otel_mindformers.runtime.run import MonitorRun
 
@@ -68,7 +68,7 @@ class MonitorCallback(Callback):
             # A custom monitor may open its files when it is built (the article's opens
             # json_log_path): the output folders must exist by then.
             prepare_output_paths(self.config)
-        self.custom_monitors: list[BaseMonitor] = [monitor_cls(self.config)] if monitor_cls else []
+        self.custom_monitors: list[BaseMonitor] = [build_monitor(monitor_cls, self.config)] if monitor_cls else []
         self._run: MonitorRun | None = None
         self._clock: Any = None
         self._custom_failures: dict[str, int] = {}

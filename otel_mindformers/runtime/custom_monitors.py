@@ -111,3 +111,13 @@ def load_monitor_class(config: MonitorConfig) -> type[BaseMonitor] | None:
         # hooks: a class that is not a BaseMonitor fails at run time, so it is refused here.
         raise ConfigError(f"{CUSTOM_MONITOR_KEY}: {dotted!r} is not a subclass of otel_mindformers.BaseMonitor")
     return cls
+
+
+def build_monitor(cls: type[BaseMonitor], config: MonitorConfig) -> BaseMonitor:
+    """`cls(config)`; ConfigError naming the key (and the exception) if the constructor raises."""
+    try:
+        return cls(config)
+    except Exception as exc:
+        raise ConfigError(
+            f"{CUSTOM_MONITOR_KEY}: building {config.custom_monitor_callback!r} raised {type(exc).__name__}: {exc}"
+        ) from exc

@@ -156,7 +156,11 @@ class MonitorRun:
         self._attempt_first_step = attempt is not None
         if attempt is not None:
             self.identity = dataclasses.replace(
-                self.identity, job_id=attempt.job_id, attempt=attempt.attempt, attempt_id=attempt.attempt_id
+                self.identity,
+                job_id=attempt.job_id,
+                job_id_from_ledger=not self.identity.job_id,
+                attempt=attempt.attempt,
+                attempt_id=attempt.attempt_id,
             )
         config, identity = self.config, self.identity
         reports_training = self._reports_training
