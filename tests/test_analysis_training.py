@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from otel_mindformers import MonitorCallback
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from tests.support import training
-from tests.support.cli import cli
+from tests.support.cli import cli, cli_output
 from tests.support.plot_pixels import count, load, panels
 from tests.support.training import Faults
 
@@ -81,6 +82,56 @@ def test_report_of_the_real_run(run):
     assert report["slowest"] in ("rank 0", "rank 1")
     text = cli("report", str(run)).stdout
     assert f"rank 0: non-finite values at steps {NAN_STEP}" in text
+
+
+def test_report_says_the_last_loss_is_not_the_runs_last(run):
+    """Rank 0's loss is NaN on its last step: the "last" loss shown is the one before, and
+    the report says so (it once read as if the run had ended on that finite value)."""
+    lines = logged(run, 0)
+    assert lines[-1]["loss"] is None and "loss" in lines[-1]["nonfinite"]
+    finite = [line for line in lines if line["loss"] is not None]
+    report = json.loads(cli_output("report", str(run), "--format", "json"))
+    assert (report["last_loss"], report["loss_nonfinite_since"]) == (finite[-1]["loss"], NAN_STEP)
+    assert report["series"][0]["loss_nonfinite_since"] == NAN_STEP
+    assert report["series"][1]["loss_nonfinite_since"] is None  # rank 1 logs no loss
+    (row,) = [line for line in cli_output("report", str(run)).splitlines() if line.strip().startswith("loss ")]
+    assert f"(last finite; non-finite from step {NAN_STEP} to the end)" in row, row
+
+
+def test_a_nan_rotated_out_of_the_log_is_an_upper_bound_not_the_first_step(run, tmp_path, monkeypatch):
+    """A real run whose loss goes NaN at step 3 and stays so, with rotation keeping one
+    backup: the NaN's line is gone, the oldest line kept is already non-finite. `report` and
+    `hang-report` said "first non-finite value at step <that line>", as if it had started
+    there; they say "at or before" it. With the whole log (the module's run) they do not."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RANK_ID", "0")
+    monkeypatch.setenv("RANK_SIZE", "1")
+    output = tmp_path / "output"
+    callback = MonitorCallback(
+        {
+            "interval": 1,
+            "output_type": ["json_file"],
+            "json_log_path": str(output / "train_metric.json"),
+            "log_rotation": {"max_bytes": 2000, "backup_count": 1},
+        }
+    )
+    training.train([callback], steps=20, faults=Faults(nan_at={3}))
+    kept = [
+        json.loads(line)
+        for name in ("train_metric.json.1", "train_metric.json")
+        for line in (output / name).read_text().splitlines()
+    ]
+    oldest = kept[0]["step"]
+    assert oldest > 3 and kept[0]["loss"] is None, "the NaN's own line was meant to be rotated away"
+    assert not (output / "train_metric.json.2").exists()
+    said = f"first non-finite value at or before step {oldest} (the oldest line its log kept, non-finite already)"
+    assert said in cli_output("report", str(output))
+    assert said in cli_output("hang-report", str(output))
+    found = json.loads(cli_output("hang-report", str(output), "--format", "json"))["first_nonfinite"]
+    assert (found["step"], found["at_or_before"]) == (oldest, True)
+    whole = json.loads(cli_output("hang-report", str(run), "--format", "json"))["first_nonfinite"]
+    assert whole["step"] == NAN_STEP and "at_or_before" not in whole
+    assert f"first non-finite value at step {NAN_STEP}: rank 0" in cli_output("report", str(run))
 
 
 def test_plot_of_the_real_run(run, tmp_path):
@@ -163,3 +214,50 @@ def test_replay_to_a_closed_port_is_one_error_line(run):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1].startswith("error: sending the spans of rank 0")
     assert "Traceback" not in done.stderr
+
+
+# A file the commands cannot draw a single step from: a rank killed before its first line was
+# whole, an empty file, a file that is not a training log. It once read as a series of 0
+# records: `report` printed an empty table and "Findings: none", `plot` an empty PNG, and a
+# text file was "a truncated last line", all with exit status 0.
+NOT_A_LOG = {
+    "empty": ("", "no step records (the file is empty)"),
+    "cut_short": ('{"time_stamp": 1796219363.42, "step": 1, "ep', "no step records (its only line, 1, is cut short"),
+    "text": ("hello world\n", "no step records (not a JSON-lines log: line 1 is not JSON: 'hello world')"),
+    "other_json": (
+        '{"name": "llama"}\n[1, 2]\n',
+        'no step records (2 line(s), none with a "step": not a training log)',
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["report", "plot", "replay"])
+@pytest.mark.parametrize("kind", list(NOT_A_LOG))
+def test_a_file_with_no_step_record_is_one_error_line(tmp_path, command, kind):
+    text, problem = NOT_A_LOG[kind]
+    log = tmp_path / "train_metric.json"
+    log.write_text(text)
+    extra = {"report": [], "plot": ["-o", str(tmp_path / "x.png")], "replay": ["--tensorboard", str(tmp_path / "tb")]}
+    done = cli(command, str(log), *extra[command])
+    assert done.returncode == 1, done.stdout
+    (line,) = done.stderr.splitlines()  # one line, no traceback, no "truncated last line" note
+    assert line.startswith(f"error: {log}: {problem}"), line
+    assert done.stdout == ""
+    assert not (tmp_path / "x.png").exists() and not (tmp_path / "tb").exists()
+
+
+def test_a_rank_killed_before_its_first_line_is_named_beside_the_others(run, tmp_path):
+    """A folder of the real run plus rank 2's empty file: the report goes on with the ranks
+    that logged, and one line names the file that holds no step."""
+    output = tmp_path / "output"
+    shutil.copytree(run, output)
+    (output / "train_metric_rank_2.json").write_text("")
+    done = cli("report", str(output), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert [s["records"] for s in json.loads(done.stdout)["series"]] == [
+        len(logged(run, 0)),
+        len(logged(run, 1)),
+        0,
+    ]
+    named = [line for line in done.stderr.splitlines() if "train_metric_rank_2.json" in line]
+    assert named == [f"otel_mindformers: {output / 'train_metric_rank_2.json'}: no step records (the file is empty)"]

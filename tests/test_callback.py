@@ -5,6 +5,7 @@ import math
 
 import mindspore as ms
 import pytest
+from mindspore import nn
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers import ConfigError, MonitorCallback
@@ -103,6 +104,66 @@ def test_learning_rate_is_the_one_the_step_used(workdir):
             (9, 0.009),
             (10, 0.01),
         ]
+
+
+def test_learning_rate_is_the_optimizers_across_train_calls_and_initial_epoch(workdir):
+    """The optimizer's global_step goes on across Model.train calls where the job's step
+    starts again at 1, and starts at 0 in a fresh model trained with initial_epoch (no
+    checkpoint loaded) where the job's step starts past the first epoch: the rate written
+    is the one the schedule gave the optimizer's update."""
+
+    def used(index: int) -> float:  # nn.CosineDecayLR(0.0, 0.1, 40) at the update's index
+        return round(0.05 * (1 + math.cos(math.pi * index / 40)), 5)
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    model = training.build_model(lr=nn.CosineDecayLR(0.0, 0.1, 40))
+    cb = MonitorCallback(config(workdir, interval=3))
+    model.train(1, training.build_dataset(6), callbacks=[cb], dataset_sink_mode=False)
+    first = strict_lines(workdir / "m.json")  # the next run starts at step 1: it sets these aside
+    model.train(1, training.build_dataset(6), callbacks=[cb], dataset_sink_mode=False)
+    second = strict_lines(workdir / "m.json")
+    assert [(line["step"], round(line["learning_rate"], 5)) for line in first] == [(s, used(s - 1)) for s in (1, 3, 6)]
+    assert [(line["step"], round(line["learning_rate"], 5)) for line in second] == [(s, used(s + 5)) for s in (1, 3, 6)]
+
+    fresh = training.build_model(lr=[0.001 * (i + 1) for i in range(20)])  # update k (1-based) uses 0.001 * k
+    log = workdir / "epoch.json"
+    cb = MonitorCallback(config(workdir, interval=3, json_log_path=str(log)))
+    fresh.train(2, training.build_dataset(6), callbacks=[cb], dataset_sink_mode=False, initial_epoch=1)
+    assert [(line["step"], round(line["learning_rate"], 6)) for line in strict_lines(log)] == [
+        (7, 0.001),
+        (9, 0.003),
+        (12, 0.006),
+    ]
+
+
+@pytest.mark.parametrize("ours", ["last", "first"])
+def test_learning_rate_changed_by_a_learning_rate_scheduler_is_the_one_the_step_used(ours, workdir):
+    """MindSpore's LearningRateScheduler sets the next step's rate at a step's end: listed
+    before ours (ours last, as time.md advises for checkpoint saves), the optimizer already
+    holds it when we read. Steps 1-4 use 0.1, 5-8 0.05, 9-10 0.025."""
+    from mindspore.train import LearningRateScheduler, Model
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    net = nn.SequentialCell(nn.Dense(training.FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    model = Model(net, loss_fn=nn.MSELoss(), optimizer=nn.Momentum(net.trainable_params(), 0.1, 0.9))
+
+    def halve_every_4th(lr, step):
+        return lr * 0.5 if step % 4 == 0 else lr
+
+    scheduler = LearningRateScheduler(halve_every_4th)
+    monitor = MonitorCallback(config(workdir, interval=4))
+    callbacks = [scheduler, monitor] if ours == "last" else [monitor, scheduler]
+    model.train(1, training.build_dataset(10), callbacks=callbacks, dataset_sink_mode=False)
+    lines = strict_lines(workdir / "m.json")
+    assert [(line["step"], round(line["learning_rate"], 6)) for line in lines] == [
+        (1, 0.1),
+        (4, 0.1),
+        (8, 0.05),
+        (10, 0.025),
+    ]
+    assert scheduler.learning_rate_function is halve_every_4th  # put back after the run
 
 
 def test_unsampled_steps_do_no_device_readback(workdir, monkeypatch):

@@ -195,6 +195,21 @@ def test_a_damaged_last_line_is_skipped_and_nothing_to_report_is_one_error(tmp_p
     )
 
 
+@pytest.mark.slow
+def test_a_path_that_does_not_exist_is_named_as_missing(tmp_path):
+    """`hang-report output/ outptu/`: the typo was "no stack dumps ... under output/, outptu/"
+    (or, beside a folder with dumps, silently nothing); it is named as `report` names it."""
+    dump_rank(tmp_path, 0, 5, "collective")
+    missing = tmp_path / "outptu"
+    for inputs in ([missing], [tmp_path, missing]):
+        result = subprocess.run(
+            [str(BIN / "otel-mindformers"), "hang-report", *map(str, inputs)], capture_output=True, text=True
+        )
+        assert result.returncode == 1, result.stdout
+        assert result.stderr.splitlines() == [f"error: {missing}: no such file or directory"]
+    assert subprocess.run([str(BIN / "otel-mindformers"), "hang-report", str(tmp_path / "diag*")]).returncode == 0
+
+
 @pytest.mark.parametrize("ranks, text", [([0, 1, 2, 5, 7, 8], "0-2, 5, 7-8"), ([3], "3"), ([], "")])
 def test_ranks_are_shown_as_ranges(ranks, text):
     assert ranks_text(ranks) == text

@@ -22,6 +22,7 @@ from otel_mindformers import MonitorCallback
 from otel_mindformers.analysis.attempts import job_report, render_job
 from otel_mindformers.job.ledger import ledger_path
 from tests.support import training
+from tests.support.cli import cli
 from tests.support.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.slow
@@ -51,10 +52,14 @@ def config(workdir: Path, **overrides) -> dict:
     }
 
 
-def train(callbacks, *, epochs: int, initial_epoch: int = 0, lr=0.01, sink: bool = False) -> None:
+def train(callbacks, *, epochs: int, initial_epoch: int = 0, lr=0.01, sink: bool = False, save=None, load=None) -> None:
+    """`save`: a checkpoint of the train network (the optimizer's step with it) written after
+    training; `load`: one loaded before, as a resume does."""
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")
     model = training.build_model(lr=lr)
+    if load is not None:
+        ms.load_checkpoint(str(load), model.train_network)
     dataset = training.build_dataset(STEPS)
     if sink:
         model.train(
@@ -62,6 +67,8 @@ def train(callbacks, *, epochs: int, initial_epoch: int = 0, lr=0.01, sink: bool
         )
     else:
         model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=False, initial_epoch=initial_epoch)
+    if save is not None:
+        ms.save_checkpoint(model.train_network, str(save))
 
 
 def lines(workdir: Path) -> list[dict]:
@@ -89,13 +96,15 @@ def test_the_wait_for_data_is_the_jobs_badput_as_it_is_the_runs(workdir):
 # --- the job's step ----------------------------------------------------------------------------
 def test_a_resume_with_initial_epoch_carries_the_jobs_step_and_appends(workdir):
     schedule = [0.001 * (i + 1) for i in range(4 * STEPS)]  # a per-step learning rate
-    train([MonitorCallback(config(workdir))], epochs=2, lr=schedule)
-    train([MonitorCallback(config(workdir))], epochs=4, initial_epoch=2, lr=schedule)
+    checkpoint = workdir / "resume.ckpt"
+    train([MonitorCallback(config(workdir))], epochs=2, lr=schedule, save=checkpoint)
+    train([MonitorCallback(config(workdir))], epochs=4, initial_epoch=2, lr=schedule, load=checkpoint)
     got = lines(workdir)
     # Sampling follows the job's step: the first step of the attempt, then multiples of 5.
     assert [line["step"] for line in got] == [1, 5, 10, 15, 20, 21, 25, 30, 35, 40]
     assert [line["epoch"] for line in got[5:]] == [3, 3, 3, 4, 4]
-    # The learning rate of job step s is the schedule's s-th: the index follows the job's step.
+    # The learning rate of job step s is the schedule's s-th: the checkpoint restored the
+    # optimizer's step, whose index the rate follows (the job's step agrees with it).
     assert {line["step"]: round(line["learning_rate"], 6) for line in got[5:]} == {
         s: round(schedule[s - 1], 6) for s in (21, 25, 30, 35, 40)
     }
@@ -304,3 +313,26 @@ def test_a_signal_that_ends_the_run_is_written_down_as_what_it_was(workdir, sign
     (run_span,) = [span for span in spans.get_finished_spans() if span.name == "mindformers.train"]
     assert run_span.status.status_code is StatusCode.ERROR, "the run did not complete"
     assert run_span.attributes.get("training.stop_reason", "").startswith(reason) == (outcome == "stopped")
+
+
+# --- a resume after a kill mid-line -------------------------------------------------------------
+def test_a_resume_after_a_kill_mid_line_appends_after_the_last_whole_line(workdir, caplog):
+    """The killed attempt's last line is cut in half (a kill inside a large write, a crash);
+    the resumed attempt appends to the same file. Its first line was glued onto the half
+    line, and `report` / `plot` / `replay` stopped at that line (malformed, not the last)
+    for the whole log. The half line is cut off with one warning; every line is whole."""
+    log = workdir / "output" / "train_metric.json"
+    train([MonitorCallback(config(workdir, interval=1))], epochs=1)
+    data = log.read_bytes()
+    last = data.rstrip(b"\n").rfind(b"\n") + 1
+    log.write_bytes(data[: last + 60])  # what the kill left: half of step 10's line
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        train([MonitorCallback(config(workdir, interval=1))], epochs=2, initial_epoch=1)
+    assert [line["step"] for line in lines(workdir)] == [*range(1, 10), *range(11, 21)]
+    said = [r.getMessage() for r in caplog.records if "ended in half a line" in r.getMessage()]
+    assert len(said) == 1 and str(log) in said[0] and "(60 bytes," in said[0], said
+    done = cli("report", str(log), "--format", "json")
+    assert done.returncode == 0 and "error" not in done.stderr, done.stderr
+    (series,) = json.loads(done.stdout)["series"]
+    assert (series["records"], series["first_step"], series["last_step"]) == (19, 1, 20)
+    assert [(gap["after"], gap["before"]) for gap in series["gaps"]] == [(9, 11)]

@@ -13,6 +13,7 @@ from mindspore import nn
 from mindspore.train import Callback, Model
 from mindspore.train.callback import CheckpointConfig
 
+from otel_mindformers import MonitorCallback
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.phases import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
 from otel_mindformers.timing.accounting import DATA_WAIT_SPAN_SECONDS
@@ -180,6 +181,44 @@ def test_fit_with_validation_and_checkpoints_records_both_phases(tmp_path):
     assert last[tm.ETA] == 0
     # The wrappers are gone after the run.
     assert "_save_ckpt" not in vars(checkpoint)
+
+
+def test_fit_evaluations_are_not_step_time_and_the_last_line_adds_up(tmp_path):
+    """Model.fit evaluates after each epoch, here for 0.4 s: the first evaluation lies inside
+    the window of step 8 (steps 6..8), the second after the last step (10, not a multiple
+    of the interval: sampled at train end, after it). Neither is step time, throughput or
+    a step's share of the window; the last line's breakdown holds the second one, and its
+    wall time with it."""
+    model = _fit_model()
+    before, after = StepTimes(), StepTimes()
+    model.fit(
+        2,
+        training.build_dataset(5),
+        valid_dataset=training.build_dataset(2, Faults(sleep_at={1: 0.4})),
+        callbacks=[before, MonitorCallback(config(tmp_path, interval=4)), after],
+        dataset_sink_mode=False,
+        valid_dataset_sink_mode=False,
+    )
+    lines = {line["step"]: line for line in _lines(tmp_path / "m.json")}
+    assert sorted(lines) == [1, 4, 8, 10]
+    for step, first in ((8, 4), (10, 8)):
+        # The window's steps (first+1..step; the timers' lists are 0-based) by the tests'
+        # own clocks inside ours: at least that long, and far from it plus the evaluation's share.
+        steps = step - first
+        inner = sum(before.ends[k] - after.begins[k] for k in range(first, step)) / steps * 1000
+        assert inner <= lines[step][tm.STEP_TIME] < inner + 0.4 * 1000 / steps / 2, (step, lines[step], inner)
+        assert lines[step][tm.SAMPLES_PER_SECOND] == pytest.approx(training.BATCH * 1000 / lines[step][tm.STEP_TIME])
+    # The first evaluation is in step 8's line, both in the last one; the phases and the
+    # productive time add up to the wall time on every line.
+    assert lines[4]["time"].get("evaluation", 0) == 0
+    assert lines[8]["time"]["evaluation"] >= 0.4
+    assert lines[10]["time"]["evaluation"] >= 0.8
+    for line in lines.values():
+        spent = line["time"]
+        assert spent["productive"] + sum(v for k, v in spent.items() if k not in ("wall", "productive")) == (
+            pytest.approx(spent["wall"], abs=1e-6)
+        )
+        assert spent["productive"] > 0
 
 
 def test_eta_counts_down_in_sink_mode(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_mindformers.analysis.diagnosis_schema import find_files, read_records
-from otel_mindformers.analysis.first_bad import FirstBad, first_nonfinite, from_diagnosis
+from otel_mindformers.analysis.first_bad import FirstBad, first_nonfinite, from_diagnosis, oldest_line_step
 from otel_mindformers.analysis.logs import local_time
 from otel_mindformers.diagnosis import records
 from otel_mindformers.diagnosis.stacks import Frame, ThreadStack
@@ -76,6 +77,9 @@ class HangReportError(ValueError):
 
 
 def build_hang_report(inputs: Sequence[str | Path]) -> HangReport:
+    for item in inputs:  # as `report` says it: a mistyped folder is not "no dumps there"
+        if not any(c in str(item) for c in "*?[") and not os.path.lexists(item):
+            raise HangReportError(f"{item}: no such file or directory")
     files = find_files(inputs)
     read = read_records(files)  # records with wrong fields are left out, each with a note
     latest: dict[int, dict[str, Any]] = {}
@@ -104,7 +108,7 @@ def build_hang_report(inputs: Sequence[str | Path]) -> HangReport:
         leading_step=leader.step,
         groups=_group(latest),
         ranks_without_dump=sorted(set(beats) - set(latest)),
-        first_nonfinite=first_nonfinite([*from_diagnosis(read), *_logged_nonfinite(logged)]),
+        first_nonfinite=first_nonfinite(from_diagnosis(read), logged=_logged_nonfinite(logged)),
         dump_files=[str(p) for p in files],
         notes=read.notes,
     )
@@ -131,15 +135,22 @@ def _logged_heartbeats(series: list[Any]) -> Iterable[tuple[int, int, float | No
             yield one.rank, last.step, last.time_stamp
 
 
-def _logged_nonfinite(series: list[Any]) -> Iterable[tuple[int, int, list[str]]]:
-    """(rank, step, metrics) of each series' first line with a non-finite value that loss
-    scaling does not explain: the reporting ranks' evidence, without `nonfinite_check: all_ranks`."""
+def _logged_nonfinite(series: list[Any]) -> Iterable[tuple[int, int, list[str], bool]]:
+    """(rank, step, metrics, whether it is the log's oldest line past step 1) of each series'
+    first line with a non-finite value that loss scaling does not explain: the reporting
+    ranks' evidence, without `nonfinite_check: all_ranks`."""
     for one in series:
-        if one.rank is None:
+        if one.rank is None or not one.points:
             continue
-        for point in sorted(one.points, key=lambda p: p.step):
+        points = sorted(one.points, key=lambda p: p.step)
+        for point in points:
             if point.counted_nonfinite:
-                yield one.rank, point.step, sorted(point.counted_nonfinite)
+                yield (
+                    one.rank,
+                    point.step,
+                    sorted(point.counted_nonfinite),
+                    oldest_line_step(points[0].step, point.step),
+                )
                 break
 
 

@@ -325,6 +325,7 @@ class Scanned(Generic[S]):
     foreign_lines: int = 0
     damaged_tails: list[Location] = field(default_factory=list)
     out_of_range: list[str] = field(default_factory=list)  # `FILE:LINE: what`, lines left out
+    records: int = 0  # points handed to `sink`
 
 
 class _PointList(list):
@@ -361,7 +362,37 @@ def scan_logs(
     labels = _labels([(Path(s.label), s.rank) for s in scanned])  # the label is the set's name so far
     for one, label in zip(scanned, labels):
         one.label = label
+    _say_empty(scanned)
     return scanned
+
+
+def _say_empty(scanned: Sequence[Scanned]) -> None:
+    """Sets without a step record: an error when no set has one (an empty file, a file that
+    is not a log), else one warning each. Lines too large to hold are said elsewhere."""
+    empty = [s for s in scanned if not s.records and not s.alerts and not s.out_of_range]
+    if not empty:
+        return
+    problems = [f"{', '.join(map(str, s.files)) or s.label}: no step records ({_why_empty(s)})" for s in empty]
+    if len(empty) == len(scanned):
+        raise LogReadError("; ".join(problems))
+    for problem in problems:
+        _logger.warning("otel_mindformers: %s", problem)
+
+
+def _why_empty(one: Scanned) -> str:
+    if one.damaged_tails and not one.foreign_lines:  # its only line does not parse
+        where = one.damaged_tails[0]
+        try:
+            with where.path.open(encoding="utf-8", errors="replace") as handle:
+                text = next((line for n, line in enumerate(handle, 1) if n == where.line), "")
+        except OSError:
+            text = ""
+        if text.lstrip().startswith("{"):  # half a record: the writer was killed writing it
+            return f"its only line, {where.line}, is cut short: {text.strip()[:80]!r}"
+        return f"not a JSON-lines log: line {where.line} is not JSON: {text.strip()[:80]!r}"
+    if one.foreign_lines:
+        return f'{one.foreign_lines} line(s), none with a "step": not a training log'
+    return "the file is empty"
 
 
 def _scan_set(log_set: LogSet, new_sink: Callable[[], S]) -> list[Scanned[S]]:
@@ -390,6 +421,7 @@ def _scan_set(log_set: LogSet, new_sink: Callable[[], S]) -> list[Scanned[S]]:
                     )
                     series.rank = rank
                 series.sink.add(point)
+                series.records += 1
                 first.foreign_lines += len(foreign_steps)
                 foreign_steps.clear()
             elif kind is _FOREIGN_STEP and not by_rank:
@@ -400,6 +432,7 @@ def _scan_set(log_set: LogSet, new_sink: Callable[[], S]) -> list[Scanned[S]]:
         first.rank = _rank_from_name(log_set.name)
         for point in foreign_steps:
             first.sink.add(point)
+        first.records = len(foreign_steps)
         return [first]
     return list(by_rank.values())
 

@@ -89,6 +89,9 @@ class SeriesSummary:
     last_loss: float | None
     min_loss: float | None
     min_loss_step: int | None
+    # The loss was non-finite from this step to the end of the series (`last_loss` is the
+    # last finite one, before it); None when the last logged loss is finite.
+    loss_nonfinite_since: int | None
     step_time_median_ms: float | None
     step_time_mean_ms: float | None
     step_time_max_ms: float | None
@@ -122,6 +125,7 @@ class Report:
     last_loss: float | None
     min_loss: float | None
     min_loss_step: int | None
+    loss_nonfinite_since: int | None
     steps_per_second: float | None
     mean_samples_per_second: float | None
     mean_tokens_per_second: float | None
@@ -194,6 +198,7 @@ def _combine(summarised: list[tuple[SeriesStats, SeriesSummary]], straggler_thre
         last_loss=lossy.last_loss if lossy else None,
         min_loss=lossy.min_loss if lossy else None,
         min_loss_step=lossy.min_loss_step if lossy else None,
+        loss_nonfinite_since=lossy.loss_nonfinite_since if lossy else None,
         steps_per_second=_mean_of(s.steps_per_second for s in summaries),
         mean_samples_per_second=_mean_of(s.mean_samples_per_second for s in summaries),
         mean_tokens_per_second=_mean_of(s.mean_tokens_per_second for s in summaries),
@@ -221,6 +226,7 @@ class SeriesStats:
         self._previous: StepPoint | None = None
         self._losses: tuple[int, float] | None = None  # (step, value) of the first loss
         self._last_loss: float | None = None
+        self._loss_nonfinite_since: int | None = None
         self._min_loss: tuple[float, int] | None = None
         self._first_step_time: float | None = None  # compilation: left out unless alone
         self._step_times = array("d")
@@ -257,8 +263,11 @@ class SeriesStats:
             if self._losses is None:
                 self._losses = (point.step, loss)
             self._last_loss = loss
+            self._loss_nonfinite_since = None
             if self._min_loss is None or loss < self._min_loss[0]:
                 self._min_loss = (loss, point.step)
+        elif tm.LOSS in point.nonfinite and self._losses is not None and self._loss_nonfinite_since is None:
+            self._loss_nonfinite_since = point.step
         step_time = point.value(tm.STEP_TIME)
         if self.records == 0:
             self.first_step = point.step
@@ -365,6 +374,7 @@ class SeriesStats:
             last_loss=self._last_loss,
             min_loss=self._min_loss[0] if self._min_loss else None,
             min_loss_step=self._min_loss[1] if self._min_loss else None,
+            loss_nonfinite_since=self._loss_nonfinite_since,
             step_time_median_ms=statistics.median(step_times) if step_times else None,
             step_time_mean_ms=statistics.fmean(step_times) if step_times else None,
             step_time_max_ms=max(step_times) if step_times else None,
@@ -433,6 +443,12 @@ def _steps_list(steps: list[int]) -> str:
     return shown + (f", … ({more} more)" if more > 0 else "")
 
 
+def _after(report: Report) -> str:
+    """Where the last loss shown is not the run's last: the loss went non-finite and stayed."""
+    since = report.loss_nonfinite_since
+    return "" if since is None else f" (last finite; non-finite from step {since} to the end)"
+
+
 def _overview(report: Report) -> list[tuple[str, str]]:
     first = report.series[0].first_step if report.series else None
     rows = [
@@ -443,7 +459,7 @@ def _overview(report: Report) -> list[tuple[str, str]]:
             "loss",
             "-"
             if report.first_loss is None
-            else f"first {_num(report.first_loss)}, last {_num(report.last_loss)}, "
+            else f"first {_num(report.first_loss)}, last {_num(report.last_loss)}{_after(report)}, "
             f"min {_num(report.min_loss)} (step {report.min_loss_step}) [{report.loss_from}]",
         ),
         ("throughput", _throughput(report)),

@@ -17,11 +17,21 @@ class StepClock:
     training) are read off-thread (the stall watchdog, the heartbeat gauges); `wake` is set
     by another thread that needs the training thread at the next step end (a stop to
     honour, a capture to start; runtime/callback.py clears it there).
-    The training thread's own: `step_begin` and `data_wait` (timing/timeline.py),
+    The training thread's own: `step_begin`, `data_wait` and `phases` (timing/timeline.py),
     `step_offset` (the job's step after a resume, job/resume.py) and `next_sample`
     (runtime/cadence.py)."""
 
-    __slots__ = ("step", "last_step_end", "phase", "step_begin", "data_wait", "step_offset", "next_sample", "wake")
+    __slots__ = (
+        "step",
+        "last_step_end",
+        "phase",
+        "step_begin",
+        "data_wait",
+        "step_offset",
+        "next_sample",
+        "wake",
+        "phases",
+    )
 
     def __init__(self) -> None:
         self.step = 0
@@ -31,6 +41,7 @@ class StepClock:
         self.step_offset = 0
         self.next_sample = 1
         self.wake = False
+        self.phases = 0.0  # seconds of the phases charged this window (evaluation, saves): not step time
 
 
 class WallClock:

@@ -13,6 +13,8 @@ rolled it over) reopens it before writing.
 
 A new run sets the previous run's lines aside first (`set_previous_run_aside`, see
 outputs/runs.py), so the file at `json_log_path` holds one run.
+A resumed run writes on in the file; a half line a killed writer left at its end is cut
+off first (`_cut_a_half_line`), so the new lines start on a line of their own.
 """
 
 from __future__ import annotations
@@ -111,6 +113,44 @@ class JsonLinesSink:
         self._rotation = rotation or LogRotationConfig()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = self._open()
+        self._lock_current_file()
+        try:
+            self._cut_a_half_line()
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _cut_a_half_line(self) -> None:
+        """Holding the lock: a writer killed mid-line (a kill inside a large write, a crash)
+        left half a record at the end. Appended to as it is, the half line would take this
+        run's first line with it, and the readers stop at a malformed line that is not the
+        last. Cut back to the last whole line, with one warning."""
+        size = os.fstat(self._fd).st_size
+        if not size:
+            return
+        reader = os.open(self.path, os.O_RDONLY)
+        try:
+            if os.pread(reader, 1, size - 1) == b"\n":
+                return
+            end = size
+            whole = 0
+            while end > 0:  # back to the last newline, 64 KiB at a time
+                start = max(0, end - 65536)
+                found = os.pread(reader, end - start, start).rfind(b"\n")
+                if found >= 0:
+                    whole = start + found + 1
+                    break
+                end = start
+            half = os.pread(reader, min(size - whole, 80), whole)
+        finally:
+            os.close(reader)
+        os.ftruncate(self._fd, whole)
+        _logger.warning(
+            "otel_mindformers: %s ended in half a line (%d bytes, %r...: a writer killed mid-line); "
+            "cut back to its last whole line before appending",
+            self.path,
+            size - whole,
+            half.decode("utf-8", "replace"),
+        )
 
     def _open(self) -> int:
         return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

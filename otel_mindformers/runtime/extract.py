@@ -74,11 +74,17 @@ class LearningRateSource:
     `tensor(step_index)` is the rate used by the step with 0-based index `step_index`:
     `optimizer.get_lr()` at step end already returns the NEXT step's value (the global step
     was incremented by the update), so the schedule is evaluated at the step's own index.
+
+    That index is the optimizer's own: its `global_step` counts the updates it made (an
+    overflowed step of a loss-scale cell makes none) and does not start again with
+    `Model.train` (a second call in one process, `initial_epoch` without a loaded
+    checkpoint), where the job's step does. It is read back with the rate, on the sampled
+    step; `step_index` stands for it only for an optimizer without one.
     """
 
     __slots__ = ("tensor", "constant")
 
-    def __init__(self, optimizer: Any) -> None:
+    def __init__(self, optimizer: Any, scheduled: ScheduledRate | None = None, cb_params: Any = None) -> None:
         from mindspore import Tensor, int32
         from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
@@ -87,13 +93,99 @@ class LearningRateSource:
         if getattr(optimizer, "is_group_lr", False):
             lr = lr[0]  # the first parameter group stands for the run
         if isinstance(lr, LearningRateSchedule):
-            self.tensor: Callable[[int], Any] = lambda step_index: lr(Tensor(step_index, int32))
+            index = _used_index(optimizer)
+            self.tensor: Callable[[int], Any] = lambda step_index: lr(Tensor(index(step_index), int32))
         elif getattr(optimizer, "dynamic_lr", False):
             last = lr.shape[0] - 1
-            self.tensor = lambda step_index: lr[min(step_index, last)]
+            index = _used_index(optimizer)
+            self.tensor = lambda step_index: lr[min(index(step_index), last)]
+        elif scheduled is not None and cb_params is not None:
+            # A LearningRateScheduler listed before us has already set the next step's rate.
+            self.tensor = lambda step_index: scheduled.used(cb_params, lr)
         else:
             self.tensor = lambda step_index: lr
             self.constant = lr
+
+
+class _Rate:
+    """A host float where a one-element tensor is read (`_item`, `item`, `asnumpy`)."""
+
+    __slots__ = ("value",)
+    size = 1
+    has_init = False
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def _item(self) -> float:
+        return self.value
+
+    item = _item
+
+    def asnumpy(self) -> Any:
+        return np.asarray(self.value, dtype=np.float32)
+
+
+class ScheduledRate:
+    """The rate MindSpore's `LearningRateScheduler` found in the optimizer at a step's end,
+    before it set the next step's: the one that step used. Noted by wrapping the run's
+    scheduler instances' `learning_rate_function` (`watch_lr_schedulers`), which is handed
+    that rate and the step: no readback of our own."""
+
+    __slots__ = ("step", "value")
+
+    def __init__(self) -> None:
+        self.step, self.value = -1, 0.0
+
+    def used(self, cb_params: Any, parameter: Any) -> Any:
+        """The noted rate when the scheduler ran at this step (listed before us), else the
+        optimizer's Parameter (it has not changed it yet)."""
+        if self.step == cb_params["cur_step_num"]:
+            return _Rate(self.value)
+        return parameter
+
+
+def watch_lr_schedulers(callbacks: Any, reader: OutputReader) -> Callable[[], None]:
+    """Note what the `LearningRateScheduler` instances among `callbacks` see (the run's,
+    for its duration); returns the undo."""
+    from mindspore.train.callback import LearningRateScheduler
+
+    noted = ScheduledRate()
+    watched: list[tuple[Any, Any]] = []
+    for callback in callbacks or ():
+        if isinstance(callback, LearningRateScheduler):
+            original = callback.learning_rate_function
+
+            def noting(lr: float, step: int, _original: Any = original) -> Any:
+                noted.step, noted.value = step, float(lr)
+                return _original(lr, step)
+
+            callback.learning_rate_function = noting
+            watched.append((callback, original))
+    if watched:
+        reader.scheduled = noted
+
+    def undo() -> None:
+        for callback, original in watched:
+            callback.learning_rate_function = original
+
+    return undo
+
+
+def _used_index(optimizer: Any) -> Callable[[int], int]:
+    """The 0-based index of the update that just ran: the optimizer's `global_step` (after
+    the update) less one; the job's step index for an optimizer without one."""
+    global_step = getattr(optimizer, "global_step", None)
+    if global_step is None:
+        return lambda step_index: step_index
+
+    def index(step_index: int) -> int:
+        try:
+            return max(0, int(global_step._item()) - 1)
+        except Exception:  # not a readable one-element tensor: the job's step stands for it
+            return step_index
+
+    return index
 
 
 # MindFormers' 7-tuple (`MFTrainOneStepCell(local_norm=True)`, or LocalNormTrainOneStepCell):
@@ -131,6 +223,7 @@ class OutputReader:
         self.reads_anything = bool(self._wanted)
         self._warned: set[str] = set()
         self._learning_rate: LearningRateSource | None = None  # resolved at the first read
+        self.scheduled: ScheduledRate | None = None  # a LearningRateScheduler's (watch_lr_schedulers)
         # The read plan (`_plan_for`): what the previous sampled step's outputs looked like
         # and where each wanted one-element tensor sits, so later reads skip the shape work.
         self._plan_type: type[Any] | None = None  # None: no plan
@@ -199,7 +292,7 @@ class OutputReader:
                 if self._learning_rate is None:
                     optimizer = optimizer_of(cb_params)
                     if optimizer is not None:
-                        self._learning_rate = LearningRateSource(optimizer)
+                        self._learning_rate = LearningRateSource(optimizer, self.scheduled, cb_params)
                 if self._learning_rate is not None:
                     handles[tm.LEARNING_RATE] = self._learning_rate.tensor(step - 1)
             except Exception as exc:  # an exotic schedule: no lr, not a failed run

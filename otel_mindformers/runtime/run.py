@@ -44,7 +44,7 @@ from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.outputs.runs import set_aside_unless_resumed
 from otel_mindformers.runtime import attempt as job_attempt
 from otel_mindformers.runtime.cadence import Cadence
-from otel_mindformers.runtime.extract import OutputReader
+from otel_mindformers.runtime.extract import OutputReader, watch_lr_schedulers
 from otel_mindformers.runtime.pipeline import SampledStepPipeline
 from otel_mindformers.runtime.state_reader import StateReader
 from otel_mindformers.telemetry.instruments import TrainingInstruments
@@ -127,6 +127,7 @@ class MonitorRun:
         self.logs: LogBridge | None = None
         self._epoch_span: Any = None
         self.timeline: RunTimeline | None = None
+        self._unwatch_lr: Callable[[], None] | None = None  # LearningRateScheduler instances' (extract.py)
         self._first_nonfinite: FirstNonFinite | None = None
         self._state_reader: StateReader | None = None
         self._ended_at: float | None = None  # perf seconds at train end (finish)
@@ -209,6 +210,8 @@ class MonitorRun:
             clock=self.clock, on_charged=self._phase_charged,
             callbacks=cb_params.get("list_callback"),
         )  # fmt: skip
+        # The rate a LearningRateScheduler listed before us replaces at the step's end.
+        self._unwatch_lr = watch_lr_schedulers(cb_params.get("list_callback"), self._reader)
         if attempt is not None:
             attempt.note_checkpoint_load(
                 sum(p.seconds for p in self.timeline.before if p.name == job_attempt.PHASE_CHECKPOINT_LOAD)
@@ -295,7 +298,9 @@ class MonitorRun:
             self._epoch_span = None
 
     # --- sampled steps (training thread) -------------------------------------------------------
-    def sample(self, cb_params: Any, step: int, previous_end: float, end: float, *, is_last: bool = False) -> None:
+    def sample(
+        self, cb_params: Any, step: int, previous_end: float, end: float, *, is_last: bool = False, noted: float = 0.0
+    ) -> None:
         """Read the step's outputs and hand them to the pipeline with the window's clock
         readings: what only the training thread can know, in one tuple. The StepRecord is
         built on the worker (`complete_sample`), the rest of it there too (accounting.py):
@@ -323,29 +328,31 @@ class MonitorRun:
             self._attempt_first_step = False
             job_attempt.first_step(self.attempt, self.run_span, clock.step_begin, end)
         data_wait, clock.data_wait = clock.data_wait, 0.0  # the window's data wait, taken in this frame
+        phases, clock.phases = clock.phases, 0.0  # the window's evaluations, saves: not step time
         self.pipeline.submit_sample(  # type: ignore[union-attr]  # set by start(), before any step
             (
                 step, cb_params.get("cur_epoch_num"), values, model_state, is_last,
-                steps, elapsed, previous_end, clock.step_begin, end, data_wait,
+                steps, elapsed, previous_end, clock.step_begin, end, data_wait, phases, noted,
             )
         )  # fmt: skip
 
     def complete_sample(self, sampled: tuple) -> tuple[StepRecord, Window]:
         """The pipeline worker's half of `sample`: the StepRecord and its Window."""
-        step, epoch, values, model_state, is_last, steps, elapsed, previous_end, step_begin, end, data_wait = sampled
+        step, epoch, values, model_state, is_last, *readings = sampled
+        window = Window(*readings)
         wall = self.wall_clock.wall
         record = StepRecord(
             step=step,
             epoch=int(epoch) if epoch else self._epoch_of_step(step),
             rank=self.identity.rank,
-            time_stamp=wall(end),
-            steps_in_window=steps,
+            time_stamp=wall(window.end),
+            steps_in_window=window.steps,
             values=values,
             is_last=is_last,
-            started_at=wall(previous_end),
+            started_at=wall(window.previous_end),
             model_state=model_state or None,
         )
-        return record, Window(steps, elapsed, previous_end, step_begin, end, data_wait)
+        return record, window
 
     def _job_progress(self, record: StepRecord) -> None:
         """The pipeline worker's, once the record's time is accounted: the run's data wait
@@ -390,7 +397,22 @@ class MonitorRun:
         step = self.clock.step
         if error is None and self.cadence.unsampled_last(step):
             try:
-                self.sample(cb_params, step, self.cadence.window_start, self.clock.last_step_end, is_last=True)
+                # Taken now, after what ran since the last step (Model.fit's last evaluation,
+                # a save at train end): its time breakdown holds them, so its wall does too;
+                # its window ends at the last step, without them (nor are they taken out of
+                # its data wait: the gap they lie in is no part of it).
+                if self.timeline is not None:
+                    trailing = self.timeline.trailing_since(self.clock.last_step_end)
+                    self.clock.phases -= trailing
+                    self.clock.data_wait += trailing
+                self.sample(
+                    cb_params,
+                    step,
+                    self.cadence.window_start,
+                    self.clock.last_step_end,
+                    is_last=True,
+                    noted=time.perf_counter(),
+                )
             except Exception as exc:  # the last record is telemetry: never fail the run's end
                 _logger.warning("otel_mindformers: could not sample the last step %d: %s", step, exc)
         self._ended_at = time.perf_counter()
@@ -412,6 +434,8 @@ class MonitorRun:
         broken tracer) still leaves no SIGUSR1 handler, log handler or thread behind."""
         if self.timeline is not None:
             _quietly(self.timeline.close)
+        if self._unwatch_lr is not None:
+            _quietly(self._unwatch_lr)
         _quietly(self.end_epoch)
         # The pipeline drains first, so a rule's stop reason and the last lines land before
         # the run span ends and the providers flush.

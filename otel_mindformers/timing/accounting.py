@@ -1,6 +1,6 @@
 """What a sampled window adds to its StepRecord, worked out on the pipeline's worker thread.
 
-The training thread hands over clock readings only (a `Window`: five floats and the step
+The training thread hands over clock readings only (a `Window`: seven floats and the step
 count). Here they become the host-computed training values (step time, samples and tokens
 per second, goodput, ETA, MFU, TFLOPS), the built-in phases (start-up, compile, data wait),
 and the run's time breakdown:
@@ -67,6 +67,8 @@ class Window(NamedTuple):
     step_begin: float  # the sampled step's begin
     end: float  # its end
     data_wait: float  # seconds between the window's steps, less the phases in them
+    phases: float  # seconds of the phases inside the window (evaluation, saves, user phases): not step time
+    noted: float  # train end for a last step sampled there (the breakdown's time), else 0: the step's end
 
 
 class StepAccounting:
@@ -110,11 +112,14 @@ class StepAccounting:
         """Fill in the record's host-computed values, its phases and the time breakdown."""
         values = record.values
         steps, elapsed = window.steps, window.elapsed
+        # The steps' own time: the window less the phases inside it (an evaluation of
+        # Model.fit, a checkpoint save) — they are not training steps (docs/time.md).
+        training = elapsed - window.phases if 0 < window.phases < elapsed else elapsed
         if self._wants_time:
-            values[tm.STEP_TIME] = elapsed / steps * 1000.0
+            values[tm.STEP_TIME] = training / steps * 1000.0
         samples = None
-        if elapsed > 0 and self._batch_size:
-            samples = self._batch_size * steps / elapsed
+        if training > 0 and self._batch_size:
+            samples = self._batch_size * steps / training
             if self._wants_samples:
                 values[tm.SAMPLES_PER_SECOND] = samples
             if self._wants_tokens and self._tokens_per_sample:
@@ -125,8 +130,10 @@ class StepAccounting:
         sections = self._sections.close(steps, elapsed, window.data_wait)
         if not first:
             record.sections = sections
-        end_wall = self._wall(window.end)
-        self._efficiency.add(values, record.step, steps, elapsed, samples, lambda: self._ledger.goodput(end_wall))
+        # The breakdown as of the sample: a last step sampled at train end includes what
+        # ran after it (its wall too, so the phases and productive still add up to it).
+        end_wall = self._wall(max(window.end, window.noted))
+        self._efficiency.add(values, record.step, steps, training, samples, lambda: self._ledger.goodput(end_wall))
         record.time_breakdown = self._ledger.breakdown(end_wall)
 
     def _phases(self, window: Window) -> list[PhaseInterval]:

@@ -60,6 +60,11 @@ class RunTimeline:
         ]
         self._undo_hooks = instrument_callbacks(callbacks, self.recorder)
         self._evaluation: phase | None = None
+        # Phase seconds charged in the gap after the step that ended at `_trailing_after`:
+        # after a run's last step (Model.fit's last evaluation, a save at train end), they
+        # are outside the window that ends there (`trailing_since`).
+        self._trailing = 0.0
+        self._trailing_after = float("nan")
 
     def defer_to(self, pipeline: Any, step_ids: Any) -> None:
         """The run's pipeline is up: lost time goes to its worker's ledger, and so do the
@@ -73,9 +78,18 @@ class RunTimeline:
         """An outermost phase ended on the training thread: its part there."""
         # Between a step's end and the next one's begin: not data wait, though the gap holds it.
         clock = self._clock
+        clock.phases += seconds  # not step time (sample() takes the window's)
         if clock.step_begin <= clock.last_step_end:
             clock.data_wait -= seconds
+            after = clock.last_step_end
+            self._trailing = seconds + self._trailing if self._trailing_after == after else seconds
+            self._trailing_after = after
         self._on_charged(phase, seconds)
+
+    def trailing_since(self, step_end: float) -> float:
+        """Seconds of the phases charged since the step that ended at `step_end` (training
+        thread, at train end)."""
+        return self._trailing if self._trailing_after == step_end else 0.0
 
     def _lost(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread, not deferred: its part there,
