@@ -13,7 +13,7 @@ from mindspore import nn
 from mindspore.train import Callback, Model
 from mindspore.train.callback import CheckpointConfig
 
-from otel_mindformers import MonitorCallback
+from otel_mindformers import MonitorCallback, phase
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.phases import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
 from otel_mindformers.timing.accounting import DATA_WAIT_SPAN_SECONDS
@@ -244,3 +244,38 @@ def test_eta_counts_down_in_sink_mode(tmp_path):
     assert [step for step, _ in etas] == [step for step, _ in expected]
     for (_, eta), (_, want) in zip(etas, expected):
         assert eta == pytest.approx(want, rel=1e-3, abs=1e-6)
+
+
+class _SlowStepsThenAnUpload(Callback):
+    """Listed before ours: every step end sleeps STEP_SLEEP (inside our window), and train end
+    runs an `upload` phase of UPLOAD_SLEEP after the last step, before ours samples it."""
+
+    STEP_SLEEP, UPLOAD_SLEEP = 0.05, 0.06
+
+    def on_train_step_end(self, run_context):
+        time.sleep(self.STEP_SLEEP)
+
+    def on_train_end(self, run_context):
+        with phase("upload"):
+            time.sleep(self.UPLOAD_SLEEP)
+
+
+def test_a_phase_after_the_last_step_is_not_taken_out_of_the_last_window(tmp_path):
+    """The last step (10, not a multiple of the interval) is sampled at train end, after the
+    upload: its window (steps 9-10, each over STEP_SLEEP) holds no phase, so none of the
+    upload, which is shorter than the window, comes off its step time; its breakdown holds it."""
+    slow = _SlowStepsThenAnUpload()
+    training.train([slow, MonitorCallback(config(tmp_path, interval=4))], steps=10, mode=ms.GRAPH_MODE)
+    last = _lines(tmp_path / "m.json")[-1]
+    assert last["step"] == 10
+    step_ms = slow.STEP_SLEEP * 1000
+    # Taken out, the upload would leave (2 x 50 - 60) / 2 = 20 ms a step.
+    assert step_ms <= last[tm.STEP_TIME] < step_ms + 25, last
+    assert last["time"]["user.upload"] >= slow.UPLOAD_SLEEP
+    # Its sections run to train end too: the upload beside the steps, not taken from them.
+    sections = last["sections"]
+    assert sections["in_step"] >= 2 * slow.STEP_SLEEP, sections
+    assert sections["other"] >= slow.UPLOAD_SLEEP
+    assert sections["window"] == pytest.approx(
+        sum(v for k, v in sections.items() if k not in ("window", "steps")), abs=1e-5
+    )

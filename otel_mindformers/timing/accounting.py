@@ -126,8 +126,11 @@ class StepAccounting:
                 values[tm.TOKENS_PER_SECOND] = samples * self._tokens_per_sample
         first = self._first_step is None
         record.phases = self._phases(window)
-        # The rank's sections (sections.py); the first window holds start-up and compile.
-        sections = self._sections.close(steps, elapsed, window.data_wait)
+        # The rank's sections (sections.py); the first window holds start-up and compile. A
+        # last step sampled at train end: its sections run to then, as its breakdown does, and
+        # hold what ran after the step (it arrived with the phases), not in its steps' time.
+        reaches = elapsed + max(0.0, window.noted - window.end)
+        sections = self._sections.close(steps, reaches, window.data_wait)
         if not first:
             record.sections = sections
         # The breakdown as of the sample: a last step sampled at train end includes what
