@@ -11,7 +11,7 @@ from opentelemetry.trace import StatusCode
 from otel_mindformers import ConfigError, MonitorCallback
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
-from tests.support import training
+from tests.support import monitors, training
 from tests.support.configs import config
 from tests.support.in_memory import Capture
 from tests.support.paths import EXAMPLES
@@ -138,7 +138,7 @@ def test_learning_rate_is_the_optimizers_across_train_calls_and_initial_epoch(wo
 
 
 @pytest.mark.parametrize("ours", ["last", "first"])
-def test_learning_rate_changed_by_a_learning_rate_scheduler_is_the_one_the_step_used(ours, workdir):
+def test_learning_rate_changed_by_a_learning_rate_scheduler_is_the_one_the_step_used(ours, workdir, monkeypatch):
     """MindSpore's LearningRateScheduler sets the next step's rate at a step's end: listed
     before ours (ours last, as time.md advises for checkpoint saves), the optimizer already
     holds it when we read. Steps 1-4 use 0.1, 5-8 0.05, 9-10 0.025."""
@@ -153,7 +153,10 @@ def test_learning_rate_changed_by_a_learning_rate_scheduler_is_the_one_the_step_
         return lr * 0.5 if step % 4 == 0 else lr
 
     scheduler = LearningRateScheduler(halve_every_4th)
-    monitor = MonitorCallback(config(workdir, interval=4))
+    monkeypatch.setattr(monitors.ReadsLearningRate, "values", [])  # a custom monitor's cb_params.learning_rate
+    monitor = MonitorCallback(
+        config(workdir, interval=4, custom_monitor_callback="tests.support.monitors.ReadsLearningRate")
+    )
     callbacks = [scheduler, monitor] if ours == "last" else [monitor, scheduler]
     model.train(1, training.build_dataset(10), callbacks=callbacks, dataset_sink_mode=False)
     lines = strict_lines(workdir / "m.json")
@@ -163,6 +166,8 @@ def test_learning_rate_changed_by_a_learning_rate_scheduler_is_the_one_the_step_
         (8, 0.05),
         (10, 0.025),
     ]
+    used = [0.1] * 4 + [0.05] * 4 + [0.025] * 2
+    assert monitors.ReadsLearningRate.values == pytest.approx(used, rel=1e-6)
     assert scheduler.learning_rate_function is halve_every_4th  # put back after the run
 
 

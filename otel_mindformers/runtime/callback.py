@@ -98,7 +98,7 @@ class MonitorCallback(Callback):
         self._clock = self._hot = run.clock
         self.identity, self.stop_reason = run.identity, None
         optimizer = optimizer_of(cb_params) if self.custom_monitors else None
-        self._lazy_lr = LazyLearningRate(optimizer) if optimizer is not None else None
+        self._lazy_lr = LazyLearningRate(optimizer, run.scheduled_rate, cb_params) if optimizer is not None else None
         for monitor in self.custom_monitors:
             monitor.alert_engine = run.alerts
         atexit.register(self._finish_at_exit)

@@ -333,10 +333,12 @@ class LazyLearningRate:
     on the device only when read: `.asnumpy()`, `float(...)`, `numpy.asarray(...)`, or any
     Tensor attribute. One object per run, re-pointed at each step (no allocation)."""
 
-    __slots__ = ("_optimizer", "_source", "_step_index", "_tensor")
+    __slots__ = ("_optimizer", "_scheduled", "_cb_params", "_source", "_step_index", "_tensor")
 
-    def __init__(self, optimizer: Any) -> None:
+    def __init__(self, optimizer: Any, scheduled: ScheduledRate | None = None, cb_params: Any = None) -> None:
         self._optimizer = optimizer
+        # A LearningRateScheduler's notes (watch_lr_schedulers), as the sampled read has them.
+        self._scheduled, self._cb_params = scheduled, cb_params
         self._source: LearningRateSource | None = None  # resolved at the first read
         self._step_index = 0
         self._tensor: Any = None
@@ -348,7 +350,7 @@ class LazyLearningRate:
     def tensor(self) -> Any:
         if self._tensor is None:
             if self._source is None:
-                self._source = LearningRateSource(self._optimizer)
+                self._source = LearningRateSource(self._optimizer, self._scheduled, self._cb_params)
             self._tensor = self._source.tensor(self._step_index)
         return self._tensor
 

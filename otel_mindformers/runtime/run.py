@@ -44,7 +44,7 @@ from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.outputs.runs import set_aside_unless_resumed
 from otel_mindformers.runtime import attempt as job_attempt
 from otel_mindformers.runtime.cadence import Cadence
-from otel_mindformers.runtime.extract import OutputReader, watch_lr_schedulers
+from otel_mindformers.runtime.extract import OutputReader, ScheduledRate, watch_lr_schedulers
 from otel_mindformers.runtime.pipeline import SampledStepPipeline
 from otel_mindformers.runtime.state_reader import StateReader
 from otel_mindformers.telemetry.instruments import TrainingInstruments
@@ -373,6 +373,12 @@ class MonitorRun:
         if self.stop_pending is None and self.stop_reason is None:
             self.stop_pending = reason
             self.clock.wake = True  # the training thread honours it at the next step end
+
+    @property
+    def scheduled_rate(self) -> ScheduledRate | None:
+        """What the run's LearningRateScheduler instances noted (None without one): custom
+        monitors' `cb_params.learning_rate` reads it as the sampled step does."""
+        return self._reader.scheduled
 
     def honour_stop(self, run_context: Any) -> None:
         """Training thread: stop after this step, once, and say why."""
