@@ -21,7 +21,7 @@ from typing import Any
 
 from otel_mindformers.analysis.diagnosis_schema import find_files, read_records
 from otel_mindformers.analysis.first_bad import FirstBad, first_nonfinite, from_diagnosis, oldest_line_step
-from otel_mindformers.analysis.logs import local_time
+from otel_mindformers.analysis.logs import GLOB_CHARS, local_time
 from otel_mindformers.diagnosis import records
 from otel_mindformers.diagnosis.stacks import Frame, ThreadStack
 
@@ -78,7 +78,7 @@ class HangReportError(ValueError):
 
 def build_hang_report(inputs: Sequence[str | Path]) -> HangReport:
     for item in inputs:  # as `report` says it: a mistyped folder is not "no dumps there"
-        if not any(c in str(item) for c in "*?[") and not os.path.lexists(item):
+        if not GLOB_CHARS & set(str(item)) and not os.path.lexists(item):
             raise HangReportError(f"{item}: no such file or directory")
     files = find_files(inputs)
     read = read_records(files)  # records with wrong fields are left out, each with a note

@@ -40,7 +40,7 @@ RANK_FILE_PATTERN = "*_rank_*.json"
 
 _BACKUP_SUFFIX = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)$")
 _RANK_IN_NAME = re.compile(r"_rank_(\d+)")
-_GLOB_CHARS = frozenset("*?[")
+GLOB_CHARS = frozenset("*?[")
 
 # Keys every line of our JSON sink carries; a line without them came from someone else.
 _OWN_KEYS = frozenset({"time_stamp", "step", "epoch", "rank"})
@@ -216,7 +216,7 @@ def walk_files(root: Path) -> Iterator[Path]:
 def _glob(pattern: str) -> list[Path]:
     """Files matching `pattern` (`**` spans folders), found by one loop-safe walk."""
     parts = Path(pattern).parts
-    fixed = next((i for i, part in enumerate(parts) if _GLOB_CHARS & set(part)), len(parts))
+    fixed = next((i for i, part in enumerate(parts) if GLOB_CHARS & set(part)), len(parts))
     root = Path(*parts[:fixed]) if fixed else Path(".")
     wanted = parts[fixed:]
     found = []
@@ -250,7 +250,7 @@ def _expand(item: str, listings: _Listings, one_run_per_folder: bool = False) ->
                 f"{item}: no step logs in this directory (looked for {RANK_FILE_PATTERN} and JSON-lines *.json files)"
             )
         return _one_run(found, item) if one_run_per_folder else found
-    if _GLOB_CHARS & set(item):
+    if GLOB_CHARS & set(item):
         matches = _glob(item)
         if not matches:
             raise LogReadError(f"{item}: no files match")

@@ -120,7 +120,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
             self._mindformers = mindformers_glue.patch_mindformers(self._training_process)
 
     def _training_process(self, wrapped: Callable, _instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (refusal := self._refusal()) is not None:
+        if (refusal := self._run_refusal()) is not None:
             raise refusal
         bound = inspect.signature(wrapped).bind(*args, **kwargs)
         mindformers_glue.with_one_monitor(bound, self._settings)
@@ -164,7 +164,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
 
             self._exit_guard = SdkExitGuard.install((config or MonitorConfig()).shutdown_timeout)
 
-    def _refusal(self) -> ConfigError | None:
+    def _run_refusal(self) -> ConfigError | None:
         """The error that refuses this run, if any. The output paths and the custom monitor's
         import were checked relative to the working directory at process start: a script that
         has changed directory since is checked again, where its run will look."""
@@ -204,7 +204,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
         settings = self._settings
         if settings is None or mindformers_glue.inside_trainer():
             return wrapped(*args, **kwargs)
-        if (refusal := self._refusal()) is not None:
+        if (refusal := self._run_refusal()) is not None:
             raise refusal
         from otel_mindformers.runtime.callback import MonitorCallback
 

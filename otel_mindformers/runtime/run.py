@@ -299,7 +299,14 @@ class MonitorRun:
 
     # --- sampled steps (training thread) -------------------------------------------------------
     def sample(
-        self, cb_params: Any, step: int, previous_end: float, end: float, *, is_last: bool = False, noted: float = 0.0
+        self,
+        cb_params: Any,
+        step: int,
+        previous_end: float,
+        end: float,
+        *,
+        is_last: bool = False,
+        breakdown_at: float = 0.0,
     ) -> None:
         """Read the step's outputs and hand them to the pipeline with the window's clock
         readings: what only the training thread can know, in one tuple. The StepRecord is
@@ -332,7 +339,7 @@ class MonitorRun:
         self.pipeline.submit_sample(  # type: ignore[union-attr]  # set by start(), before any step
             (
                 step, cb_params.get("cur_epoch_num"), values, model_state, is_last,
-                steps, elapsed, previous_end, clock.step_begin, end, data_wait, phases, noted,
+                steps, elapsed, previous_end, clock.step_begin, end, data_wait, phases, breakdown_at,
             )
         )  # fmt: skip
 
@@ -405,19 +412,16 @@ class MonitorRun:
             try:
                 # Taken now, after what ran since the last step (Model.fit's last evaluation,
                 # a save at train end): its time breakdown holds them, so its wall does too;
-                # its window ends at the last step, without them (nor are they taken out of
-                # its data wait: the gap they lie in is no part of it).
+                # its window ends at the last step, without them.
                 if self.timeline is not None:
-                    trailing = self.timeline.trailing_since(self.clock.last_step_end)
-                    self.clock.phases -= trailing
-                    self.clock.data_wait += trailing
+                    self.timeline.leave_out_trailing()
                 self.sample(
                     cb_params,
                     step,
                     self.cadence.window_start,
                     self.clock.last_step_end,
                     is_last=True,
-                    noted=time.perf_counter(),
+                    breakdown_at=time.perf_counter(),
                 )
             except Exception as exc:  # the last record is telemetry: never fail the run's end
                 _logger.warning("otel_mindformers: could not sample the last step %d: %s", step, exc)

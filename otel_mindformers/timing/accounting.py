@@ -68,7 +68,7 @@ class Window(NamedTuple):
     end: float  # its end
     data_wait: float  # seconds between the window's steps, less the phases in them
     phases: float  # seconds of the phases inside the window (evaluation, saves, user phases): not step time
-    noted: float  # train end for a last step sampled there (the breakdown's time), else 0: the step's end
+    breakdown_at: float  # train end for a last step sampled there (its breakdown's time), else 0: the step's end
 
 
 class StepAccounting:
@@ -129,13 +129,13 @@ class StepAccounting:
         # The rank's sections (sections.py); the first window holds start-up and compile. A
         # last step sampled at train end: its sections run to then, as its breakdown does, and
         # hold what ran after the step (it arrived with the phases), not in its steps' time.
-        reaches = elapsed + max(0.0, window.noted - window.end)
+        reaches = elapsed + max(0.0, window.breakdown_at - window.end)
         sections = self._sections.close(steps, reaches, window.data_wait)
         if not first:
             record.sections = sections
         # The breakdown as of the sample: a last step sampled at train end includes what
         # ran after it (its wall too, so the phases and productive still add up to it).
-        end_wall = self._wall(max(window.end, window.noted))
+        end_wall = self._wall(max(window.end, window.breakdown_at))
         self._efficiency.add(values, record.step, steps, training, samples, lambda: self._ledger.goodput(end_wall))
         record.time_breakdown = self._ledger.breakdown(end_wall)
 

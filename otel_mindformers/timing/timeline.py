@@ -62,7 +62,7 @@ class RunTimeline:
         self._evaluation: phase | None = None
         # Phase seconds charged in the gap after the step that ended at `_trailing_after`:
         # after a run's last step (Model.fit's last evaluation, a save at train end), they
-        # are outside the window that ends there (`trailing_since`).
+        # are outside the window that ends there (`leave_out_trailing`).
         self._trailing = 0.0
         self._trailing_after = float("nan")
 
@@ -86,10 +86,15 @@ class RunTimeline:
             self._trailing_after = after
         self._on_charged(phase, seconds)
 
-    def trailing_since(self, step_end: float) -> float:
-        """Seconds of the phases charged since the step that ended at `step_end` (training
-        thread, at train end)."""
-        return self._trailing if self._trailing_after == step_end else 0.0
+    def leave_out_trailing(self) -> None:
+        """Train end, before the last step is sampled (training thread): the phases charged
+        since that step lie outside its window. Undo what `_charged` did with them on the
+        clock: they are no phase of the window, and no next step's gap will hold them, so
+        they are not taken out of its data wait either."""
+        clock = self._clock
+        if self._trailing_after == clock.last_step_end:
+            clock.phases -= self._trailing
+            clock.data_wait += self._trailing
 
     def _lost(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread, not deferred: its part there,
