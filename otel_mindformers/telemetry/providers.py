@@ -379,7 +379,7 @@ def build_telemetry(
         _logger.warning(
             "otel_mindformers: the OpenTelemetry SDK is configured from its environment "
             "(opentelemetry-instrument, or code that set the global providers), and its exporters "
-            "are used: monitor_config %s %s ignored.",
+            "are used: in monitor_config, %s %s ignored.",
             "; ".join(ignored),
             "is" if len(ignored) == 1 else "are",
         )
