@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 
 from otel_mindformers.alerts import AlertEngine  # noqa: E402
 from otel_mindformers.config import load_monitor_config  # noqa: E402
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.telemetry.providers import build_telemetry  # noqa: E402
 from tests.support.webhook_receiver import WebhookReceiver, closed_port_url  # noqa: E402

@@ -27,7 +27,8 @@ import mindspore as ms  # noqa: E402
 from bench_hot_path import _cb_params  # noqa: E402
 from mindspore.train.callback import RunContext  # noqa: E402
 
-from otel_mindformers.job import attempts, ledger  # noqa: E402
+from otel_mindformers.restarts import attempt_tracker as attempts  # noqa: E402
+from otel_mindformers.restarts import ledger
 from otel_mindformers.runtime.callback import MonitorCallback  # noqa: E402
 
 WRITES: list[int] = []

@@ -47,6 +47,10 @@ def __getattr__(name: str):
         from otel_mindformers.runtime.callback import MonitorCallback
 
         return MonitorCallback
+    if name == "dump_stacks":  # hangs/dumps.py: every thread's stack, on demand (docs/hangs.md)
+        from otel_mindformers.hangs.dumps import dump_stacks
+
+        return dump_stacks
     raise AttributeError(f"module 'otel_mindformers' has no attribute {name!r}")
 
 
@@ -56,6 +60,7 @@ __all__ = [
     "MonitorCallback",
     "MonitorConfig",
     "__version__",
+    "dump_stacks",
     "instrument",
     "load_monitor_config",
     "phase",

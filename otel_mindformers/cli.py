@@ -6,11 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from otel_mindformers.analysis.captures import add_command as add_capture_command
 from otel_mindformers.analysis.commands import add_commands as add_analysis_commands
-from otel_mindformers.analysis.hang_report import add_command as add_hang_report_command
+from otel_mindformers.captures.offline.capture_command import add_command as add_capture_command
 from otel_mindformers.config import ConfigError, load_monitor_config
-from otel_mindformers.devices.report import add_command as add_devices_command
+from otel_mindformers.devices.devices_command import add_command as add_devices_command
+from otel_mindformers.hangs.offline.hang_report import add_command as add_hang_report_command
 from otel_mindformers.version import __version__
 
 

@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers.config import load_monitor_config
-from otel_mindformers.core.record import StepRecord
-from otel_mindformers.diagnosis import records
+from otel_mindformers.core.step_record import StepRecord
+from otel_mindformers.hangs import diagnosis_file as records
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.runtime.custom_monitors import BaseMonitor
 from otel_mindformers.telemetry.providers import build_telemetry
@@ -292,7 +292,7 @@ def test_the_watchdog_rearms_after_a_resume_for_a_second_stall_of_the_same_run()
     then a second stall gets both thresholds again."""
     import types
 
-    from otel_mindformers.alerts.watchdog import StallWatchdog
+    from otel_mindformers.hangs.stall_watchdog import StallWatchdog
 
     timeout = 1.0
     progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())

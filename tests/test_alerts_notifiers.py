@@ -24,7 +24,7 @@ from otel_mindformers.alerts import Alert
 from otel_mindformers.alerts.delivery import NotificationDelivery
 from otel_mindformers.alerts.notifiers import build_notifiers
 from otel_mindformers.config import NotifierConfig, load_monitor_config
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.telemetry.providers import build_telemetry
 from tests.support.alert_engine import engine_for

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from otel_mindformers.alerts import rules
 from otel_mindformers.alerts.rules import NO_DATA, Finding
 from otel_mindformers.config import AlertConfig, SpikeRuleConfig, StepTimeRuleConfig
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.step_record import StepRecord
 
 
 def rec(step, **values):

@@ -200,7 +200,7 @@ def test_tensorboard_rolls_over_past_max_bytes_and_prunes(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from otel_mindformers.config import LogRotationConfig
-    from otel_mindformers.core.record import StepRecord
+    from otel_mindformers.core.step_record import StepRecord
     from otel_mindformers.outputs.tensorboard import TensorBoardSink
 
     sink = TensorBoardSink(tmp_path, LogRotationConfig(max_bytes=300, tensorboard_max_files=3))

@@ -16,9 +16,9 @@ import time
 import pytest
 from mindspore.train import Callback
 
+from otel_mindformers.captures import store as capture_store
 from otel_mindformers.cli import main as cli_main
-from otel_mindformers.diagnosis import capture_store
-from otel_mindformers.names import captures as names
+from otel_mindformers.names import capture_names as names
 from otel_mindformers.runtime.callback import MonitorCallback
 from tests.support.capture_trace import manifest, ops_by_step, wait_for_trace
 from tests.support.in_memory import Capture

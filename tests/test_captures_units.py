@@ -13,14 +13,14 @@ import pytest
 from otel_mindformers.alerts import rules
 from otel_mindformers.alerts.alert import Alert
 from otel_mindformers.alerts.rules import NO_DATA, Finding
+from otel_mindformers.captures import store as capture_store
+from otel_mindformers.captures.controller import CaptureController
 from otel_mindformers.cli import main as cli_main
 from otel_mindformers.config import ConfigError, load_monitor_config
 from otel_mindformers.core.clock import StepClock
-from otel_mindformers.core.record import StepRecord
-from otel_mindformers.diagnosis import capture_store
-from otel_mindformers.diagnosis.captures import CaptureController
+from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.job.identity import Identity
-from otel_mindformers.names import captures as names
+from otel_mindformers.names import capture_names as names
 from tests.support.in_memory import Capture
 
 
@@ -239,7 +239,7 @@ def test_capture_command_refuses_bad_arguments(tmp_path, argv):
 
 
 def test_report_json_gains_a_captures_key(tmp_path):
-    from otel_mindformers.analysis.captures import with_captures
+    from otel_mindformers.captures.offline.capture_command import with_captures
 
     _capture(tmp_path / "rank_0", "20261201T000000-step00000007-loss_spike", 10)
     body = json.loads(with_captures('{"series": []}', str(tmp_path), "json"))

@@ -18,7 +18,7 @@ import otel_mindformers
 # Importing the package registers the instrumentor: MindSpore's load_checkpoint is wrapped.
 from otel_mindformers.integration.checkpoint_load import MINDSPORE_MODULES
 from otel_mindformers.integration.instrumentor import MindFormersInstrumentor
-from otel_mindformers.names.phases import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
+from otel_mindformers.names.phase_names import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
 from tests.support import training
 from tests.support.configs import config
 from tests.support.in_memory import Capture
@@ -93,7 +93,7 @@ def test_mindformers_resume_load_is_one_phase_with_the_resume_flag_and_unregiste
     from mindformers.tools.register import MindFormerConfig
     from mindformers.trainer import base_trainer
 
-    from otel_mindformers.names.phases import ATTR_CHECKPOINT_RESUME
+    from otel_mindformers.names.phase_names import ATTR_CHECKPOINT_RESUME
 
     checkpoint = workdir / "saved.ckpt"
     ms.save_checkpoint(build_net(), str(checkpoint))

@@ -17,10 +17,9 @@ import urllib.parse
 import pytest
 import yaml
 
-from otel_mindformers.names import phases as phase_names
-from otel_mindformers.names import semconv
+from otel_mindformers.names import phase_names, semconv
 from otel_mindformers.names import training as tm
-from otel_mindformers.names.phases import (
+from otel_mindformers.names.phase_names import (
     ATTR_CHECKPOINT_PATH,
     ATTR_CHECKPOINT_SIZE,
     PHASE_CHECKPOINT_LOAD,

@@ -11,9 +11,9 @@ from otel_mindformers.config import DeviceConfig
 from otel_mindformers.devices import command
 from otel_mindformers.devices import npu_smi as smi
 from otel_mindformers.devices.ascend import AscendSource
-from otel_mindformers.devices.base import MIB, SourceError
 from otel_mindformers.devices.energy import EnergyIntegrator
 from otel_mindformers.devices.selection import build_sources
+from otel_mindformers.devices.source import MIB, SourceError
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 

@@ -11,7 +11,7 @@ import mindspore
 import pytest
 
 from otel_mindformers import MonitorCallback
-from otel_mindformers.devices.base import MIB
+from otel_mindformers.devices.source import MIB
 from otel_mindformers.names import semconv
 from tests.support import training
 from tests.support.npu_fixture import NPU1_IDENTITY

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_mindformers.devices.base import SourceError
 from otel_mindformers.devices.hccn import (
     DRIVER_HCCN_TOOL,
     HccnParseError,
@@ -19,6 +18,7 @@ from otel_mindformers.devices.hccn import (
     parse_optical,
     parse_stat,
 )
+from otel_mindformers.devices.source import SourceError
 from otel_mindformers.names import semconv
 from tests.support import paths
 

@@ -4,9 +4,9 @@ import time
 
 import psutil
 
-from otel_mindformers.devices.base import MIB
 from otel_mindformers.devices.host import CPU_WINDOW_S, HostSource
-from otel_mindformers.devices.runtime import MindSporeMemorySource
+from otel_mindformers.devices.mindspore_memory import MindSporeMemorySource
+from otel_mindformers.devices.source import MIB
 from otel_mindformers.names import semconv
 
 RANK = {semconv.ATTR_RANK: 2}

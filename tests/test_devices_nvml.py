@@ -6,9 +6,9 @@ import pynvml
 import pytest
 
 from otel_mindformers.config import DeviceConfig
-from otel_mindformers.devices.base import SourceError, physical_device
 from otel_mindformers.devices.nvidia import NvmlSource
 from otel_mindformers.devices.selection import build_sources
+from otel_mindformers.devices.source import SourceError, physical_device
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from tests.fixtures.fake_pynvml import GIB, FakeGpu, FakeNvml, own_process

@@ -12,9 +12,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_mindformers.config import load_monitor_config
 from otel_mindformers.devices import DeviceTelemetry
-from otel_mindformers.devices.base import MIB, Point, Readings, SourceError
 from otel_mindformers.devices.cache import ReadingCache
 from otel_mindformers.devices.poller import Poller
+from otel_mindformers.devices.source import MIB, Point, Readings, SourceError
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from otel_mindformers.telemetry.observables import RunObservables

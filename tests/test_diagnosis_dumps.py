@@ -17,8 +17,10 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_mindformers.diagnosis import FirstNonFinite, Heartbeat, StackDumper, dump_stacks, records, stacks
+from otel_mindformers.hangs import Heartbeat, StackDumper, dump_stacks, stacks
+from otel_mindformers.hangs import diagnosis_file as records
 from otel_mindformers.job.identity import Identity
+from otel_mindformers.nonfinite.first_nonfinite import FirstNonFinite
 from otel_mindformers.telemetry.observables import RunObservables
 from tests.support.in_memory import Capture
 from tests.support.metrics import counter_values
@@ -208,9 +210,9 @@ def test_first_nonfinite_is_recorded_once_with_rank_step_and_value(tmp_path):
 
 
 def test_the_first_bad_rank_across_a_job_is_named_by_both_reports(tmp_path, capsys):
-    from otel_mindformers.analysis.first_bad import report_findings
-    from otel_mindformers.analysis.hang_report import build_hang_report
     from otel_mindformers.cli import main
+    from otel_mindformers.hangs.offline.hang_report import build_hang_report
+    from otel_mindformers.nonfinite.offline.first_bad_rank import report_findings
 
     pipelines = Pipelines()
     for rank, step, values in (

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from otel_mindformers.analysis.hang_report import build_hang_report, ranks_text, render_text
-from otel_mindformers.diagnosis import records
+from otel_mindformers.hangs import diagnosis_file as records
+from otel_mindformers.hangs.offline.hang_report import build_hang_report, ranks_text, render_text
 from tests.support import fault_log
 from tests.support.instrumented import BIN, child_env, free_port
 from tests.support.paths import REPO
@@ -259,7 +259,7 @@ def test_this_packages_wrapper_is_not_the_users_own_code(tmp_path):
     import mindspore.dataset.engine.iterators as iterators
 
     import otel_mindformers.integration.instrumentor as instrumentor
-    from otel_mindformers.diagnosis.stacks import Frame, ThreadStack
+    from otel_mindformers.hangs.stacks import Frame, ThreadStack
 
     script = tmp_path / "train.py"
     frames = (

@@ -5,7 +5,9 @@ above. Within the package there is no import cycle. `names` imports only `names`
 runtime module imports `analysis` (the offline readers). Module-level imports make the graph
 (a cycle is only a problem where modules import each other as they load); the upward rule
 also reads the imports inside functions, so a late import cannot hide a dependency that
-runs the wrong way. Imports under `TYPE_CHECKING` are annotations only and are left out.
+runs the wrong way. Imports under `TYPE_CHECKING` count too: an annotation that names a module
+above is a dependency that runs the wrong way, and a cycle through one is a cycle for the
+type checker and the reader.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
     ("core", "job"),
     ("telemetry",),
-    ("outputs", "devices", "model_state", "diagnosis", "timing"),
+    # The features, each in one folder from its live part to its offline readers (`offline/`).
+    ("outputs", "devices", "model_state", "timing", "restarts", "captures", "stragglers", "hangs", "nonfinite"),
     ("alerts",),
     ("runtime",),
     ("integration",),
@@ -40,29 +43,28 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(node: ast.AST, module_level_only: bool) -> set[str]:
     found: set[str] = set()
-    body = node.body if isinstance(node, ast.Module) else []
-    nodes = body if module_level_only else list(ast.walk(node))
-    skipped: set[int] = set()
-    for child in ast.walk(node):
-        if isinstance(child, ast.If) and _is_type_checking(child):
-            skipped.update(id(inner) for inner in ast.walk(child))
+    nodes = _module_level(node.body) if module_level_only and isinstance(node, ast.Module) else list(ast.walk(node))
     for child in nodes:
-        if id(child) in skipped:
-            continue
         if isinstance(child, ast.ImportFrom) and child.module and child.module.startswith(ROOT) and not child.level:
             found.add(child.module)
             found.update(f"{child.module}.{alias.name}" for alias in child.names)
         elif isinstance(child, ast.Import):
             found.update(a.name for a in child.names if a.name.startswith(ROOT))
+    return found
+
+
+def _module_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements that run as the module loads, `if` blocks (TYPE_CHECKING's) included."""
+    found: list[ast.stmt] = []
+    for statement in body:
+        found.append(statement)
+        if isinstance(statement, (ast.If, ast.Try)):
+            for inner in (statement.body, statement.orelse, getattr(statement, "finalbody", [])):
+                found.extend(_module_level(inner))
+            for handler in getattr(statement, "handlers", []):
+                found.extend(_module_level(handler.body))
     return found
 
 
@@ -96,8 +98,13 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
+OFFLINE = "offline"  # a feature's `offline/` subpackage: its readers, on the analysis layer
+
+
 def layer_of(module: str) -> int:
     top = module.split(".")[1] if module.count(".") else ""
+    if OFFLINE in module.split(".")[2:]:
+        top = "analysis"
     for index, layer in enumerate(LAYERS):
         if top in layer:
             return index

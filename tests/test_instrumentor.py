@@ -25,7 +25,7 @@ from otel_mindformers.integration.package import _instruments
 from otel_mindformers.integration.resource_detector import MindFormersResourceDetector
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
-from otel_mindformers.telemetry.otlp_in_place import InPlaceOTLPLogExporter, InPlaceOTLPSpanExporter
+from otel_mindformers.telemetry.otlp_wire_encoder import InPlaceOTLPLogExporter, InPlaceOTLPSpanExporter
 from tests.support import training
 from tests.support.in_memory import Capture as InMemoryCapture
 from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT, child_env, instrumented, run

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers.config import LogRotationConfig
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.outputs.jsonl import JsonLinesSink
 
 WRITERS = 6

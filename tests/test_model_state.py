@@ -202,7 +202,7 @@ def test_unsampled_steps_do_no_readback_of_the_seven_tuple(workdir, monkeypatch)
 
 def test_replay_reproduces_the_live_model_state_series(workdir, otlp_receiver):
     from otel_mindformers.analysis.logs import as_records, read_logs
-    from otel_mindformers.core import recording
+    from otel_mindformers.core import measurements as recording
 
     cb = MonitorCallback(
         {"interval": 2, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"), "target": ["layers.0."]}
@@ -263,7 +263,7 @@ def test_report_and_plot_show_the_layers_and_parameters_with_the_largest_norms(w
 def test_the_grad_norm_spike_names_the_layer_and_parameter_that_rose_most_not_the_largest():
     """Layer 0 holds the largest norm throughout; layer 1's rose most between the samples."""
     from otel_mindformers.alerts.rules import GradNormSpikeRule
-    from otel_mindformers.core.record import StepRecord
+    from otel_mindformers.core.step_record import StepRecord
     from otel_mindformers.model_state.state import FamilyReadings, ModelState
     from otel_mindformers.names.model_state import ATTR_LAYER, ATTR_PARAMETER, GRAD_NORM
 

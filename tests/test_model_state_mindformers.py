@@ -97,7 +97,7 @@ def test_moe_readings_in_mindformers_format_become_layer_series():
     """MoEDropRateCallback logs `layer: i, drop_rate: x` (its only output) and
     TopkBiasBalanceCallback writes `expert_load/<layer>` as `{ep_i: load}`. (MindFormers 1.9's
     drop-rate callback itself raises on MindSpore 2.9 CPU: it formats a Tensor with `:.5f`.)"""
-    from otel_mindformers.core import recording
+    from otel_mindformers.core import measurements as recording
     from otel_mindformers.model_state.inbox import INBOX
 
     INBOX.open_run()

@@ -26,8 +26,8 @@ from opentelemetry.trace import (
     TraceState,
 )
 
-from otel_mindformers.telemetry import otlp_in_place
-from otel_mindformers.telemetry.otlp_in_place import InPlaceOTLPLogExporter, InPlaceOTLPSpanExporter
+from otel_mindformers.telemetry import otlp_wire_encoder as otlp_in_place
+from otel_mindformers.telemetry.otlp_wire_encoder import InPlaceOTLPLogExporter, InPlaceOTLPSpanExporter
 
 
 def _varied_spans() -> list:

@@ -15,7 +15,7 @@ from opentelemetry.trace import Status, StatusCode
 import otel_mindformers
 import otel_mindformers.timing.phases
 from otel_mindformers.names import semconv
-from otel_mindformers.names.phases import (
+from otel_mindformers.names.phase_names import (
     ATTR_PHASE,
     ATTR_PHASE_CLOSED_BY_RUN_END,
     MAX_PHASE_NAME_CHARS,

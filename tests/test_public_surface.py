@@ -19,7 +19,8 @@ PROBE = r"""
 import dataclasses, importlib.metadata, json, typing
 from otel_mindformers import MonitorCallback, load_monitor_config, ConfigError, BaseMonitor, phase, trace_environment
 from otel_mindformers.config import MonitorConfig
-from otel_mindformers.names import diagnosis, model_state, phases, semconv, spec, training
+from otel_mindformers.names import diagnosis, model_state, semconv, spec, training
+from otel_mindformers.names import phase_names as phases
 
 names = {s.name for s in semconv.all_metrics()}
 for module in (semconv, training, diagnosis, model_state, phases, spec):

@@ -9,7 +9,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.names.training import ORDER
 
 TABLE = list(ORDER)

@@ -101,8 +101,8 @@ def test_a_capture_request_that_is_a_fifo_or_huge_is_not_read(tmp_path):
     import os
     import threading
 
-    from otel_mindformers.diagnosis import capture_store
-    from otel_mindformers.names import captures as names
+    from otel_mindformers.captures import store as capture_store
+    from otel_mindformers.names import capture_names as names
 
     request = tmp_path / names.CONTROL_FILE
     watcher = capture_store.RequestWatcher(tmp_path)
@@ -129,7 +129,7 @@ def test_a_ledger_that_is_a_fifo_or_huge_is_kept_aside_not_read(tmp_path):
     import os
     import threading
 
-    from otel_mindformers.job.ledger import MAX_LEDGER_BYTES, new_ledger, read_ledger, write_ledger
+    from otel_mindformers.restarts.ledger_file import MAX_LEDGER_BYTES, new_ledger, read_ledger, write_ledger
 
     path = tmp_path / "m.job.rank_0.ledger"
     os.mkfifo(path)

@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers import MonitorCallback
-from otel_mindformers.analysis.attempts import job_report, render_job
-from otel_mindformers.job.ledger import ledger_path
+from otel_mindformers.restarts.ledger_file import ledger_path
+from otel_mindformers.restarts.offline.attempts_report import job_report, render_job
 from tests.support import training
 from tests.support.cli import cli
 from tests.support.webhook_receiver import WebhookReceiver
@@ -219,7 +219,7 @@ class CheckpointEvery(Callback):
 def test_the_ledger_is_written_on_events_not_per_step(workdir, monkeypatch):
     import threading
 
-    from otel_mindformers.job import attempts as attempts_module
+    from otel_mindformers.restarts import attempt_tracker as attempts_module
 
     writes: list[int] = []
     original = attempts_module.write_ledger
@@ -229,7 +229,7 @@ def test_the_ledger_is_written_on_events_not_per_step(workdir, monkeypatch):
         return original(path, data)
 
     monkeypatch.setattr(attempts_module, "write_ledger", counted)
-    from otel_mindformers.job import ledger as ledger_module
+    from otel_mindformers.restarts import ledger_file as ledger_module
 
     monkeypatch.setattr(ledger_module, "write_ledger", counted)
     training_thread = threading.get_ident()

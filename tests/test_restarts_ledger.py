@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from otel_mindformers.job.goodput import job_timeline, no_progress_streak
 from otel_mindformers.job.identity import detect_identity, launcher_restart_count
-from otel_mindformers.job.ledger import ledger_path, new_ledger, read_ledger, update_ledger
+from otel_mindformers.restarts.goodput import job_timeline, no_progress_streak
+from otel_mindformers.restarts.ledger_file import ledger_path, new_ledger, read_ledger, update_ledger
 
 
 def _append_entries(path: str, writer: int, count: int) -> None:

@@ -203,7 +203,7 @@ def _cli(*args: str) -> str:
 def _diagnosis_run(workdir: Path, *, nan_at: int | None, resume_from: int | None = None, steps: int = 6) -> None:
     from mindspore.train import Callback
 
-    from otel_mindformers.diagnosis import dump_stacks
+    from otel_mindformers.hangs import dump_stacks
 
     class DumpAtStep2(Callback):
         def on_train_step_end(self, run_context):

@@ -17,9 +17,9 @@ import pytest
 
 from otel_mindformers import ConfigError, MonitorCallback, load_monitor_config
 from otel_mindformers.analysis.report import render, report_logs
-from otel_mindformers.core.record import StepRecord
-from otel_mindformers.names import stragglers as names
-from otel_mindformers.timing.sections import STEPS_KEY, WINDOW_KEY
+from otel_mindformers.core.step_record import StepRecord
+from otel_mindformers.names import straggler_names as names
+from otel_mindformers.stragglers.sections import STEPS_KEY, WINDOW_KEY
 from tests.support.in_memory import Capture
 from tests.support.instrumented import BIN, child_env
 from tests.support.training import Faults, train
@@ -139,9 +139,9 @@ def test_each_episode_is_counted_and_the_training_log_warns_once(world_size, cap
     """A data share hovering at the threshold starts episode after episode: every one is an
     event and a count, the training log names the section once. Its words say who waits."""
     from otel_mindformers.config.schema import StragglerConfig
-    from otel_mindformers.diagnosis.stragglers import RankSections
     from otel_mindformers.job.identity import Identity
-    from otel_mindformers.telemetry.instruments import Coalesced
+    from otel_mindformers.stragglers.rank_signal import RankSections
+    from otel_mindformers.telemetry.training_instruments import Coalesced
 
     capture = Capture()
     sections = RankSections(

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from otel_mindformers.names import stragglers as names
+from otel_mindformers.names import straggler_names as names
 from tests.support import prometheus as prom
 from tests.support.instrumented import BIN, REPO, child_env, free_port
 from tests.support.otlp_receiver import OtlpReceiver

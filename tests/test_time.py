@@ -15,7 +15,7 @@ from mindspore.train.callback import CheckpointConfig
 
 from otel_mindformers import MonitorCallback, phase
 from otel_mindformers.names import training as tm
-from otel_mindformers.names.phases import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
+from otel_mindformers.names.phase_names import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
 from otel_mindformers.timing.accounting import DATA_WAIT_SPAN_SECONDS
 from tests.support import training
 from tests.support.configs import config

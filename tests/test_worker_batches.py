@@ -2,7 +2,7 @@
 
 A worker takes what is queued when it wakes as one batch, then rests: at interval 1 the
 pipeline wakes a few times a second instead of once per step, and a batch's gauges and
-counters reach the SDK once (telemetry/instruments.py `Coalesced`). Real threads, a real
+counters reach the SDK once (telemetry/training_instruments.py `Coalesced`). Real threads, a real
 SDK MeterProvider with an in-memory reader; events, not sleeps, decide the order.
 """
 
@@ -16,11 +16,11 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_mindformers.core.record import StepRecord
-from otel_mindformers.core.recording import measurements
+from otel_mindformers.core.measurements import measurements
+from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.core.workers import BoundedWorker
 from otel_mindformers.names import training as tm
-from otel_mindformers.telemetry.instruments import TrainingInstruments
+from otel_mindformers.telemetry.training_instruments import TrainingInstruments
 
 WAIT = 30.0  # seconds an event may take on a loaded machine
 

@@ -27,18 +27,17 @@ from otel_mindformers.alerts.alert import CRITICAL, FIRING, INFO, RESOLVED, WARN
 from otel_mindformers.alerts.delivery import NotificationDelivery
 from otel_mindformers.alerts.notifiers import build_notifiers
 from otel_mindformers.alerts.rules import NO_DATA, NONFINITE, STALL, Finding, build_rules
-from otel_mindformers.alerts.watchdog import StallWatchdog, StepProgress
+from otel_mindformers.captures.controller import NO_CAPTURES
 from otel_mindformers.config import AlertConfig
 from otel_mindformers.core.deadline import Deadline
 from otel_mindformers.core.guarded_log import get_logger
-from otel_mindformers.core.record import StepRecord
-from otel_mindformers.diagnosis.captures import NO_CAPTURES
-from otel_mindformers.diagnosis.dumps import StackDump, StackDumper
+from otel_mindformers.core.step_record import StepRecord
+from otel_mindformers.hangs.dumps import StackDump, StackDumper
+from otel_mindformers.hangs.stall_watchdog import StallWatchdog, StepProgress
 from otel_mindformers.job.identity import Identity
-from otel_mindformers.names import captures as capture_names
-from otel_mindformers.names import diagnosis, semconv
+from otel_mindformers.names import capture_names, diagnosis, semconv
 from otel_mindformers.names import training as metrics
-from otel_mindformers.telemetry.instruments import create_instrument
+from otel_mindformers.telemetry.training_instruments import create_instrument
 
 _logger = get_logger(__name__)
 
@@ -155,7 +154,7 @@ class AlertEngine:
         `job` names the job in notifications (the identity's job id wins); `reports_training`
         says whether this rank sends run-completed notices; stall dumps go through `stacks`
         (the run's dumper, which the caller stops), else through a dumper of the engine's own
-        beside `json_log_path`; `captures` (diagnosis/captures.py) takes evidence when a rule fires.
+        beside `json_log_path`; `captures` (captures/controller.py) takes evidence when a rule fires.
         """
         if not alerts.enable_alert:
             return None

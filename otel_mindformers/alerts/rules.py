@@ -20,9 +20,9 @@ from typing import Any, Final, Literal, Protocol, Union
 
 from otel_mindformers.alerts.alert import CRITICAL, WARNING, format_number
 from otel_mindformers.config import AlertConfig
-from otel_mindformers.core.record import StepRecord, loss_scaling_explains
+from otel_mindformers.core.step_record import StepRecord, loss_scaling_explains
 from otel_mindformers.model_state.movement import GradNormMovement
-from otel_mindformers.names import captures as capture_names
+from otel_mindformers.names import capture_names
 from otel_mindformers.names import training as metrics
 
 NONFINITE = "nonfinite"

@@ -158,8 +158,8 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _plot_attempts(args: argparse.Namespace) -> int:
-    from otel_mindformers.analysis.attempts import job_report
-    from otel_mindformers.analysis.attempts_plot import plot_attempts
+    from otel_mindformers.restarts.offline.attempts_plot import plot_attempts
+    from otel_mindformers.restarts.offline.attempts_report import job_report
 
     job = job_report(args.logs)
     if job is None:
@@ -171,14 +171,14 @@ def _plot_attempts(args: argparse.Namespace) -> int:
 
 @_one_line_errors
 def _report(args: argparse.Namespace) -> int:
-    from otel_mindformers.analysis.attempts import with_job
     from otel_mindformers.analysis.report import render, report_logs
+    from otel_mindformers.restarts.offline.attempts_report import with_job
 
     report = report_logs(args.logs, args.straggler_threshold)
     _note_damaged_tails(location for summary in report.series for location in summary.damaged_tails)
     text = with_job(render(report, args.format), args.logs, args.format, report.series)
     if getattr(args, "captures", None):
-        from otel_mindformers.analysis.captures import with_captures
+        from otel_mindformers.captures.offline.capture_command import with_captures
 
         text = with_captures(text, args.captures, args.format)
     sys.stdout.write(text)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from otel_mindformers.core.guarded_log import get_logger
-from otel_mindformers.core.record import StepRecord, counted_nonfinite
+from otel_mindformers.core.step_record import StepRecord, counted_nonfinite
 from otel_mindformers.model_state.state import ModelState
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs.runs import set_aside_stamp
@@ -81,9 +81,9 @@ class StepPoint:
     # The line's `time` object: cumulative seconds by phase since the run's origin, with
     # `wall` and `productive` (goodput.py), when it has one.
     time: dict[str, float] | None = None
-    # The line's `sections` object: the window's seconds by section (timing/sections.py).
+    # The line's `sections` object: the window's seconds by section (stragglers/sections.py).
     sections: dict[str, float] | None = None
-    # The line's job id and attempt number (its `job` object, job/attempts.py), when it has them.
+    # The line's job id and attempt number (its `job` object, restarts/attempt_tracker.py), when it has them.
     job: tuple[str, int] | None = None
 
     def value(self, name: str) -> float:

@@ -54,8 +54,8 @@ from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlag
 
 from otel_mindformers.analysis.logs import AlertMark, AnalysisError, Series, as_records
 from otel_mindformers.config import OtlpConfig
-from otel_mindformers.core import recording
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core import measurements
+from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
@@ -152,7 +152,7 @@ def build_spans(
         alerts = []
         while pending and (pending[0].step or 0) <= record.step:
             alerts.append(pending.pop(0))
-        fields = recording.step_span(record)
+        fields = measurements.step_span(record)
         steps.append(
             ReadableSpan(
                 name=fields.name,
@@ -174,7 +174,7 @@ def build_spans(
         resource=resource,
         attributes={**run_attributes, semconv.ATTR_STEP: records[-1].step},
         events=[_alert_event(a, records[-1].time_stamp) for a in leftover],
-        start_time=_ns(recording.span_start(records[0])),
+        start_time=_ns(measurements.span_start(records[0])),
         end_time=_ns(records[-1].time_stamp),
         instrumentation_scope=_SCOPE,
     )
@@ -256,7 +256,7 @@ class _Batch:
 
     points: dict[str, list[Any]] = field(default_factory=dict)
 
-    def add(self, measurement: recording.Measurement, state: _Cumulative, now: int) -> None:
+    def add(self, measurement: measurements.Measurement, state: _Cumulative, now: int) -> None:
         spec, attrs = measurement.spec, dict(measurement.attributes)
         key = (spec.name, _attribute_key(attrs))
         if spec.kind is Kind.GAUGE:
@@ -305,8 +305,8 @@ def _metric_chunks(records: list[StepRecord], attrs: dict[str, Any]) -> Iterator
     for index, record in enumerate(records):
         now = _ns(record.time_stamp)
         if state is None or record.step <= records[index - 1].step:
-            state = _Cumulative(_ns(recording.span_start(record)))
-        for measurement in recording.measurements(record, attrs):
+            state = _Cumulative(_ns(measurements.span_start(record)))
+        for measurement in measurements.measurements(record, attrs):
             batch.add(measurement, state, now)
         if (index + 1) % RECORDS_PER_EXPORT == 0 or index == len(records) - 1:
             yield batch.metrics()

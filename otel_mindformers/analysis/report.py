@@ -10,14 +10,14 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from otel_mindformers.analysis import stragglers
-from otel_mindformers.analysis.first_bad import report_findings as first_bad_rank_findings
 from otel_mindformers.analysis.logs import Location, Series, StepPoint, scan_logs
-from otel_mindformers.analysis.stragglers import Verdict
 from otel_mindformers.analysis.top_norms import Peak, TopNorms
-from otel_mindformers.names import phases as phase_names
+from otel_mindformers.names import phase_names
 from otel_mindformers.names import training as tm
-from otel_mindformers.names.phases import PHASE_CHECKPOINT_LOAD, PHASE_COMPILE, PHASE_STARTUP
+from otel_mindformers.names.phase_names import PHASE_CHECKPOINT_LOAD, PHASE_COMPILE, PHASE_STARTUP
+from otel_mindformers.nonfinite.offline.first_bad_rank import report_findings as first_bad_rank_findings
+from otel_mindformers.stragglers.offline import verdict as stragglers
+from otel_mindformers.stragglers.offline.verdict import Verdict
 
 FORMATS = ("text", "json", "markdown")
 DEFAULT_STRAGGLER_THRESHOLD = 0.10
@@ -135,7 +135,7 @@ class Report:
     straggler_threshold: float
     stragglers: list[str] = field(default_factory=list)
     slowest: str | None = None
-    # Which rank held the job back, and at what (analysis/stragglers.py).
+    # Which rank held the job back, and at what (stragglers/offline/verdict.py).
     bottleneck: Verdict | None = None
 
 

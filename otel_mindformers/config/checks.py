@@ -8,13 +8,18 @@ import re
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from otel_mindformers.config.errors import ConfigError, suggestion
 from otel_mindformers.config.limits import MAX_SECONDS, NOTIFIER_TYPES, SIGNED_NOTIFIER_TYPES
 
-if TYPE_CHECKING:
-    from otel_mindformers.config.schema import NotifierConfig
+
+class _Notifier(Protocol):
+    """What the notifier check reads of schema.NotifierConfig (which imports this module)."""
+
+    type: str | None
+    url: str | None
+    secret: str | None
 
 
 def _at_least(minimum: float, maximum: float | None = None) -> Callable[[str, Any], None]:
@@ -133,7 +138,7 @@ def _check_headers(key: str, headers: dict[str, str]) -> None:
             raise ConfigError(f"{key}.{name}: contains a control character such as a line break (value not shown)")
 
 
-def _check_notifiers(key: str, notifiers: list[NotifierConfig]) -> None:
+def _check_notifiers(key: str, notifiers: list[_Notifier]) -> None:
     # URLs and secrets carry tokens: messages name the key, never the value.
     problems = []
     for index, notifier in enumerate(notifiers):

@@ -41,7 +41,7 @@ from otel_mindformers.config.limits import (
     OUTPUT_TYPES,
 )
 from otel_mindformers.config.redaction import redact_url
-from otel_mindformers.names import captures as capture_names
+from otel_mindformers.names import capture_names
 from otel_mindformers.names.training import KNOWN_METRICS, MFU, SAMPLES_PER_SECOND, TOKENS_PER_SECOND
 
 

@@ -9,7 +9,7 @@ thread. Names and their mapping to npu-exporter are in docs/devices.md.
 from __future__ import annotations
 
 from otel_mindformers.config import DeviceConfig
-from otel_mindformers.devices import instruments
+from otel_mindformers.devices import device_gauges as instruments
 from otel_mindformers.devices.cache import ReadingCache
 from otel_mindformers.devices.poller import Poller
 from otel_mindformers.devices.selection import build_sources

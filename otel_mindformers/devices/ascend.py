@@ -19,9 +19,9 @@ from functools import partial
 from typing import TypeVar
 
 from otel_mindformers.devices import npu_smi as smi
-from otel_mindformers.devices.base import MIB, AttributeValue, Point, Readings
 from otel_mindformers.devices.command import Queries, run_tool
 from otel_mindformers.devices.energy import EnergyIntegrator
+from otel_mindformers.devices.source import MIB, AttributeValue, Point, Readings
 from otel_mindformers.names import semconv
 
 _T = TypeVar("_T")

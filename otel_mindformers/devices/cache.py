@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from otel_mindformers.devices.base import Point, Readings
+from otel_mindformers.devices.source import Point, Readings
 
 
 class ReadingCache:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, TypeVar
 
-from otel_mindformers.devices.base import SourceError
+from otel_mindformers.devices.source import SourceError
 
 # What one tool call may write (stdout and stderr together). npu-smi's and hccn_tool's
 # answers for a 16-chip node are tens of kilobytes; a tool that streams (a broken driver,

@@ -16,9 +16,9 @@ from functools import partial
 from typing import TypeVar
 
 from otel_mindformers.devices.ascend import VENDOR, status_points
-from otel_mindformers.devices.base import AttributeValue, Point, Readings, SourceError
 from otel_mindformers.devices.command import Queries, run_tool
 from otel_mindformers.devices.npu_smi import key_value_blocks, number
+from otel_mindformers.devices.source import AttributeValue, Point, Readings, SourceError
 from otel_mindformers.names import semconv
 
 _T = TypeVar("_T")

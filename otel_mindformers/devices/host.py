@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 import psutil
 
-from otel_mindformers.devices.base import MIB, AttributeValue, Point, Readings
+from otel_mindformers.devices.source import MIB, AttributeValue, Point, Readings
 from otel_mindformers.names import semconv
 
 # psutil's CPU percentages compare CPU time with the previous call. Over a few

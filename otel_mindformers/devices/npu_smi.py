@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from otel_mindformers.devices.base import SourceError
+from otel_mindformers.devices.source import SourceError
 
 # Canonical field names; each carries its unit.
 AICORE = "aicore_percent"

@@ -14,8 +14,8 @@ from types import ModuleType
 from typing import Any
 
 from otel_mindformers.devices.ascend import status_points
-from otel_mindformers.devices.base import MIB, AttributeValue, Point, Readings, SourceError
 from otel_mindformers.devices.energy import EnergyIntegrator
+from otel_mindformers.devices.source import MIB, AttributeValue, Point, Readings, SourceError
 from otel_mindformers.names import semconv
 
 VENDOR = "NVIDIA"

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from opentelemetry.metrics import Counter
 
 from otel_mindformers.core.guarded_log import get_logger
-from otel_mindformers.devices.base import Source, SourceError
 from otel_mindformers.devices.cache import ReadingCache
 from otel_mindformers.devices.command import kill_tool_of
+from otel_mindformers.devices.source import Source, SourceError
 from otel_mindformers.names import semconv
 
 _logger = get_logger(__name__)

@@ -10,10 +10,10 @@ from otel_mindformers.config import DeviceConfig
 from otel_mindformers.config.extras import import_optional, install_hint
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.devices.ascend import AscendSource
-from otel_mindformers.devices.base import Source, physical_device
 from otel_mindformers.devices.hccn import HccnSource, locate_hccn_tool
+from otel_mindformers.devices.mindspore_memory import MindSporeMemorySource
 from otel_mindformers.devices.nvidia import NvmlSource
-from otel_mindformers.devices.runtime import MindSporeMemorySource
+from otel_mindformers.devices.source import Source, physical_device
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otel_mindformers.integration.patches import Patches
-from otel_mindformers.names.phases import ATTR_CHECKPOINT_RESUME, PHASE_CHECKPOINT_LOAD
+from otel_mindformers.names.phase_names import ATTR_CHECKPOINT_RESUME, PHASE_CHECKPOINT_LOAD
 from otel_mindformers.timing.callback_phases import checkpoint_attributes
 from otel_mindformers.timing.phases import open_phase_name, phase
 

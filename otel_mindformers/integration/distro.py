@@ -9,7 +9,7 @@ before the configurator runs. `import mindspore` would be too late.
 
 Like opentelemetry-distro, it also defaults the exporters to OTLP, and it adds the
 `mindformers` resource detector, so every rank's resource says who it is in the job.
-Spans and logs over OTLP/gRPC default to `otlp_in_place` (telemetry/otlp_in_place.py): the
+Spans and logs over OTLP/gRPC default to `otlp_in_place` (telemetry/otlp_wire_encoder.py): the
 SDK's exporters and bytes, at a thirtieth of their encoding CPU. Where several distros are installed,
 `OTEL_PYTHON_DISTRO=mindformers` picks this one.
 """
@@ -35,7 +35,7 @@ from opentelemetry.sdk.environment_variables import (
 
 RESOURCE_DETECTOR = "mindformers"
 # Our `opentelemetry_traces_exporter` and `opentelemetry_logs_exporter` entry points: the
-# SDK's OTLP/gRPC exporters, sending the requests telemetry/otlp_in_place.py writes.
+# SDK's OTLP/gRPC exporters, sending the requests telemetry/otlp_wire_encoder.py writes.
 IN_PLACE_EXPORTER = "otlp_in_place"
 
 _DEFAULTS = (

@@ -61,7 +61,7 @@ class Identity:
     device_id: int = 0
     device_target: str | None = "CPU"  # None: read before MindSpore was imported
     job_id: str | None = None
-    attempt: int | None = None  # the job's attempt this process is (job/attempts.py)
+    attempt: int | None = None  # the job's attempt this process is (restarts/attempt_tracker.py)
     attempt_id: str | None = None
     launcher: str = "none"
     host_name: str = ""
@@ -70,7 +70,7 @@ class Identity:
     # Where the process started: on one host, it tells apart jobs that no launcher names
     # (a job restarted from its folder keeps it).
     workdir: str = ""
-    # job_id is the job ledger's own (read at run start, job/attempts.py), not a launcher's or
+    # job_id is the job ledger's own (read at run start, restarts/attempt_tracker.py), not a launcher's or
     # monitor_config.job_id: service.instance.id stays the one derived from workdir, which a
     # resource built at process start (opentelemetry-instrument) already carries.
     job_id_from_ledger: bool = False

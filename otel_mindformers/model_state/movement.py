@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.step_record import StepRecord
+from otel_mindformers.model_state.state import ModelState
 from otel_mindformers.names.model_state import ATTR_LAYER, ATTR_PARAMETER, GRAD_NORM
 
 
@@ -43,7 +44,7 @@ class GradNormMovement:
         if state is None or not part:
             return
         layers = {k: v for k, v in part.get("layer", {}).items() if v is not None}
-        raw = state.families.get(GRAD_NORM)
+        raw = state.families.get(GRAD_NORM) if isinstance(state, ModelState) else None  # a replay has summaries only
         if raw is not None:
             norms = np.sqrt(np.asarray(raw.squares, dtype=np.float64).reshape(-1))
             parameters = dict(zip(raw.names, norms.tolist()))

@@ -1,5 +1,5 @@
 """Telemetry names of the job: its layout gauge (`mindformers.job.info`) and its life across
-restarts (job/attempts.py): the attempt's
+restarts (restarts/attempt_tracker.py): the attempt's
 resource attributes, the job goodput and the no-progress count, and the badput categories
 with the `ml-goodput-measurement` BadputType each maps to."""
 

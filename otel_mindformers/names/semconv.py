@@ -8,36 +8,34 @@ docs/telemetry.md's name tables and the collector rules' consistency test read.
 
 from __future__ import annotations
 
-from otel_mindformers.names import captures as capture_names
+from otel_mindformers.names import capture_names, phase_names, straggler_names
 from otel_mindformers.names import model_state as model_state_specs
-from otel_mindformers.names import phases as phase_names
-from otel_mindformers.names import stragglers as straggler_names
 from otel_mindformers.names import training as training_metrics
-from otel_mindformers.names.captures import CAPTURE_METRICS
+from otel_mindformers.names.capture_names import CAPTURE_METRICS
 from otel_mindformers.names.diagnosis import DIAGNOSIS_METRICS
 from otel_mindformers.names.job import JOB_INFO, JOB_METRICS  # noqa: F401  (JOB_INFO: semconv's name for it)
-from otel_mindformers.names.phases import PHASE_DURATION
+from otel_mindformers.names.phase_names import PHASE_DURATION
 from otel_mindformers.names.spec import Kind, MetricSpec
-from otel_mindformers.names.stragglers import STRAGGLER_METRICS
+from otel_mindformers.names.straggler_names import STRAGGLER_METRICS
 
 INSTRUMENTATION_NAME = "otel_mindformers"
 # `service.name` when neither monitor_config nor OTEL_SERVICE_NAME gives one.
 DEFAULT_SERVICE_NAME = "mindformers-train"
 
-# The phase of a phase span and of `mindformers.phase.duration` points (names/phases.py).
+# The phase of a phase span and of `mindformers.phase.duration` points (names/phase_names.py).
 ATTR_PHASE = phase_names.ATTR_PHASE
 # Model-state attributes (names/model_state.py): the layer, kind and parameter of a reading.
 ATTR_LAYER = model_state_specs.ATTR_LAYER
 ATTR_KIND = model_state_specs.ATTR_KIND
 ATTR_PARAMETER = model_state_specs.ATTR_PARAMETER
 ATTR_LOSS = model_state_specs.ATTR_LOSS
-# Capture attributes (names/captures.py): the kind, folder, trigger and outcome of a capture.
+# Capture attributes (names/capture_names.py): the kind, folder, trigger and outcome of a capture.
 ATTR_CAPTURE_KIND = capture_names.ATTR_CAPTURE_KIND
 ATTR_CAPTURE_PATH = capture_names.ATTR_CAPTURE_PATH
 ATTR_CAPTURE_TRIGGER = capture_names.ATTR_CAPTURE_TRIGGER
 ATTR_CAPTURE_OUTCOME = capture_names.ATTR_CAPTURE_OUTCOME
 ATTR_CAPTURE_STEPS = capture_names.ATTR_CAPTURE_STEPS
-# The section of a rank's section time and straggler signal (names/stragglers.py).
+# The section of a rank's section time and straggler signal (names/straggler_names.py).
 ATTR_SECTION = straggler_names.ATTR_SECTION
 ATTR_STRAGGLER_SCORE = straggler_names.ATTR_SCORE
 

@@ -11,10 +11,10 @@ from otel_mindformers.config.extras import TENSORBOARD_MODULES, install_hint, ou
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.outputs import jsonl, tensorboard
-from otel_mindformers.outputs.base import OutputSink, SinkFanout
 from otel_mindformers.outputs.jsonl import JsonLinesSink, rank_path
 from otel_mindformers.outputs.paths import JSON_LOG_KEY, TENSORBOARD_KEY
 from otel_mindformers.outputs.runs import is_resumed
+from otel_mindformers.outputs.sink import OutputSink, SinkFanout
 from otel_mindformers.outputs.stdout import StdoutSink
 from otel_mindformers.outputs.tensorboard import TensorBoardSink, rank_dir
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
 from otel_mindformers.core.guarded_log import get_logger
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.outputs.event_bytes import scalar_event
 from otel_mindformers.outputs.runs import free_name, stamp

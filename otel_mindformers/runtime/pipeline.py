@@ -26,15 +26,15 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, StatusCode
 
-from otel_mindformers.core import recording
+from otel_mindformers.captures.controller import NO_CAPTURES
+from otel_mindformers.core import measurements
 from otel_mindformers.core.guarded_log import get_logger
-from otel_mindformers.core.record import StepRecord
+from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.core.workers import BoundedWorker
-from otel_mindformers.diagnosis.captures import NO_CAPTURES
-from otel_mindformers.outputs.base import SinkFanout
-from otel_mindformers.telemetry.instruments import TrainingInstruments
+from otel_mindformers.outputs.sink import SinkFanout
 from otel_mindformers.telemetry.lazy_span import LazySpan
 from otel_mindformers.telemetry.step_ids import StepSpanIds
+from otel_mindformers.telemetry.training_instruments import TrainingInstruments
 from otel_mindformers.timing.accounting import StepAccounting, Window
 from otel_mindformers.timing.phases import PhaseRecorder, phase
 
@@ -107,7 +107,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._phases = phases
         self._step_ids = step_ids
         self._captures = captures
-        self._sections = sections  # RankSections (diagnosis/stragglers.py) or None
+        self._sections = sections  # RankSections (stragglers/rank_signal.py) or None
         self._complete = complete  # a sampled step's tuple -> (StepRecord, Window): MonitorRun's
         self._job_progress = job_progress  # the attempt's share of a completed record (MonitorRun's)
         self._stop_requested = False
@@ -164,7 +164,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._unwritten.append(record)
 
     def _record_telemetry(self, record: StepRecord) -> None:
-        fields = recording.step_span(record)
+        fields = measurements.step_span(record)
 
         def start_span() -> Span:
             # The ids that records made during the step already carry (telemetry/step_ids.py).
@@ -182,7 +182,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         # Steps that `step_spans` skips still get their span if an anomaly is recorded on them.
         span = start_span() if self._wants_span(record.step, record.is_last) else LazySpan(start_span)
         with trace.use_span(span, end_on_exit=False):
-            self._instruments.apply(recording.measurements(record, self._point_attributes))
+            self._instruments.apply(measurements.measurements(record, self._point_attributes))
             if self._sections is not None:  # the rank's section series and straggler signal
                 self._sections.observe(record, span, self._instruments.coalesced)
             if fields.status.status_code is StatusCode.ERROR:  # a fault, not loss scaling

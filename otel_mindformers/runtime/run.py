@@ -22,36 +22,36 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Status, StatusCode
 
+from otel_mindformers.captures.controller import NO_CAPTURES, CaptureController
 from otel_mindformers.config import MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.deadline import Deadline
 from otel_mindformers.core.guarded_log import get_logger
-from otel_mindformers.core.record import StepRecord
-from otel_mindformers.diagnosis.captures import NO_CAPTURES, CaptureController
-from otel_mindformers.diagnosis.dumps import StackDumper
-from otel_mindformers.diagnosis.heartbeat import Heartbeat
-from otel_mindformers.diagnosis.nonfinite import FirstNonFinite
-from otel_mindformers.diagnosis.records import diagnosis_path
-from otel_mindformers.diagnosis.stragglers import RankSections
+from otel_mindformers.core.step_record import StepRecord
+from otel_mindformers.hangs.diagnosis_file import diagnosis_path
+from otel_mindformers.hangs.dumps import StackDumper
+from otel_mindformers.hangs.heartbeat_gauges import Heartbeat
 from otel_mindformers.job.identity import Identity, detect_identity
 from otel_mindformers.job.resume import step_offset
 from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
-from otel_mindformers.names.phases import PHASE_DATA_WAIT
+from otel_mindformers.names.phase_names import PHASE_DATA_WAIT
+from otel_mindformers.nonfinite.first_nonfinite import FirstNonFinite
 from otel_mindformers.outputs import SinkFanout, build_sinks
 from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.outputs.runs import set_aside_unless_resumed
-from otel_mindformers.runtime import attempt as job_attempt
+from otel_mindformers.restarts import run_attempt as job_attempt
 from otel_mindformers.runtime.cadence import Cadence
 from otel_mindformers.runtime.extract import OutputReader, ScheduledRate, watch_lr_schedulers
 from otel_mindformers.runtime.pipeline import SampledStepPipeline
 from otel_mindformers.runtime.state_reader import StateReader
-from otel_mindformers.telemetry.instruments import TrainingInstruments
+from otel_mindformers.stragglers.rank_signal import RankSections
 from otel_mindformers.telemetry.job_info import JobInfo
 from otel_mindformers.telemetry.log_bridge import LogBridge, RunCorrelation
 from otel_mindformers.telemetry.providers import build_telemetry, service_name
 from otel_mindformers.telemetry.step_ids import StepSpanIds
+from otel_mindformers.telemetry.training_instruments import TrainingInstruments
 from otel_mindformers.timing.accounting import StepAccounting, Window
 from otel_mindformers.timing.efficiency import StepEfficiency
 from otel_mindformers.timing.timeline import RunTimeline
@@ -112,7 +112,7 @@ class MonitorRun:
         self.clock.step_begin, self.clock.step_offset = self.wall_clock.perf0, self.step_offset
         self.cadence = Cadence(config.interval, config.step_spans, first_step, self.wall_clock.perf0, self.clock)
         self.stop_pending: str | None = None  # set by the pipeline's worker thread (with clock.wake)
-        # Captures (diagnosis/captures.py): the training thread reads `captures.active`.
+        # Captures (captures/controller.py): the training thread reads `captures.active`.
         self.captures: Any = NO_CAPTURES
         self.stop_reason: str | None = None
         # What has started, so a failed start or the end closes exactly that.
@@ -131,7 +131,7 @@ class MonitorRun:
         self._first_nonfinite: FirstNonFinite | None = None
         self._state_reader: StateReader | None = None
         self._ended_at: float | None = None  # perf seconds at train end (finish)
-        self.attempt: Any = None  # this run's entry in the job's ledger (runtime/attempt.py)
+        self.attempt: Any = None  # this run's entry in the job's ledger (restarts/run_attempt.py)
         self._attempt_first_step = True
 
     @classmethod

@@ -35,7 +35,7 @@ from opentelemetry._logs import LogRecord, SeverityNumber
 from otel_mindformers.config import LogsConfig
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names import semconv
-from otel_mindformers.names.phases import ATTR_PHASE
+from otel_mindformers.names.phase_names import ATTR_PHASE
 
 _logger = get_logger(__name__)
 
@@ -54,7 +54,7 @@ _EXPORT_THREAD_PREFIX = "Otel"
 # Bounds of one shipped record, well under gRPC's 4 MiB message limit (a batch holds up to
 # 512 records, so one oversized record must not cost the batch): the body and each string
 # attribute are cut, and `training.logs.truncated_chars` says how much was left out. The
-# stack dumps use the same body bound (diagnosis/dumps.py).
+# stack dumps use the same body bound (hangs/dumps.py).
 MAX_BODY_CHARS = 32_000
 MAX_ATTRIBUTE_CHARS = 4_096
 

@@ -28,7 +28,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names.spec import MetricSpec
-from otel_mindformers.telemetry.instruments import create_instrument
+from otel_mindformers.telemetry.training_instruments import create_instrument
 
 _logger = get_logger(__name__)
 

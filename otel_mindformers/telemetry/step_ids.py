@@ -70,7 +70,7 @@ class StepSpanIds:
 
     def preset_ids(self, trace_id: int, span_id: int) -> Any:
         """The next span started on this thread inside the block gets these ids (a span
-        recorded after the fact: a killed attempt's run span, job/attempts.py)."""
+        recorded after the fact: a killed attempt's run span, restarts/attempt_tracker.py)."""
         return self._generator.preset(trace_id, span_id)
 
     @classmethod

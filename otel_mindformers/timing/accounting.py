@@ -24,13 +24,13 @@ from typing import NamedTuple
 
 from otel_mindformers.config.extras import import_optional
 from otel_mindformers.core.clock import WallClock
-from otel_mindformers.core.record import PhaseInterval, StepRecord
-from otel_mindformers.names import phases as phase_names
+from otel_mindformers.core.step_record import PhaseInterval, StepRecord
+from otel_mindformers.names import phase_names
 from otel_mindformers.names import training as tm
-from otel_mindformers.names.phases import PHASE_COMPILE, PHASE_STARTUP
+from otel_mindformers.names.phase_names import PHASE_COMPILE, PHASE_STARTUP
+from otel_mindformers.stragglers.sections import WindowSections
 from otel_mindformers.timing.efficiency import StepEfficiency
-from otel_mindformers.timing.ledger import TimeLedger
-from otel_mindformers.timing.sections import WindowSections
+from otel_mindformers.timing.time_ledger import TimeLedger
 
 # Sampled steps whose own duration makes the steady-state median the first step is compared to.
 STEADY_SAMPLES = 3

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from otel_mindformers.core.record import PhaseInterval
-from otel_mindformers.names import phases as phase_names
+from otel_mindformers.core.step_record import PhaseInterval
+from otel_mindformers.names import phase_names
 from otel_mindformers.timing.phases import PhaseRecorder, phase
 
 

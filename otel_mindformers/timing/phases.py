@@ -48,8 +48,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from otel_mindformers.core.record import PhaseInterval
-from otel_mindformers.names import phases as phase_names
+from otel_mindformers.core.step_record import PhaseInterval
+from otel_mindformers.names import phase_names
 from otel_mindformers.telemetry.deferred_span import DeferredSpan, new_span_id
 
 # Phases finished outside any run that the next run picks up (a bound: phases in a loop

@@ -20,11 +20,11 @@ from typing import Any
 from opentelemetry.trace import Span
 
 from otel_mindformers.core.clock import StepClock
-from otel_mindformers.core.record import PhaseInterval
-from otel_mindformers.names import phases as phase_names
-from otel_mindformers.names.phases import PHASE_DURATION
+from otel_mindformers.core.step_record import PhaseInterval
+from otel_mindformers.names import phase_names
+from otel_mindformers.names.phase_names import PHASE_DURATION
 from otel_mindformers.names.training import STEP_DURATION_BUCKETS
-from otel_mindformers.telemetry.instruments import create_instrument
+from otel_mindformers.telemetry.training_instruments import create_instrument
 from otel_mindformers.timing.callback_phases import instrument_callbacks
 from otel_mindformers.timing.phases import PhaseRecorder, phase
 

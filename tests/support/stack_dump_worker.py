@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from otel_mindformers.diagnosis import dumps, records
+from otel_mindformers.hangs import dumps, records
 from otel_mindformers.job.identity import Identity
 
 

@@ -1,0 +1,194 @@
+"""Where captures live on disk, what describes them, and the on-demand request file.
+
+Layout under `alert_config.capture.path` (a folder every rank can reach, shared or not):
+
+    <path>/capture_request.json                   the on-demand request (`otel-mindformers capture`)
+    <path>/rank_<r>/<UTC time>-step<k>-<trigger>/  one capture
+        capture.json      the manifest: rank, trigger, kinds, the steps profiled and their
+                          wall-clock windows, status
+        profile/<host>_<pid>_<time>_ascend_ms/ASCEND_PROFILER_OUTPUT/trace_view.json
+        stacks.txt        every thread's stack
+        batch.json        what identifies the step's data
+
+Each rank writes and bounds only its own `rank_<r>` folder. Everything here runs off the
+training thread (the pipeline worker, a capture's finishing thread, the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from otel_mindformers.core.bounded_read import read_small_file
+from otel_mindformers.names import capture_names as names
+
+TRACE_GLOB = f"{names.PROFILE_DIR}/*_ascend_ms/ASCEND_PROFILER_OUTPUT/trace_view.json"
+RAW_GLOB = f"{names.PROFILE_DIR}/*_ascend_ms"
+# A request (`otel-mindformers capture`) is ~150 bytes and a manifest a few hundred: a file
+# past these is not ours, and is not read whole into a training process.
+_MAX_REQUEST_BYTES = 64 * 1024
+_MAX_MANIFEST_BYTES = 1024 * 1024
+
+
+def rank_folder(root: str | os.PathLike[str], rank: int) -> Path:
+    return Path(root) / f"rank_{rank}"
+
+
+def capture_folder_name(step: int, trigger: str) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return f"{stamp}-step{step:08d}-{trigger}"
+
+
+def write_json(path: Path, body: dict[str, Any]) -> None:
+    """Atomically (a reader never sees half a file)."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    partial.write_text(json.dumps(body, indent=1, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def folder_bytes(path: Path) -> int:
+    total = 0
+    for base, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(base, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def capture_folders(rank_root: Path) -> list[Path]:
+    """This rank's captures, oldest first (folder names start with their UTC time)."""
+    try:
+        return sorted(p for p in rank_root.iterdir() if p.is_dir() and (p / names.MANIFEST_FILE).exists())
+    except OSError:
+        return []
+
+
+def make_room(rank_root: Path, max_bytes: int) -> list[Path]:
+    """Remove this rank's oldest captures until the rest fit in `max_bytes` (0: unbounded)."""
+    if max_bytes <= 0:
+        return []
+    folders = capture_folders(rank_root)
+    sizes = {folder: folder_bytes(folder) for folder in folders}
+    total = sum(sizes.values())
+    removed = []
+    for folder in folders:
+        if total <= max_bytes:
+            break
+        shutil.rmtree(folder, ignore_errors=True)
+        total -= sizes[folder]
+        removed.append(folder)
+    return removed
+
+
+def _read_json(path: Path, max_bytes: int) -> Any:
+    """A small JSON file we wrote, read within a bound (core/bounded_read.py); None when it is
+    missing, unreadable, too large, no regular file (a FIFO), or not JSON."""
+    try:
+        data = read_small_file(path, max_bytes)
+        return None if data is None else json.loads(data.decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    return _read_json(folder / names.MANIFEST_FILE, _MAX_MANIFEST_BYTES)
+
+
+def traces(folder: Path) -> list[Path]:
+    return sorted(folder.glob(TRACE_GLOB))
+
+
+def list_captures(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every capture under `root` (all ranks), oldest first, each manifest with its folder,
+    its size on disk and its trace files added."""
+    found = []
+    for rank_root in sorted(Path(root).glob("rank_*")):
+        for folder in capture_folders(rank_root):
+            manifest = read_manifest(folder)
+            if manifest is None:
+                continue
+            manifest["folder"] = str(folder)
+            manifest["bytes"] = folder_bytes(folder)
+            manifest["traces"] = [str(p) for p in traces(folder)]
+            if manifest.get("status") in ("analysing", "raw") and manifest["traces"]:
+                # The run ended before its finishing thread saw the trace, or `--analyse` ran.
+                manifest["status"] = "analysed"
+            found.append(manifest)
+    found.sort(key=lambda m: (m.get("time_stamp") or 0, m.get("rank") or 0))
+    return found
+
+
+# --- the on-demand request ---------------------------------------------------------------
+def write_request(
+    root: str | os.PathLike[str], *, steps: int, ranks: list[int] | None, kinds: list[str]
+) -> dict[str, Any]:
+    """What `otel-mindformers capture` writes: every watching rank listed in `ranks` (None:
+    every rank) takes one capture of `kinds`, profiling `steps` steps."""
+    request = {
+        "id": uuid.uuid4().hex[:12],
+        "steps": steps,
+        "ranks": ranks,
+        "kinds": kinds,
+        "requested_at": round(time.time(), 3),
+    }
+    folder = Path(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / names.CONTROL_FILE, request)
+    return request
+
+
+class RequestWatcher:
+    """Watches `<root>/capture_request.json` with one stat per `poll()`; the file is read
+    only when its stat changed. A request already there when the run starts is old (it was
+    answered, or meant for another run): it is taken as seen."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.path = Path(root) / names.CONTROL_FILE
+        self._signature = self._stat()
+        first = self._read() if self._signature is not None else None
+        self._seen_id = first.get("id") if first else None
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size, stat.st_ino
+
+    def _read(self) -> dict[str, Any] | None:
+        body = _read_json(self.path, _MAX_REQUEST_BYTES)
+        return body if isinstance(body, dict) else None
+
+    def poll(self) -> dict[str, Any] | None:
+        """A request not seen before, or None."""
+        signature = self._stat()
+        if signature is None or signature == self._signature:
+            return None
+        self._signature = signature
+        request = self._read()
+        if request is None or request.get("id") in (None, self._seen_id):
+            return None
+        self._seen_id = request["id"]
+        return request
+
+
+def wanted_by(request: dict[str, Any], rank: int) -> bool:
+    ranks = request.get("ranks")
+    return ranks is None or rank in ranks
+
+
+def iter_raw_profiles(root: str | os.PathLike[str]) -> Iterator[Path]:
+    """Profiler folders of captures taken with `analysis: deferred` and not yet analysed."""
+    for rank_root in sorted(Path(root).glob("rank_*")):
+        for folder in capture_folders(rank_root):
+            for raw in sorted(folder.glob(RAW_GLOB)):
+                if not (raw / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").exists():
+                    yield raw

@@ -1,0 +1,288 @@
+"""`report` over a job's directory: its attempts from the ledgers beside the JSON logs.
+
+Every rank keeps `{stem}.job.rank_{r}.ledger` beside its JSON log (restarts/ledger_file.py). Here
+the ranks' ledgers become one table: per attempt, when it began and ended, how it ended,
+its steps, the steps it lost, the downtime before it, and how many ranks ran it; then the
+job's totals (goodput, badput by category with the ml-goodput-measurement type each maps
+to). The totals come from the ledger of the rank that waited longest for its data (the
+lowest rank when none waited longer); an attempt ends the way its worst rank ended
+(crashed > killed > stopped > completed).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from otel_mindformers.analysis.logs import local_time
+from otel_mindformers.names import job as names
+from otel_mindformers.outputs.runs import is_set_aside
+from otel_mindformers.restarts.goodput import is_alive, job_timeline
+from otel_mindformers.restarts.ledger_file import LEDGER_SUFFIX, read_ledger
+
+# A rank's ledger, or an earlier job's kept beside it (`.ledger.job2`: restarts/attempt_tracker.py).
+_RANK = re.compile(r"\.job\.rank_(\d+)" + re.escape(LEDGER_SUFFIX) + r"(\.job\d+)?$")
+_TAIL_BYTES = 64 * 1024  # a few step lines: the last one naming the job is among them
+_SEVERITY = {
+    names.OUTCOME_COMPLETED: 0,
+    names.OUTCOME_RUNNING: 1,
+    names.OUTCOME_STOPPED: 2,
+    names.OUTCOME_KILLED: 3,
+    names.OUTCOME_CRASHED: 4,
+}
+
+
+def find_ledgers(inputs: Iterable[str | Path]) -> list[Path]:
+    """The ledgers of the logs named by `inputs` (files, globs or folders), by rank."""
+    return list(_ledger_ranks(inputs))
+
+
+def _ledger_ranks(inputs: Iterable[str | Path]) -> dict[Path, int]:
+    """`find_ledgers`, each with the rank its name gives."""
+    found: dict[Path, int] = {}
+    for item in inputs:
+        path = Path(item)
+        candidates: Iterable[Path]
+        if path.is_dir():
+            candidates = path.glob(f"*.job.rank_*{LEDGER_SUFFIX}")
+        elif path.exists():
+            candidates = _ledgers_of_log(path)
+        else:
+            candidates = (Path(p) for p in glob.glob(str(item)) if Path(p).is_dir())
+            candidates = (c for d in candidates for c in d.glob(f"*.job.rank_*{LEDGER_SUFFIX}"))
+        for candidate in candidates:
+            match = _RANK.search(candidate.name)
+            if match:
+                found[candidate] = int(match[1])
+    return dict(sorted(found.items(), key=lambda item: (str(item[0].parent), item[1])))
+
+
+def _one_job(read: dict[Path, dict[str, Any]]) -> dict[Path, int]:
+    """The ledgers (with their ranks) of one job: named logs of two runs would otherwise
+    merge two jobs' attempts. The job still keeping its ledgers at their names wins, else
+    the one set aside last (the highest `.jobN`)."""
+
+    def recency(path: Path) -> tuple[int, int]:
+        kept = _RANK.search(path.name)[2]  # type: ignore[index]  # every path here matched _RANK
+        return (1, 0) if kept is None else (0, int(kept[len(".job") :]))
+
+    if not read:
+        return {}
+    job = read[max(read, key=recency)]["job_id"]
+    return {path: int(_RANK.search(path.name)[1]) for path in read if read[path]["job_id"] == job}  # type: ignore[index]
+
+
+def _as_logged(entry: dict[str, Any], logged: Any) -> dict[str, Any]:
+    """The ledger's entry, with the last step its rank's log saw when that is later (the
+    heartbeat that would have said so never came: the attempt was killed). It was alive at
+    that line: an attempt without an end record ends no earlier (restarts/goodput.py)."""
+    if logged is None or logged.last_step <= int(entry.get("last_step") or 0):
+        return entry
+    corrected = {**entry, "last_step": logged.last_step}
+    if logged.last_time is not None:
+        corrected["last_step_time"] = logged.last_time
+        if entry.get("end") is None:
+            corrected["last_heartbeat"] = max(float(entry.get("last_heartbeat") or 0.0), logged.last_time)
+    return corrected
+
+
+def _ledgers_of_log(log: Path) -> list[Path]:
+    """The ledgers of the job that wrote `log`: those beside it, or, for a log a later run
+    set aside (outputs/runs.py), the earlier job's kept with it, found by the job id its
+    lines carry (none when they carry none: better no job than the next one's)."""
+    stem = log.name.split(".")[0].split("_rank_")[0]
+    current = list(log.parent.glob(f"{stem}.job.rank_*{LEDGER_SUFFIX}"))
+    if not is_set_aside(log):
+        return current
+    job_id = _last_job_id(log)
+    kept = log.parent.glob(f"{stem}.job.rank_*{LEDGER_SUFFIX}.job*")
+    return [p for p in [*current, *kept] if job_id is not None and _job_of(p) == job_id]
+
+
+def _last_job_id(log: Path) -> str | None:
+    """The job id of the log's last line that names one (a bounded read of its tail)."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - _TAIL_BYTES))
+            tail = handle.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(tail):
+        try:
+            job = json.loads(line).get("job")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(job, dict) and isinstance(job.get("id"), str):
+            return job["id"]
+    return None
+
+
+def _job_of(ledger: Path) -> str | None:
+    data = read_ledger(ledger, repair=False)
+    return None if data is None else data["job_id"]
+
+
+def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    by_attempt: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for rank, rows in rank_rows.items():
+        for row in rows:
+            by_attempt.setdefault(row["attempt"], []).append((rank, row))
+    merged = []
+    for attempt in sorted(by_attempt):
+        ranked = sorted(by_attempt[attempt], key=lambda item: item[0])
+        first = dict(ranked[0][1])
+        first["ranks"] = [rank for rank, _ in ranked]
+        first["outcome"] = max((row["outcome"] for _, row in ranked), key=lambda o: _SEVERITY.get(o, 0))
+        first["lost_steps"] = max(row["lost_steps"] for _, row in ranked)
+        first["start"] = min(row["start"] for _, row in ranked)
+        first["end"] = max(row["end"] for _, row in ranked)
+        merged.append(first)
+    return merged
+
+
+def job_report(
+    inputs: Sequence[str | Path], now: float | None = None, logged: Sequence[Any] = ()
+) -> dict[str, Any] | None:
+    """The job's attempts and totals from the ledgers beside `inputs`; None without any.
+    `logged`: the report's series summaries (analysis/report.py), whose lines may know an
+    attempt's last step better than the ledger: a killed attempt's last heartbeat lags its
+    last line by up to `heartbeat_interval`."""
+    read = {path: data for path in _ledger_ranks(inputs) if (data := read_ledger(path, repair=False)) is not None}
+    ledgers = _one_job(read)
+    rank_rows: dict[int, list[dict[str, Any]]] = {}
+    timelines: dict[int, dict[str, Any]] = {}
+    last_logged = {
+        (series.rank, attempt.job_id, attempt.attempt): attempt for series in logged for attempt in series.attempts
+    }
+    for path, rank in ledgers.items():
+        data = read[path]
+        now = now if now is not None else time.time()
+        entries = [
+            _as_logged(entry, last_logged.get((rank, data["job_id"], entry.get("attempt"))))
+            for entry in data["attempts"]
+        ]
+        live = [a for a in entries if is_alive(a, now)]
+        current = live[-1]["attempt_id"] if live else None
+        timeline = job_timeline(entries, now, current)
+        timelines[rank] = timeline
+        rank_rows[rank] = timeline["attempts"]
+    if not timelines:
+        return None
+    # A synchronous job moves at the pace of its most held-back rank: the others waited for
+    # its data inside the all-reduce, as step time. Its clocks give the totals (ties: the
+    # lowest rank).
+    held_back = max(sorted(timelines), key=lambda rank: timelines[rank]["totals"]["seconds"]["data_wait"])
+    attempts = _merge(rank_rows)
+    totals = dict(timelines[held_back]["totals"])
+    totals["rank"] = held_back
+    totals["lost_steps"] = sum(row["lost_steps"] for row in attempts)
+    return {
+        "job_id": read[next(iter(ledgers))]["job_id"],
+        "ranks": sorted(timelines),
+        "ledgers": [str(p) for p in ledgers],
+        "attempts": attempts,
+        "totals": totals,
+    }
+
+
+def _clock(seconds: float) -> str:
+    return local_time(seconds, "%H:%M:%S")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def _rows(job: dict[str, Any]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = [
+        ("attempt", "ranks", "start", "end", "ended", "steps", "lost steps", "downtime before")
+    ]
+    for row in job["attempts"]:
+        outcome = row["outcome"] + (f" ({row['reason']})" if row.get("reason") and row["outcome"] != "killed" else "")
+        rows.append((
+            str(row["attempt"]), str(len(row["ranks"])), _clock(row["start"]), _clock(row["end"]), outcome,
+            f"{row['resume_step'] + 1}..{row['last_step']}" if row["steps"] else "-",
+            _lost(row), _duration((row["downtime"] or {}).get("total")),
+        ))  # fmt: skip
+    return rows
+
+
+def _lost(row: dict[str, Any]) -> str:
+    """The steps computed again; for a last attempt that did not complete, the steps past its
+    last checkpoint, which the next attempt will compute again if it resumes from there."""
+    at_risk = row.get("at_risk_steps") or 0
+    if at_risk and row["outcome"] != "completed":
+        return f"{row['lost_steps']} ({at_risk} at risk)"
+    return str(row["lost_steps"])
+
+
+def _aligned(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def _totals_lines(job: dict[str, Any]) -> list[str]:
+    totals = job["totals"]
+    wall = totals["wall_seconds"]
+    goodput = totals["goodput"]
+    lines = [
+        f"  job goodput {'-' if goodput is None else f'{goodput:.1%}'} of {_duration(wall)} since the first attempt began; "
+        f"{totals['lost_steps']} steps lost, {_duration(totals['downtime_seconds'])} of downtime",
+    ]
+    lines += [f"    {key:<16} {seconds:>10}  {share:>6}  {kind}" for key, seconds, share, kind in _categories(totals)]
+    if totals["no_progress_attempts"] > 1:
+        lines.append(
+            f"  no progress: the last {totals['no_progress_attempts']} attempts ended without passing step "
+            f"{totals['furthest_step']}"
+        )
+    return lines
+
+
+def _categories(totals: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(category, time, share of the wall time, BadputType) for productive and each badput."""
+    wall = totals["wall_seconds"]
+    return [
+        (key, _duration(seconds), f"{seconds / wall if wall > 0 else 0.0:.1%}", totals["badput_types"].get(key, ""))
+        for key, seconds in totals["seconds"].items()
+    ]
+
+
+def render_job(job: dict[str, Any], fmt: str = "text") -> str:
+    """The attempts section of `report` (text or markdown)."""
+    count = len(job["attempts"])
+    header = f"job {job['job_id']}: {count} attempt{'' if count == 1 else 's'}, {len(job['ranks'])} rank(s)"
+    if fmt == "markdown":
+        rows = _rows(job)
+        lines = [f"## {header}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+        summary, *rest = _totals_lines(job)
+        lines += ["", summary.strip(), "", "| category | time | share | BadputType |", "|---|---|---|---|"]
+        lines += [f"| {' | '.join(cells)} |" for cells in _categories(job["totals"])]
+        lines += [f"- {line.strip()}" for line in rest[len(job["totals"]["seconds"]) :]]
+        return "\n".join(lines) + "\n"
+    return "\n".join([header, *_aligned(_rows(job)), *_totals_lines(job)]) + "\n"
+
+
+def with_job(rendered: str, inputs: Sequence[str | Path], fmt: str, logged: Sequence[Any] = ()) -> str:
+    """`report`'s output with the job's attempts after it (under "job" in JSON); `logged`:
+    as for `job_report`."""
+    job = job_report(inputs, logged=logged)
+    if job is None:
+        return rendered
+    if fmt == "json":
+        document = json.loads(rendered)
+        document["job"] = job
+        return json.dumps(document, indent=2) + "\n"
+    return rendered.rstrip("\n") + "\n\n" + render_job(job, fmt)
+
+
+__all__ = ["find_ledgers", "job_report", "render_job", "with_job"]

@@ -1,0 +1,263 @@
+"""The run as an attempt of its job (docs/restarts.md): MonitorRun's hooks into restarts/attempt_tracker.py.
+
+- at start: the ledger entry (job id, attempt number and id), the resource attributes, the
+  link from this run span to the previous attempt's, and the job gauges
+  (`mindformers.job.goodput`, `.attempt`, `.no_progress_attempts`);
+- at the first step: the downtime since the previous attempt, on the run span;
+- on a checkpoint save: the durable step;
+- at the end: how the attempt ended, the job's totals on the run span, and the
+  no-progress alert when `restarts.no_progress_attempts` attempts in a row ended without
+  passing the furthest step reached before.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.trace import Link, SpanContext, TraceFlags
+from opentelemetry.util.types import AttributeValue
+
+from otel_mindformers.config import MonitorConfig
+from otel_mindformers.core.clock import StepClock, WallClock
+from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.core.step_record import PhaseInterval
+from otel_mindformers.job.identity import Identity, launcher_restart_count
+from otel_mindformers.names import job as names
+from otel_mindformers.names import phase_names
+from otel_mindformers.outputs.runs import is_resumed
+from otel_mindformers.restarts.attempt_tracker import AttemptTracker
+from otel_mindformers.restarts.ledger_file import ledger_path
+from otel_mindformers.telemetry.observables import RunObservables
+
+_logger = get_logger(__name__)
+
+PHASE_CHECKPOINT_SAVE = phase_names.PHASE_CHECKPOINT_SAVE
+PHASE_CHECKPOINT_LOAD = phase_names.PHASE_CHECKPOINT_LOAD
+
+_previous_run_end: float | None = None  # a later run of the same process starts at its begin
+
+
+def _process_start() -> float:
+    """When this process began, in Unix seconds (a later run of the same process: now).
+
+    From /proc's start time in clock ticks since boot against CLOCK_BOOTTIME, to ~10 ms:
+    psutil's `create_time` adds that to the boot time in whole seconds, up to a second off,
+    which would put a restarted process's start before its predecessor's last heartbeat."""
+    now = time.time()
+    if _previous_run_end is not None:
+        return now
+    try:
+        with open("/proc/self/stat", "rb") as stream:
+            fields = stream.read().rsplit(b")", 1)[1].split()
+        ticks = int(fields[19])  # field 22, starttime, counted after the ")" of the name
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        return min(now, now - (since_boot - ticks / os.sysconf("SC_CLK_TCK")))
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        return min(psutil.Process().create_time(), now)
+    except (psutil.Error, OSError):
+        return now
+
+
+def begin_attempt(
+    config: MonitorConfig,
+    identity: Identity,
+    first_step: int,
+    clock: StepClock,
+    wall_clock: WallClock,
+    before: list[PhaseInterval],
+) -> AttemptTracker | None:
+    """This run's entry in the job's ledger, or None (`restarts.enable: false`, or the
+    ledger cannot be written: one warning)."""
+    if not config.enable or not config.restarts.enable:
+        return None
+    restarts = launcher_restart_count()
+    try:
+        return AttemptTracker.begin(
+            path=ledger_path(config.json_log_path, identity.rank),
+            job_id=config.job_id or identity.job_id,
+            continues=is_resumed(first_step) or bool(restarts),
+            rank=identity.rank,
+            resume_step=first_step,
+            process_start=_process_start(),
+            checkpoint_load_seconds=sum(p.seconds for p in before if p.name == phase_names.PHASE_CHECKPOINT_LOAD),
+            clock=clock,
+            wall_clock=wall_clock,
+            heartbeat_interval=config.restarts.heartbeat_interval,
+        )
+    except Exception as exc:  # the ledger is telemetry: the run goes on without it
+        _logger.warning("otel_mindformers: cannot keep the job's ledger (%s); attempts are not tracked", exc)
+        return None
+
+
+def previous_attempt_link(tracker: AttemptTracker | None) -> list[Link]:
+    """A link to the previous attempt's run span, when its ids are in the ledger."""
+    return _link_to(tracker.previous if tracker is not None else None)
+
+
+def _link_to(previous: dict[str, Any] | None) -> list[Link]:
+    if not previous or not previous.get("trace_id") or not previous.get("span_id"):
+        return []
+    try:
+        context = SpanContext(
+            int(previous["trace_id"], 16),
+            int(previous["span_id"], 16),
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+    except (TypeError, ValueError):
+        return []
+    attributes: dict[str, AttributeValue] = {
+        names.ATTR_ATTEMPT: int(previous.get("attempt") or 0),
+        "link.type": "previous_attempt",
+    }
+    return [Link(context, attributes)]
+
+
+def record_killed_attempt(telemetry: Any, step_ids: Any, tracker: AttemptTracker | None) -> None:
+    """The previous attempt's run span, when it was killed (its own never ended, so it was
+    never exported): recorded now with its ids, from its train begin to its last heartbeat,
+    so the link from this run span resolves in the trace backend."""
+    if tracker is None or step_ids is None:
+        return
+    previous = tracker.previous
+    if not previous or previous.get("outcome") != names.OUTCOME_KILLED:
+        return
+    try:
+        trace_id, span_id = int(previous["trace_id"], 16), int(previous["span_id"], 16)
+    except (KeyError, TypeError, ValueError):
+        return
+    from opentelemetry.trace import Status, StatusCode
+
+    from otel_mindformers.names import semconv
+    from otel_mindformers.restarts.goodput import attempt_end
+
+    with step_ids.preset_ids(trace_id, span_id):
+        span = telemetry.tracer.start_span(
+            semconv.SPAN_RUN,
+            context=_parent_of(previous, trace_id),
+            links=_link_to(tracker.history[-2] if len(tracker.history) > 1 else None),
+            start_time=int(float(previous.get("train_begin") or previous["process_start"]) * 1e9),
+            attributes={
+                names.ATTR_ATTEMPT: int(previous["attempt"]),
+                names.ATTR_ATTEMPT_ID: str(previous.get("attempt_id")),
+                semconv.ATTR_JOB_ID: tracker.job_id,
+                semconv.ATTR_RANK: int(previous.get("rank") or 0),
+                semconv.ATTR_STEP: int(previous.get("last_step") or 0),
+                "training.job.attempt.outcome": names.OUTCOME_KILLED,
+                "training.job.attempt.recorded_by": tracker.attempt_id,
+            },
+        )
+    span.set_status(Status(StatusCode.ERROR, "killed: no end record (inferred from its last heartbeat)"))
+    span.end(end_time=int(attempt_end(previous) * 1e9))
+    telemetry.flush_soon()  # this attempt may be killed too before the batch goes out
+
+
+def _parent_of(previous: dict[str, Any], trace_id: int) -> Any:
+    """The context the killed attempt's run span started in: its launcher's span (from the
+    ledger), else none."""
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    try:
+        parent = int(previous["parent_span_id"], 16)
+    except (KeyError, TypeError, ValueError):
+        return otel_context.Context()
+    launcher = SpanContext(trace_id, parent, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return trace.set_span_in_context(trace.NonRecordingSpan(launcher))
+
+
+def run_span_attributes(tracker: AttemptTracker) -> dict[str, Any]:
+    """What the run span says about the attempt at its start."""
+    attributes: dict[str, Any] = {names.ATTR_RESUME_STEP: int(tracker.entry["resume_step"])}
+    rows = tracker.timeline["attempts"]
+    if len(rows) > 1:
+        previous = rows[-2]
+        attributes[names.ATTR_LOST_STEPS] = previous["lost_steps"]
+        attributes[names.ATTR_PREVIOUS_OUTCOME] = previous["outcome"]
+    return attributes
+
+
+class JobGauges:
+    """The job gauges' sources for the run (until `observables` closes), read by the metric
+    reader's thread from the tracker's last write."""
+
+    def __init__(self, observables: RunObservables, tracker: AttemptTracker, point_attributes: dict[str, Any]) -> None:
+        self._tracker = tracker
+        self._attributes = dict(point_attributes)
+        observables.observe(names.JOB_GOODPUT, self._goodput)
+        observables.observe(names.JOB_ATTEMPT, self._attempt)
+        observables.observe(names.JOB_NO_PROGRESS_ATTEMPTS, self._no_progress)
+
+    def _goodput(self, _options: CallbackOptions) -> Iterator[Observation]:
+        value = self._tracker.job_goodput
+        if value is not None:
+            yield Observation(value, self._attributes)
+
+    def _attempt(self, _options: CallbackOptions) -> Iterator[Observation]:
+        yield Observation(self._tracker.attempt, self._attributes)
+
+    def _no_progress(self, _options: CallbackOptions) -> Iterator[Observation]:
+        yield Observation(self._tracker.no_progress_attempts, self._attributes)
+
+
+def first_step(tracker: AttemptTracker, run_span: Any, begin: float, end: float) -> None:
+    """The attempt's first step (training thread, once): the downtime goes on the run span."""
+    tracker.first_step(begin, end)
+    previous = tracker.previous
+    if previous is not None and run_span is not None:
+        from otel_mindformers.restarts.goodput import attempt_end
+
+        run_span.set_attribute(names.ATTR_DOWNTIME, tracker.entry["first_step_end"] - attempt_end(previous))
+
+
+def end_attempt(
+    tracker: AttemptTracker, outcome: str, reason: str | None, step: int, run_span: Any, alerts: Any, threshold: int
+) -> str:
+    """Close the attempt; the job's totals on the run span; the no-progress alert. Returns
+    the end-of-run notice's line about the job."""
+    global _previous_run_end
+    _previous_run_end = time.time()
+    tracker.end(outcome, reason, step)
+    totals = tracker.timeline["totals"]
+    if run_span is not None:
+        attributes = {
+            "training.job.attempts": totals["attempts"],
+            "training.job.lost_steps_total": totals["lost_steps"],
+            "training.job.downtime_total": totals["downtime_seconds"],
+        }
+        if totals["goodput"] is not None:
+            attributes["training.job.goodput"] = totals["goodput"]
+        run_span.set_attributes(attributes)
+    streak = totals["no_progress_attempts"]
+    if streak >= threshold:
+        message = (
+            f"{streak} attempts in a row ended without passing step {totals['furthest_step']} "
+            f"(job {tracker.job_id}, attempt {tracker.attempt})"
+        )
+        _logger.warning("otel_mindformers: no progress across restarts: %s", message)
+        if alerts is not None:
+            try:
+                alerts.raise_alert(
+                    names.RULE_NO_PROGRESS, message, value=streak, threshold=threshold, severity="critical"
+                )
+            except Exception as exc:
+                _logger.warning("otel_mindformers: the no-progress alert failed: %s", exc)
+    goodput = totals["goodput"]
+    share = "-" if goodput is None else f"{goodput:.1%}"
+    return (
+        f"job {tracker.job_id}: attempt {tracker.attempt}, job goodput {share}, "
+        f"{totals['lost_steps']} lost steps, {totals['downtime_seconds']:.1f} s down"
+    )
+
+
+__all__ = [
+    "JobGauges", "begin_attempt", "end_attempt", "first_step", "previous_attempt_link", "record_killed_attempt",
+    "run_span_attributes",
+]  # fmt: skip

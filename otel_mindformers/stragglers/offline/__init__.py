@@ -1,0 +1,1 @@
+"""The stragglers feature's offline reader: `report`'s bottleneck verdict (analysis layer)."""
