@@ -1,4 +1,37 @@
-"""OpenTelemetry instrumentation for MindSpore / MindFormers training, driven by `monitor_config`."""
+"""OpenTelemetry instrumentation for MindSpore / MindFormers training, driven by `monitor_config`.
+
+The `monitor_config` article, cited in this package as "the monitor_config article", is
+MindSpore Transformers' (MindFormers') tutorial on its built-in monitoring configuration: a
+YAML section that declares what to monitor (loss, learning rate, grad norm, step time,
+overflow, NPU readings), where it goes (stdout, TensorBoard, JSON lines), alerts with early
+stop, and a custom monitor class, with no change to the training network. This package keeps
+its keys and makes them OpenTelemetry: spans and metrics with rank and device attributes,
+shipped over OTLP to any collector.
+
+Usage
+-----
+In code::
+
+    from otel_mindformers import MonitorCallback, load_monitor_config
+
+    cfg = load_monitor_config("train_config.yaml")   # the YAML's monitor_config, validated
+    model.train(epochs, dataset, callbacks=[MonitorCallback(cfg)])
+
+Without touching the training code::
+
+    OTEL_PYTHON_MINDFORMERS_CONFIG=train_config.yaml opentelemetry-instrument python train.py
+
+or `otel_mindformers.instrument()` once, at the top of the script. A MindFormers `Trainer`
+whose YAML says `monitor_config: {enable: True}` is monitored after a plain
+`import otel_mindformers` (docs/zero_code.md). Under `msrun`, every rank identifies itself; rank 0 reports training metrics and
+every rank its hardware, each to files of its own.
+
+Offline: `otel-mindformers validate CONFIG`, `report`, `plot`, `replay`, `hang-report`,
+`capture`, `devices` (`otel-mindformers --help`).
+
+Read on: `MonitorCallback` (what is recorded), docs/configuration.md (every key),
+docs/telemetry.md (every name), docs/architecture.md (the package's shape).
+"""
 
 import os
 from typing import Any
@@ -15,7 +48,7 @@ from otel_mindformers.runtime.custom_monitors import BaseMonitor
 from otel_mindformers.timing.phases import phase
 from otel_mindformers.version import __version__
 
-# The article's `monitor_config` keys in MindFormers YAMLs, `callbacks: - type: MonitorCallback`,
+# The monitor_config article's `monitor_config` keys in MindFormers YAMLs, `callbacks: - type: MonitorCallback`,
 # and the Trainer building its monitoring from `monitor_config`: patched in when (and only
 # if) MindFormers is imported, unless OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names `mindformers`.
 if not instrumentation_disabled():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from otel_mindformers.analysis.commands import add_commands as add_analysis_commands
 from otel_mindformers.captures.offline.capture_command import add_command as add_capture_command
@@ -44,6 +45,16 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+# Every subcommand beside `validate`, each registered by its feature (in `--help`'s order):
+# report / plot / replay (analysis/), devices (devices/), hang-report (hangs/), capture (captures/).
+COMMANDS: tuple[Callable[[Any], None], ...] = (
+    add_analysis_commands,
+    add_devices_command,
+    add_hang_report_command,
+    add_capture_command,
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otel-mindformers", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -52,10 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a monitor_config YAML before training")
     validate.add_argument("config", help="YAML file with a monitor_config section (or the section itself)")
     validate.set_defaults(func=_validate)
-    add_analysis_commands(commands)
-    add_devices_command(commands)
-    add_hang_report_command(commands)
-    add_capture_command(commands)
+    for add_command in COMMANDS:
+        add_command(commands)
     return parser
 
 

@@ -180,3 +180,41 @@ def test_the_run_sets_every_attribute_in_its_constructor():
     in_init = assigned(next(m for m in methods if m.name == "__init__"))
     later = set().union(*(assigned(m) for m in methods if m.name != "__init__"))
     assert later <= in_init, sorted(later - in_init)
+
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+
+
+def _module_map_rows() -> dict[str, str]:
+    """docs/architecture.md's module map: a folder's row text, by folder ("" for the root)."""
+    rows: dict[str, str] = {}
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        if line.startswith("| **`") and line.count("|") >= 3:
+            folder = line.split("`")[1].rstrip("/")
+            rows[folder] = line
+        elif line.startswith("| `") and line.split("`")[1].endswith(".py"):
+            rows.setdefault("", "")
+            rows[""] += line
+    return rows
+
+
+def test_the_architecture_doc_maps_every_module_and_layer():
+    """Each module is named in its folder's row of the module map (an `offline/` module as
+    `offline/name.py`), each folder has a row, and the layers block names every folder."""
+    rows = _module_map_rows()
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if path.name == "__init__.py" and len(relative.parts) > 1:
+            continue  # a folder's __init__ is its row
+        folder = relative.parts[0] if len(relative.parts) > 1 else ""
+        name = "/".join(relative.parts[1:]) if folder else relative.name
+        if folder not in rows:
+            missing.append(f"{folder}/: no row in the module map")
+        elif f"`{name}`" not in rows[folder]:
+            missing.append(f"{relative}: not named in the `{folder or 'root'}` row")
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    layers_block = text[text.index("## Layers") : text.index("Where a change goes")]
+    folders = [top for layer in LAYERS for top in layer if top and (PACKAGE / top).is_dir()]
+    missing += [f"{top}/: not in the layers block" for top in folders if f"{top}/" not in layers_block]
+    assert not missing, "\n".join(missing)

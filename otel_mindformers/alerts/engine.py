@@ -68,7 +68,7 @@ class TelemetryHandles(Protocol):
 
 
 class RateLimiter:
-    """`alert_interval` as the article defines it: at least `interval` steps between two
+    """`alert_interval` as the monitor_config article defines it: at least `interval` steps between two
     notifications of the same rule. A rule that was notified and stops firing gets one
     resolved notice."""
 

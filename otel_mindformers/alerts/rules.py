@@ -1,6 +1,6 @@
 """Anomaly rules: each looks at one sampled StepRecord and returns a Finding or None.
 
-Rules run on the training thread, so each is a few comparisons; the baseline rules sort at
+Rules run on the pipeline's worker thread, once per sampled step, so each is a few comparisons; the baseline rules sort at
 most `window` floats. Every "step" a rule counts (warm-up, window, streak) is a sampled step.
 A rule returns a Finding (firing), None (checked, fine) or NO_DATA (nothing to judge: the
 value is absent or NaN), so a NaN loss does not read as "loss spike resolved".
@@ -140,7 +140,7 @@ class NonFiniteRule:
 
 
 class ThresholdRule:
-    """A value above a fixed limit (the article's `loss_threshold`)."""
+    """A value above a fixed limit (the monitor_config article's `loss_threshold`)."""
 
     severity = WARNING
 

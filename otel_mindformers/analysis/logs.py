@@ -7,7 +7,7 @@ What a killed, rotated, multi-rank run leaves behind is read without a traceback
   whichever member was named;
 - an unparseable last line of a file (a run killed mid-write) is skipped and noted;
 - lines written by custom monitors with other keys are counted and skipped, unless a
-  file holds nothing else (the article's own monitor writes `step`, `loss`, `lr`);
+  file holds nothing else (the monitor_config article's own monitor writes `step`, `loss`, `lr`);
 - `null` values and the `"nonfinite"` list come back as NaN and a set of names;
 - alert lines (an `"alert"` key, or an alert in the shape our notifiers send) are marks;
 - a line's `time` object (seconds by phase, docs/time.md) comes back as a dict of floats.
@@ -44,7 +44,7 @@ GLOB_CHARS = frozenset("*?[")
 
 # Keys every line of our JSON sink carries; a line without them came from someone else.
 _OWN_KEYS = frozenset({"time_stamp", "step", "epoch", "rank"})
-# Spellings other writers use for our metrics (the article's custom monitor writes "lr").
+# Spellings other writers use for our metrics (the monitor_config article's custom monitor writes "lr").
 _ALIASES = {"lr": tm.LEARNING_RATE}
 _NOT_VALUES = frozenset({"time_stamp", "step", "epoch", "rank", "nonfinite", "alert", "alerts"})
 

@@ -1,7 +1,7 @@
 """`monitor_config`'s schema: one dataclass per section, field names are the YAML keys.
 
 Each section is a dataclass, so `cfg.alert_config.loss_threshold` and
-`cfg.grad_monitor = False` work as the article writes them. A field's metadata may add
+`cfg.grad_monitor = False` work as the monitor_config article writes them. A field's metadata may add
 `aliases` (MindFormers' native names), a `check` callable for value rules (checks.py), and
 `secret` (never shown, whitespace stripped). Parsing is driven by the fields' types
 (coercion.py); reading a file is loading.py's.
@@ -182,12 +182,12 @@ class CaptureConfig(_Section):
 class AlertConfig(_Section):
     """`monitor_config.alert_config`: in-process anomaly rules (see docs/alerts.md).
 
-    The article's keys keep their meaning: `loss_threshold` fires on loss above it and
+    The monitor_config article's keys keep their meaning: `loss_threshold` fires on loss above it and
     `alert_interval` is the minimum number of steps between two notifications of one rule.
     Counts of "steps" in rules (warm-up, windows, streaks) are sampled steps.
     """
 
-    SWITCH: ClassVar[str] = "enable_alert"  # `alert_config: true` (the article's switch)
+    SWITCH: ClassVar[str] = "enable_alert"  # `alert_config: true` (the monitor_config article's switch)
 
     enable_alert: bool = _key(default=False)
     loss_threshold: Union[float, None] = _key(default=None, check=_at_least(0.0))
@@ -399,7 +399,7 @@ class MonitorConfig(_Section):
     device_monitor: bool = _key(default=False)
     alert_config: AlertConfig = _key(factory=AlertConfig)
     custom_monitor_callback: Union[str, None] = _key(default=None, check=_check_dotted_path)
-    # Extensions beyond the article's keys.
+    # Extensions beyond the monitor_config article's keys.
     service_name: Union[str, None] = _key(default=None)
     report_ranks: Union[str, list[int]] = _key(factory=lambda: [0], check=_check_report_ranks)
     # `all_ranks`: every rank checks its own loss / grad norm on sampled steps and records its
@@ -429,7 +429,7 @@ class MonitorConfig(_Section):
     source_dir: Union[str, None] = _key(default=None)
 
     def reports_training_metrics(self, rank: int) -> bool:
-        """The article's policy: rank 0 reports training metrics unless configured otherwise."""
+        """The monitor_config article's policy: rank 0 reports training metrics unless configured otherwise."""
         return self.report_ranks == "all" or rank in self.report_ranks
 
     @property
@@ -440,11 +440,11 @@ class MonitorConfig(_Section):
 
     @property
     def outputs(self) -> OutputsConfig:
-        """The local outputs' keys as one section (the article keeps them at the top level)."""
+        """The local outputs' keys as one section (the monitor_config article keeps them at the top level)."""
         return OutputsConfig(self.output_type, self.json_log_path, self.tensorboard_path, self.log_rotation)
 
     def validate(self) -> MonitorConfig:
-        """Re-check after attribute assignment (the article assigns in code before training)."""
+        """Re-check after attribute assignment (the monitor_config article assigns in code before training)."""
         parse_section(MonitorConfig, keys_of(self), "monitor_config")
         return self
 

@@ -4,7 +4,7 @@ Two levels, each undone exactly by its counterpart:
 
 - `register()` / `unregister()`: the MindFormers integration (mindformers_glue.py), and
   `checkpoint.load` phases around MindSpore's and MindFormers' checkpoint loads
-  (checkpoint_load.py). A MindFormers YAML may carry the article's `monitor_config` keys
+  (checkpoint_load.py). A MindFormers YAML may carry the monitor_config article's `monitor_config` keys
   and name our callback, and the Trainer monitors runs whose `monitor_config` says
   `enable: true`. `import otel_mindformers` registers it unless
   OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names `mindformers` (or `*`): then nothing in
@@ -231,7 +231,7 @@ def _check_before_training(config: MonitorConfig | None) -> None:
     paths (nothing is created) and the class `custom_monitor_callback` names (imported, with
     the script's directory importable, as it will be when the script runs; not in msrun's
     launcher, which never trains: each worker checks at its own start). Building the
-    monitor runs the user's code (the article's opens its log file): that waits for the run.
+    monitor runs the user's code (the monitor_config article's opens its log file): that waits for the run.
     ConfigError with every problem found."""
     if config is None or not config.enable:
         return

@@ -19,7 +19,7 @@ These places in MindFormers are patched, each restored by `Patches.undo()`:
   each load is a `checkpoint.load` phase (checkpoint_load.py).
 
 Our `enable` / `interval` accept MindFormers' `monitor_on` / `step_interval` as aliases; when
-both spellings are written, the article's configures us and the native one MindFormers.
+both spellings are written, the monitor_config article's configures us and the native one MindFormers.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def patch_mindformers(training_process: Callable) -> Patches:
 
 def monitor_section(section: Mapping[str, Any] | None) -> dict[str, Any]:
     """A MindFormers `monitor_config` as our parser reads it: where both spellings of a key
-    are written, the article's configures us and MindFormers keeps the native one."""
+    are written, the monitor_config article's configures us and MindFormers keeps the native one."""
     ours = dict(section or {})
     for native, article in NATIVE_ALIASES.items():
         if article in ours:

@@ -2,7 +2,7 @@
 
 The OpenTelemetry environment-carrier convention: the W3C `traceparent` / `tracestate` (and
 `baggage`) headers travel as the environment variables TRACEPARENT / TRACESTATE / BAGGAGE,
-which the child reads as our ranks read the launcher's (run.launcher_context).
+which the child reads as our ranks read the launcher's (runtime/parts.py launcher_context).
 
 - `trace_environment()` gives those variables for the current span, for code that starts
   processes itself: `subprocess.run(cmd, env={**os.environ, **trace_environment()})`.

@@ -26,7 +26,7 @@ def build_sinks(
 ) -> list[OutputSink]:
     """Files are per rank (JSON file, TensorBoard folder), so every rank keeps its own;
     stdout belongs to reporting ranks, so an 8-rank job prints one set of lines, not eight
-    (the article's policy). Files hold one run: a run starting at step 0 sets the previous
+    (the monitor_config article's policy). Files hold one run: a run starting at step 0 sets the previous
     run's aside, a resumed one (`first_step` > 0) writes on after it (outputs/runs.py)."""
     kinds = config.output_type
     resumed = is_resumed(first_step)

@@ -49,7 +49,7 @@ def set_previous_run_aside(path: Path) -> Path | None:
     backups `.N` follow it) and start `path` empty; the new name, or None if there was nothing.
 
     The current file is copied and emptied in place, not renamed: a custom monitor that
-    opened `path` before the run started (the article's opens it in its constructor) keeps
+    opened `path` before the run started (the monitor_config article's opens it in its constructor) keeps
     writing into this run's file. A failure (a full disk while copying) is one warning and
     leaves the file as it was: the run then appends to it."""
     try:

@@ -25,7 +25,8 @@ from opentelemetry.util.types import AttributeValue
 from otel_mindformers.config import MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.guarded_log import get_logger
-from otel_mindformers.core.step_record import PhaseInterval
+from otel_mindformers.core.run_part import RunEnding, RunPart
+from otel_mindformers.core.step_record import PhaseInterval, StepRecord
 from otel_mindformers.job.identity import Identity, launcher_restart_count
 from otel_mindformers.names import job as names
 from otel_mindformers.names import phase_names
@@ -257,7 +258,68 @@ def end_attempt(
     )
 
 
+class LedgerEntry(RunPart):
+    """The run's entry in the job's ledger, begun before any other part (the job id and the
+    attempt are the telemetry's resource). Its `end` is the last: it closes the entry only
+    when the attempt's part (below) did not start."""
+
+    def __init__(self, tracker: AttemptTracker) -> None:
+        self.tracker = tracker
+        self.ended = False
+
+    def end(self, ending: RunEnding) -> None:
+        if not self.ended:
+            self.ended = True
+            self.tracker.end(ending.outcome, ending.reason, ending.last_step)
+
+
+class AttemptPart(RunPart):
+    """The run as an attempt of its job, once the run span exists: the link to the previous
+    attempt, the job gauges, the downtime at the first step, checkpoint saves, each
+    record's share, and the attempt's end (before the run span ends and the notice goes)."""
+
+    def __init__(
+        self,
+        entry: LedgerEntry,
+        telemetry: Any,
+        step_ids: Any,
+        run_span: Any,
+        alerts: Any,
+        point_attributes: dict[str, Any],
+        no_progress_attempts: int,
+    ) -> None:
+        self._entry = entry
+        self._tracker = tracker = entry.tracker
+        self._run_span = run_span
+        self._alerts = alerts
+        self._no_progress_attempts = no_progress_attempts
+        span_context = run_span.get_span_context()
+        parent = getattr(run_span, "parent", None)  # an SDK span's parent SpanContext
+        tracker.link_run_span(span_context.trace_id, span_context.span_id, parent.span_id if parent else None)
+        JobGauges(telemetry.observables, tracker, point_attributes)
+        record_killed_attempt(telemetry, step_ids, tracker)
+
+    def on_first_step(self, begin: float, end: float) -> None:
+        first_step(self._tracker, self._run_span, begin, end)
+
+    def on_record(self, record: StepRecord) -> None:
+        """The run's data wait goes to the attempt's ledger (badput for the job), and the
+        job's fields to the line."""
+        self._tracker.note_data_wait(record.time_breakdown.get(phase_names.PHASE_DATA_WAIT, 0.0), record.step)
+        record.job = self._tracker.line_fields()
+
+    def on_checkpoint(self, step: int, seconds: float) -> None:
+        self._tracker.checkpoint_saved(step, seconds)
+
+    def end(self, ending: RunEnding) -> None:
+        self._entry.ended = True
+        ending.job_line = end_attempt(
+            self._tracker, ending.outcome, ending.reason, ending.last_step, self._run_span, self._alerts,
+            self._no_progress_attempts,
+        )  # fmt: skip
+
+
 __all__ = [
-    "JobGauges", "begin_attempt", "end_attempt", "first_step", "previous_attempt_link", "record_killed_attempt",
-    "run_span_attributes",
+    "AttemptPart", "JobGauges", "LedgerEntry", "begin_attempt", "end_attempt", "first_step", "previous_attempt_link",
+    "record_killed_attempt", "run_span_attributes",
 ]  # fmt: skip

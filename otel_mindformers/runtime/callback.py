@@ -36,13 +36,30 @@ _CUSTOM_HOOKS = ("on_train_begin", "on_train_step_end", "on_train_epoch_end", "o
 
 
 class MonitorCallback(Callback):
-    """Monitoring driven by `monitor_config`.
+    """Monitoring driven by `monitor_config`: pass it to `Model.train` / `Model.fit`
+    (`callbacks=[MonitorCallback(cfg)]`) or name it in a MindFormers YAML's `callbacks:`.
+
+    What it records, on the first step, every `interval`-th and the last (the sampled steps),
+    on the ranks `report_ranks` names (rank 0 by default; the others report hardware):
+      - the training values `monitored_metrics` lists: loss, learning rate, global grad norm
+        (`grad_monitor`), step time, samples / tokens per second, overflow and loss scale,
+        goodput, MFU / TFLOPS and ETA (names/training.py; docs/telemetry.md);
+      - a `mindformers.train.step` span per sampled step (in its own trace, linked to the
+        run span), epoch and phase spans (start-up, compile, data wait, checkpoint, evaluation);
+      - NPU / GPU / host readings with `device_monitor` (observable gauges, off the training
+        thread), the job's attempts and goodput (`restarts`), per-rank section times
+        (stragglers), alerts and early stop (`alert_config`), captures on demand;
+    to each output of `output_type`: stdout, a JSON-lines file per rank, TensorBoard, OTLP,
+    Prometheus. Every step costs two clock reads; a sampled step one readback and one put on
+    a bounded queue (docs/performance.md).
 
     `config` is a MonitorConfig, a YAML path, a mapping, or None for the defaults. Other
     keyword arguments override `monitor_config` keys (`MonitorCallback(cfg, interval=5)`; a
     MindFormers YAML `callbacks:` entry passes its keys this way). Providers passed as keyword
     arguments (tests, the instrumentor) take precedence over the global ones, which take
-    precedence over providers built from the config.
+    precedence over providers built from the config. A bad key raises `ConfigError` here,
+    before training. Read on: docs/configuration.md (every key), docs/telemetry.md (every
+    name), docs/custom_monitors.md (the `BaseMonitor` hooks and their threads).
     """
 
     def __init__(
@@ -65,7 +82,7 @@ class MonitorCallback(Callback):
         }
         monitor_cls = load_monitor_class(self.config)
         if monitor_cls is not None:
-            # A custom monitor may open its files when it is built (the article's opens
+            # A custom monitor may open its files when it is built (the monitor_config article's opens
             # json_log_path): the output folders must exist by then.
             prepare_output_paths(self.config)
         self.custom_monitors: list[BaseMonitor] = [build_monitor(monitor_cls, self.config)] if monitor_cls else []
@@ -98,7 +115,9 @@ class MonitorCallback(Callback):
         self._clock = self._hot = run.clock
         self.identity, self.stop_reason = run.identity, None
         optimizer = optimizer_of(cb_params) if self.custom_monitors else None
-        self._lazy_lr = LazyLearningRate(optimizer, run.scheduled_rate, cb_params) if optimizer is not None else None
+        self._lazy_lr = (
+            LazyLearningRate(optimizer, run.ctx.reader.scheduled, cb_params) if optimizer is not None else None
+        )
         for monitor in self.custom_monitors:
             monitor.alert_engine = run.alerts
         atexit.register(self._finish_at_exit)
@@ -151,11 +170,11 @@ class MonitorCallback(Callback):
 
     def on_eval_begin(self, run_context: Any) -> None:
         if self._run is not None:  # Model.fit's validation; a Model.eval outside training is no phase
-            self._run.timeline.begin_evaluation()  # type: ignore[union-attr]  # a started run has one
+            self._run.timeline.begin_evaluation()
 
     def on_eval_end(self, run_context: Any) -> None:
         if self._run is not None:
-            self._run.timeline.end_evaluation(run_context.original_args().get("eval_results"))  # type: ignore[union-attr]  # a started run has one
+            self._run.timeline.end_evaluation(run_context.original_args().get("eval_results"))
 
     def on_train_epoch_end(self, run_context: Any) -> None:
         if self._run is None:
@@ -177,7 +196,7 @@ class MonitorCallback(Callback):
 
     # --- custom monitors ---------------------------------------------------------------------
     def _feed_custom_monitors(self, cb_params: Any, step: int) -> None:
-        """The article's custom monitor reads `train_loss` and `learning_rate` tensors; both
+        """The monitor_config article's custom monitor reads `train_loss` and `learning_rate` tensors; both
         cost nothing until read (the learning rate is evaluated on first read)."""
         handles = self._handles.split(cb_params.get("net_outputs"))
         if tm.LOSS in handles:

@@ -1,4 +1,4 @@
-"""`BaseMonitor`: the custom-monitor API of the article, and loading one by dotted path.
+"""`BaseMonitor`: the custom-monitor API of the monitor_config article, and loading one by dotted path.
 
 Hooks (all optional, all called on the training thread, in this order):
 - `on_train_begin(run_context)` — once, after the monitor pipeline is up;
@@ -8,7 +8,7 @@ Hooks (all optional, all called on the training thread, in this order):
 - `on_train_end(run_context)` — once, before the pipeline flushes.
 
 `run_context.original_args()` is MindSpore's cb_params: `cur_step_num`, `cur_epoch_num`,
-`net_outputs`, `batch_num`, `epoch_num`, ... plus, as the article's example reads them,
+`net_outputs`, `batch_num`, `epoch_num`, ... plus, as the monitor_config article's example reads them,
 `train_loss` (the step's loss tensor) and `learning_rate` (the learning rate the step used).
 Nothing is read back unless you call `.asnumpy()`; where the optimizer computes the rate
 from a schedule, `learning_rate` is a lazy handle that evaluates the schedule only when read

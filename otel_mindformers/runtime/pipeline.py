@@ -1,8 +1,9 @@
 """The sampled step's work off the training thread.
 
-The training thread puts a StepRecord and its window's clock readings on a bounded queue
-and returns. One worker thread then, per record: completes it (host-computed values,
-phases, the time breakdown, the device readings; accounting.py), starts the step span
+The training thread puts a SampledStep (its read-back values and the window's clock
+readings: core/sampled_step.py) on a bounded queue and returns. One worker thread then,
+per sampled step: builds its StepRecord and completes it (host-computed values,
+phases, the time breakdown, the device readings; accounting.py; the run's parts' shares), starts the step span
 with the step's real start and end times, applies
 the step's measurements inside the span's context (so the step-duration histogram's
 exemplar points at the span), runs the alert rules (which may add span events, name the
@@ -18,24 +19,26 @@ puts the run's time breakdown on the run span.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, StatusCode
 
-from otel_mindformers.captures.controller import NO_CAPTURES
 from otel_mindformers.core import measurements
 from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.core.sampled_step import SampledStep
 from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.core.workers import BoundedWorker
 from otel_mindformers.outputs.sink import SinkFanout
+from otel_mindformers.runtime.run_context import RunContext
+from otel_mindformers.stragglers.rank_signal import RankSections
 from otel_mindformers.telemetry.lazy_span import LazySpan
 from otel_mindformers.telemetry.step_ids import StepSpanIds
 from otel_mindformers.telemetry.training_instruments import TrainingInstruments
-from otel_mindformers.timing.accounting import StepAccounting, Window
+from otel_mindformers.timing.accounting import StepAccounting
 from otel_mindformers.timing.phases import PhaseRecorder, phase
 
 _logger = get_logger(__name__)
@@ -68,48 +71,41 @@ class _RunEnd(NamedTuple):
 
 
 class SampledStepPipeline(BoundedWorker[object]):
-    """`alerts` is an AlertEngine or None; `on_stop_request(reason)` is called (worker
-    thread) the first time a rule asks training to stop; `devices()` returns the latest
-    device readings (cached, never polls)."""
+    """The run's sampled-step worker. From the RunContext: the tracer, the run span, the
+    device readings' cache (`snapshot()` never polls), the alerts (an AlertEngine or None),
+    the captures, the phase recorder, and `request_stop(reason)`, called (worker thread)
+    the first time a rule asks training to stop. `record_hooks`: the run's parts that take
+    a share of each completed record (core/run_part.py `on_record`), set once they started."""
 
     def __init__(
         self,
+        ctx: RunContext,
         *,
-        tracer: trace.Tracer,
-        instruments: TrainingInstruments,
-        run_span: Span,
         accounting: StepAccounting,
-        devices: Callable[[], dict[str, float]] | None,
-        point_attributes: Mapping[str, Any],
-        wants_span: Callable[[int, bool], bool],
-        alerts: Any,
         sinks: SinkFanout,
-        on_stop_request: Callable[[str], None],
-        complete: Callable[[tuple], tuple[StepRecord, Window]],
-        phases: PhaseRecorder | None = None,
-        step_ids: StepSpanIds | None = None,
-        captures: Any = NO_CAPTURES,
-        sections: Any = None,
-        job_progress: Callable[[StepRecord], None] | None = None,
+        sections: RankSections | None = None,
         max_queue: int = 1024,
     ) -> None:
-        self._tracer = tracer
-        self._instruments = instruments
-        self._run_span = run_span
-        self._run_link = [Link(run_span.get_span_context())]
+        telemetry = ctx.telemetry
+        self._tracer = telemetry.tracer
+        self._instruments = TrainingInstruments(telemetry.meter)
+        self._run_span = ctx.run_span
+        self._run_link = [Link(ctx.run_span.get_span_context())]
         self._accounting = accounting
-        self._devices = devices
-        self._point_attributes = dict(point_attributes)
-        self._wants_span = wants_span
-        self._alerts = alerts
+        self._devices = ctx.devices.snapshot if ctx.devices is not None else None
+        self._point_attributes = ctx.point_attributes()
+        self._wants_span = ctx.cadence.wants_span
+        self._alerts = ctx.alerts
         self._sinks = sinks
-        self._on_stop_request = on_stop_request
-        self._phases = phases
-        self._step_ids = step_ids
-        self._captures = captures
+        self._on_stop_request = ctx.request_stop
+        self._phases: PhaseRecorder = ctx.timeline.recorder
+        self._step_ids: StepSpanIds | None = ctx.step_ids
+        self._captures = ctx.captures
         self._sections = sections  # RankSections (stragglers/rank_signal.py) or None
-        self._complete = complete  # a sampled step's tuple -> (StepRecord, Window): MonitorRun's
-        self._job_progress = job_progress  # the attempt's share of a completed record (MonitorRun's)
+        self._rank = ctx.identity.rank
+        self._wall = ctx.wall_clock.wall
+        self._epoch_steps = int(ctx.cb_params.get("batch_num") or 0)
+        self.record_hooks: list[Callable[[StepRecord], None]] = []
         self._stop_requested = False
         self._unwritten: list[StepRecord] = []  # this batch's records, for the outputs at its end
         self.dropped = 0
@@ -127,8 +123,8 @@ class SampledStepPipeline(BoundedWorker[object]):
 
     # --- worker thread ---------------------------------------------------------------------
     def handle(self, item: object) -> None:
-        if type(item) is tuple:
-            self._handle_step(*self._complete(item))
+        if type(item) is SampledStep:
+            self._handle_step(self._record(item), item)
         elif type(item) is phase:
             self._handle_phase(item)
         elif type(item) is _Lost:
@@ -138,21 +134,40 @@ class SampledStepPipeline(BoundedWorker[object]):
 
     def _handle_phase(self, marked: phase) -> None:
         try:
-            charge = self._phases.record_deferred(marked)  # type: ignore[union-attr]  # it submitted the phase
+            charge = self._phases.record_deferred(marked)
         except Exception as exc:  # its span or observation: telemetry, the ledger still counts it
             share = marked._charge
-            charge = None if share is None else (self._phases.ledger_key(marked.name), share)  # type: ignore[union-attr]
+            charge = None if share is None else (self._phases.ledger_key(marked.name), share)
             if not self._phase_failed:
                 self._phase_failed = True
                 _logger.warning("otel_mindformers: recording phase %r failed: %s", marked.name, exc)
         if charge is not None:
             self._accounting.lost(*charge)
 
-    def _handle_step(self, record: StepRecord, window: Window) -> None:
+    def _record(self, sampled: SampledStep) -> StepRecord:
+        """The StepRecord of what the training thread handed over."""
+        wall = self._wall
+        return StepRecord(
+            step=sampled.step,
+            epoch=int(sampled.epoch) if sampled.epoch else self._epoch_of_step(sampled.step),
+            rank=self._rank,
+            time_stamp=wall(sampled.end),
+            steps_in_window=sampled.steps,
+            values=sampled.values,
+            is_last=sampled.is_last,
+            started_at=wall(sampled.previous_end),
+            model_state=sampled.model_state or None,
+        )
+
+    def _epoch_of_step(self, step: int) -> int:
+        """The epoch when cb_params has none: from the step and the epoch's length."""
+        return (step - 1) // self._epoch_steps + 1 if self._epoch_steps else 1
+
+    def _handle_step(self, record: StepRecord, sampled: SampledStep) -> None:
         try:
-            self._accounting.complete(record, window)
-            if self._job_progress is not None:
-                self._job_progress(record)
+            self._accounting.complete(record, sampled)
+            for hook in self.record_hooks:
+                hook(record)
             if self._devices is not None:
                 record.device = self._devices()
         except Exception as exc:  # a half-completed record is still worth its line
@@ -190,9 +205,8 @@ class SampledStepPipeline(BoundedWorker[object]):
             reason = self._alerts.evaluate(record, span) if self._alerts is not None else None
             self._captures.on_sampled_step(record.step, span, record.time_stamp)  # an on-demand request: one stat
         span.end(end_time=_ns(fields.end_time))
-        if self._phases is not None:
-            for interval in record.phases:  # start-up, compile, data wait: spans from timestamps
-                self._phases.record(interval)
+        for interval in record.phases:  # start-up, compile, data wait: spans from timestamps
+            self._phases.record(interval)
         if reason and not self._stop_requested:
             self._stop_requested = True
             self._on_stop_request(reason)
@@ -200,8 +214,7 @@ class SampledStepPipeline(BoundedWorker[object]):
     def _end_run(self, end: float) -> None:
         try:
             for interval in self._accounting.settle_compile():  # runs shorter than STEADY_SAMPLES samples
-                if self._phases is not None:
-                    self._phases.record(interval)
+                self._phases.record(interval)
             # The whole run's breakdown, past the last sampled step.
             self._run_span.set_attributes(self._accounting.summary(end))
         except Exception as exc:
@@ -217,8 +230,8 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._sinks.close()
 
     # --- caller side (training thread) -------------------------------------------------------
-    # A sampled step as the training thread knows it (a tuple; `complete` builds its
-    # record): `submit` itself, without a frame of its own on the sampled step.
+    # A sampled step as the training thread knows it (a SampledStep; `_record` builds its
+    # record here): `submit` itself, without a frame of its own on the sampled step.
     submit_sample = BoundedWorker.submit
 
     def lost(self, phase: str, seconds: float) -> None:
@@ -257,8 +270,8 @@ class SampledStepPipeline(BoundedWorker[object]):
         # Past the deadline: the batch's records, handled or in a write that is stuck, are not written either.
         left = list(self._unwritten) if self._thread.is_alive() else []
         for item in queued:
-            if type(item) is tuple:
-                left.append(self._complete(item)[0])
+            if type(item) is SampledStep:
+                left.append(self._record(item))
         if left:
             _logger.warning(
                 "otel_mindformers: sampled steps did not drain within %.1f s; %d record(s) not written",

@@ -1,7 +1,7 @@
 """What a sampled window adds to its StepRecord, worked out on the pipeline's worker thread.
 
-The training thread hands over clock readings only (a `Window`: seven floats and the step
-count). Here they become the host-computed training values (step time, samples and tokens
+The training thread hands over its values and the window's clock readings only (a
+`SampledStep`, core/sampled_step.py). Here they become the host-computed training values (step time, samples and tokens
 per second, goodput, ETA, MFU, TFLOPS), the built-in phases (start-up, compile, data wait),
 and the run's time breakdown:
 
@@ -20,10 +20,10 @@ pipeline runs.
 from __future__ import annotations
 
 import statistics
-from typing import NamedTuple
 
 from otel_mindformers.config.extras import import_optional
 from otel_mindformers.core.clock import WallClock
+from otel_mindformers.core.sampled_step import SampledStep
 from otel_mindformers.core.step_record import PhaseInterval, StepRecord
 from otel_mindformers.names import phase_names
 from otel_mindformers.names import training as tm
@@ -55,20 +55,6 @@ def _run_origin(run_start_wall: float) -> float:
         return min(psutil.Process().create_time(), run_start_wall)
     except (psutil.Error, OSError):  # no process table: start-up is unknown, count from the run
         return run_start_wall
-
-
-class Window(NamedTuple):
-    """A sampled window's clock readings (`time.perf_counter()` seconds), taken on the
-    training thread: a tuple, so building one costs the hot path next to nothing."""
-
-    steps: int  # steps since the previous sample
-    elapsed: float  # seconds since the previous sample
-    previous_end: float  # the end of the sampled step's predecessor
-    step_begin: float  # the sampled step's begin
-    end: float  # its end
-    data_wait: float  # seconds between the window's steps, less the phases in them
-    phases: float  # seconds of the phases inside the window (evaluation, saves, user phases): not step time
-    breakdown_at: float  # train end for a last step sampled there (its breakdown's time), else 0: the step's end
 
 
 class StepAccounting:
@@ -108,7 +94,7 @@ class StepAccounting:
         self._ledger.add(phase, seconds)
         self._sections.phase(phase, seconds)
 
-    def complete(self, record: StepRecord, window: Window) -> None:
+    def complete(self, record: StepRecord, window: SampledStep) -> None:
         """Fill in the record's host-computed values, its phases and the time breakdown."""
         values = record.values
         steps, elapsed = window.steps, window.elapsed
@@ -139,7 +125,7 @@ class StepAccounting:
         self._efficiency.add(values, record.step, steps, training, samples, lambda: self._ledger.goodput(end_wall))
         record.time_breakdown = self._ledger.breakdown(end_wall)
 
-    def _phases(self, window: Window) -> list[PhaseInterval]:
+    def _phases(self, window: SampledStep) -> list[PhaseInterval]:
         begin, end, waited = window.step_begin, window.end, window.data_wait
         if self._first_step is None:
             self._first_step = (begin, end - begin)
@@ -195,4 +181,4 @@ class StepAccounting:
         return attributes
 
 
-__all__ = ["DATA_WAIT_SPAN_SECONDS", "STEADY_SAMPLES", "StepAccounting", "Window"]
+__all__ = ["DATA_WAIT_SPAN_SECONDS", "STEADY_SAMPLES", "StepAccounting"]

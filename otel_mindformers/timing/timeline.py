@@ -2,7 +2,7 @@
 
 The hot path touches two fields of the run's StepClock: the step-begin hook stores
 `step_begin` and adds the gap since the previous step's end to `data_wait` (a clock read and
-an addition). A sampled step takes both into its `Window` and zeroes `data_wait`
+an addition). A sampled step takes both into its `SampledStep` and zeroes `data_wait`
 (runtime/run.py `sample`); the
 pipeline's worker turns them into phases and the time ledger (accounting.py). Phases that end on the training thread
 (evaluation, checkpoint saves, user phases) are taken out of the data wait here (`_charged`)

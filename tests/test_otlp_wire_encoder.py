@@ -141,7 +141,7 @@ def _varied_log_records() -> list:
         provider.add_log_record_processor(SimpleLogRecordProcessor(kept))
         handler = LoggingHandler(logger_provider=provider)
         for name in ("mindformers", "ME"):
-            logger = logging.getLogger(f"test_otlp_in_place.{name}")
+            logger = logging.getLogger(f"test_otlp_wire_encoder.{name}")
             logger.propagate, logger.level = False, logging.DEBUG
             logger.addHandler(handler)
             try:
