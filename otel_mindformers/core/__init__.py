@@ -1,2 +1,3 @@
-"""The data every layer shares: `StepRecord` and what it records (recording.py), the run's clocks,
-the bounded background worker and the shutdown deadline."""
+"""The data every layer shares: `StepRecord` (step_record.py) and what it records
+(measurements.py), the training thread's hand-off (`SampledStep`), the run's clocks, the run
+parts' lifecycle (run_part.py), the bounded background worker and the shutdown deadline."""

@@ -223,7 +223,7 @@ def otlp_exporters(otlp: OtlpConfig):
 
         # The SDK's exporters sending span and log requests we write as wire bytes: a
         # thirtieth of the SDK encoders' CPU under the pure-Python protobuf MindSpore forces
-        # (otlp_in_place.py).
+        # (otlp_wire_encoder.py).
         from otel_mindformers.telemetry.otlp_wire_encoder import InPlaceOTLPLogExporter as OTLPLogExporter
         from otel_mindformers.telemetry.otlp_wire_encoder import InPlaceOTLPSpanExporter as OTLPSpanExporter
 
