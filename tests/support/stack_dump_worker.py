@@ -11,7 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from otel_mindformers.hangs import dumps, records
+from otel_mindformers.hangs import diagnosis_file as records
+from otel_mindformers.hangs import dumps
 from otel_mindformers.job.identity import Identity
 
 
