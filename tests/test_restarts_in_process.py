@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -336,3 +337,37 @@ def test_a_resume_after_a_kill_mid_line_appends_after_the_last_whole_line(workdi
     (series,) = json.loads(done.stdout)["series"]
     assert (series["records"], series["first_step"], series["last_step"]) == (19, 1, 20)
     assert [(gap["after"], gap["before"]) for gap in series["gaps"]] == [(9, 11)]
+
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_ledger_lock_held_by_a_frozen_process_costs_the_run_its_ledger_not_its_training(workdir, caplog):
+    """A previous attempt frozen while writing its ledger (SIGSTOP, a suspended job, a hung
+    NFS mount) holds the lock: the run waits a second, warns once and trains without the
+    ledger. The holder lets go after 120 s, so a run that waited for it would still end,
+    with a ledger entry: that, not the time, is what fails here."""
+    path = ledger_path(str(workdir / "output" / "train_metric.json"), 0)
+    path.parent.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(path) + ".lock", "120"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+            train([MonitorCallback(config(workdir))], epochs=1)
+        assert holder.poll() is None, "the lock holder let go before the run ended"
+    finally:
+        holder.kill()
+        holder.wait()
+    warnings = [r.getMessage() for r in caplog.records if "ledger" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "held by another process" in warnings[0] and str(path) + ".lock" in warnings[0]
+    assert not path.exists()
+    assert [line["step"] for line in lines(workdir)] == [1, 5, 10]
