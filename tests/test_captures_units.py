@@ -245,3 +245,83 @@ def test_report_json_gains_a_captures_key(tmp_path):
     body = json.loads(with_captures('{"series": []}', str(tmp_path), "json"))
     assert body["series"] == [] and [c["step"] for c in body["captures"]] == [1]
     assert "## Captures" in with_captures("# report\n", str(tmp_path), "markdown")
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"steps": "abc"}, "steps"),
+        ({"steps": -5}, "steps"),
+        ({"steps": 1_000_000}, "steps"),
+        ({"steps": True}, "steps"),
+        ({"ranks": 5}, "ranks"),
+        ({"ranks": ["0"]}, "ranks"),
+        ({"kinds": 5}, "kinds"),
+        ({"kinds": ["profile", "everything"]}, "kinds"),
+    ],
+)
+def test_a_request_with_a_mistyped_field_is_dropped_with_one_warning_naming_it(tmp_path, caplog, fields, named):
+    watcher = capture_store.RequestWatcher(tmp_path)
+    capture_store.write_json(tmp_path / names.CONTROL_FILE, {"id": "bad", **fields})
+    with caplog.at_level("WARNING", logger="otel_mindformers"):
+        assert watcher.poll() is None
+        assert watcher.poll() is None  # once: the same file is not read again
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert str(tmp_path / names.CONTROL_FILE) in warning and f"{named}:" in warning
+    capture_store.write_json(
+        tmp_path / names.CONTROL_FILE, {"id": "good", "steps": 3, "ranks": [0], "kinds": ["stacks"]}
+    )
+    assert watcher.poll()["id"] == "good"
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--steps", "1000000"], "--steps"),
+        (["--steps", "0"], "--steps"),
+        (["--steps", "x"], "--steps"),
+        (["--wait", "nan"], "--wait"),
+        (["--wait", "inf"], "--wait"),
+        (["--wait", "-1"], "--wait"),
+    ],
+)
+def test_capture_refuses_a_step_count_or_wait_out_of_bounds(tmp_path, capsys, argv, named):
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["capture", *argv, str(tmp_path)])
+    assert exited.value.code == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / names.CONTROL_FILE).exists()
+
+
+def test_capture_into_a_folder_no_run_made_says_so_and_writes_nothing(tmp_path, capsys):
+    typo = tmp_path / "outptu" / "captures"
+    assert cli_main(["capture", "--steps", "2", str(typo)]) == 1
+    assert f"{typo} does not exist" in capsys.readouterr().err
+    assert not typo.exists()
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [[], "x", {"time_stamp": "yesterday"}, {"time_stamp": 1e300}, {"kinds": [1, 2]}, {"rank": "0"}],
+    ids=["list", "string", "text-time", "huge-time", "int-kinds", "text-rank"],
+)
+def test_a_manifest_of_the_wrong_shape_is_listed_as_unreadable_beside_the_good_one(tmp_path, capsys, manifest):
+    good = tmp_path / "rank_0" / "20260101T000000-step00000001-on_demand"
+    bad = tmp_path / "rank_0" / "20260101T000001-step00000002-on_demand"
+    for folder in (good, bad):
+        folder.mkdir(parents=True)
+    capture_store.write_json(
+        good / names.MANIFEST_FILE,
+        {"rank": 0, "step": 1, "time_stamp": 1767225600.0, "kinds": ["stacks"], "status": "done"},
+    )
+    (bad / names.MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert cli_main(["capture", "--list", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "captures: 2" in out and str(good) in out
+    assert f"unreadable manifest: {bad / names.MANIFEST_FILE}" in out
+    assert cli_main(["capture", "--list", "--format", "json", str(tmp_path)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [m["status"] for m in listed] == ["unreadable", "done"] or [m["status"] for m in listed] == [
+        "done",
+        "unreadable",
+    ]

@@ -25,8 +25,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from otel_mindformers.config.limits import MAX_PROFILE_STEPS
 from otel_mindformers.core.bounded_read import read_small_file
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names import capture_names as names
+
+_logger = get_logger(__name__)
 
 TRACE_GLOB = f"{names.PROFILE_DIR}/*_ascend_ms/ASCEND_PROFILER_OUTPUT/trace_view.json"
 RAW_GLOB = f"{names.PROFILE_DIR}/*_ascend_ms"
@@ -115,6 +119,9 @@ def list_captures(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
             manifest = read_manifest(folder)
             if manifest is None:
                 continue
+            problem = manifest_problem(manifest)
+            if problem is not None:  # written by hand or by another tool: shown as such, never a crash
+                manifest = {"status": "unreadable", "problem": f"{folder / names.MANIFEST_FILE}: {problem}"}
             manifest["folder"] = str(folder)
             manifest["bytes"] = folder_bytes(folder)
             manifest["traces"] = [str(p) for p in traces(folder)]
@@ -124,6 +131,25 @@ def list_captures(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
             found.append(manifest)
     found.sort(key=lambda m: (m.get("time_stamp") or 0, m.get("rank") or 0))
     return found
+
+
+def manifest_problem(manifest: Any) -> str | None:
+    """What makes a manifest unusable for listing (None: nothing), naming the field."""
+    if not isinstance(manifest, dict):
+        return f"expected a JSON object, got {type(manifest).__name__}"
+    stamp = manifest.get("time_stamp")
+    if stamp is not None and (type(stamp) not in (int, float) or not 0 <= stamp < _LATEST_TIME_STAMP):
+        return f"time_stamp: expected Unix seconds, got {stamp!r}"
+    kinds = manifest.get("kinds")
+    if kinds is not None and (not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds)):
+        return f"kinds: expected a list of names, got {kinds!r}"
+    for key in ("rank", "step"):
+        if manifest.get(key) is not None and type(manifest[key]) is not int:
+            return f"{key}: expected a whole number, got {manifest[key]!r}"
+    return None
+
+
+_LATEST_TIME_STAMP = 1e11  # Unix seconds in the year 5138: past it, a time stamp is garbage
 
 
 # --- the on-demand request ---------------------------------------------------------------
@@ -177,7 +203,23 @@ class RequestWatcher:
         if request is None or request.get("id") in (None, self._seen_id):
             return None
         self._seen_id = request["id"]
+        problem = request_problem(request)
+        if problem is not None:  # a hand-written file: said once, never a failed step
+            _logger.warning("otel_mindformers: ignoring capture request %s: %s", self.path, problem)
+            return None
         return request
+
+
+def request_problem(request: dict[str, Any]) -> str | None:
+    """What is wrong with a request's fields (None: nothing), naming the field."""
+    steps, ranks, kinds = request.get("steps"), request.get("ranks"), request.get("kinds")
+    if steps is not None and (type(steps) is not int or not 1 <= steps <= MAX_PROFILE_STEPS):
+        return f"steps: expected a whole number from 1 to {MAX_PROFILE_STEPS}, got {steps!r}"
+    if ranks is not None and (not isinstance(ranks, list) or not all(type(r) is int and r >= 0 for r in ranks)):
+        return f"ranks: expected a list of ranks >= 0, got {ranks!r}"
+    if kinds is not None and (not isinstance(kinds, list) or not all(k in names.KINDS for k in kinds)):
+        return f"kinds: expected a list of {', '.join(names.KINDS)}, got {kinds!r}"
+    return None
 
 
 def wanted_by(request: dict[str, Any], rank: int) -> bool:

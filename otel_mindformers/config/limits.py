@@ -57,3 +57,7 @@ MINDFORMERS_NATIVE_KEYS = frozenset(
         "health_checkpoint",
     }
 )
+
+# The most steps one capture profiles (`alert_config.capture.profile_steps`, `capture --steps`,
+# an on-demand request's `steps`): a profile of the rest of a long job is a typo, not a wish.
+MAX_PROFILE_STEPS = 1000

@@ -34,6 +34,7 @@ from otel_mindformers.config.limits import (
     DEVICE_SOURCES,
     LOGS_QUEUE_SIZE,
     MAX_LOGS_QUEUE_SIZE,
+    MAX_PROFILE_STEPS,
     MINDFORMERS_NATIVE_KEYS,
     NOTIFIER_TYPES,
     OTLP_PROTOCOLS,
@@ -162,7 +163,7 @@ class CaptureConfig(_Section):
 
     rules: list[str] = _key(factory=list, check=_one_of((*capture_names.BUILTIN_RULES, capture_names.ALL_RULES)))
     kinds: list[str] = _key(factory=lambda: list(capture_names.KINDS), check=_one_of(capture_names.KINDS))
-    profile_steps: int = _key(default=5, check=_at_least(1, 1000))
+    profile_steps: int = _key(default=5, check=_at_least(1, MAX_PROFILE_STEPS))
     cooldown_steps: int = _key(default=200, check=_at_least(0))
     max_captures: int = _key(default=10, check=_at_least(1))
     max_bytes: int = _key(default=2_000_000_000, check=_at_least(0))

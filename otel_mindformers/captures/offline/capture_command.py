@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 from otel_mindformers.captures import store
 from otel_mindformers.config.extras import MATPLOTLIB_MODULES, is_installed, missing_package, needs_line
+from otel_mindformers.config.limits import MAX_PROFILE_STEPS
 from otel_mindformers.names import capture_names as names
 
 # The analysis MindSpore's offline_analyse cannot do on CPU (it wants profiler_info.json):
@@ -58,16 +60,29 @@ def add_command(commands: argparse._SubParsersAction) -> None:
         "--kinds", type=_kinds, default=list(names.KINDS), metavar="profile,stacks,batch", help="what to capture"
     )
     capture.add_argument(
-        "--wait", type=float, default=0.0, metavar="SECONDS", help="wait this long for the ranks to answer"
+        "--wait", type=_seconds, default=0.0, metavar="SECONDS", help="wait this long for the ranks to answer"
     )
     capture.add_argument("--format", choices=("text", "json"), default="text", help="for --list")
     capture.set_defaults(func=_capture)
 
 
 def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a step count >= 1, got {text}")
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of steps, got {text!r}") from None
+    if not 1 <= value <= MAX_PROFILE_STEPS:
+        raise argparse.ArgumentTypeError(f"expected a step count from 1 to {MAX_PROFILE_STEPS}, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
     return value
 
 
@@ -97,6 +112,13 @@ def _capture(args: argparse.Namespace) -> int:
         return _analyse(Path(args.dir))
     if args.plot:
         return _plot(args.dir, args.plot)
+    if not Path(args.dir).is_dir():
+        print(
+            f"error: {args.dir} does not exist: no run has written captures there "
+            "(it is the run's alert_config.capture.path, created when a run with captures starts)",
+            file=sys.stderr,
+        )
+        return 1
     request = store.write_request(args.dir, steps=args.steps, ranks=args.ranks, kinds=args.kinds)
     who = (
         "every rank"
@@ -211,7 +233,7 @@ def render_captures(captures: list[dict[str, Any]], fmt: str = "text") -> str:
     header = ("time (UTC)", "rank", "step", "trigger", "kinds", "profiled", "status", "size", "folder")
     rows = [
         (
-            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(m.get("time_stamp") or 0)),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(m["time_stamp"])) if m.get("time_stamp") else "-",
             str(m.get("rank")),
             str(m.get("step")),
             str(m.get("trigger")),
@@ -229,7 +251,8 @@ def render_captures(captures: list[dict[str, Any]], fmt: str = "text") -> str:
         return "\n## Captures\n\n" + "\n".join(lines) + "\n"
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in (header, *rows)]
-    return f"captures: {len(captures)}\n" + "\n".join(lines) + "\n"
+    problems = [f"unreadable manifest: {m['problem']}" for m in captures if m.get("problem")]
+    return f"captures: {len(captures)}\n" + "\n".join(lines + problems) + "\n"
 
 
 def with_captures(rendered: str, root: str, fmt: str) -> str:
