@@ -99,6 +99,9 @@ BAD_CONFIGS = [
     ({"alert_config": []}, "monitor_config.alert_config: expected a mapping"),
     ({"otlp": {"protocol": "udp"}}, "monitor_config.otlp.protocol: unknown value 'udp'"),
     ({"report_ranks": [-1]}, "monitor_config.report_ranks: expected 'all' or a list of ranks"),
+    ({"job_id": "   "}, "monitor_config.job_id: must name a job, got '   '"),
+    ({"job_id": "j" * 129}, "monitor_config.job_id: at most 128 characters, got 129"),
+    ({"job_id": "a\nb"}, "monitor_config.job_id: contains a control character: 'a\\nb'"),
     (
         {"custom_monitor_callback": "nomodule"},
         "monitor_config.custom_monitor_callback: expected 'module.ClassName', got 'nomodule'",

@@ -72,6 +72,21 @@ def _check_dotted_path(key: str, value: Any) -> None:
         raise ConfigError(f"{key}: expected 'module.ClassName', got {value!r}")
 
 
+# Job ids become file names, attribute values and log text: keep them short and printable.
+_MAX_JOB_ID_CHARS = 128
+
+
+def _check_job_id(key: str, value: Any) -> None:
+    if value is None:
+        return
+    if not value.strip():
+        raise ConfigError(f"{key}: must name a job, got {value!r}")
+    if len(value) > _MAX_JOB_ID_CHARS:
+        raise ConfigError(f"{key}: at most {_MAX_JOB_ID_CHARS} characters, got {len(value)}")
+    if not value.isprintable():
+        raise ConfigError(f"{key}: contains a control character: {value!r}")
+
+
 def _check_output_path(key: str, value: Any) -> None:
     """What can be told of a path without the file system (that is checked at run start)."""
     if not value.strip():

@@ -22,6 +22,7 @@ from otel_mindformers.config.checks import (
     _check_file_path,
     _check_headers,
     _check_host,
+    _check_job_id,
     _check_notifiers,
     _check_output_path,
     _check_report_ranks,
@@ -414,7 +415,7 @@ class MonitorConfig(_Section):
     shutdown_timeout: float = _key(default=5.0, check=_seconds(0.0))
     # The job this run is an attempt of (docs/restarts.md); unset: the launcher's job id
     # (MINDX_TASK_ID, SLURM_JOB_ID, TORCHELASTIC_RUN_ID, ...), else the ledger's.
-    job_id: Union[str, None] = _key(default=None)
+    job_id: Union[str, None] = _key(default=None, check=_check_job_id)
     restarts: RestartsConfig = _key(factory=RestartsConfig)
     # Which sampled steps get a span: true (all), false (none), or N (steps that are
     # multiples of N, plus the last and any with a NaN/Inf value).
