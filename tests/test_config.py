@@ -580,3 +580,22 @@ def test_logs_true_in_a_yaml_file(tmp_path):
     config = load_monitor_config(str(path))
     assert config.logs.enable is True
     assert config.alert_config.enable_alert is True and config.alert_config.loss_spike.enable is False
+
+
+def test_an_unquoted_number_as_job_id_is_the_job_named_by_it(tmp_path):
+    config_file = tmp_path / "train.yaml"
+    config_file.write_text("monitor_config:\n  enable: True\n  job_id: 12345\n")
+    assert load_monitor_config(str(config_file)).job_id == "12345"
+
+
+@pytest.mark.parametrize("value", ["job-1\nFindings\n  rank 7: holds the job back", "   ", "j" * 129])
+def test_a_launcher_job_id_unfit_to_name_a_job_is_ignored_with_one_warning(value, caplog):
+    from otel_mindformers.job import identity
+
+    identity._refused_variables.clear()
+    env = {"OTEL_MINDFORMERS_JOB_ID": value, "SLURM_JOB_ID": "4242"}
+    with caplog.at_level("WARNING", logger="otel_mindformers"):
+        assert identity.detect_identity(env).job_id == "4242"
+        assert identity.detect_identity(env).job_id == "4242"
+    (warning,) = [r.getMessage() for r in caplog.records if "job id" in r.getMessage()]
+    assert "OTEL_MINDFORMERS_JOB_ID" in warning and "\n" not in warning

@@ -76,15 +76,22 @@ def _check_dotted_path(key: str, value: Any) -> None:
 _MAX_JOB_ID_CHARS = 128
 
 
-def _check_job_id(key: str, value: Any) -> None:
-    if value is None:
-        return
+def job_id_problem(value: str) -> str | None:
+    """What makes `value` unfit to name a job (None: nothing); the config's and the
+    launcher variables' job ids alike (job/identity.py)."""
     if not value.strip():
-        raise ConfigError(f"{key}: must name a job, got {value!r}")
+        return f"must name a job, got {value!r}"
     if len(value) > _MAX_JOB_ID_CHARS:
-        raise ConfigError(f"{key}: at most {_MAX_JOB_ID_CHARS} characters, got {len(value)}")
+        return f"at most {_MAX_JOB_ID_CHARS} characters, got {len(value)}"
     if not value.isprintable():
-        raise ConfigError(f"{key}: contains a control character: {value!r}")
+        return f"contains a control character: {value[:_MAX_JOB_ID_CHARS]!r}"
+    return None
+
+
+def _check_job_id(key: str, value: Any) -> None:
+    problem = None if value is None else job_id_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{key}: {problem}")
 
 
 def _check_output_path(key: str, value: Any) -> None:

@@ -106,6 +106,8 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
     if tp is str:
         if isinstance(value, str):
             return _expand_variables(key, value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)  # an unquoted number in the YAML: a Slurm job id pasted as is
         raise ConfigError(f"{key}: expected a string, got {value!r}")
     return value
 

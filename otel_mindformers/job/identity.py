@@ -19,10 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import overload
 
+from otel_mindformers.config.checks import job_id_problem
+from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.layout import layout_attributes
 from otel_mindformers.job.versions import software_versions
 from otel_mindformers.names import job as job_names
 from otel_mindformers.names import semconv
+
+_logger = get_logger(__name__)
 
 # uuid5 namespace for service.instance.id: stable per (job, host, rank), unlike the SDK's
 # random default, so a restarted rank keeps its identity in the backend.
@@ -163,9 +167,19 @@ def _job_id(env: Mapping[str, str]) -> str | None:
         "VOLCANO_JOB_NAME",
         "JOB_ID",
     ):
-        if env.get(name):
-            return env[name]
+        value = env.get(name)
+        if not value:
+            continue
+        problem = job_id_problem(value)
+        if problem is None:
+            return value
+        if name not in _refused_variables:  # said once per process, then the next variable
+            _refused_variables.add(name)
+            _logger.warning("otel_mindformers: ignoring %s as the job id: %s", name, problem)
     return None
+
+
+_refused_variables: set[str] = set()
 
 
 # The launcher's restart counter, where it keeps one (0 on the first run): torchrun's, and
