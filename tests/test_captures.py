@@ -312,6 +312,7 @@ def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
 
 def test_a_wait_that_no_rank_answers_fails_naming_the_folder(tmp_path, capsys):
     folder = tmp_path / "no_job_here"
+    folder.mkdir()  # a run watched it once (a folder that never existed is refused at once)
     assert cli_main(["capture", "--kinds", "stacks", str(folder), "--wait", "0.3"]) == 1
     err = capsys.readouterr().err
     assert (

@@ -371,3 +371,16 @@ def test_a_ledger_lock_held_by_a_frozen_process_costs_the_run_its_ledger_not_its
     assert "held by another process" in warnings[0] and str(path) + ".lock" in warnings[0]
     assert not path.exists()
     assert [line["step"] for line in lines(workdir)] == [1, 5, 10]
+
+
+def test_a_fixed_job_id_run_again_from_step_0_says_it_joins_the_job(workdir, caplog):
+    """The documented rule (the same id: the same job) holds, and the run says what it means."""
+    train([MonitorCallback(config(workdir, job_id="llama-pretrain"))], epochs=1)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        train([MonitorCallback(config(workdir, job_id="llama-pretrain"))], epochs=1)
+    joined = [r.getMessage() for r in caplog.records if "joining job" in r.getMessage()]
+    assert joined == [
+        "otel_mindformers: joining job llama-pretrain as attempt 2 from step 0 (all 10 earlier steps count as "
+        "lost); give this run another job_id if it is a new experiment"
+    ]
+    assert [a["attempt"] for a in ledger(workdir)["attempts"]] == [1, 2]

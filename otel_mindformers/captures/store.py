@@ -178,6 +178,12 @@ class RequestWatcher:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.path = Path(root) / names.CONTROL_FILE
+        # The folder exists while a run watches it, so `otel-mindformers capture` can tell a
+        # path no run watches (a typo) from one whose runs took no capture yet.
+        try:
+            Path(root).mkdir(parents=True, exist_ok=True)
+        except OSError:  # an unwritable path is the capture's own warning, when it is taken
+            pass
         self._signature = self._stat()
         first = self._read() if self._signature is not None else None
         self._seen_id = first.get("id") if first else None

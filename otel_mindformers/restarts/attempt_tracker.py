@@ -160,6 +160,13 @@ class AttemptTracker:
             entry["attempt"] = max((int(a["attempt"]) for a in history), default=0) + 1
             data["attempts"] = history + [entry]
             write_ledger(path, data)
+        earlier_steps = max((int(a.get("last_step") or 0) for a in history), default=0)
+        if resume_step == 0 and earlier_steps:  # a fixed job id run again from scratch: most likely a new experiment
+            _logger.warning(
+                "otel_mindformers: joining job %s as attempt %d from step 0 (all %d earlier steps count as "
+                "lost); give this run another job_id if it is a new experiment",
+                data["job_id"], entry["attempt"], earlier_steps,
+            )  # fmt: skip
         tracker = cls(path, data["job_id"], entry, history, clock, wall_clock, heartbeat_interval)
         tracker._thread.start()
         return tracker
