@@ -384,3 +384,12 @@ def test_a_fixed_job_id_run_again_from_step_0_says_it_joins_the_job(workdir, cap
         "lost); give this run another job_id if it is a new experiment"
     ]
     assert [a["attempt"] for a in ledger(workdir)["attempts"]] == [1, 2]
+
+
+def test_a_ledger_path_that_is_a_folder_is_one_warning(workdir, caplog):
+    ledger_path(str(workdir / "output" / "train_metric.json"), 0).mkdir(parents=True)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        train([MonitorCallback(config(workdir))], epochs=1)
+    about = [r.getMessage() for r in caplog.records if "ledger" in r.getMessage()]
+    assert len(about) == 1 and "Is a directory" in about[0], about
+    assert [line["step"] for line in lines(workdir)] == [1, 5, 10]

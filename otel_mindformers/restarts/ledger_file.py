@@ -65,13 +65,16 @@ def _valid(data: Any) -> bool:
 
 def read_ledger(path: Path, *, repair: bool = True) -> dict[str, Any] | None:
     """The ledger at `path`, or None when there is none or it is unreadable (one warning;
-    with `repair`, the bad file is kept aside as `*.corrupt` so a fresh ledger can start)."""
+    with `repair`, the bad file is kept aside as `*.corrupt` so a fresh ledger can start,
+    and a path that cannot be read at all, a folder say, raises its OSError)."""
     try:
         text = read_small_file(path, MAX_LEDGER_BYTES)  # None: too large, or a FIFO: not ours
     except FileNotFoundError:
         return None
     except OSError as exc:
-        _warn_once(path, "cannot read the job ledger %s (%s); starting a fresh one", path, exc.strerror)
+        if repair:  # a writer: a path it cannot read it cannot write either, and says so once itself
+            raise
+        _warn_once(path, "cannot read the job ledger %s (%s); left out", path, exc.strerror)
         return None
     try:
         data = json.loads(text) if text is not None else None
