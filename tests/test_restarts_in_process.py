@@ -393,3 +393,21 @@ def test_a_ledger_path_that_is_a_folder_is_one_warning(workdir, caplog):
     about = [r.getMessage() for r in caplog.records if "ledger" in r.getMessage()]
     assert len(about) == 1 and "Is a directory" in about[0], about
     assert [line["step"] for line in lines(workdir)] == [1, 5, 10]
+
+
+def test_a_crashed_multi_rank_attempt_gives_the_reason_of_the_rank_that_crashed(workdir, monkeypatch):
+    """Two ranks of one attempt (one process after the other, as msrun's would be): rank 0
+    ends, rank 1 raises. The job's attempt is crashed, with rank 1's reason, named."""
+    monkeypatch.setenv("RANK_SIZE", "2")
+    for rank, callbacks in ((0, []), (1, [CrashAt(5)])):
+        monkeypatch.setenv("RANK_ID", str(rank))
+        try:
+            train([MonitorCallback(config(workdir, job_id="two-ranks")), *callbacks], epochs=1)
+        except RuntimeError:
+            assert rank == 1
+    report = job_report([workdir / "output"])
+    (attempt,) = report["attempts"]
+    assert attempt["ranks"] == [0, 1]
+    assert attempt["outcome"] == "crashed"
+    assert attempt["reason"] == "on rank 1: RuntimeError: injected crash at step 5"
+    assert "crashed (on rank 1: RuntimeError: injected crash at step 5)" in render_job(report)

@@ -127,6 +127,11 @@ def _job_of(ledger: Path) -> str | None:
     return None if data is None else data["job_id"]
 
 
+def _inferred(reason: str | None) -> bool:
+    """A reason the ledger wrote for an attempt that left no end record of its own."""
+    return not reason or reason.startswith("no end record")
+
+
 def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     by_attempt: dict[int, list[tuple[int, dict[str, Any]]]] = {}
     for rank, rows in rank_rows.items():
@@ -137,7 +142,15 @@ def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
         ranked = sorted(by_attempt[attempt], key=lambda item: item[0])
         first = dict(ranked[0][1])
         first["ranks"] = [rank for rank, _ in ranked]
-        first["outcome"] = max((row["outcome"] for _, row in ranked), key=lambda o: _SEVERITY.get(o, 0))
+        # The worst outcome, with the reason of the rank it happened on: the rank that raised,
+        # not one that msrun tore down after it (whose reason is only inferred).
+        worst_rank, worst = max(
+            ranked, key=lambda item: (_SEVERITY.get(item[1]["outcome"], 0), not _inferred(item[1].get("reason")))
+        )
+        first["outcome"] = worst["outcome"]
+        first["reason"] = worst.get("reason")
+        if len(ranked) > 1 and worst.get("reason") and not _inferred(worst.get("reason")):
+            first["reason"] = f"on rank {worst_rank}: {worst['reason']}"
         first["lost_steps"] = max(row["lost_steps"] for _, row in ranked)
         first["start"] = min(row["start"] for _, row in ranked)
         first["end"] = max(row["end"] for _, row in ranked)
