@@ -85,7 +85,10 @@ def test_a_second_run_reports_only_itself_while_it_runs_and_at_its_end(workdir, 
     train([capture.callback(config(workdir)), second], steps=12)
     second_end = observed(capture.reader.batches[-1])
     for points, step in ((second.points, 7), (second_end, 12)):
-        assert set(per_run(points)) >= set(HEARTBEAT + JOB) and any(name in points for name in DEVICES)
+        # Rank 0's first attempt has timed no steps by step 7 (its heartbeat writes every 5 s):
+        # no job goodput yet, rather than 0.0.
+        expected = set(HEARTBEAT + JOB) - ({job.JOB_GOODPUT.name} if step == 7 else set())
+        assert set(per_run(points)) >= expected and any(name in points for name in DEVICES)
         assert ranks(points) == {0}, f"a point of run 1 at step {step}: {per_run(points)}"
         assert points[diagnosis.PROGRESS_STEP.name] == [(step, {semconv.ATTR_RANK: 0})]
         ((stamp, _),) = points[diagnosis.PROGRESS_LAST_STEP_TIME.name]
@@ -231,3 +234,35 @@ def test_zero_code_second_run_exports_its_own_heartbeat(workdir, otlp_receiver):
     # After both runs ended the SDK still exports (the step counters), but no run's gauges.
     after = {p.metric for p in otlp_receiver.points() if p.time_unix_nano > ended}
     assert after and not after & set(HEARTBEAT + JOB), after
+
+
+class GoodputAt(Callback):
+    """The job goodput gauge's points at step 1, and at `later` once the heartbeat has
+    written a timeline with timed steps (the gauge reads the tracker's last write)."""
+
+    def __init__(self, reader, later: int) -> None:
+        self.reader, self.later, self.first, self.then = reader, later, None, None
+
+    def on_train_step_end(self, run_context):
+        step = run_context.original_args().cur_step_num
+        if step == 1:
+            self.first = observed(self.reader.collect_now())
+        elif step == self.later:
+
+            def measured() -> bool:
+                self.then = observed(self.reader.collect_now()).get(job.JOB_GOODPUT.name)
+                return bool(self.then)
+
+            wait_until(measured, "a job goodput point", timeout=60)
+
+
+def test_the_job_goodput_gauge_reports_nothing_until_it_was_measured(workdir):
+    """Before the attempt has timed two steps it has no productive time to divide: the gauge
+    says nothing rather than 0.0 (a dip to 0 on every dashboard, a min over ranks of 0)."""
+    capture = Capture()
+    seen = GoodputAt(capture.reader, 6)
+    train([capture.callback(config(workdir, interval=1, restarts={"heartbeat_interval": 0.1})), seen], steps=8)
+    assert job.JOB_GOODPUT.name not in seen.first
+    assert job.JOB_ATTEMPT.name in seen.first  # the job's gauges are up, goodput among them
+    ((value, _),) = seen.then
+    assert 0 < value <= 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -411,3 +412,30 @@ def test_a_crashed_multi_rank_attempt_gives_the_reason_of_the_rank_that_crashed(
     assert attempt["outcome"] == "crashed"
     assert attempt["reason"] == "on rank 1: RuntimeError: injected crash at step 5"
     assert "crashed (on rank 1: RuntimeError: injected crash at step 5)" in render_job(report)
+
+
+TIME_FIELDS = ("process_start", "train_begin", "last_step_time", "last_heartbeat", "durable_time", "end",
+               "first_step_begin", "first_step_end")  # fmt: skip
+
+
+def test_a_clock_set_back_between_attempts_gives_no_negative_time_and_keeps_goodput(workdir, caplog):
+    """Attempt 2 runs on a node whose clock is an hour behind attempt 1's: as if attempt 1's
+    recorded times were an hour later. Nothing negative, goodput kept, and it is said."""
+    train([MonitorCallback(config(workdir, job_id="skewed"))], epochs=1)
+    data = ledger(workdir)
+    for field in TIME_FIELDS:
+        if data["attempts"][0].get(field) is not None:
+            data["attempts"][0][field] += 3600.0
+    path = ledger_path(str(workdir / "output" / "train_metric.json"), 0)
+    path.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        train([MonitorCallback(config(workdir, job_id="skewed"))], epochs=1)
+    assert any("the clock was set back" in r.getMessage() for r in caplog.records)
+    assert "goodput" in lines(workdir)[-1]["job"]
+    report = job_report([workdir / "output"])
+    totals = report["totals"]
+    assert totals["wall_seconds"] > 0 and totals["downtime_seconds"] >= 0 and totals["goodput"] is not None
+    assert totals["clock_set_back_seconds"] > 3000
+    assert all((row["downtime"] or {}).get("total", 0) >= 0 for row in report["attempts"])
+    text = render_job(report)
+    assert "clock set back" in text and not re.search(r"(?<![\w.])-\d", text), text

@@ -98,11 +98,18 @@ def no_progress_streak(entries: list[dict[str, Any]]) -> int:
     return streak
 
 
+# A process start is read to ~10 ms (restarts/run_attempt.py `_process_start`): less than this
+# before the previous attempt's end is rounding, not a clock set back.
+_CLOCK_SLACK_SECONDS = 1.0
+
+
 def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_attempt_id: str | None = None) -> dict:
     """The attempts of one rank's ledger, in order, with the job's totals (JSON-ready)."""
     entries = sorted(entries, key=lambda e: int(e.get("attempt") or 0))
     rows: list[dict[str, Any]] = []
     totals = dict.fromkeys([names.PRODUCTIVE, *names.BADPUT_CATEGORIES], 0.0)
+    measured = False  # some attempt timed its steps: before that, goodput is not known, not 0
+    clock_set_back = 0.0
     for index, entry in enumerate(entries):
         following = entries[index + 1] if index + 1 < len(entries) else None
         live = entry.get("attempt_id") == live_attempt_id
@@ -125,6 +132,7 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
         last_time = _f(entry, "last_step_time") or first_end
         other = max(0.0, end - last_time) if last_time is not None else 0.0
         productive = max(0.0, span - save - data - lost_seconds)
+        measured = measured or span > 0
         seconds = {
             names.PRODUCTIVE: productive,
             "startup": startup,
@@ -154,8 +162,12 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
         if rows:
             previous = rows[-1]
             down = max(0.0, start - previous["end"])
+            # A process that starts before its predecessor's last heartbeat: a clock set back
+            # between attempts (an NTP step, another node). Durations are then taken within
+            # each attempt, and the downtime is at least 0.
+            clock_set_back = max(clock_set_back, previous["end"] - start - _CLOCK_SLACK_SECONDS)
             row["downtime"] = {
-                "total": ((first_end if first_end is not None else end) - previous["end"]),
+                "total": max(0.0, (first_end if first_end is not None else end) - previous["end"]),
                 "no_process": down,
                 "startup": startup,
                 "checkpoint_load": seconds["checkpoint_load"],
@@ -165,8 +177,10 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
         for key, value in seconds.items():
             totals[key] += value
         rows.append(row)
-    wall = (rows[-1]["end"] - rows[0]["start"]) if rows else 0.0
-    goodput = totals[names.PRODUCTIVE] / wall if wall > 0 else None
+    # The last end less the first start, as the attempts and the gaps between them add up
+    # (equal to it unless a clock was set back between attempts).
+    wall = sum(max(0.0, r["end"] - r["start"]) for r in rows) + totals["no_process"]
+    goodput = totals[names.PRODUCTIVE] / wall if wall > 0 and measured else None
     return {
         "attempts": rows,
         "totals": {
@@ -178,6 +192,7 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
             "lost_steps": sum(r["lost_steps"] for r in rows),
             "downtime_seconds": sum((r["downtime"] or {}).get("total", 0.0) for r in rows),
             "furthest_step": max((r["last_step"] for r in rows), default=0),
+            "clock_set_back_seconds": clock_set_back if clock_set_back > 0 else None,
             "no_progress_attempts": no_progress_streak(entries),
         },
     }

@@ -252,6 +252,11 @@ def _totals_lines(job: dict[str, Any]) -> list[str]:
         f"{totals['lost_steps']} steps lost, {_duration(totals['downtime_seconds'])} of downtime",
     ]
     lines += [f"    {key:<16} {seconds:>10}  {share:>6}  {kind}" for key, seconds, share, kind in _categories(totals)]
+    if totals.get("clock_set_back_seconds"):
+        lines.append(
+            f"  clock set back: an attempt began {_duration(totals['clock_set_back_seconds'])} before the one "
+            "before it ended; durations are taken within each attempt and downtime counts from 0"
+        )
     if totals["no_progress_attempts"] > 1:
         lines.append(
             f"  no progress: the last {totals['no_progress_attempts']} attempts ended without passing step "
