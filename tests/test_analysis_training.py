@@ -79,7 +79,7 @@ def test_report_of_the_real_run(run):
     assert rank1["first_loss"] is None
     assert rank0["gaps"] == [] and rank0["restarts"] == [] and rank0["stride"] == 2
     assert all(s["step_time_median_ms"] > 0 for s in report["series"])
-    assert report["slowest"] in ("rank 0", "rank 1")
+    assert report["step_time_view"]["slowest"] in ("rank 0", "rank 1")
     text = cli("report", str(run)).stdout
     assert f"rank 0: non-finite values at steps {NAN_STEP}" in text
 

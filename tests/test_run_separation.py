@@ -104,7 +104,8 @@ def test_report_of_the_folder_reads_its_latest_run_and_names_the_earlier_one(wor
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert [(s["label"], s["last_step"]) for s in report["series"]] == [("rank 0", 8)]
-    assert report["stragglers"] == [] and report["slowest"] is None, "one run: nothing to compare"
+    view = report["step_time_view"]
+    assert view["stragglers"] == [] and view["slowest"] is None and report["holds_back"] is None, "one run"
     (note,) = done.stderr.strip().splitlines()
     assert f"left out the logs of 1 earlier run(s) set aside there ({stamp})" in note
 

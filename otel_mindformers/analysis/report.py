@@ -9,6 +9,7 @@ from array import array
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from otel_mindformers.analysis.logs import Location, Series, StepPoint, scan_logs
 from otel_mindformers.analysis.top_norms import Peak, TopNorms
@@ -411,10 +412,29 @@ def _mean_of(values) -> float | None:
 
 def render(report: Report, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(_json_safe(asdict(report)), indent=2)
+        return json.dumps(_json_safe(_json_body(report)), indent=2)
     if fmt == "markdown":
         return _markdown(report)
     return _text(report)
+
+
+# What the step-time view in the JSON report means (docs/analysis.md#report).
+STEP_TIME_VIEW = (
+    "series whose own step time is over the median by more than straggler_threshold; in a "
+    "synchronous job the ranks move in step, so it names no rank: read holds_back"
+)
+
+
+def _json_body(report: Report) -> dict[str, Any]:
+    """The report as JSON, with one verdict: `holds_back` names the series that holds the
+    job back, from the sections (bottleneck) where they name one, else from step times.
+    The step-time view (`stragglers`, `slowest`) sits under `step_time_view`, labelled."""
+    body = asdict(report)
+    stragglers, slowest = body.pop("stragglers"), body.pop("slowest")
+    named = report.bottleneck.bottleneck if report.bottleneck is not None else None
+    body["holds_back"] = named.label if named is not None else (stragglers[0] if stragglers else None)
+    body["step_time_view"] = {"stragglers": stragglers, "slowest": slowest, "meaning": STEP_TIME_VIEW}
+    return body
 
 
 def _json_safe(value):
