@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers.names import training as tm
+from tests.support.cli import cli
 from tests.support.reliability_worker import finish, spawn
 
 pytestmark = pytest.mark.slow
@@ -62,3 +63,19 @@ def test_every_listed_rank_reports(tmp_path):
     for rank, (lines, stdout) in results.items():
         assert all(line.keys() >= TRAINING_VALUES for line in lines), rank
         assert f"[otel_mindformers] rank {rank}" in stdout
+
+
+def test_report_says_when_a_ranks_log_is_missing(tmp_path):
+    """Every line of a multi-rank job says how many ranks it has: a copy of the folder
+    without rank 1's log is reported as 1 of 2 ranks, not as a 1-rank job."""
+    results = _run_job(tmp_path, [0])
+    assert all(line["world_size"] == RANKS for lines, _ in results.values() for line in lines)
+    (tmp_path / "logs" / "train_metric_rank_1.json").unlink()
+    done = cli("report", str(tmp_path / "logs"))
+    assert done.returncode == 0, done.stderr
+    assert "logs of 1 of 2 ranks (none for rank 1); cannot compare ranks" in done.stdout
+    whole = tmp_path / "whole"
+    (whole).mkdir()
+    for rank, (lines, _) in results.items():
+        (whole / f"train_metric_rank_{rank}.json").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert "cannot compare ranks" not in cli("report", str(whole)).stdout

@@ -46,7 +46,7 @@ GLOB_CHARS = frozenset("*?[")
 _OWN_KEYS = frozenset({"time_stamp", "step", "epoch", "rank"})
 # Spellings other writers use for our metrics (the monitor_config article's custom monitor writes "lr").
 _ALIASES = {"lr": tm.LEARNING_RATE}
-_NOT_VALUES = frozenset({"time_stamp", "step", "epoch", "rank", "nonfinite", "alert", "alerts"})
+_NOT_VALUES = frozenset({"time_stamp", "step", "epoch", "rank", "world_size", "nonfinite", "alert", "alerts"})
 
 
 class AnalysisError(ValueError):
@@ -85,6 +85,8 @@ class StepPoint:
     sections: dict[str, float] | None = None
     # The line's job id and attempt number (its `job` object, restarts/attempt_tracker.py), when it has them.
     job: tuple[str, int] | None = None
+    # The job's rank count, when the line says (`world_size`, written by multi-rank jobs).
+    world_size: int | None = None
 
     def value(self, name: str) -> float:
         return self.values.get(name, math.nan)
@@ -529,6 +531,7 @@ def _point(data: dict, location: Location) -> StepPoint:
         time=_seconds_by_phase(data.get("time")),
         sections=_finite_numbers(data.get("sections")),
         job=_job_attempt(data.get("job")),
+        world_size=_int_or_none(data.get("world_size")),
     )
 
 

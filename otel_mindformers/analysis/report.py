@@ -114,6 +114,7 @@ class SeriesSummary:
     top_parameters: list[Peak] = field(default_factory=list)
     time: TimeBreakdown | None = None
     attempts: list[LoggedAttempt] = field(default_factory=list)
+    world_size: int = 1  # the job's ranks, as its lines say
 
 
 @dataclass
@@ -221,6 +222,7 @@ class SeriesStats:
 
     def __init__(self) -> None:
         self.records = 0
+        self.world_size = 1  # the most ranks a line of the series says the job has
         self.first_step: int | None = None
         self.first_stamp: float | None = None
         self.last_stamp: float | None = None
@@ -249,6 +251,8 @@ class SeriesStats:
         self._attempts: dict[tuple[str, int], list] = {}  # (job id, attempt) -> [last step, its time]
 
     def add(self, point: StepPoint) -> None:
+        if point.world_size is not None and point.world_size > self.world_size:
+            self.world_size = point.world_size
         stamp = point.time_stamp
         if point.job is not None:
             seen = self._attempts.get(point.job)
@@ -394,6 +398,7 @@ class SeriesStats:
             top_layers=self.top.layers(),
             top_parameters=self.top.parameters(),
             time=self.time_breakdown(),
+            world_size=self.world_size,
             attempts=[LoggedAttempt(job, attempt, *seen) for (job, attempt), seen in self._attempts.items()],
         )
 
@@ -586,8 +591,22 @@ def _largest_loss(report: Report) -> str | None:
     )
 
 
+def _missing_ranks(report: Report) -> str | None:
+    """ "logs of 1 of 2 ranks" when the lines say the job had more ranks than there are logs."""
+    world = max((s.world_size for s in report.series), default=1)
+    ranks = {s.rank for s in report.series if s.rank is not None}
+    if world <= len(ranks):
+        return None
+    missing = sorted(set(range(world)) - ranks)
+    shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+    return (
+        f"logs of {len(ranks)} of {world} ranks (none for rank {shown}); cannot compare ranks: "
+        "the straggler verdict and the job's totals are of these ranks only"
+    )
+
+
 def _findings(report: Report) -> list[str]:
-    lines = []
+    lines = [missing] if (missing := _missing_ranks(report)) else []
     for s in report.series:
         if s.nonfinite_steps:
             lines.append(f"{s.label}: non-finite values at steps {_steps_list(s.nonfinite_steps)}")

@@ -106,10 +106,16 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
     if tp is str:
         if isinstance(value, str):
             return _expand_variables(key, value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)  # an unquoted number in the YAML: a Slurm job id pasted as is
+        if isinstance(value, int) and not isinstance(value, bool) and key.rsplit(".", 1)[-1] in _NUMBERS_AS_TEXT:
+            return str(value)
         raise ConfigError(f"{key}: expected a string, got {value!r}")
     return value
+
+
+# Keys whose value may be written as an unquoted number and is meant as text: a Slurm or
+# Volcano job id pasted into the YAML as is. Elsewhere a number where text belongs is a
+# mistake worth an error (a secret, a path).
+_NUMBERS_AS_TEXT = frozenset({"job_id"})
 
 
 def _expand_variables(key: str, value: str) -> str:

@@ -93,6 +93,8 @@ class StepRecord:
     model_state: ModelStateReading | None = None
     # The job this run is an attempt of: id, attempt number, job goodput (restarts/attempt_tracker.py).
     job: dict[str, object] | None = None
+    # How many ranks the job has: written when more than one, so a report can tell a missing log.
+    world_size: int = 1
 
     def ordered_values(self) -> list[tuple[str, float | bool]]:
         """Values in the table's order (loss first), for lines people read."""
@@ -112,6 +114,8 @@ class StepRecord:
             "epoch": self.epoch,
             "rank": self.rank,
         }
+        if self.world_size > 1:
+            line["world_size"] = self.world_size
         bad = self.nonfinite()
         for name, value in self.ordered_values():
             line[name] = None if name in bad else value

@@ -103,6 +103,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._captures = ctx.captures
         self._sections = sections  # RankSections (stragglers/rank_signal.py) or None
         self._rank = ctx.identity.rank
+        self._world_size = ctx.identity.world_size
         self._wall = ctx.wall_clock.wall
         self._epoch_steps = int(ctx.cb_params.get("batch_num") or 0)
         self.record_hooks: list[Callable[[StepRecord], None]] = []
@@ -157,6 +158,7 @@ class SampledStepPipeline(BoundedWorker[object]):
             is_last=sampled.is_last,
             started_at=wall(sampled.previous_end),
             model_state=sampled.model_state or None,
+            world_size=self._world_size,
         )
 
     def _epoch_of_step(self, step: int) -> int:
