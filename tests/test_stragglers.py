@@ -157,7 +157,7 @@ def test_each_episode_is_counted_and_the_training_log_warns_once(world_size, cap
     assert len(signal_logs(capture)) == 3
     assert capture.points()[SIGNALS][0].value == 3
     (warning,) = [r.getMessage() for r in caplog.records if "waited between steps" in r.getMessage()]
-    who = "rank 1 holds the job back" if world_size > 1 else "training is input-bound"
+    who = "rank 1 is input-bound" if world_size > 1 else "training is input-bound"
     assert warning.startswith(f"otel_mindformers: {who}: it waited between steps (for its data, or for callbacks) 50%")
     assert SIGNALS in warning  # where the later episodes went
 

@@ -119,7 +119,11 @@ class RankSections:
             )
             self._signal(
                 counter, record, span, names.SECTION_DATA_WAIT, names.SCORE_RELATIVE, {names.ATTR_SHARE: share},
-                f"rank {self._identity.rank} holds the job back: {waited}; the other ranks wait for it inside their step"
+                # A rank sees only its own clocks: when every rank waits for slow shared storage,
+                # whichever falls behind shows the wait. So it says what it knows, and where the
+                # comparison is made (`report` over every rank's sections).
+                f"rank {self._identity.rank} is input-bound: {waited}; if the other ranks' data wait is small "
+                "(they wait for it inside their step), it holds the job back: `otel-mindformers report` compares the ranks"
                 if self._identity.distributed  # one process has no job to hold back: it is input-bound
                 else f"training is input-bound: {waited}; the data pipeline or a slow callback, not the step, sets the pace",
             )  # fmt: skip
