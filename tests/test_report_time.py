@@ -120,8 +120,9 @@ def test_report_text_and_markdown_tables_say_which_rank_lost_how_much_to_what(jo
     title = "Where the time went per series (seconds lost by phase, share of wall time)"
     text_rows = text.split(title)[1].splitlines()
     header = text_rows[1].split()
-    assert header[:4] == ["series", "wall", "s", "goodput"]
-    assert {"startup", "checkpoint.load", "data_wait", "evaluation", "checkpoint.save"} <= set(header[4:])
+    assert header[:5] == ["series", "wall", "s", "own", "goodput"]
+    assert {"startup", "checkpoint.load", "data_wait", "evaluation", "checkpoint.save"} <= set(header[5:])
+    assert "own goodput: each series' time in its steps over its own wall time" in text
     worst = max(
         (seconds, series["label"], phase)
         for series in report["series"]

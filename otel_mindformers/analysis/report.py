@@ -560,7 +560,7 @@ def _time_table(report: Report) -> tuple[tuple[str, ...], list[tuple[str, ...]]]
     if not timed:
         return None
     phases = [p for p in (*BUILT_IN_PHASES, OTHER_PHASES) if any(p in time.lost_s for _, time in timed)]
-    header = ("series", "wall s", "goodput", *phases)
+    header = ("series", "wall s", "own goodput", *phases)
     rows = [
         (
             label,
@@ -571,6 +571,18 @@ def _time_table(report: Report) -> tuple[tuple[str, ...], list[tuple[str, ...]]]
         for label, time in timed
     ]
     return header, rows
+
+
+def _own_goodput_note(report: Report) -> str:
+    """What the per-series goodput is, beside the job's, so the two tables agree at a glance."""
+    note = (
+        "own goodput: each series' time in its steps over its own wall time; a rank that waits "
+        "for another inside its step counts that wait as its own"
+    )
+    verdict = report.bottleneck
+    if verdict is not None and verdict.job_goodput is not None and verdict.ranks > 1:
+        note += f"; the job's useful share across ranks: {verdict.job_goodput:.3f} (below)"
+    return note
 
 
 def _seconds_and_share(seconds: float, share: float | None) -> str:
@@ -646,7 +658,7 @@ def _text(report: Report) -> str:
     time_table = _time_table(report)
     if time_table:
         header, rows = time_table
-        out += ["", _TIME_TITLE, *_aligned([header, *rows])]
+        out += ["", _TIME_TITLE, *_aligned([header, *rows]), "  " + _own_goodput_note(report)]
         largest = _largest_loss(report)
         if largest:  # none when no series lost time to any phase
             out.append("  " + largest)
@@ -699,6 +711,7 @@ def _markdown(report: Report) -> str:
         header, rows = time_table
         out += ["", f"## {_TIME_TITLE}", "", "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
         out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
+        out += ["", _md(_own_goodput_note(report))]
         largest = _largest_loss(report)
         if largest:  # none when no series lost time to any phase
             out += ["", largest]
