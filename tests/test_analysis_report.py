@@ -142,3 +142,28 @@ def test_a_rule_a_step_line_names_is_said_once(tmp_path):
     )
     text = render(build_report(read_logs([log])), "text")
     assert "alert, step 2: overflow_streak\n" in text, text
+
+
+def test_resumes_and_a_killed_attempts_unrecorded_steps_are_explained_by_the_jobs_attempts(tmp_path):
+    """Attempt 1 ran 1..25 (killed at 25, resumed from 20); attempt 2 logged up to 29 and was
+    killed at 35 before steps 30..35 reached the log (resumed from 30); attempt 3 ran 31..40."""
+    steps = [*range(1, 26), *range(21, 30), *range(31, 41)]
+    log = tmp_path / "train_metric.json"
+    log.write_text(
+        "".join(json.dumps({"step": s, "time_stamp": 1.0e9 + i, "loss": 1.0}) + "\n" for i, s in enumerate(steps))
+    )
+    attempts = [
+        {"attempt": 1, "resume_step": 0, "last_step": 25, "outcome": "killed"},
+        {"attempt": 2, "resume_step": 20, "last_step": 35, "outcome": "killed"},
+        {"attempt": 3, "resume_step": 30, "last_step": 40, "outcome": "completed"},
+    ]
+    report = build_report(read_logs([log]))
+    without = render(report, "text").split("Findings")[1]
+    assert (
+        "restart, step went from 25 back to 21" in without and "gap, no record between step 29 and step 31" in without
+    )
+    report.attempts = attempts
+    findings = render(report, "text").split("Findings")[1]
+    assert "restart, step went from" not in findings and "gap, no record" not in findings
+    assert "train_metric: steps 30–35 of attempt 2 were not recorded; the process was killed" in findings
+    assert "attempts" not in json.loads(render(report, "json"))

@@ -205,6 +205,8 @@ def test_report_and_plot_show_the_attempts(job, tmp_path):
     text = _cli("report", str(job["output"]), cwd=job["workdir"]).stdout
     assert f"job {job['ledger']['job_id']}: 3 attempts, 1 rank(s)" in text
     assert "killed     1..25   5" in text and "completed  31..50  0" in text
+    findings = text.split("Findings")[1].split("job ")[0]
+    assert "restart, step went from" not in findings, "the ledger explains both resumes"
     image = tmp_path / "attempts.png"
     result = _cli("plot", "--attempts", str(job["output"]), "-o", str(image), cwd=job["workdir"])
     assert result.returncode == 0, result.stderr

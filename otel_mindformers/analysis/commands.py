@@ -172,11 +172,14 @@ def _plot_attempts(args: argparse.Namespace) -> int:
 @_one_line_errors
 def _report(args: argparse.Namespace) -> int:
     from otel_mindformers.analysis.report import render, report_logs
-    from otel_mindformers.restarts.offline.attempts_report import with_job
+    from otel_mindformers.restarts.offline.attempts_report import job_report, with_job
 
     report = report_logs(args.logs, args.straggler_threshold)
     _note_damaged_tails(location for summary in report.series for location in summary.damaged_tails)
-    text = with_job(render(report, args.format), args.logs, args.format, report.series)
+    job = job_report(args.logs, logged=report.series)
+    if job is not None:
+        report.attempts = job["attempts"]
+    text = with_job(render(report, args.format), job, args.format)
     if getattr(args, "captures", None):
         from otel_mindformers.captures.offline.capture_command import with_captures
 

@@ -139,6 +139,9 @@ class Report:
     slowest: str | None = None
     # Which rank held the job back, and at what (stragglers/offline/verdict.py).
     bottleneck: Verdict | None = None
+    # The job's attempts from its ledgers (restarts/offline/attempts_report.py), when the
+    # caller read them: a resume or a killed attempt they explain is not a finding.
+    attempts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def build_report(series: list[Series], straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD) -> Report:
@@ -436,6 +439,7 @@ def _json_body(report: Report) -> dict[str, Any]:
     The step-time view (`stragglers`, `slowest`) sits under `step_time_view`, labelled."""
     body = asdict(report)
     stragglers, slowest = body.pop("stragglers"), body.pop("slowest")
+    body.pop("attempts")  # the JSON's "job" holds them
     named = report.bottleneck.bottleneck if report.bottleneck is not None else None
     body["holds_back"] = named.label if named is not None else (stragglers[0] if stragglers else None)
     body["step_time_view"] = {"stragglers": stragglers, "slowest": slowest, "meaning": STEP_TIME_VIEW}
@@ -617,6 +621,24 @@ def _missing_ranks(report: Report) -> str | None:
     )
 
 
+def _killed_in(attempts: list[dict[str, Any]], gap: Gap) -> dict[str, Any] | None:
+    """The killed attempt whose last steps the gap is: it went past the gap's start, and the
+    next attempt resumed before the gap's end."""
+    for attempt, following in zip(attempts, attempts[1:]):
+        if (
+            attempt.get("outcome") == "killed"
+            and gap.after < int(attempt.get("last_step") or 0)
+            and int(following.get("resume_step") or 0) < gap.before
+        ):
+            return attempt
+    return None
+
+
+def _resumed_at(attempts: list[dict[str, Any]], step: int) -> bool:
+    """Whether a later attempt resumed so that its first step is `step`."""
+    return any(int(a.get("resume_step") or 0) + 1 == step for a in attempts[1:])
+
+
 def _findings(report: Report) -> list[str]:
     lines = [missing] if (missing := _missing_ranks(report)) else []
     for s in report.series:
@@ -625,11 +647,17 @@ def _findings(report: Report) -> list[str]:
         if s.overflow_steps:
             lines.append(f"{s.label}: overflow at steps {_steps_list(s.overflow_steps)}")
         for gap in s.gaps:
+            killed = _killed_in(report.attempts, gap)
             lines.append(
-                f"{s.label}: gap, no record between step {gap.after} and step {gap.before} "
+                f"{s.label}: steps {gap.after + 1}–{killed['last_step']} of attempt {killed['attempt']} were not "
+                f"recorded; the process was killed at {gap.location}"
+                if killed is not None
+                else f"{s.label}: gap, no record between step {gap.after} and step {gap.before} "
                 f"(stride {s.stride}) at {gap.location}"
             )
         for restart in s.restarts:
+            if _resumed_at(report.attempts, restart.to_step):
+                continue  # a resume the job's ledger explains (its attempts table shows it)
             lines.append(
                 f"{s.label}: restart, step went from {restart.from_step} back to "
                 f"{restart.to_step} at {restart.location}"

@@ -290,10 +290,8 @@ def render_job(job: dict[str, Any], fmt: str = "text") -> str:
     return "\n".join([header, *_aligned(_rows(job)), *_totals_lines(job)]) + "\n"
 
 
-def with_job(rendered: str, inputs: Sequence[str | Path], fmt: str, logged: Sequence[Any] = ()) -> str:
-    """`report`'s output with the job's attempts after it (under "job" in JSON); `logged`:
-    as for `job_report`."""
-    job = job_report(inputs, logged=logged)
+def with_job(rendered: str, job: dict[str, Any] | None, fmt: str) -> str:
+    """`report`'s output with the job's attempts (`job_report`'s) after it (under "job" in JSON)."""
     if job is None:
         return rendered
     if fmt == "json":
