@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -325,3 +326,22 @@ def test_a_manifest_of_the_wrong_shape_is_listed_as_unreadable_beside_the_good_o
         "done",
         "unreadable",
     ]
+
+
+def test_a_capture_whose_process_is_gone_mid_profile_is_listed_as_interrupted(tmp_path, capsys):
+    """A capture still `waiting` for its profile, whose process on this host no longer runs
+    (killed mid-profile), will never finish: it is shown as interrupted, not waiting."""
+    import socket
+
+    gone = tmp_path / "rank_0" / "20260101T000000-step00000010-on_demand"
+    running = tmp_path / "rank_0" / "20260101T000001-step00000020-on_demand"
+    for folder, pid in ((gone, 2**22 + 7), (running, os.getpid())):  # past pid_max: no such process
+        folder.mkdir(parents=True)
+        capture_store.write_json(
+            folder / names.MANIFEST_FILE,
+            {"rank": 0, "step": 10, "time_stamp": 1767225600.0, "kinds": ["profile"], "status": "waiting",
+             "host": socket.gethostname(), "pid": pid},
+        )  # fmt: skip
+    assert cli_main(["capture", "--list", "--format", "json", str(tmp_path)]) == 0
+    statuses = {Path(m["folder"]).name: m["status"] for m in json.loads(capsys.readouterr().out)}
+    assert statuses == {gone.name: "interrupted", running.name: "waiting"}

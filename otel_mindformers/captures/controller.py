@@ -21,6 +21,7 @@ oldest captures. A failure is warned about once, and never reaches training.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import zlib
@@ -295,6 +296,7 @@ class CaptureController:
             "rank": identity.rank,
             "world_size": identity.world_size,
             "host": identity.host_name,
+            "pid": os.getpid(),  # a capture left `waiting` by a process that is gone was interrupted
             "job": identity.job_id,
             "time_stamp": round(time.time(), 6),
             "requested_kinds": kinds,

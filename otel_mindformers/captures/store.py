@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -125,12 +126,28 @@ def list_captures(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
             manifest["folder"] = str(folder)
             manifest["bytes"] = folder_bytes(folder)
             manifest["traces"] = [str(p) for p in traces(folder)]
+            if manifest.get("status") == "waiting" and _process_gone(manifest):
+                manifest["status"] = "interrupted"  # killed mid-profile: it will never finish
             if manifest.get("status") in ("analysing", "raw") and manifest["traces"]:
                 # The run ended before its finishing thread saw the trace, or `--analyse` ran.
                 manifest["status"] = "analysed"
             found.append(manifest)
     found.sort(key=lambda m: (m.get("time_stamp") or 0, m.get("rank") or 0))
     return found
+
+
+def _process_gone(manifest: dict[str, Any]) -> bool:
+    """Whether the process that took the capture, on this host, no longer runs."""
+    pid = manifest.get("pid")
+    if type(pid) is not int or pid <= 0 or manifest.get("host") != socket.gethostname():
+        return False  # another node's process: its state is not known here
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it runs, as another user
+        return False
+    return False
 
 
 def manifest_problem(manifest: Any) -> str | None:
