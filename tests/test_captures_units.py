@@ -345,3 +345,25 @@ def test_a_capture_whose_process_is_gone_mid_profile_is_listed_as_interrupted(tm
     assert cli_main(["capture", "--list", "--format", "json", str(tmp_path)]) == 0
     statuses = {Path(m["folder"]).name: m["status"] for m in json.loads(capsys.readouterr().out)}
     assert statuses == {gone.name: "interrupted", running.name: "waiting"}
+
+
+@pytest.mark.slow  # a real training
+def test_a_capture_check_that_raises_costs_no_step_its_span_or_its_line(tmp_path, monkeypatch, caplog):
+    from tests.support.training import train
+
+    def broken(self, step, span, time_stamp):
+        raise RuntimeError("injected: the request check failed")
+
+    monkeypatch.setattr(CaptureController, "on_sampled_step", broken)
+    capture = Capture()
+    config = {
+        "interval": 1, "output_type": ["json_file"], "json_log_path": str(tmp_path / "m.json"),
+        "alert_config": {"enable_alert": True, "capture": {"on_demand": True, "path": str(tmp_path / "captures")}},
+    }  # fmt: skip
+    with caplog.at_level("WARNING", logger="otel_mindformers"):
+        train([capture.callback(config)], steps=6)
+    assert sorted(span.attributes["training.step"] for span in capture.finished("mindformers.train.step")) == list(
+        range(1, 7)
+    )
+    assert [json.loads(line)["step"] for line in (tmp_path / "m.json").read_text().splitlines()] == list(range(1, 7))
+    assert sum("checking for a capture request failed" in r.getMessage() for r in caplog.records) == 1

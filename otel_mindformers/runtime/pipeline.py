@@ -112,6 +112,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         self.dropped = 0
         self.dropped_phases = 0
         self._phase_failed = False
+        self._capture_failed = False
         super().__init__(
             "otel-mindformers-steps",
             max_queue,
@@ -205,7 +206,12 @@ class SampledStepPipeline(BoundedWorker[object]):
             if fields.status.status_code is StatusCode.ERROR:  # a fault, not loss scaling
                 span.set_status(fields.status)
             reason = self._alerts.evaluate(record, span) if self._alerts is not None else None
-            self._captures.on_sampled_step(record.step, span, record.time_stamp)  # an on-demand request: one stat
+            try:  # an on-demand request: one stat. A failure there costs the step neither its span nor a stop.
+                self._captures.on_sampled_step(record.step, span, record.time_stamp)
+            except Exception as exc:
+                if not self._capture_failed:
+                    self._capture_failed = True
+                    _logger.warning("otel_mindformers: checking for a capture request failed: %s", exc)
         span.end(end_time=_ns(fields.end_time))
         for interval in record.phases:  # start-up, compile, data wait: spans from timestamps
             self._phases.record(interval)
