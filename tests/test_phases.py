@@ -384,3 +384,29 @@ def test_a_nested_phase_is_counted_once_and_a_phase_between_steps_is_not_data_wa
         assert t["productive"] + sum(v for k, v in t.items() if k not in ("wall", "productive")) == (
             pytest.approx(t["wall"], abs=1e-9)
         )
+
+
+class PhaseAcrossTheEnd(Callback):
+    """Opens a phase at step 2 and exits it in its own on_train_end, after the run ended
+    (listed after MonitorCallback); keeps the run's clock to read it afterwards."""
+
+    def __init__(self, monitor) -> None:
+        self.monitor, self.clock, self.open = monitor, None, None
+
+    def on_train_begin(self, run_context):
+        self.clock = self.monitor._run.clock
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num == 2:
+            self.open = otel_mindformers.phase("upload")
+            self.open.__enter__()
+
+    def on_train_end(self, run_context):
+        self.open.__exit__(None, None, None)
+
+
+def test_a_phase_exited_after_its_run_ended_leaves_the_run_outside(tmp_path):
+    monitor = otel_mindformers.MonitorCallback(config(tmp_path, interval=2))
+    late = PhaseAcrossTheEnd(monitor)
+    training.train([monitor, late], steps=4)
+    assert late.clock.phase == "outside"

@@ -141,6 +141,7 @@ class PhaseRecorder:
         # The training thread's open phases in the order they were entered; the first one
         # covers the ledger since `_cover_start`; `_base` is the clock's phase before them.
         self._training: list[phase] = []
+        self._ended = False  # deactivated: the run ended, and a phase closing now changes no clock
         self._cover_start = 0.0
         self._base: str | None = None
         # Set by `defer`: phase() objects go to the pipeline's worker at their exit.
@@ -222,7 +223,8 @@ class PhaseRecorder:
                     charge = now - self._cover_start
                     self._cover_start = now
                 training.remove(marked)
-                self.clock.phase = training[-1].name if training else self._base
+                if not self._ended:  # a finished run's clock stays `outside`
+                    self.clock.phase = training[-1].name if training else self._base
         submit = self._submit
         if submit is not None and type(marked._span) is DeferredSpan:
             marked._charge = charge
@@ -279,6 +281,7 @@ class PhaseRecorder:
 
     def deactivate(self) -> None:
         global _active
+        self._ended = True
         self.close_open()
         if _active is self:
             _active = None
