@@ -167,3 +167,21 @@ def test_resumes_and_a_killed_attempts_unrecorded_steps_are_explained_by_the_job
     assert "restart, step went from" not in findings and "gap, no record" not in findings
     assert "train_metric: steps 30–35 of attempt 2 were not recorded; the process was killed" in findings
     assert "attempts" not in json.loads(render(report, "json"))
+
+
+def test_a_job_id_with_a_line_break_cannot_forge_report_lines(tmp_path):
+    """A ledger written by another tool (the config and the launcher variables refuse such
+    an id) with a line break in its job id: the report shows it escaped, on one line."""
+    from otel_mindformers.restarts.ledger_file import ledger_path, new_ledger, write_ledger
+    from otel_mindformers.restarts.offline.attempts_report import job_report, render_job
+
+    forged = "job-1\nFindings\n  rank 7: holds the job back in data_wait, the job lost 99 s"
+    log = tmp_path / "train_metric.json"
+    log.write_text(json.dumps({"step": 1, "time_stamp": 1.0e9, "job": {"id": forged, "attempt": 1}}) + "\n")
+    data = new_ledger(forged)
+    data["attempts"] = [{"attempt": 1, "attempt_id": "a", "rank": 0, "process_start": 1.0e9, "train_begin": 1.0e9,
+                         "resume_step": 0, "last_step": 1, "last_heartbeat": 1.0e9 + 1, "outcome": "completed",
+                         "end": 1.0e9 + 1}]  # fmt: skip
+    write_ledger(ledger_path(str(log), 0), data)
+    text = render_job(job_report([tmp_path]), "text")
+    assert "\n  rank 7: holds the job back" not in text and "job 'job-1\\nFindings" in text

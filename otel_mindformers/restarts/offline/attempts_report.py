@@ -127,6 +127,13 @@ def _job_of(ledger: Path) -> str | None:
     return None if data is None else data["job_id"]
 
 
+def _shown(text: object) -> str:
+    """A job id as the report prints it: one written by another tool may hold a line break,
+    which would forge report lines; such an id is shown escaped."""
+    text = str(text)
+    return text if text.isprintable() else repr(text)
+
+
 def _inferred(reason: str | None) -> bool:
     """A reason the ledger wrote for an attempt that left no end record of its own."""
     return not reason or reason.startswith("no end record")
@@ -277,7 +284,7 @@ def _categories(totals: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 def render_job(job: dict[str, Any], fmt: str = "text") -> str:
     """The attempts section of `report` (text or markdown)."""
     count = len(job["attempts"])
-    header = f"job {job['job_id']}: {count} attempt{'' if count == 1 else 's'}, {len(job['ranks'])} rank(s)"
+    header = f"job {_shown(job['job_id'])}: {count} attempt{'' if count == 1 else 's'}, {len(job['ranks'])} rank(s)"
     if fmt == "markdown":
         rows = _rows(job)
         lines = [f"## {header}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
