@@ -115,7 +115,7 @@ def _capture(args: argparse.Namespace) -> int:
     if not Path(args.dir).is_dir():
         print(
             f"error: {args.dir} does not exist: no run has written captures there "
-            "(it is the run's alert_config.capture.path, created when a run with captures starts)",
+            "(it is the run's alert_config.capture.path, created when a run with capture.on_demand: true starts)",
             file=sys.stderr,
         )
         return 1
