@@ -160,13 +160,6 @@ class AttemptTracker:
             entry["attempt"] = max((int(a["attempt"]) for a in history), default=0) + 1
             data["attempts"] = history + [entry]
             write_ledger(path, data)
-        if history and float(history[-1].get("last_heartbeat") or 0) > now + 1.0:
-            _logger.warning(
-                "otel_mindformers: this attempt of job %s began %.0f s before the previous one's last heartbeat: "
-                "the clock was set back between them (another node, an NTP step); durations are taken within "
-                "each attempt",
-                data["job_id"], float(history[-1]["last_heartbeat"]) - now,
-            )  # fmt: skip
         earlier_steps = max((int(a.get("last_step") or 0) for a in history), default=0)
         if resume_step == 0 and earlier_steps:  # a fixed job id run again from scratch: most likely a new experiment
             _logger.warning(
@@ -175,6 +168,13 @@ class AttemptTracker:
                 data["job_id"], entry["attempt"], earlier_steps,
             )  # fmt: skip
         tracker = cls(path, data["job_id"], entry, history, clock, wall_clock, heartbeat_interval)
+        set_back = tracker.timeline["totals"]["clock_set_back_seconds"]  # goodput.py's one rule for it
+        if set_back:
+            _logger.warning(
+                "otel_mindformers: this attempt of job %s began %.0f s before the previous one ended: the clock "
+                "was set back between them (another node, an NTP step); durations are taken within each attempt",
+                data["job_id"], set_back,
+            )  # fmt: skip
         tracker._thread.start()
         return tracker
 
