@@ -89,7 +89,6 @@ def start_ledger_entry(ctx: RunContext) -> RunPart | None:
     tracker = run_attempt.begin_attempt(ctx.config, ctx.identity, ctx.first_step, ctx.clock, ctx.wall_clock, [])
     if tracker is None:
         return None
-    ctx.attempt = tracker
     ctx.ledger_entry = entry = run_attempt.LedgerEntry(tracker)
     ctx.identity = dataclasses.replace(
         ctx.identity,
@@ -188,7 +187,10 @@ class _RunSpan(RunPart):
     def end(self, ending: RunEnding) -> None:
         ctx = self._ctx
         span = ctx.run_span
-        if ending.reason is not None and ending.outcome == "stopped":  # a rule's, a check's or a signal's stop
+        stop = ending.stop_reason()  # honoured, or asked for too late to be
+        if stop is not None:
+            span.set_attribute(semconv.ATTR_STOP_REASON, stop)
+        elif ending.error is not None and ending.outcome == "stopped":  # Ctrl-C, a signal's exit
             span.set_attribute(semconv.ATTR_STOP_REASON, ending.reason)
         if ending.error is not None:
             span.record_exception(ending.error)

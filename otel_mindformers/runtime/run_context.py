@@ -43,7 +43,6 @@ class RunContext:
     telemetry: Any = None  # telemetry: providers, tracer, meter, logger, observables
     step_ids: Any = None  # telemetry: StepSpanIds, the step spans' ids drawn in advance
     ledger_entry: Any = None  # restarts: the run's LedgerEntry part, or None
-    attempt: Any = None  # restarts: this run's AttemptTracker, or None
     devices: Any = None  # devices: DeviceTelemetry, or None
     captures: Any = NO_CAPTURES  # captures: CaptureController
     stacks: Any = None  # hangs: StackDumper
@@ -54,6 +53,11 @@ class RunContext:
     first_nonfinite: Any = None  # nonfinite: FirstNonFinite (`nonfinite_check: all_ranks`)
     timeline: Any = None  # timing: RunTimeline
     pipeline: Any = None  # runtime: SampledStepPipeline
+
+    @property
+    def attempt(self) -> Any:
+        """restarts: this run's AttemptTracker (the ledger entry's), or None."""
+        return self.ledger_entry.tracker if self.ledger_entry is not None else None
 
     def point_attributes(self) -> dict[str, Any]:
         return self.identity.point_attributes()
