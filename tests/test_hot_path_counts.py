@@ -27,8 +27,10 @@ MEASURED = {6, 7, 8, 16, 17, 20}  # unsampled, and sampled 20, with tracemalloc
 # The step hooks read one object, the run's StepClock (core/clock.py): 28 -> 24 bytecodes at
 # step begin; 56 -> 45 at an unsampled step end (the custom-monitor, stop and capture checks
 # folded into one `wake` flag beside `next_sample` and `step_offset`).
+# 45 -> 50 at step end: the job's step stored into the flight ring's mapped page
+# (`clock.finished[0] = step`, a memoryview store, no call: ~15 ns over an attribute store).
 STEP_BEGIN = {"python_calls": 1, "c_calls": 1, "opcodes": 24}
-UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 45}
+UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 50}
 SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # +16 bytecodes over 333 / 427: the unsampled step's 7, the batch-note and the attempt's
     # first-step checks (attributes read, no call: a call would cost far more cold); +10 for
@@ -41,8 +43,14 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # built with `tuple.__new__` (343 -> 347 / 422 -> 426, 10 -> 11 / 16 -> 17 C calls); the
     # worker no longer unpacks a positional tuple into a Window (one Python call and one C
     # call fewer there per record).
-    "scalar": {"python_calls": 6, "c_calls": 11, "opcodes": 347},
-    "tuple5": {"python_calls": 6, "c_calls": 17, "opcodes": 426},
+    # The flight ring (flight_recorder/ring.py): the sampled step's readings stored word by
+    # word into the ring's next slot (RingWriter.write, called straight from the run: +1
+    # Python call; +2 C calls: the keys' tuple and the layout's lookup; the stores are
+    # bytecodes, a `struct.pack_into` of the slot cost twice as much inside Model.train):
+    # 6 -> 7 Python calls, 11 -> 13 / 17 -> 19 C calls, 347 -> 557 / 426 -> 669 bytecodes
+    # (one loop turn per value). bench_flight_recorder.py: docs/flight_recorder.md.
+    "scalar": {"python_calls": 7, "c_calls": 13, "opcodes": 557},
+    "tuple5": {"python_calls": 7, "c_calls": 19, "opcodes": 669},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's

@@ -94,12 +94,11 @@ def test_file_size_limit_mid_run(tmp_path):
     assert steps == list(range(1, len(steps) + 1)) and 0 < len(steps) < STEPS
 
 
-@pytest.fixture
-def tiny_tmpfs(tmp_path):
+def _tmpfs(tmp_path: Path, size: str):
     mount_point = tmp_path / "tmpfs"
     mount_point.mkdir()
     result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True, text=True
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], capture_output=True, text=True
     )
     if result.returncode != 0:
         # The file-size limit test above covers the same short writes without privileges.
@@ -108,6 +107,16 @@ def tiny_tmpfs(tmp_path):
         yield mount_point
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    yield from _tmpfs(tmp_path, "64k")
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    yield from _tmpfs(tmp_path, "4m")
 
 
 @pytest.mark.slow
@@ -122,6 +131,19 @@ def test_disk_full_mid_run(tmp_path, tiny_tmpfs):
     warnings = _assert_survived(process, report, json_path, at_least=5)
     assert any(str(json_path) in w for w in warnings), warnings
     assert any("tensorboard" in w for w in warnings), warnings
+
+
+@pytest.mark.slow
+def test_disk_filling_up_under_the_flight_ring_mid_run(tmp_path, small_tmpfs):
+    """The ring is a mapped file (flight_recorder/): a store into a page the file system has
+    no block for is a SIGBUS on a full disk. Its blocks are all there from the start, so the
+    training goes on to its end when the disk fills up under it."""
+    json_path = small_tmpfs / "logs" / "train_metric.json"
+    spec = _spec(small_tmpfs, report=str(tmp_path / "report.json"), at={"5": [["fill", str(small_tmpfs / "filler")]]})
+    process, report = run(spec, tmp_path)
+    assert list((small_tmpfs / "logs").glob("*.flight")), "the test needs a ring made before the disk filled"
+    warnings = _assert_survived(process, report, json_path, at_least=1)
+    assert any(str(json_path) in w for w in warnings), warnings
 
 
 @pytest.mark.slow

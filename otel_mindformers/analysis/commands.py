@@ -9,7 +9,13 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from otel_mindformers.analysis.logs import AnalysisError, Location, Series, read_logs, replay_problems
+from otel_mindformers.analysis.logs import (
+    AnalysisError,
+    Location,
+    Series,
+    read_logs,
+    replay_problems,
+)
 from otel_mindformers.config import OTLP_PROTOCOLS
 from otel_mindformers.config.extras import MATPLOTLIB_MODULES, TENSORBOARD_MODULES, missing_package
 
@@ -172,8 +178,10 @@ def _plot_attempts(args: argparse.Namespace) -> int:
 @_one_line_errors
 def _report(args: argparse.Namespace) -> int:
     from otel_mindformers.analysis.report import render, report_logs
+    from otel_mindformers.flight_recorder.offline.recover_logs import recover_dead_runs
     from otel_mindformers.restarts.offline.attempts_report import job_report, with_job
 
+    recover_dead_runs(args.logs)
     report = report_logs(args.logs, args.straggler_threshold)
     _note_damaged_tails(location for summary in report.series for location in summary.damaged_tails)
     job = job_report(args.logs, logged=report.series)
@@ -206,7 +214,9 @@ def _replay(args: argparse.Namespace) -> int:
     from otel_mindformers.analysis import replay
     from otel_mindformers.config import OtlpConfig
     from otel_mindformers.config.redaction import printable_endpoint
+    from otel_mindformers.flight_recorder.offline.recover_logs import recover_dead_runs
 
+    recover_dead_runs(args.logs)
     series = _read(args)
     problems = replay_problems(series)
     if problems:

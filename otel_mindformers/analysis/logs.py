@@ -46,7 +46,9 @@ GLOB_CHARS = frozenset("*?[")
 _OWN_KEYS = frozenset({"time_stamp", "step", "epoch", "rank"})
 # Spellings other writers use for our metrics (the monitor_config article's custom monitor writes "lr").
 _ALIASES = {"lr": tm.LEARNING_RATE}
-_NOT_VALUES = frozenset({"time_stamp", "step", "epoch", "rank", "world_size", "nonfinite", "alert", "alerts"})
+_NOT_VALUES = frozenset(
+    {"time_stamp", "step", "epoch", "rank", "world_size", "nonfinite", "alert", "alerts", "recovered"}
+)
 
 
 class AnalysisError(ValueError):
@@ -215,7 +217,7 @@ def walk_files(root: Path) -> Iterator[Path]:
         stack.extend(reversed(subfolders))
 
 
-def _glob(pattern: str) -> list[Path]:
+def glob_files(pattern: str) -> list[Path]:
     """Files matching `pattern` (`**` spans folders), found by one loop-safe walk."""
     parts = Path(pattern).parts
     fixed = next((i for i, part in enumerate(parts) if GLOB_CHARS & set(part)), len(parts))
@@ -253,7 +255,7 @@ def _expand(item: str, listings: _Listings, one_run_per_folder: bool = False) ->
             )
         return _one_run(found, item) if one_run_per_folder else found
     if GLOB_CHARS & set(item):
-        matches = _glob(item)
+        matches = glob_files(item)
         if not matches:
             raise LogReadError(f"{item}: no files match")
         return matches

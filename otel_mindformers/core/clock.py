@@ -19,7 +19,9 @@ class StepClock:
     honour, a capture to start; runtime/callback.py clears it there).
     The training thread's own: `step_begin`, `data_wait` and `phases` (timing/timeline.py),
     `step_offset` (the job's step after a resume, job/resume.py) and `next_sample`
-    (runtime/cadence.py)."""
+    (runtime/cadence.py); `finished`, the int64 the step hook stores the job's step into
+    (`finished[0] = step`): the flight ring's mapped page, which outlives the process
+    (flight_recorder/), or a buffer of its own when the run keeps no ring."""
 
     __slots__ = (
         "step",
@@ -31,6 +33,7 @@ class StepClock:
         "next_sample",
         "wake",
         "phases",
+        "finished",
     )
 
     def __init__(self) -> None:
@@ -42,6 +45,7 @@ class StepClock:
         self.next_sample = 1
         self.wake = False
         self.phases = 0.0  # seconds of the phases charged this window (evaluation, saves): not step time
+        self.finished = memoryview(bytearray(8)).cast("q")
 
 
 class WallClock:

@@ -95,6 +95,9 @@ class StepRecord:
     job: dict[str, object] | None = None
     # How many ranks the job has: written when more than one, so a report can tell a missing log.
     world_size: int = 1
+    # Read back from a dead run's flight ring by a later process (flight_recorder/): the
+    # values and times the training thread handed over, nothing the pipeline worker adds.
+    recovered: bool = False
 
     def ordered_values(self) -> list[tuple[str, float | bool]]:
         """Values in the table's order (loss first), for lines people read."""
@@ -134,4 +137,6 @@ class StepRecord:
             line["model_state"] = self.model_state.summary()
         if self.job:
             line["job"] = dict(self.job)
+        if self.recovered:
+            line["recovered"] = True
         return line

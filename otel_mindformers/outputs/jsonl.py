@@ -96,6 +96,44 @@ def _backups_of(path: Path) -> list[tuple[int, Path]]:
     ]
 
 
+_TAIL_BYTES = 64 * 1024  # a few step lines: the last one naming the job is among them
+
+
+def _last_lines(path: Path) -> list[dict]:
+    """The whole JSON-object lines of a bounded read of the log's tail, last first; [] when
+    it cannot be read."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - _TAIL_BYTES))
+            tail = handle.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    lines = []
+    for line in reversed(tail):
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict):
+            lines.append(parsed)
+    return lines
+
+
+def last_job_id(path: Path) -> str | None:
+    """The job id of the last line of the log at `path` that names one; None when no line
+    does, or it cannot be read."""
+    for line in _last_lines(path):
+        job = line.get("job")
+        if isinstance(job, dict) and isinstance(job.get("id"), str):
+            return job["id"]
+    return None
+
+
+def last_step_line(path: Path) -> dict | None:
+    """The log's last line that has a step; None when it has none, or cannot be read."""
+    return next((line for line in _last_lines(path) if isinstance(line.get("step"), int)), None)
+
+
 # One encoder for every line: `json.dumps` with options builds a new one per call, which
 # cost as much as encoding the line.
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(", ", ": "))

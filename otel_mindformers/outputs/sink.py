@@ -32,10 +32,14 @@ class SinkFanout:
 
     def __init__(self, sinks: list[OutputSink]) -> None:
         self._sinks = list(sinks)
+        self._started = len(self._sinks)
 
-    def write(self, records: Sequence[StepRecord]) -> None:
+    def write(self, records: Sequence[StepRecord]) -> bool:
+        """Whether every sink the run started with wrote the batch (the flight ring's mark
+        of what the outputs wrote moves only then: flight_recorder/)."""
         for sink in list(self._sinks):
             self._guarded(sink, sink.write, records)
+        return len(self._sinks) == self._started
 
     def close(self) -> None:
         for sink in self._sinks:

@@ -40,9 +40,6 @@ _event_file_numbers = itertools.count(1)
 # TFRecord framing around each event: length (8 bytes) and two CRCs (4 bytes each).
 _RECORD_FRAMING = 16
 
-# At most this long between flushes: a crash loses at most this much of the event file.
-_FLUSH_SECONDS = 1.0
-
 
 def rank_dir(tensorboard_path: str, identity: Identity) -> Path:
     return Path(tensorboard_path) / f"rank_{identity.rank}"
@@ -100,7 +97,6 @@ class TensorBoardSink:
         self.logdir.mkdir(parents=True, exist_ok=True)
         self._writer = EventsWriter(str(self.logdir / "events"), filename_suffix=suffix)
         self._event_file = next(self.logdir.glob(f"events.out.tfevents.*{suffix}"))
-        self._last_flush = time.monotonic()
         # Bytes handed to the writer: the file on disk lags behind until the next flush.
         self._written = self._event_file.stat().st_size
 
@@ -119,9 +115,10 @@ class TensorBoardSink:
         try:
             for record in records:
                 self._write_record(record)
-            if time.monotonic() - self._last_flush >= _FLUSH_SECONDS or (records and records[-1].is_last):
-                self._writer.flush()
-                self._last_flush = time.monotonic()
+            # Every batch reaches the file (the page cache): the flight ring's mark of what
+            # the outputs wrote (flight_recorder/) then holds for TensorBoard too, and a kill
+            # loses no event the ring does not keep. One write per batch, on the worker.
+            self._writer.flush()
         except OSError as exc:
             raise OSError(f"cannot write {self._event_file}: {exc.strerror}") from exc
 

@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,10 +119,13 @@ class AttemptTracker:
         clock: StepClock,
         wall_clock: WallClock,
         heartbeat_interval: float,
+        finished: Mapping[str, tuple[int, float | None]] | None = None,
     ) -> AttemptTracker:
         """Open this attempt in the ledger. `job_id`: the configured or launcher's id (None:
         the ledger's, or a local one); `continues`: the run resumed, or the launcher says it
-        restarted the job, so without an id it is the ledger's job going on."""
+        restarted the job, so without an id it is the ledger's job going on; `finished`:
+        attempt id -> (last finished step, end of its last sampled step or None), from the
+        flight rings of attempts that died (flight_recorder/): exact where the heartbeat lags."""
         now = time.time()
         entry: dict[str, Any] = {
             "attempt_id": uuid.uuid4().hex,
@@ -157,6 +161,9 @@ class AttemptTracker:
                 if earlier.get("outcome") is None:  # no end record: it was killed
                     earlier["outcome"] = names.OUTCOME_KILLED
                     earlier["reason"] = "no end record (inferred from its last heartbeat)"
+                    how_far = (finished or {}).get(str(earlier.get("attempt_id")))
+                    if how_far is not None:
+                        earlier.update(goodput.as_finished(earlier, *how_far))
             entry["attempt"] = max((int(a["attempt"]) for a in history), default=0) + 1
             data["attempts"] = history + [entry]
             write_ledger(path, data)

@@ -54,6 +54,19 @@ def is_alive(entry: dict[str, Any], now: float) -> bool:
     return now - float(entry.get("last_heartbeat") or 0.0) <= 3 * interval + 1.0
 
 
+def as_finished(entry: dict[str, Any], step: int, last_sample: float | None) -> dict[str, Any]:
+    """An attempt without an end record, with its last step from its flight ring when that is
+    past its last heartbeat's (flight_recorder/: exact, a kill cannot lose it). It was alive at
+    its last sampled step (`last_sample`, Unix seconds), so it ended no earlier."""
+    if entry.get("end") is not None or step <= int(entry.get("last_step") or 0):
+        return entry
+    corrected = {**entry, "last_step": step}
+    if last_sample is not None and last_sample > float(entry.get("last_step_time") or 0.0):
+        corrected["last_step_time"] = last_sample
+        corrected["last_heartbeat"] = max(float(entry.get("last_heartbeat") or 0.0), last_sample)
+    return corrected
+
+
 def outcome_of(entry: dict[str, Any], live: bool = False) -> str:
     """completed / stopped / crashed, killed when it has no end record, running when `live`."""
     outcome = entry.get("outcome")
@@ -198,4 +211,4 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
     }
 
 
-__all__ = ["ENDED", "attempt_end", "is_alive", "job_timeline", "no_progress_streak", "outcome_of"]
+__all__ = ["ENDED", "as_finished", "attempt_end", "is_alive", "job_timeline", "no_progress_streak", "outcome_of"]

@@ -27,6 +27,7 @@ from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import RunEnding, RunPart
 from otel_mindformers.core.step_record import PhaseInterval, StepRecord
+from otel_mindformers.flight_recorder.recovery import finished_steps_of
 from otel_mindformers.job.identity import Identity, launcher_restart_count
 from otel_mindformers.names import job as names
 from otel_mindformers.names import phase_names
@@ -91,6 +92,10 @@ def begin_attempt(
             clock=clock,
             wall_clock=wall_clock,
             heartbeat_interval=config.restarts.heartbeat_interval,
+            finished={
+                attempt_id: (far.step, far.last_sample)
+                for attempt_id, far in finished_steps_of(config.json_log_path, identity.rank).items()
+            },
         )
     except Exception as exc:  # the ledger is telemetry: the run goes on without it
         _logger.warning("otel_mindformers: cannot keep the job's ledger (%s); attempts are not tracked", exc)

@@ -146,6 +146,7 @@ class MonitorCallback(Callback):
         step = cb_params["cur_step_num"] + clock.step_offset  # the job's step (job/resume.py)
         previous_end = clock.last_step_end
         clock.step, clock.last_step_end = step, now
+        clock.finished[0] = step  # into the flight ring's mapped page: a kill cannot lose it
         if step < clock.next_sample and not clock.wake:
             return
         # A sampled step, or one that custom monitors, a stop or a capture want (in this

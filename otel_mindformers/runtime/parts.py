@@ -9,6 +9,8 @@ order:
   is the last (it closes an entry that no later part closed);
 - telemetry next, so it closes last: its close removes the run's observable sources, which
   on a borrowed provider would otherwise report this run after it ended;
+- the flight recorder before any output: a dead run's tail goes to its outputs (and OTLP)
+  before this run writes a line; its ring closes once the pipeline drained;
 - devices, stacks, captures before the alerts that use them; logs after the alerts, so a
   warning of the alerts' shutdown still goes out; the run span after them, so it ends
   before the notice; the attempt after the run span, so its totals land on it;
@@ -29,6 +31,7 @@ from opentelemetry import propagate, trace
 from otel_mindformers.captures.controller import CaptureController
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import Remaining, RunEnding, RunPart
+from otel_mindformers.flight_recorder import recorder as flight_recorder
 from otel_mindformers.hangs.diagnosis_file import diagnosis_path
 from otel_mindformers.hangs.dumps import StackDumper
 from otel_mindformers.hangs.heartbeat_gauges import Heartbeat
@@ -109,6 +112,18 @@ def start_telemetry(ctx: RunContext) -> RunPart:
     Heartbeat.start(telemetry.observables, ctx.clock, ctx.point_attributes())
     JobInfo(telemetry.observables, ctx.identity)
     return Closes(telemetry.close, timed=True)
+
+
+def start_flight_recorder(ctx: RunContext) -> RunPart:
+    """flight_recorder/: the tails of this job's dead runs on this rank go to the outputs
+    before any line of this run (and before its outputs set an earlier run's files aside);
+    then this run's own ring, which the step hook stores the finished step into."""
+    attempt = ctx.attempt
+    ctx.flight = flight = flight_recorder.start(
+        ctx.config, ctx.identity, ctx.wall_clock, ctx.telemetry.tracer, attempt.history if attempt else None
+    )
+    ctx.clock.finished = flight.finished
+    return flight
 
 
 def start_devices(ctx: RunContext) -> RunPart | None:
@@ -311,6 +326,7 @@ def _batch_size(cb_params: Any) -> int | None:
 PARTS: tuple[Callable[[RunContext], RunPart | None], ...] = (
     start_ledger_entry,
     start_telemetry,
+    start_flight_recorder,
     start_devices,
     start_stacks,
     start_captures,

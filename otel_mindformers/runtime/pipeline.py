@@ -107,6 +107,8 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._wall = ctx.wall_clock.wall
         self._epoch_steps = int(ctx.cb_params.get("batch_num") or 0)
         self.record_hooks: list[Callable[[StepRecord], None]] = []
+        # The outputs wrote up to this step: the flight ring's mark (flight_recorder/).
+        self._written: Callable[[int], None] = ctx.flight.written
         self._stop_requested = False
         self._unwritten: list[StepRecord] = []  # this batch's records, for the outputs at its end
         self.dropped = 0
@@ -231,7 +233,8 @@ class SampledStepPipeline(BoundedWorker[object]):
     def end_batch(self) -> None:
         self._instruments.flush()  # the batch's gauges and counters, one SDK call each
         if self._unwritten:  # the batch's lines: one write per output
-            self._sinks.write(self._unwritten)
+            if self._sinks.write(self._unwritten):  # every output wrote it: the ring need not keep it
+                self._written(self._unwritten[-1].step)
             self._unwritten = []  # only now: `close` counts a stuck write's records as not written
 
     def on_stop(self) -> None:

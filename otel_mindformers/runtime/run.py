@@ -88,6 +88,7 @@ class MonitorRun:
         self._first_nonfinite: Any = None
         self._run_span: Any = None
         self._submit: Any = None  # the pipeline's submit_sample
+        self._keep: Any = None  # the flight recorder's write (flight_recorder/)
         # What the callback reads: `captures` on sampled steps, the rest at train or eval begin.
         self.captures: Any = NO_CAPTURES
         self.identity, self.alerts = identity, None
@@ -112,7 +113,7 @@ class MonitorRun:
         ctx.pipeline.record_hooks = [part.on_record for part in run.parts if defines(part, "on_record")]
         run.captures, run.identity, run.alerts, run.timeline = ctx.captures, ctx.identity, ctx.alerts, ctx.timeline
         run._state_reader, run._first_nonfinite, run._run_span = ctx.state_reader, ctx.first_nonfinite, ctx.run_span
-        run._submit = ctx.pipeline.submit_sample
+        run._submit, run._keep = ctx.pipeline.submit_sample, ctx.flight.write
         run.clock.phase = "step"
         return run
 
@@ -165,12 +166,12 @@ class MonitorRun:
         data_wait, clock.data_wait = clock.data_wait, 0.0  # the window's data wait, taken in this frame
         phases, clock.phases = clock.phases, 0.0  # the window's evaluations, saves: not step time
         # SampledStep's fields in order, without a Python frame (core/sampled_step.py).
-        self._submit(
-            tuple.__new__(SampledStep, (
-                step, cb_params.get("cur_epoch_num"), values, model_state, is_last,
-                steps, elapsed, previous_end, clock.step_begin, end, data_wait, phases, breakdown_at,
-            ))
-        )  # fmt: skip
+        sampled = tuple.__new__(SampledStep, (
+            step, cb_params.get("cur_epoch_num"), values, model_state, is_last,
+            steps, elapsed, previous_end, clock.step_begin, end, data_wait, phases, breakdown_at,
+        ))  # fmt: skip
+        self._keep(sampled)  # into the flight ring: this process's death cannot lose it
+        self._submit(sampled)
 
     def _phase_charged(self, phase: str, seconds: float) -> None:
         """An outermost phase ended on the training thread (its seconds reach the pipeline

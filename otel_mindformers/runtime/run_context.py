@@ -43,6 +43,7 @@ class RunContext:
     telemetry: Any = None  # telemetry: providers, tracer, meter, logger, observables
     step_ids: Any = None  # telemetry: StepSpanIds, the step spans' ids drawn in advance
     ledger_entry: Any = None  # restarts: the run's LedgerEntry part, or None
+    flight: Any = None  # flight_recorder: FlightRecorder, or NoRecorder where no ring can be kept
     devices: Any = None  # devices: DeviceTelemetry, or None
     captures: Any = NO_CAPTURES  # captures: CaptureController
     stacks: Any = None  # hangs: StackDumper

@@ -57,6 +57,12 @@ def _run_origin(run_start_wall: float) -> float:
         return run_start_wall
 
 
+def training_seconds(elapsed: float, phases: float) -> float:
+    """The steps' own time in a window: the window less the phases inside it (an evaluation
+    of Model.fit, a checkpoint save): they are not training steps (docs/time.md)."""
+    return elapsed - phases if 0 < phases < elapsed else elapsed
+
+
 class StepAccounting:
     """`batch_size` is the dataset's samples per step (None: no throughput);
     `tokens_per_sample` is `monitor_config.tokens_per_sample` (None: no tokens per second)."""
@@ -98,9 +104,7 @@ class StepAccounting:
         """Fill in the record's host-computed values, its phases and the time breakdown."""
         values = record.values
         steps, elapsed = window.steps, window.elapsed
-        # The steps' own time: the window less the phases inside it (an evaluation of
-        # Model.fit, a checkpoint save) — they are not training steps (docs/time.md).
-        training = elapsed - window.phases if 0 < window.phases < elapsed else elapsed
+        training = training_seconds(elapsed, window.phases)
         if self._wants_time:
             values[tm.STEP_TIME] = training / steps * 1000.0
         samples = None
@@ -181,4 +185,4 @@ class StepAccounting:
         return attributes
 
 
-__all__ = ["DATA_WAIT_SPAN_SECONDS", "STEADY_SAMPLES", "StepAccounting"]
+__all__ = ["DATA_WAIT_SPAN_SECONDS", "STEADY_SAMPLES", "StepAccounting", "training_seconds"]

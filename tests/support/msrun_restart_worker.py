@@ -5,12 +5,15 @@ data-parallel training with a ModelCheckpoint per rank and MonitorCallback.
 
 Spec keys: `config` (monitor_config), `epochs`, `steps` (per epoch and rank),
 `initial_epoch` (resume from `ckpt/rank_<r>/` newest checkpoint when > 0), `crash_at` (a job
-step at which every rank raises, after the step's gradients were averaged).
+step at which every rank raises, after the step's gradients were averaged), `kill_at` and
+`kill_rank` (that rank SIGKILLs itself once every callback of that step returned).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -35,6 +38,15 @@ class CrashAt(Callback):
         step = self.offset + run_context.original_args().cur_step_num
         if step == self.step:
             raise RuntimeError(f"injected crash at step {step}")
+
+
+class KillAt(Callback):
+    def __init__(self, step: int | None) -> None:
+        self.step = step
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main(spec: dict) -> None:
@@ -62,6 +74,8 @@ def main(spec: dict) -> None:
         config=CheckpointConfig(save_checkpoint_steps=steps, keep_checkpoint_max=10),
     )
     callbacks = [MonitorCallback(spec["config"]), checkpoint, CrashAt(spec.get("crash_at"), initial_epoch * steps)]
+    if spec.get("kill_rank") == rank:
+        callbacks.append(KillAt(spec["kill_at"]))
     model.train(int(spec["epochs"]), dataset, callbacks=callbacks, dataset_sink_mode=False, initial_epoch=initial_epoch)
     print(f"rank {rank}/{world}: training finished")
 

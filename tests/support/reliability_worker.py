@@ -12,8 +12,14 @@ MonitorCallback's hook of that step:
 - ["raise", message]         raise RuntimeError(message) from the training loop;
 - ["fsize", extra_bytes]     cap this process's file size (RLIMIT_FSIZE) at the smallest output
                              file's current size plus extra_bytes: the disk is "full" from now on;
+- ["fill", path]             write zeros to path until the file system is full (ENOSPC);
 - ["memory"]                 record Python's traced memory after a full collection (tracemalloc
-                             runs from step 1) and the spans alive (`spans`: step -> count).
+                             runs from step 1) and the spans alive (`spans`: step -> count);
+- ["die", how]               end the process at once, no Python exit handler running: "SIGKILL"
+                             (or another signal's name, sent to itself), "abort" (`os.abort()`),
+                             "exit" (`os._exit(3)`), "segfault" (`ctypes.string_at(0)`), "oom"
+                             (allocate and touch memory until the kernel's OOM killer ends it:
+                             run it under a cgroup's `memory.max`).
 
 The report holds `hook_seconds` (hook name -> every call's duration), `memory`
 (step -> traced bytes), `last_step_end` and `returned` (time.time() stamps) and `error`.
@@ -26,6 +32,7 @@ import json
 import logging
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -129,6 +136,14 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
                     folder = self._json_path.parent
                     size = min((p.stat().st_size for p in folder.rglob("*") if p.is_file()), default=0)
                     resource.setrlimit(resource.RLIMIT_FSIZE, (size + args[0], resource.RLIM_INFINITY))
+                elif kind == "fill":
+                    with open(args[0], "ab") as filler:
+                        try:
+                            while True:
+                                filler.write(bytes(64 << 10))
+                                filler.flush()
+                        except OSError:  # full: what was buffered is dropped with the file
+                            pass
                 elif kind == "memory":
                     # Cyclic garbage waits for the collector's thresholds: collected first, it
                     # no longer adds megabytes at random steps to what is measured.
@@ -138,10 +153,31 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
 
                     alive = sum(issubclass(type(o), ReadableSpan) for o in gc.get_objects())  # type(): proxies too
                     self._report["spans"][str(step)] = alive
+                elif kind == "die":
+                    _die(args[0])
                 else:
                     raise ValueError(f"unknown action {kind!r}")
 
     return Faults(actions, report, json_path)
+
+
+def _die(how: str) -> None:
+    """End this process at once, the way `how` names (see the module's docstring)."""
+    if how == "abort":
+        os.abort()
+    elif how == "exit":
+        os._exit(3)
+    elif how == "segfault":
+        import ctypes
+
+        ctypes.string_at(0)
+    elif how == "oom":
+        hoard = []
+        while True:  # pages touched, so they are resident: the cgroup's limit is met
+            hoard.append(bytearray(64 << 20))
+    else:
+        os.kill(os.getpid(), getattr(signal, how))
+    raise AssertionError(f"still alive after {how}")
 
 
 def main(spec: dict) -> None:

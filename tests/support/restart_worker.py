@@ -7,7 +7,8 @@ Spec keys: `config` (monitor_config mapping), `epochs` (the job's epochs), `step
 per epoch), `checkpoint_dir`, `save_steps` (ModelCheckpoint's save_checkpoint_steps),
 `resume` (a checkpoint path, or null), `initial_epoch`, `step_sleep` (seconds added to each
 step, after the callbacks' step end), `pause_at` (a job step: at it, write `paused` to the
-clock file and wait to be killed), `crash_at` (a job step: raise RuntimeError there),
+clock file and wait to be killed), `kill_at` (a job step: SIGKILL itself there, once every
+other callback of the step returned), `crash_at` (a job step: raise RuntimeError there),
 `clock` (a JSON-lines file the worker appends its own clock readings to: `{"step": job
 step, "t": time.time()}` per step, `{"event": "returned", "t": ...}` after training).
 """
@@ -131,6 +132,8 @@ def main(argv: list[str]) -> None:
             cb_params = run_context.original_args()
             step = initial_epoch * steps + int(cb_params.cur_step_num)
             note({"step": step, "t": time.time(), "pid": os.getpid()})
+            if step == spec.get("kill_at"):
+                os.kill(os.getpid(), signal.SIGKILL)
             if step == spec.get("crash_at"):
                 raise RuntimeError(f"injected crash at step {step}")
             if step == spec.get("pause_at"):

@@ -296,8 +296,10 @@ def add_command(commands: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from otel_mindformers.analysis.logs import AnalysisError
+    from otel_mindformers.flight_recorder.offline.recover_logs import recover_dead_runs
 
     try:
+        recover_dead_runs(args.paths)
         report = build_hang_report(args.paths)
     except (HangReportError, AnalysisError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -20,14 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from otel_mindformers.analysis.logs import local_time
+from otel_mindformers.flight_recorder.recovery import Finished, finished_steps
 from otel_mindformers.names import job as names
+from otel_mindformers.outputs.jsonl import last_job_id
 from otel_mindformers.outputs.runs import is_set_aside
-from otel_mindformers.restarts.goodput import is_alive, job_timeline
+from otel_mindformers.restarts.goodput import as_finished, is_alive, job_timeline
 from otel_mindformers.restarts.ledger_file import LEDGER_SUFFIX, read_ledger
 
 # A rank's ledger, or an earlier job's kept beside it (`.ledger.job2`: restarts/attempt_tracker.py).
 _RANK = re.compile(r"\.job\.rank_(\d+)" + re.escape(LEDGER_SUFFIX) + r"(\.job\d+)?$")
-_TAIL_BYTES = 64 * 1024  # a few step lines: the last one naming the job is among them
 _SEVERITY = {
     names.OUTCOME_COMPLETED: 0,
     names.OUTCOME_RUNNING: 1,
@@ -91,6 +92,20 @@ def _as_logged(entry: dict[str, Any], logged: Any) -> dict[str, Any]:
     return corrected
 
 
+def _alive(entry: dict[str, Any], now: float, flown: Finished | None) -> bool:
+    """Its flight ring's lock says whether the attempt's process lives (the kernel drops it
+    with the process); without a ring, a fresh heartbeat does."""
+    if flown is not None and entry.get("end") is None:
+        return flown.alive
+    return is_alive(entry, now)
+
+
+def _as_flown(entry: dict[str, Any], flown: Finished | None) -> dict[str, Any]:
+    """The ledger's entry, with the last step its flight ring holds (flight_recorder/: the
+    step hook's store, which a kill cannot lose) when it is later."""
+    return entry if flown is None else as_finished(entry, flown.step, flown.last_sample)
+
+
 def _ledgers_of_log(log: Path) -> list[Path]:
     """The ledgers of the job that wrote `log`: those beside it, or, for a log a later run
     set aside (outputs/runs.py), the earlier job's kept with it, found by the job id its
@@ -99,27 +114,9 @@ def _ledgers_of_log(log: Path) -> list[Path]:
     current = list(log.parent.glob(f"{stem}.job.rank_*{LEDGER_SUFFIX}"))
     if not is_set_aside(log):
         return current
-    job_id = _last_job_id(log)
+    job_id = last_job_id(log)
     kept = log.parent.glob(f"{stem}.job.rank_*{LEDGER_SUFFIX}.job*")
     return [p for p in [*current, *kept] if job_id is not None and _job_of(p) == job_id]
-
-
-def _last_job_id(log: Path) -> str | None:
-    """The job id of the log's last line that names one (a bounded read of its tail)."""
-    try:
-        with log.open("rb") as handle:
-            handle.seek(max(0, handle.seek(0, 2) - _TAIL_BYTES))
-            tail = handle.read().decode("utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(tail):
-        try:
-            job = json.loads(line).get("job")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(job, dict) and isinstance(job.get("id"), str):
-            return job["id"]
-    return None
 
 
 def _job_of(ledger: Path) -> str | None:
@@ -179,14 +176,20 @@ def job_report(
     last_logged = {
         (series.rank, attempt.job_id, attempt.attempt): attempt for series in logged for attempt in series.attempts
     }
+    flown: dict[tuple[int, str], Finished] = {}
+    for folder in {path.parent for path in ledgers}:
+        flown.update(finished_steps(folder))
     for path, rank in ledgers.items():
         data = read[path]
         now = now if now is not None else time.time()
         entries = [
-            _as_logged(entry, last_logged.get((rank, data["job_id"], entry.get("attempt"))))
+            _as_logged(
+                _as_flown(entry, flown.get((rank, str(entry.get("attempt_id"))))),
+                last_logged.get((rank, data["job_id"], entry.get("attempt"))),
+            )
             for entry in data["attempts"]
         ]
-        live = [a for a in entries if is_alive(a, now)]
+        live = [a for a in entries if _alive(a, now, flown.get((rank, str(a.get("attempt_id")))))]
         current = live[-1]["attempt_id"] if live else None
         timeline = job_timeline(entries, now, current)
         timelines[rank] = timeline
