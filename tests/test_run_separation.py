@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import runpy
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,8 @@ from tests.support.cli import cli, cli_output
 from tests.support.jsonl import json_lines as lines
 from tests.support.paths import EXAMPLES
 from tests.support.permissions import obey_file_permissions
-from tests.support.reliability_worker import spawn
+from tests.support.reliability_worker import finish, spawn
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -255,3 +258,67 @@ def test_a_resumed_run_appends_to_the_diagnosis_file(workdir):
     output = workdir / "output"
     assert not list(output.glob("diagnosis_rank_0.*.jsonl"))
     assert [r["step"] for r in lines(output / "diagnosis_rank_0.jsonl")] == [2, 8]
+
+
+# --- two runs overlapping in one folder (issue 42, item 6) -------------------------------------
+
+
+def _overlapping(tmp_path: Path, job_id: str, steps: int, **extra) -> dict:
+    out = tmp_path / "out"
+    return {
+        "config": {
+            "interval": 5, "job_id": job_id, "output_type": ["json_file"],
+            "json_log_path": str(out / "train_metric.json"), "restarts": {"heartbeat_interval": 0.3},
+        },
+        "steps": steps, "report": str(tmp_path / f"{job_id}.json"), **extra,
+    }  # fmt: skip
+
+
+def _ledger(tmp_path: Path, name: str = "train_metric.job.rank_0.ledger") -> dict:
+    return json.loads((tmp_path / "out" / name).read_text())
+
+
+def test_a_run_started_beside_a_live_one_leaves_its_ledger_alone(tmp_path):
+    """Run B starts in run A's folder while A trains: A's ledger is not set aside (A would be
+    recorded as stopping mid-run, and the two would overwrite each other's ledger); B says so
+    once and keeps none."""
+    marker = tmp_path / "a-at-20"
+    run_a = spawn(_overlapping(tmp_path, "exp-A", 40, at={"20": [["touch", str(marker)], ["sleep", 30]]}), tmp_path)
+    try:
+        wait_until(marker.exists, "run A at step 20", run_a, timeout=180)
+        run_b = spawn(_overlapping(tmp_path, "exp-B", 10), tmp_path)
+        _, b_err = finish(run_b)
+        assert run_b.returncode == 0, b_err[-3000:]
+        assert b_err.count("two runs share this output folder") == 1, b_err[-3000:]
+        assert "job 'exp-A'" in b_err and f"pid {run_a.pid}" in b_err
+        assert not list((tmp_path / "out").glob("*.ledger.job*"))
+    finally:
+        run_a.kill()
+        finish(run_a)
+    ledger = _ledger(tmp_path)
+    assert ledger["job_id"] == "exp-A" and [a["attempt"] for a in ledger["attempts"]] == [1]
+
+
+def test_a_frozen_run_whose_ledger_was_set_aside_writes_on_there(tmp_path):
+    """Run A is frozen (SIGSTOP) long enough for its heartbeat to go stale; run B, a new job,
+    sets A's ledger aside as a dead job's. A, thawed, completes in its set-aside ledger and
+    leaves B's alone (it took the name back before: each overwrote the other)."""
+    marker = tmp_path / "a-at-20"
+    run_a = spawn(_overlapping(tmp_path, "exp-A", 30, at={"20": [["touch", str(marker)]]}), tmp_path)
+    try:
+        wait_until(marker.exists, "run A at step 20", run_a, timeout=180)
+        run_a.send_signal(signal.SIGSTOP)
+        stale = lambda: time.time() - _ledger(tmp_path)["attempts"][-1]["last_heartbeat"] > 3 * 0.3 + 1.5  # noqa: E731
+        wait_until(stale, "run A's heartbeat to go stale", timeout=60)
+        run_b = spawn(_overlapping(tmp_path, "exp-B", 10), tmp_path)
+        _, b_err = finish(run_b)
+        assert run_b.returncode == 0, b_err[-3000:]
+    finally:
+        run_a.send_signal(signal.SIGCONT)
+    _, a_err = finish(run_a)
+    assert run_a.returncode == 0, a_err[-3000:]
+    assert a_err.count("this run writes its ledger on in train_metric.job.rank_0.ledger.job1") == 1, a_err[-3000:]
+    ledger_b, ledger_a = _ledger(tmp_path), _ledger(tmp_path, "train_metric.job.rank_0.ledger.job1")
+    assert (ledger_b["job_id"], [a["outcome"] for a in ledger_b["attempts"]]) == ("exp-B", ["completed"])
+    assert ledger_a["job_id"] == "exp-A"
+    assert [(a["outcome"], a["last_step"]) for a in ledger_a["attempts"]] == [("completed", 30)]

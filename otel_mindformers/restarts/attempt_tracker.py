@@ -59,6 +59,21 @@ def _set_aside(path: Path) -> int:
     return number
 
 
+class LedgerInUse(RuntimeError):
+    """Another job's attempt is alive and writing the ledger at this path: the message names it."""
+
+
+def _live_attempt_of_another_process(attempts: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
+    """The ledger's last attempt, when it has no end, its heartbeat is fresh and it is not
+    this process: a run that still writes there."""
+    last = attempts[-1] if attempts else None
+    if last is None or not goodput.is_alive(last, now):
+        return None
+    if last.get("pid") == os.getpid() and last.get("host") == socket.gethostname():
+        return None
+    return last
+
+
 class AttemptTracker:
     """Start with `AttemptTracker.begin(...)`; `end(...)` once. `previous` is the earlier
     attempt's entry (None for the job's first attempt)."""
@@ -149,6 +164,16 @@ class AttemptTracker:
         with locked(path):
             data = read_ledger(path)
             same_job = data is not None and (data["job_id"] == job_id if job_id else continues)
+            live = (
+                _live_attempt_of_another_process(data["attempts"], now) if data is not None and not same_job else None
+            )
+            if data is not None and live is not None:
+                # Setting it aside would freeze that run's entry mid-run ("killed"), and the
+                # two would then overwrite each other's ledger: that run keeps it.
+                raise LedgerInUse(
+                    f"job {data['job_id']!r} (pid {live.get('pid')} on {live.get('host')}) is running and writing "
+                    f"{path}: two runs share this output folder; give each its own json_log_path"
+                )
             if data is not None and not same_job:
                 generation = _set_aside(path) + 1
                 data = None
@@ -274,14 +299,32 @@ class AttemptTracker:
             mine = dict(self.entry)
 
         def change(data: dict[str, Any] | None) -> dict[str, Any]:
-            if data is None or data["job_id"] != self.job_id:  # corrupt or replaced: ours again
+            if data is not None and data["job_id"] != self.job_id:  # another job's now
+                raise _Replaced(data["job_id"])
+            if data is None:  # corrupt or gone: ours again
                 data = new_ledger(self.job_id)
                 data["attempts"] = list(self.history)
             data["attempts"] = [a for a in data["attempts"] if a.get("attempt_id") != mine["attempt_id"]] + [mine]
             return data
 
         try:
-            data = update_ledger(self.path, change)
+            try:
+                data = update_ledger(self.path, change)
+            except _Replaced as replaced:
+                # A later run took our heartbeat for a dead one's (this process was frozen) and
+                # set our ledger aside: it is written on there, never taken back.
+                moved = _set_aside_holding(self.path, mine["attempt_id"])
+                if moved is None:
+                    raise OSError(
+                        f"job {replaced.args[0]!r} replaced it, and this job's ledger is not beside it"
+                    ) from None
+                _logger.warning(
+                    "otel_mindformers: job %s's ledger %s now belongs to job %s (a run started there while this "
+                    "one was not heard from); this run writes its ledger on in %s",
+                    self.job_id, self.path, replaced.args[0], moved.name,
+                )  # fmt: skip
+                self.path = moved
+                data = update_ledger(self.path, change)
             self.timeline = goodput.job_timeline(data["attempts"], time.time(), mine["attempt_id"])
         except Exception as exc:  # a full disk, a vanished folder: telemetry, not training
             self.failures += 1
@@ -289,4 +332,17 @@ class AttemptTracker:
                 _logger.warning("otel_mindformers: cannot write the job ledger %s: %s", self.path, exc)
 
 
-__all__ = ["AttemptTracker", "local_job_id"]
+class _Replaced(Exception):
+    """The ledger at the tracker's path is another job's now (args: its job id)."""
+
+
+def _set_aside_holding(path: Path, attempt_id: str) -> Path | None:
+    """The set-aside ledger (`name.jobN`) that holds the attempt `attempt_id`, if any."""
+    for candidate in sorted(path.parent.glob(f"{path.name}.job*")):
+        data = read_ledger(candidate, repair=False)
+        if data is not None and any(a.get("attempt_id") == attempt_id for a in data["attempts"]):
+            return candidate
+    return None
+
+
+__all__ = ["AttemptTracker", "LedgerInUse", "local_job_id"]
