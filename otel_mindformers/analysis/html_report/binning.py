@@ -38,6 +38,12 @@ class Axis:
         index = int((value - self.low) / (self.high - self.low) * self.bins)
         return min(max(index, 0), self.bins - 1)
 
+    def bins_of(self, xs: Iterable[float]) -> list[int]:
+        """`bin` of each x, in one pass (the charts bin a million points); every x is in
+        [low, high], as for an axis made `over` them."""
+        low, scale, top = self.low, self.bins / (self.high - self.low), self.bins - 1
+        return [min(int((x - low) * scale), top) for x in xs]
+
     def centre(self, index: int) -> float:
         return self.low + (index + 0.5) * (self.high - self.low) / self.bins
 
@@ -72,7 +78,7 @@ def thinned(xs: Sequence[float], ys: Sequence[float], axis: Axis) -> list[list[t
         else:
             column: list[tuple[float, float]] = []
             last_bin = -1
-            for i in range(start, end):
+            for i, index in zip(range(start, end), axis.bins_of(xs[start:end])):
                 if not math.isfinite(ys[i]):
                     current += _extremes(column)
                     column = []
@@ -80,7 +86,6 @@ def thinned(xs: Sequence[float], ys: Sequence[float], axis: Axis) -> list[list[t
                         segments.append(current)
                         current = []
                     continue
-                index = axis.bin(xs[i])
                 if index != last_bin:
                     current += _extremes(column)
                     column, last_bin = [], index
@@ -112,10 +117,11 @@ class Band:
 def band(series: Iterable[tuple[Sequence[float], Sequence[float]]], axis: Axis) -> Band:
     """Every rank's points pooled per column (many ranks: one median line and a band)."""
     columns: list[list[float]] = [[] for _ in range(axis.bins)]
+    isfinite = math.isfinite
     for xs, ys in series:
-        for x, y in zip(xs, ys):
-            if math.isfinite(y):
-                columns[axis.bin(x)].append(y)
+        for index, y in zip(axis.bins_of(xs), ys):
+            if isfinite(y):
+                columns[index].append(y)
     kept = [(i, c) for i, c in enumerate(columns) if c]
     return Band(
         xs=[axis.centre(i) for i, _ in kept],
@@ -128,9 +134,9 @@ def band(series: Iterable[tuple[Sequence[float], Sequence[float]]], axis: Axis) 
 def column_means(xs: Sequence[float], ys: Sequence[float], axis: Axis) -> dict[int, float]:
     """A rank's mean per column (for hover read-outs and heatmap cells)."""
     sums: dict[int, list[float]] = {}
-    for x, y in zip(xs, ys):
+    for index, y in zip(axis.bins_of(xs), ys):
         if math.isfinite(y):
-            total = sums.setdefault(axis.bin(x), [0.0, 0.0])
+            total = sums.setdefault(index, [0.0, 0.0])
             total[0] += y
             total[1] += 1
     return {i: total / count for i, (total, count) in sums.items()}
@@ -190,14 +196,18 @@ def heat_cells(per_rank: Mapping[int, Sequence[Covered]], rows: RankRows, axis: 
     row the highest rank's."""
     best: dict[tuple[int, int], Cell] = {}
     for position, rank in enumerate(rows.ranks):
+        records = [record for record in per_rank.get(rank, ()) if math.isfinite(record[2])]
+        firsts = axis.bins_of(first for first, _, _ in records)
+        lasts = axis.bins_of(last for _, last, _ in records)
         sums: dict[int, list[float]] = {}
-        for first, last, value in per_rank.get(rank, ()):
-            if not math.isfinite(value):
-                continue
-            for column in range(axis.bin(first), axis.bin(last) + 1):
-                total = sums.setdefault(column, [0.0, 0.0])
-                total[0] += value
-                total[1] += 1
+        for low, high, (_, _, value) in zip(firsts, lasts, records):
+            for column in range(low, high + 1):
+                total = sums.get(column)
+                if total is None:
+                    sums[column] = [value, 1.0]
+                else:
+                    total[0] += value
+                    total[1] += 1
         row = rows.row(position)
         for column, (summed, count) in sums.items():
             value = summed / count

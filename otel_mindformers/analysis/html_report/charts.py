@@ -42,6 +42,15 @@ def fmt(value: float | None, unit: str = "") -> str:
     return f"{text} {unit}".rstrip() if unit and unit != "%" else f"{text}{unit}"
 
 
+def tick(value: float) -> str:
+    """An axis label: short (10k, 1.5M, 0.0003)."""
+    size = abs(value)
+    for limit, unit, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
+        if size >= limit:
+            return f"{value / unit:.4g}{suffix}"
+    return f"{value:.4g}"
+
+
 def _c(value: float) -> str:
     """A coordinate: one decimal is finer than a pixel."""
     text = f"{value:.1f}"
@@ -103,17 +112,17 @@ class Scale:
 
 def _axes(x: Scale, y: Scale, x_label: str, unit: str, height: float) -> str:
     parts = ['<g class="axes">']
-    for tick in y.ticks():
-        py = y(tick)
+    for value in y.ticks():
+        py = y(value)
         parts.append(
             f'<line class="grid" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{_c(py)}" y2="{_c(py)}"/>'
-            f'<text class="tick" x="{_LEFT - 6}" y="{_c(py + 4)}" text-anchor="end">{esc(fmt(tick))}</text>'
+            f'<text class="tick" x="{_LEFT - 6}" y="{_c(py + 4)}" text-anchor="end">{esc(tick(value))}</text>'
         )
-    for tick in x.ticks():
-        px = x(tick)
+    for value in x.ticks():
+        px = x(value)
         parts.append(
             f'<line class="tickmark" x1="{_c(px)}" x2="{_c(px)}" y1="{_c(height - _BOTTOM)}" y2="{_c(height - _BOTTOM + 4)}"/>'
-            f'<text class="tick" x="{_c(px)}" y="{_c(height - _BOTTOM + 16)}" text-anchor="middle">{esc(fmt(tick))}</text>'
+            f'<text class="tick" x="{_c(px)}" y="{_c(height - _BOTTOM + 16)}" text-anchor="middle">{esc(tick(value))}</text>'
         )
     parts.append(
         f'<line class="axis" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{_c(height - _BOTTOM)}" y2="{_c(height - _BOTTOM)}"/>'
@@ -235,7 +244,7 @@ def line_chart(
     for line in lines:
         path = "".join(_path(segment, x, y) for segment in line.segments if segment)
         if path:
-            css = f"series s{line.colour % PALETTE_SIZE}" + (" emphasis" if line.emphasis else "")
+            css = "series emphasis" if line.emphasis else f"series s{line.colour % PALETTE_SIZE}"
             body.append(f'<path class="{css}" data-series="{esc(line.label)}" d="{path}"/>')
     body.append(f'<line class="guide" x1="0" x2="0" y1="{_TOP}" y2="{height - _BOTTOM}"/>')
     legend = _legend(lines, band)
@@ -254,7 +263,11 @@ def _legend(lines: Sequence[Line], band: Band | None) -> str:
     items = []
     if band is not None and band.xs:
         items.append('<span><i class="swatch band-swatch"></i>median, lowest to highest rank</span>')
-    items += [f'<span><i class="swatch s{line.colour % PALETTE_SIZE}"></i>{esc(line.label)}</span>' for line in lines]
+    items += [
+        f'<span><i class="swatch {"emphasis" if line.emphasis else f"s{line.colour % PALETTE_SIZE}"}"></i>'
+        f"{esc(line.label)}{' (holds the job back)' if line.emphasis else ''}</span>"
+        for line in lines
+    ]
     return f'<div class="legend">{"".join(items)}</div>' if items else ""
 
 
@@ -275,8 +288,10 @@ class HeatScale:
     def of(cls, values: Sequence[float], fixed: tuple[float, float] | None = None) -> HeatScale:
         if fixed is not None:
             return cls(fixed[0], fixed[1], False)
-        finite = [v for v in values if math.isfinite(v)]
-        low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
+        finite = sorted(v for v in values if math.isfinite(v))
+        # The 1st to 99th percentile: a compilation step or a restart's first step would
+        # otherwise wash every other cell out; cells beyond take the end colours.
+        low, high = (finite[len(finite) // 100], finite[-1 - len(finite) // 100]) if finite else (0.0, 1.0)
         log = low > 0 and high / low > 20
         return cls(low, high if high > low else low + 1.0, log)
 
@@ -300,9 +315,11 @@ def heatmap(
     x_label: str,
     unit: str,
     note: str = "",
+    named_row: int | None = None,
 ) -> str:
     """Ranks down, steps across; a cell's colour is its value's level. Cells are drawn at
-    1x1 in a scaled group, with their size in CSS, so each costs about 30 bytes."""
+    1x1 in a scaled group, with their size in CSS, so each costs about 30 bytes. The row of
+    `named_row` (the rank that holds the job back) is labelled and outlined."""
     plot_width = WIDTH - 96 - _RIGHT
     cell_w = plot_width / axis.bins
     cell_h = max(3.0, min(16.0, 300.0 / rows.count))
@@ -315,15 +332,23 @@ def heatmap(
     parts += [f'<rect class="h{scale.level(c.value)}" x="{c.column}" y="{c.row}"/>' for c in cells]
     parts.append("</g>")
     every = max(1, math.ceil(rows.count / 24))
-    for row in range(0, rows.count, every):
+    labelled = set(range(0, rows.count, every))
+    if named_row is not None:
+        labelled = {row for row in labelled if abs(row - named_row) >= every} | {named_row}
         parts.append(
-            f'<text class="tick" x="90" y="{_c(_TOP + (row + 0.5) * cell_h + 4)}" text-anchor="end">'
+            f'<rect class="named-row" x="95" y="{_c(_TOP + named_row * cell_h - 1)}" width="{_c(plot_width + 2)}" '
+            f'height="{_c(cell_h + 2)}"/>'
+        )
+    for row in sorted(labelled):
+        css = "tick named" if row == named_row else "tick"
+        parts.append(
+            f'<text class="{css}" x="90" y="{_c(_TOP + (row + 0.5) * cell_h + 4)}" text-anchor="end">'
             f"{esc(rows.label(row))}</text>"
         )
     bottom = height - _BOTTOM
-    for tick in x.ticks():
+    for value in x.ticks():
         parts.append(
-            f'<text class="tick" x="{_c(x(tick))}" y="{_c(bottom + 16)}" text-anchor="middle">{esc(fmt(tick))}</text>'
+            f'<text class="tick" x="{_c(x(value))}" y="{_c(bottom + 16)}" text-anchor="middle">{esc(tick(value))}</text>'
         )
     parts.append(
         f'<text class="label" x="{(WIDTH + 96) / 2:.0f}" y="{height - 4:.0f}" text-anchor="middle">{esc(x_label)}</text>'
@@ -443,9 +468,9 @@ def timeline(
             )
     bottom = height - _BOTTOM
     parts.append(f'<line class="axis" x1="150" x2="{WIDTH - _RIGHT}" y1="{bottom}" y2="{bottom}"/>')
-    for tick in x.ticks():
+    for value in x.ticks():
         parts.append(
-            f'<text class="tick" x="{_c(x(tick))}" y="{bottom + 16}" text-anchor="middle">{esc(fmt(tick))}</text>'
+            f'<text class="tick" x="{_c(x(value))}" y="{bottom + 16}" text-anchor="middle">{esc(tick(value))}</text>'
         )
     parts.append(
         f'<text class="label" x="{(WIDTH + 150) / 2:.0f}" y="{height - 4}" text-anchor="middle">{esc(x_label)}</text>'

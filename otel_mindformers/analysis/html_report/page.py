@@ -11,6 +11,7 @@ blocked request into the page itself, where a test (or a reader) sees it.
 from __future__ import annotations
 
 import json
+import re
 import time
 from importlib import resources
 from pathlib import Path
@@ -38,6 +39,7 @@ from otel_mindformers.analysis.report import (
     TOPIC_CURVES,
     TOPIC_LOGS,
     TOPIC_RANKS,
+    Report,
     findings,
 )
 from otel_mindformers.captures.offline.profile_trace import short_name, trace_operators
@@ -262,10 +264,9 @@ def _glance(run: RunData) -> str:
     )
     if run.captures is not None:
         rows.append(_fact("captures", "captures", str(len(run.captures)), len(run.captures), "captures"))
-    listed = findings(report)
     items = [
-        f'<li class="finding topic-{esc(f.topic)}"><a href="#{SECTION_OF_TOPIC[f.topic]}">{esc(f.text)}</a></li>'
-        for f in listed
+        f'<li class="finding topic-{esc(topic)}"><a href="#{SECTION_OF_TOPIC[topic]}">{esc(text)}</a></li>'
+        for topic, text in _grouped_findings(report)
     ]
     shown = "".join(items[:MAX_FINDINGS])
     more = (
@@ -276,6 +277,36 @@ def _glance(run: RunData) -> str:
     )
     found = f'<ul class="findings">{shown}</ul>{more}' if items else '<p class="note">No findings.</p>'
     return _section("glance", f'<table class="facts">{"".join(rows)}</table><h3>Findings</h3>{found}')
+
+
+_TOPIC_ORDER = (TOPIC_RANKS, TOPIC_ATTEMPTS, TOPIC_CURVES, TOPIC_LOGS)
+_RANK_FINDING = re.compile(r"^rank (\d+): (.*)$", re.S)
+
+
+def _grouped_findings(report: Report) -> list[tuple[str, str]]:
+    """The report's findings, the verdict's first; one line for what several ranks found
+    alike ("ranks 0-63: overflow at steps 3000")."""
+    grouped: dict[tuple[str, str], list[int]] = {}
+    for finding in findings(report):
+        match = _RANK_FINDING.match(finding.text)
+        rest = match[2] if match else finding.text
+        ranks = grouped.setdefault((finding.topic, rest), [])
+        if match:
+            ranks.append(int(match[1]))
+    ordered = sorted(grouped.items(), key=lambda item: _TOPIC_ORDER.index(item[0][0]))
+    return [(topic, f"{_ranks_text(ranks)}: {rest}" if ranks else rest) for (topic, rest), ranks in ordered]
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """`rank 3`, `ranks 0, 2, 5`, or `ranks 0-63 (64)` for a long consecutive run."""
+    ranks = sorted(set(ranks))
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if len(ranks) > 4 and ranks[-1] - ranks[0] + 1 == len(ranks):
+        return f"ranks {ranks[0]}–{ranks[-1]} ({len(ranks)})"
+    if len(ranks) > 8:
+        return f"{len(ranks)} ranks ({', '.join(map(str, ranks[:6]))}, …)"
+    return "ranks " + ", ".join(map(str, ranks))
 
 
 def _bottleneck_fact(body: dict[str, Any]) -> str:
@@ -461,6 +492,7 @@ def _heatmaps(run: RunData) -> str:
     span = Axis.over([x for records in covered for first, last, _ in records for x in (first, last)], 1)
     # A column is at least one step wide: a short run is drawn step by step.
     axis = Axis(span.low, span.high, max(1, min(HEAT_COLUMNS, int(span.high - span.low) + 1)))
+    named = _named_row(run, rows)
     figures = []
     if step_times:
         figures.append(
@@ -473,6 +505,7 @@ def _heatmaps(run: RunData) -> str:
                 HeatScale.of([value for records in step_times.values() for _, _, value in records[1:]]),
                 "step",
                 "ms",
+                named_row=named,
             )
         )
     for section in HEAT_SECTIONS:
@@ -493,6 +526,7 @@ def _heatmaps(run: RunData) -> str:
                 HeatScale.of([], fixed=(0.0, 100.0)),
                 "step",
                 "%",
+                named_row=named,
             )
         )
     if not windows:
@@ -500,6 +534,15 @@ def _heatmaps(run: RunData) -> str:
             '<p class="note">No `sections` in these logs (written by every rank since sections were added).</p>'
         )
     return "".join(figures)
+
+
+def _named_row(run: RunData, rows: RankRows) -> int | None:
+    """The heatmap row of the rank the verdict names."""
+    verdict = run.report.bottleneck
+    top = verdict.bottleneck if verdict is not None else None
+    if top is None or top.rank not in rows.ranks:
+        return None
+    return rows.row(rows.ranks.index(top.rank))
 
 
 def _windows(history: SectionHistory) -> dict[str, list[Covered]]:
@@ -518,7 +561,10 @@ def _windows(history: SectionHistory) -> dict[str, list[Covered]]:
 
 
 def _time_bars(run: RunData) -> str:
-    timed = [(s, s["time"]) for s in run.body["series"] if s.get("time")]
+    timed = sorted(
+        ((s, s["time"]) for s in run.body["series"] if s.get("time")),
+        key=lambda pair: (pair[0]["rank"] is None, pair[0]["rank"] or 0),
+    )
     if not timed:
         return '<p class="note">No `time` objects in these logs: where each rank\'s time went is not known.</p>'
     rows = RankRows.of(range(len(timed)), MAX_BARS)
@@ -682,8 +728,8 @@ def _devices(run: RunData) -> str:
 
 def _since(column: Column, origin: float) -> Column:
     shifted = Column()
-    for x, y in zip(column.xs, column.ys):
-        shifted.add(x - origin, y)
+    shifted.xs.extend(x - origin for x in column.xs)
+    shifted.ys.extend(column.ys)
     return shifted
 
 

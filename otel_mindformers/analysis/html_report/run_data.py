@@ -37,7 +37,8 @@ DEVICE_READINGS: tuple[tuple[str, str, str], ...] = (
     ("host_rss_mb", "Process resident memory (host)", "MB"),
     ("host_memory_percent", "Host memory used", "%"),
 )
-_DEVICE_KEYS = tuple(key for key, _, _ in DEVICE_READINGS)
+_CURVE_KEYS = frozenset(CURVES)
+_DEVICE_KEYS = frozenset(key for key, _, _ in DEVICE_READINGS)
 
 
 class Column:
@@ -48,10 +49,6 @@ class Column:
     def __init__(self) -> None:
         self.xs = array("d")
         self.ys = array("d")
-
-    def add(self, x: float, y: float) -> None:
-        self.xs.append(x)
-        self.ys.append(y)
 
 
 class PageStats(SeriesStats):
@@ -66,23 +63,20 @@ class PageStats(SeriesStats):
 
     def add(self, point: StepPoint) -> None:
         super().add(point)
-        values = point.values
-        for name in CURVES:
-            value = values.get(name)
-            if value is not None:  # NaN (non-finite) is kept: a gap in the line
-                column = self.curves.get(name)
+        stamp = point.time_stamp
+        for key, value in point.values.items():
+            if key in _CURVE_KEYS:  # NaN (non-finite) is kept: a gap in the line
+                column = self.curves.get(key)
                 if column is None:
-                    column = self.curves[name] = Column()
-                column.add(point.step, value)
-        if point.time_stamp is None:
-            return
-        for key in _DEVICE_KEYS:
-            value = values.get(key)
-            if value is not None and math.isfinite(value):
+                    column = self.curves[key] = Column()
+                column.xs.append(point.step)
+                column.ys.append(value)
+            elif key in _DEVICE_KEYS and stamp is not None and math.isfinite(value):
                 column = self.devices.get(key)
                 if column is None:
                     column = self.devices[key] = Column()
-                column.add(point.time_stamp, value)
+                column.xs.append(stamp)
+                column.ys.append(value)
 
 
 @dataclass
