@@ -578,7 +578,13 @@ def _time_bars(run: RunData) -> str:
                 totals[phase if phase in totals else OTHER_PHASES] += seconds
             totals[UNACCOUNTED] += max(0.0, time_["wall_s"] - time_["productive_s"] - sum(time_["lost_s"].values()))
         count = len(members)
-        label = members[0][0]["label"] if count == 1 else f"{members[0][0]['label']}–{members[-1][0]['label']} (mean)"
+        first, last = members[0][0], members[-1][0]
+        if count == 1:
+            label = first["label"]
+        elif first["rank"] is not None and last["rank"] is not None:
+            label = f"ranks {first['rank']}–{last['rank']} (mean)"
+        else:
+            label = f"{first['label']}–{last['label']} (mean)"
         wall = sum(t["wall_s"] for _, t in members) / count
         bars.append(Bar(label, [(name, seconds / count) for name, seconds in totals.items()], _seconds(wall)))
     return charts.stacked_bars(
