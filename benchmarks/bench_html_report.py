@@ -9,7 +9,8 @@ does: training values, step time, throughput, MFU, NPU readings, `time`, `sectio
 resumes from the checkpoint before it). Then it builds the page with the command in a fresh
 process and opens it in headless Chromium, and prints:
 
-- the page's size (budget 5 MB) and the command's wall time (budget 10 s);
+- the page's size (budget 5 MB) and the command's wall time, the fastest of three builds
+  (budget 10 s), with each build's CPU time and the load average;
 - the time to open: navigation start to the load event with style and layout done, as the
   page measures it (`data-open-ms`, budget 3 s), and Chromium's wall time for the page
   beside its wall time for an empty page.
@@ -22,6 +23,7 @@ import math
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -38,6 +40,7 @@ START = 1_796_000_000.0
 JOB = "bench-job-1"
 SLOW_RANK = 17
 BUDGET_MB, BUDGET_BUILD_S, BUDGET_OPEN_S = 5.0, 10.0, 3.0
+BUILDS = 3  # the fastest counts: the development machine is shared
 
 
 def _sampled(first: int, last: int, interval: int) -> list[int]:
@@ -138,6 +141,20 @@ def _write_ledger(json_log: Path, rank: int, attempts, crash: int, resume: int) 
     write_ledger(ledger_path(str(json_log), rank), ledger)
 
 
+def _build(folder: Path, page: Path) -> tuple[float, float]:
+    """The command in a fresh process: its wall seconds and its CPU seconds (user + system;
+    on a shared machine the wall time grows with the others' load, the CPU time much less)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "otel_mindformers.cli", "report", str(folder), "--html", str(page)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.perf_counter()
+    built = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    wall = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert built.returncode == 0, built.stderr[-3000:]
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
@@ -164,14 +181,14 @@ def main() -> int:
             f"logs: {ranks} ranks x {steps} steps, every {interval}th logged: {logs_mb:.0f} MB written in {time.perf_counter() - began:.1f} s"
         )
         page = Path(temp) / "run.html"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        command = [sys.executable, "-m", "otel_mindformers.cli", "report", str(folder), "--html", str(page)]
-        began = time.perf_counter()
-        built = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-        build_s = time.perf_counter() - began
-        assert built.returncode == 0, built.stderr[-3000:]
+        builds = [_build(folder, page) for _ in range(BUILDS)]
+        build_s = min(wall for wall, _ in builds)
         size_mb = page.stat().st_size / 1e6
-        print(f"page: {size_mb:.2f} MB (budget {BUDGET_MB} MB), built in {build_s:.1f} s (budget {BUDGET_BUILD_S} s)")
+        each = ", ".join(f"{wall:.1f} s ({cpu:.1f} s CPU)" for wall, cpu in builds)
+        print(
+            f"page: {size_mb:.2f} MB (budget {BUDGET_MB} MB), built in {build_s:.1f} s, the fastest of {BUILDS} "
+            f"(budget {BUDGET_BUILD_S} s): {each}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        )
         ok = size_mb <= BUDGET_MB and build_s <= BUDGET_BUILD_S
         browser = _chromium()
         if browser is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -219,7 +220,7 @@ def test_a_real_jobs_page_opens_in_chromium_without_error_or_request_and_draws_e
     assert loss.all("rect", "mark-capture") and loss.all("line", "mark-alert")
     # Heatmaps of step time and of each section the job spent time in, every cell drawn.
     for heatmap in ("heat-step-time", "heat-data-wait", "heat-in-step"):
-        cells = [r for r in dom.by_id(heatmap).all("rect") if any(c.startswith("h") for c in r.classes)]
+        cells = [r for r in dom.by_id(heatmap).all("rect") if any(re.fullmatch(r"h\d+", c) for c in r.classes)]
         assert len(cells) >= 2 * 4, heatmap
     assert len(dom.by_id("bars-time").all("rect", "segment")) >= 4
     # Attempts: the crashed one, the completed one and the downtime between them.
