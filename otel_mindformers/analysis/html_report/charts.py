@@ -128,8 +128,12 @@ def _axes(x: Scale, y: Scale, x_label: str, unit: str, height: float) -> str:
         f'<line class="axis" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{_c(height - _BOTTOM)}" y2="{_c(height - _BOTTOM)}"/>'
         f'<text class="label" x="{(WIDTH + _LEFT) / 2:.0f}" y="{height - 4:.0f}" text-anchor="middle">{esc(x_label)}</text>'
     )
-    if unit:
-        parts.append(f'<text class="label" x="4" y="{_TOP + 4}" dominant-baseline="hanging">{esc(unit)}</text>')
+    if unit:  # along the left edge, where the tick labels do not reach
+        middle = (_TOP + height - _BOTTOM) / 2
+        parts.append(
+            f'<text class="label" x="12" y="{middle:.0f}" transform="rotate(-90 12 {middle:.0f})" '
+            f'text-anchor="middle">{esc(unit)}</text>'
+        )
     parts.append("</g>")
     return "".join(parts)
 
