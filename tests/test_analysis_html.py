@@ -227,7 +227,10 @@ def test_a_real_jobs_page_opens_in_chromium_without_error_or_request_and_draws_e
     spans = dom.by_id("timeline-attempts").all("rect", "span")
     assert {"o-crashed", "o-completed", "d-no_process"} <= {c for s in spans for c in s.classes}
     # Devices (host readings on this CPU machine) and the captures' operators.
-    assert dom.by_id("device-host-rss-mb").all("path", "series")
+    # Each rank's readings break where attempt 2 began: no line across the downtime.
+    memory = dom.by_id("device-host-rss-mb")
+    assert [p.attrs["d"].count("M") for p in memory.all("path", "series")] == [2, 2]
+    assert [m.text() for m in memory.all("line", "mark-restart")] == ["attempt 2 began"]
     assert len(dom.all("tr", "capture")) == 2
     operators = dom.by_id("ops-0").all("rect", "op")
     assert operators and any("MatMul" in op.text() for op in operators)

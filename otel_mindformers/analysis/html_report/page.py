@@ -11,6 +11,7 @@ blocked request into the page itself, where a test (or a reader) sees it.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from importlib import resources
@@ -707,7 +708,8 @@ def _devices(run: RunData) -> str:
         columns = [(one.label, i, one.sink.devices[key]) for i, one in enumerate(run.series) if key in one.sink.devices]
         if not columns or origin is None:
             continue
-        shifted = [(label, i, _since(column, origin)) for label, i, column in columns]
+        restarts = _restarts_in_time(run, origin)
+        shifted = [(label, i, _since(column, origin, restarts)) for label, i, column in columns]
         axis = Axis.over([x for _, _, c in shifted for x in c.xs], CURVE_COLUMNS)
         lines, pooled, hover = _many_or_few(shifted, axis, _named_rank(run))
         figures.append(
@@ -719,7 +721,7 @@ def _devices(run: RunData) -> str:
                 "seconds since the first record",
                 lines,
                 pooled,
-                (),
+                [Mark("restart", at, None, text) for at, text in restarts],
                 hover,
                 height=200,
             )
@@ -732,10 +734,26 @@ def _devices(run: RunData) -> str:
     return _section("devices", "".join(figures))
 
 
-def _since(column: Column, origin: float) -> Column:
+def _restarts_in_time(run: RunData, origin: float) -> list[tuple[float, str]]:
+    """When each attempt after the first began, in seconds since `origin`, from the ledger."""
+    attempts = run.job["attempts"][1:] if run.job is not None else []
+    return [(a["start"] - origin, f"attempt {a['attempt']} began") for a in attempts]
+
+
+def _since(column: Column, origin: float, restarts: list[tuple[float, str]]) -> Column:
+    """Readings in seconds since `origin`, with a gap (NaN) where an attempt began: the
+    line does not pretend there were readings while no process ran."""
     shifted = Column()
-    shifted.xs.extend(x - origin for x in column.xs)
-    shifted.ys.extend(column.ys)
+    breaks = sorted(at for at, _ in restarts)
+    for stamp, value in zip(column.xs, column.ys):
+        at = stamp - origin
+        while breaks and at >= breaks[0]:
+            if shifted.xs:
+                shifted.xs.append(breaks[0])
+                shifted.ys.append(math.nan)
+            breaks.pop(0)
+        shifted.xs.append(at)
+        shifted.ys.append(value)
     return shifted
 
 
