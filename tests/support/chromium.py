@@ -19,10 +19,11 @@ import os
 import select
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tests.support.backends import unavailable
 
@@ -47,7 +48,9 @@ class Loaded:
 class _DevTools:
     """One browser process and its protocol pipe."""
 
-    def __init__(self, profile: Path) -> None:
+    def __init__(self, profile: Path, log: BinaryIO) -> None:
+        """`log` takes the browser's output: a file, not a pipe, so a chatty browser never
+        blocks on it."""
         commands_read, self._commands = os.pipe()
         self._replies, replies_write = os.pipe()
 
@@ -58,11 +61,12 @@ class _DevTools:
             os.dup2(high_write, 4)
 
         command = [browser(), *_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"]
+        self._log = log
         self.process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdout=self._log,
+            stderr=self._log,
             close_fds=False,
             preexec_fn=onto_3_and_4,
         )
@@ -103,7 +107,9 @@ class _DevTools:
 
     def _stderr(self) -> str:
         self.process.kill()
-        return self.process.communicate()[1].decode(errors="replace")[-3000:]
+        self.process.wait()
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-3000:]
 
     def close(self) -> None:
         try:
@@ -116,8 +122,6 @@ class _DevTools:
             if self.process.poll() is None:
                 self.process.kill()
                 self.process.wait()
-            if self.process.stderr is not None:
-                self.process.stderr.close()
             os.close(self._commands)
             os.close(self._replies)
 
@@ -140,7 +144,11 @@ def _said(event: dict[str, Any]) -> str | None:
 def load(page: Path, profile: Path, screenshot: Path | None = None, width: int = 1100, height: int = 2400) -> Loaded:
     """Open `page` from disk in a new tab and wait for its load event; with `screenshot`,
     write what a `width` x `height` window shows of its top there (PNG)."""
-    tools = _DevTools(profile)
+    with tempfile.TemporaryFile() as log:
+        return _load(_DevTools(profile, log), page, screenshot, width, height)
+
+
+def _load(tools: _DevTools, page: Path, screenshot: Path | None, width: int, height: int) -> Loaded:
     try:
         target = tools.call("Target.createTarget", url="about:blank")["targetId"]
         session = tools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
