@@ -39,11 +39,6 @@ def _page(capsys, *arguments: str) -> Element:
     return parse(output.read_text(encoding="utf-8"))
 
 
-def _report_json(capsys, *arguments: str) -> dict:
-    assert cli_main(["report", *arguments, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
 def _value(page: Element, fact: str):
     return json.loads(page.by_id(f"fact-{fact}").all("td")[0].attrs["data-value"])
 
