@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The test suite, with its own setup: the venv, and the real backends the tests run
-# (Prometheus, Alertmanager, promtool) when this machine can install them.
+# (Prometheus, Alertmanager, promtool; Chromium for the HTML report) when this machine can
+# install them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
-if ! { command -v promtool && command -v prometheus-alertmanager; } >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  echo "Installing Prometheus, Alertmanager and promtool..."
+missing=()
+{ command -v promtool && command -v prometheus-alertmanager; } >/dev/null 2>&1 || missing+=(prometheus prometheus-alertmanager)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "Installing ${missing[*]}..."
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-     prometheus prometheus-alertmanager >/dev/null) || echo "warning: could not install Prometheus; its tests will skip (or fail under CI=true)"
+     "${missing[@]}" >/dev/null) || echo "warning: could not install ${missing[*]}; their tests will skip (or fail under CI=true)"
 fi
 export PATH="$PWD/.venv/bin:$PATH"
 # Lint, format and types first (configured in pyproject.toml): zero findings, or no tests.

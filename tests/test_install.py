@@ -96,6 +96,11 @@ def _commands(tmp_path: Path, dumps: Path, endpoint: str) -> list[tuple[list[str
         ),
         (["report", str(LOGS / "multirank")], 0, "Findings"),
         (["report", "--format", "json", str(LOGS / "gap_and_restart.json")], 0, '"series"'),
+        (  # its styles and scripts ship with the package; an analysed capture's trace is drawn
+            ["report", str(LOGS / "multirank"), "--html", str(tmp_path / "run.html"), "--captures", str(captures)],
+            0,
+            "wrote ",
+        ),
         (
             ["replay", "--endpoint", endpoint, "--protocol", "http/json", str(LOGS / "gap_and_restart.json")],
             0,
@@ -175,9 +180,10 @@ def _pip(python: Path, *arguments: str, cwd: Path) -> subprocess.CompletedProces
 
 @pytest.mark.slow
 def test_the_wheel_holds_the_package_and_its_type_marker_and_nothing_else(tmp_path):
-    """What a user installs from the README's wheel line: every module of the package, the
-    PEP 561 marker (without it mypy rejects `from otel_mindformers import MonitorCallback` in
-    the user's training code as untyped), and no tests, examples or backend configs."""
+    """What a user installs from the README's wheel line: every module of the package and
+    the files it reads (the HTML page's styles and scripts), the PEP 561 marker (without it
+    mypy rejects `from otel_mindformers import MonitorCallback` in the user's training code
+    as untyped), and no tests, examples or backend configs."""
     source = _clean_copy(tmp_path / "checkout")
     built = _pip(Path(sys.executable), *BUILD_WHEEL.split()[1:], cwd=source)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
@@ -186,6 +192,12 @@ def test_the_wheel_holds_the_package_and_its_type_marker_and_nothing_else(tmp_pa
     modules = {path.relative_to(source).as_posix() for path in (source / "otel_mindformers").rglob("*.py")}
     assert modules <= names, sorted(modules - names)
     assert "otel_mindformers/py.typed" in names
+    assets = {
+        path.relative_to(source).as_posix()
+        for pattern in ("*.css", "*.js")
+        for path in (source / "otel_mindformers").rglob(pattern)
+    }
+    assert assets and assets <= names, sorted(assets - names)  # the HTML page's styles and scripts
     tops = {name.split("/")[0] for name in names}
     assert tops == {"otel_mindformers", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, tops
 

@@ -62,6 +62,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     report.add_argument(
         "--captures", metavar="DIR", help="also list the captures under DIR (alert_config.capture.path)"
     )
+    report.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the run as one self-contained HTML page to FILE (charts inline, nothing fetched when viewed)",
+    )
     report.set_defaults(func=_report)
 
     replay = commands.add_parser(
@@ -177,22 +182,30 @@ def _plot_attempts(args: argparse.Namespace) -> int:
 
 @_one_line_errors
 def _report(args: argparse.Namespace) -> int:
-    from otel_mindformers.analysis.report import render, report_logs
+    from otel_mindformers.analysis.report import read_job, render, report_logs
     from otel_mindformers.flight_recorder.offline.recover_logs import recover_dead_runs
-    from otel_mindformers.restarts.offline.attempts_report import job_report, with_job
+    from otel_mindformers.restarts.offline.attempts_report import with_job
 
     recover_dead_runs(args.logs)
+    if args.html:
+        return _report_html(args)
     report = report_logs(args.logs, args.straggler_threshold)
     _note_damaged_tails(location for summary in report.series for location in summary.damaged_tails)
-    job = job_report(args.logs, logged=report.series)
-    if job is not None:
-        report.attempts = job["attempts"]
-    text = with_job(render(report, args.format), job, args.format)
+    text = with_job(render(report, args.format), read_job(report, args.logs), args.format)
     if getattr(args, "captures", None):
         from otel_mindformers.captures.offline.capture_command import with_captures
 
         text = with_captures(text, args.captures, args.format)
     sys.stdout.write(text)
+    return 0
+
+
+def _report_html(args: argparse.Namespace) -> int:
+    from otel_mindformers.analysis.html_report import write_page
+
+    written = write_page(args.logs, args.html, args.straggler_threshold, args.captures)
+    _note_damaged_tails(location for summary in written.run.report.series for location in summary.damaged_tails)
+    print(f"wrote {written.path} ({written.size / 1e6:.2f} MB, {len(written.run.series)} series)")
     return 0
 
 

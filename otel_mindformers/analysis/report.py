@@ -7,16 +7,18 @@ import math
 import statistics
 from array import array
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
-from otel_mindformers.analysis.logs import Location, Series, StepPoint, scan_logs
+from otel_mindformers.analysis.logs import Location, Scanned, Series, StepPoint, scan_logs
 from otel_mindformers.analysis.top_norms import Peak, TopNorms
 from otel_mindformers.names import phase_names
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.phase_names import PHASE_CHECKPOINT_LOAD, PHASE_COMPILE, PHASE_STARTUP
 from otel_mindformers.nonfinite.offline.first_bad_rank import report_findings as first_bad_rank_findings
+from otel_mindformers.restarts.offline.attempts_report import job_report
 from otel_mindformers.stragglers.offline import verdict as stragglers
 from otel_mindformers.stragglers.offline.verdict import Verdict
 
@@ -166,6 +168,17 @@ def report_logs(inputs, straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD
     """Read and summarise in one pass: each record updates its series' running summary and
     is dropped, so memory does not grow with the size of the logs' lines. A folder is its
     latest run: the earlier runs set aside there are other runs, not slower ranks."""
+    return report_scanned(scan_logs(inputs, SeriesStats, one_run_per_folder=True), straggler_threshold)
+
+
+_Stats = TypeVar("_Stats", bound="SeriesStats")
+
+
+def report_scanned(
+    scanned: Sequence[Scanned[_Stats]], straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD
+) -> Report:
+    """The report of series `scan_logs` summarised into `SeriesStats` (or a subclass that
+    keeps more, as the HTML page's does)."""
     summarised = [
         (
             one.sink,
@@ -173,12 +186,22 @@ def report_logs(inputs, straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD
                 one.label, one.rank, one.files, one.alerts, one.foreign_lines, one.damaged_tails, one.out_of_range
             ),
         )
-        for one in scan_logs(inputs, SeriesStats, one_run_per_folder=True)
+        for one in scanned
     ]
     return _combine(summarised, straggler_threshold)
 
 
-def _combine(summarised: list[tuple[SeriesStats, SeriesSummary]], straggler_threshold: float) -> Report:
+def read_job(report: Report, inputs: Sequence[str | Path]) -> dict[str, Any] | None:
+    """The job's attempts and totals from the ledgers beside `inputs` (`job_report`, given
+    what the series' lines know of each attempt), kept on `report` as well: a resume or a
+    killed attempt they explain is not a finding. None without a ledger."""
+    job = job_report(inputs, logged=report.series)
+    if job is not None:
+        report.attempts = job["attempts"]
+    return job
+
+
+def _combine(summarised: Sequence[tuple[SeriesStats, SeriesSummary]], straggler_threshold: float) -> Report:
     summaries = [summary for _, summary in summarised]
     medians = [s.step_time_median_ms for s in summaries if s.step_time_median_ms is not None]
     overall_median = statistics.median(medians) if medians else None
@@ -420,7 +443,7 @@ def _mean_of(values) -> float | None:
 
 def render(report: Report, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(_json_safe(_json_body(report)), indent=2)
+        return json.dumps(json_body(report), indent=2)
     if fmt == "markdown":
         return _markdown(report)
     return _text(report)
@@ -433,17 +456,19 @@ STEP_TIME_VIEW = (
 )
 
 
-def _json_body(report: Report) -> dict[str, Any]:
-    """The report as JSON, with one verdict: `holds_back` names the series that holds the
-    job back, from the sections (bottleneck) where they name one, else from step times.
-    The step-time view (`stragglers`, `slowest`) sits under `step_time_view`, labelled."""
+def json_body(report: Report) -> dict[str, Any]:
+    """The report as `report --json` writes it (before the job and captures are added), with
+    one verdict: `holds_back` names the series that holds the job back, from the sections
+    (bottleneck) where they name one, else from step times. The step-time view
+    (`stragglers`, `slowest`) sits under `step_time_view`, labelled. Non-finite numbers are
+    None."""
     body = asdict(report)
     stragglers, slowest = body.pop("stragglers"), body.pop("slowest")
     body.pop("attempts")  # the JSON's "job" holds them
     named = report.bottleneck.bottleneck if report.bottleneck is not None else None
     body["holds_back"] = named.label if named is not None else (stragglers[0] if stragglers else None)
     body["step_time_view"] = {"stragglers": stragglers, "slowest": slowest, "meaning": STEP_TIME_VIEW}
-    return body
+    return _json_safe(body)
 
 
 def _json_safe(value):
@@ -639,16 +664,28 @@ def _resumed_at(attempts: list[dict[str, Any]], step: int) -> bool:
     return any(int(a.get("resume_step") or 0) + 1 == step for a in attempts[1:])
 
 
-def _findings(report: Report) -> list[str]:
-    lines = [missing] if (missing := _missing_ranks(report)) else []
+# What a finding is about: where the HTML page shows it (analysis/html_report/page.py).
+TOPIC_LOGS, TOPIC_CURVES, TOPIC_RANKS, TOPIC_ATTEMPTS = "logs", "curves", "ranks", "attempts"
+
+
+class Finding(NamedTuple):
+    topic: str
+    text: str
+
+
+def findings(report: Report) -> list[Finding]:
+    """The report's findings, each with its topic."""
+    found = [Finding(TOPIC_RANKS, missing)] if (missing := _missing_ranks(report)) else []
     for s in report.series:
+        curves: list[str] = []
         if s.nonfinite_steps:
-            lines.append(f"{s.label}: non-finite values at steps {_steps_list(s.nonfinite_steps)}")
+            curves.append(f"{s.label}: non-finite values at steps {_steps_list(s.nonfinite_steps)}")
         if s.overflow_steps:
-            lines.append(f"{s.label}: overflow at steps {_steps_list(s.overflow_steps)}")
+            curves.append(f"{s.label}: overflow at steps {_steps_list(s.overflow_steps)}")
+        attempts: list[str] = []
         for gap in s.gaps:
             killed = _killed_in(report.attempts, gap)
-            lines.append(
+            attempts.append(
                 f"{s.label}: steps {gap.after + 1}–{killed['last_step']} of attempt {killed['attempt']} were not "
                 f"recorded; the process was killed at {gap.location}"
                 if killed is not None
@@ -658,21 +695,23 @@ def _findings(report: Report) -> list[str]:
         for restart in s.restarts:
             if _resumed_at(report.attempts, restart.to_step):
                 continue  # a resume the job's ledger explains (its attempts table shows it)
-            lines.append(
+            attempts.append(
                 f"{s.label}: restart, step went from {restart.from_step} back to "
                 f"{restart.to_step} at {restart.location}"
             )
-        for alert in s.alerts:
-            lines.append(f"{s.label}: alert, {alert}")
-        for location in s.damaged_tails:
-            lines.append(f"{s.label}: truncated last line skipped at {location}")
+        alerts = [f"{s.label}: alert, {alert}" for alert in s.alerts]
+        logs = [f"{s.label}: truncated last line skipped at {location}" for location in s.damaged_tails]
         if s.foreign_lines:
-            lines.append(f"{s.label}: {s.foreign_lines} line(s) from other writers skipped")
-        for note in s.out_of_range:
-            lines.append(f"{s.label}: line skipped, {note}")
-    lines.extend(first_bad_rank_findings(report.series))  # diagnosis files beside the logs
-    lines.extend(stragglers.findings(report.bottleneck))
-    return lines
+            logs.append(f"{s.label}: {s.foreign_lines} line(s) from other writers skipped")
+        logs += [f"{s.label}: line skipped, {note}" for note in s.out_of_range]
+        found += [Finding(TOPIC_CURVES, line) for line in curves]
+        found += [Finding(TOPIC_ATTEMPTS, line) for line in attempts]
+        found += [Finding(TOPIC_CURVES, line) for line in alerts]
+        found += [Finding(TOPIC_LOGS, line) for line in logs]
+    # Diagnosis files beside the logs name the first rank to go non-finite.
+    found += [Finding(TOPIC_CURVES, line) for line in first_bad_rank_findings(report.series)]
+    found += [Finding(TOPIC_RANKS, line) for line in stragglers.findings(report.bottleneck)]
+    return found
 
 
 def _text(report: Report) -> str:
@@ -695,8 +734,8 @@ def _text(report: Report) -> str:
         out += ["", stragglers.TITLE] + [f"  {line}" for line in verdict_lines]
     for title, peaks in _top_norms(report):
         out += ["", title] + [f"  {label:<12} {name:<48} {value}" for label, name, value in peaks]
-    findings = _findings(report)
-    out += ["", "Findings"] + ([f"  {line}" for line in findings] or ["  none"])
+    lines = [finding.text for finding in findings(report)]
+    out += ["", "Findings"] + ([f"  {line}" for line in lines] or ["  none"])
     return "\n".join(out) + "\n"
 
 
@@ -750,7 +789,7 @@ def _markdown(report: Report) -> str:
         out += ["", f"## {title}", "", "| series | name | peak |", "|---|---|---|"]
         out += [f"| {_md(label)} | {_md(name)} | {value} |" for label, name, value in peaks]
     out += ["", "## Findings", ""]
-    out += [f"- {_md(line)}" for line in _findings(report)] or ["none"]
+    out += [f"- {_md(finding.text)}" for finding in findings(report)] or ["none"]
     return "\n".join(out) + "\n"
 
 

@@ -5,8 +5,9 @@ data-parallel training with a ModelCheckpoint per rank and MonitorCallback.
 
 Spec keys: `config` (monitor_config), `epochs`, `steps` (per epoch and rank),
 `initial_epoch` (resume from `ckpt/rank_<r>/` newest checkpoint when > 0), `crash_at` (a job
-step at which every rank raises, after the step's gradients were averaged), `kill_at` and
-`kill_rank` (that rank SIGKILLs itself once every callback of that step returned).
+step at which every rank raises, after the step's gradients were averaged), `slow_rank` and
+`sleep` (that rank's data source sleeps `sleep` seconds per sample: its data is slow),
+`kill_at` and `kill_rank` (that rank SIGKILLs itself once every callback of that step returned).
 """
 
 from __future__ import annotations
@@ -18,16 +19,12 @@ import sys
 from pathlib import Path
 
 import mindspore as ms
-import numpy as np
 from mindspore import nn
-from mindspore.communication import get_group_size, get_rank, init
-from mindspore.dataset import GeneratorDataset
 from mindspore.train import Model
 from mindspore.train.callback import Callback, CheckpointConfig, ModelCheckpoint
 
 from otel_mindformers import MonitorCallback
-
-FEATURES, BATCH = 8, 4
+from tests.support.msrun_job import BATCH, SleepySource, regressor, sharded, start_data_parallel
 
 
 class CrashAt(Callback):
@@ -50,18 +47,11 @@ class KillAt(Callback):
 
 
 def main(spec: dict) -> None:
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    init()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
-    rank, world = get_rank(), get_group_size()
+    rank, world = start_data_parallel()
     steps, initial_epoch = int(spec["steps"]), int(spec.get("initial_epoch") or 0)
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((steps * BATCH * world, FEATURES)).astype(np.float32)
-    y = x.sum(axis=1, keepdims=True).astype(np.float32) * 0.5
-    dataset = GeneratorDataset(
-        list(zip(x, y)), column_names=["x", "y"], shuffle=False, num_shards=world, shard_id=rank
-    ).batch(BATCH)
-    net = nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    sleep = float(spec.get("sleep") or 0.0) if rank == spec.get("slow_rank") else 0.0
+    dataset = sharded(SleepySource(steps * BATCH * world, sleep), rank, world).batch(BATCH)
+    net = regressor()
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     model = Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer)
     directory = Path("ckpt") / f"rank_{rank}"

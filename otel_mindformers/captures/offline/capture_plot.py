@@ -1,36 +1,17 @@
 """A PNG timeline of a capture's profiler trace: one lane per operator, the profiled steps
-shaded and named (`otel-mindformers capture --plot OUT.png DIR`).
-
-trace_view.json carries no step markers; its operators' `ts` are wall-clock µs, matched
-against the manifest's `step_windows_ns` (time.time_ns() at each step end). The full trace
-opens in chrome://tracing, Perfetto (ui.perfetto.dev) and MindStudio Insight.
+shaded and named (`otel-mindformers capture --plot OUT.png DIR`); the trace is read by
+profile_trace.py. The full trace opens in chrome://tracing, Perfetto (ui.perfetto.dev) and
+MindStudio Insight.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
-CPU_OP = "CPU OP"
-
-
-def trace_operators(trace: Path) -> list[tuple[int, int, str]]:
-    """(start ns, duration ns, name) of the operators in the trace's "CPU OP" process."""
-    events = json.loads(trace.read_text(encoding="utf-8"))
-    pids = {e.get("pid") for e in events if e.get("ph") == "M" and e.get("args", {}).get("name") == CPU_OP}
-    return sorted(
-        (int(float(e["ts"]) * 1000), int(float(e["dur"]) * 1000), str(e["name"]))
-        for e in events
-        if e.get("ph") == "X" and e.get("pid") in pids
-    )
-
-
-def _short(name: str) -> str:
-    leaf = name.rsplit("/", 1)[-1]  # GRAPH mode: Default/network-WithLossCell/.../MatMul-op0
-    return leaf if len(leaf) <= 28 else leaf[:27] + "…"
+from otel_mindformers.captures.offline.profile_trace import short_name, trace_operators
 
 
 def plot_capture(manifest: dict[str, Any], trace: Path, output: str | Path) -> Path:
@@ -39,7 +20,7 @@ def plot_capture(manifest: dict[str, Any], trace: Path, output: str | Path) -> P
     origin = windows[0][1] if windows else (ops[0][0] if ops else 0)
     lanes: dict[str, int] = {}
     for _, _, name in ops:
-        lanes.setdefault(_short(name), len(lanes))
+        lanes.setdefault(short_name(name), len(lanes))
     figure = Figure(figsize=(14, max(3.0, 0.28 * len(lanes) + 1.6)), dpi=110)
     axes = figure.subplots()
     for index, (step, start, end) in enumerate(windows):
@@ -58,7 +39,7 @@ def plot_capture(manifest: dict[str, Any], trace: Path, output: str | Path) -> P
     # Operators often last microseconds in a step of milliseconds: each is drawn as a tick at
     # its start, and as a bar as long as it ran.
     for start, duration, name in ops:
-        lane, left = lanes[_short(name)], (start - origin) / 1e6
+        lane, left = lanes[short_name(name)], (start - origin) / 1e6
         axes.plot([left], [lane], marker="|", markersize=9, color="#c0392b", linestyle="none")
         axes.barh(lane, duration / 1e6, left=left, height=0.6, color="#c0392b")
     axes.set_yticks(range(len(lanes)), list(lanes), fontsize=7)
