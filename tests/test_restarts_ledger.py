@@ -142,3 +142,23 @@ def test_a_killed_attempt_ends_at_its_last_heartbeat():
     row = job_timeline(entries, now=time.time() + 100)["attempts"][0]
     assert row["outcome"] == "killed" and row["end"] == 5.5
     assert json.dumps(job_timeline(entries))  # JSON-ready
+
+
+def test_the_jobs_totals_come_from_a_rank_that_saw_every_attempt(tmp_path):
+    """A job resumed on more ranks: rank 1 joined at attempt 2 and waited longer for its
+    data, yet its clocks miss attempt 1 and the downtime; the totals are rank 0's."""
+    from otel_mindformers.restarts.offline.attempts_report import job_report
+
+    killed = _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", durable=10)
+    second = {"resume": 10, "last": 20, "end": 51.0, "outcome": "completed"}
+    ledgers = {
+        0: [killed, _entry(2, 30.0, 40.0, 41.0, 50.0, data_wait=1.0, **second)],
+        1: [_entry(2, 30.0, 40.0, 41.0, 50.0, data_wait=3.0, **second)],
+    }
+    json_log = str(tmp_path / "train_metric.json")
+    for rank, attempts in ledgers.items():
+        ledger_path(json_log, rank).write_text(json.dumps({**new_ledger("job"), "attempts": attempts}))
+    job = job_report([str(tmp_path)], now=100.0)
+    assert [(row["attempt"], row["ranks"]) for row in job["attempts"]] == [(1, [0]), (2, [0, 1])]
+    assert job["totals"]["rank"] == 0
+    assert job["totals"]["wall_seconds"] == 51.0

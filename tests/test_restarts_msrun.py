@@ -4,6 +4,7 @@ rank (no collision), and `report` over the output folder sees both."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -18,9 +19,10 @@ WORKER = REPO / "tests" / "support" / "msrun_restart_worker.py"
 STEPS = 10
 
 
-def _msrun(workdir, spec: dict) -> subprocess.CompletedProcess:
+def _msrun(workdir, spec: dict, workers: int = 2) -> subprocess.CompletedProcess:
     command = [
-        str(BIN / "msrun"), "--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}", "--join=True",
+        str(BIN / "msrun"), f"--worker_num={workers}", f"--local_worker_num={workers}", f"--master_port={free_port()}",
+        "--join=True",
         f"--log_dir={workdir / 'msrun_log'}", str(WORKER), json.dumps(spec),
     ]  # fmt: skip
     return subprocess.run(command, cwd=workdir, env=child_env(), capture_output=True, text=True, timeout=600)
@@ -76,3 +78,36 @@ def test_two_ranks_restarted_together_are_one_job_with_two_ranks_per_attempt():
             (1, [0, 1], 5),
             (2, [0, 1], 0),
         ]
+
+
+def test_a_job_resumed_on_more_ranks_numbers_the_new_ranks_attempt_after_the_jobs():
+    """Attempt 1 on one rank, killed at step 25; attempt 2 on two ranks from the step-20
+    checkpoint. Rank 1's ledger is new, yet its entry is attempt 2, so the report's attempt 2
+    ran on ranks 0 and 1 (it was numbered 1 and merged into the killed attempt before)."""
+    with worker.private_dir() as workdir:
+        config = {
+            "interval": 5, "output_type": ["json_file"], "json_log_path": "./output/train_metric.json",
+            "report_ranks": "all", "restarts": {"heartbeat_interval": 0.1},
+        }  # fmt: skip
+        killed = _msrun(workdir, {"config": config, "epochs": 6, "steps": STEPS, "kill_rank": 0, "kill_at": 25}, 1)
+        assert killed.returncode != 0
+        (workdir / "ckpt" / "rank_1").mkdir()
+        newest = max((workdir / "ckpt" / "rank_0").glob("*.ckpt"), key=lambda p: p.stat().st_mtime_ns)
+        assert newest.name.endswith("-2_10.ckpt")
+        shutil.copy2(newest, workdir / "ckpt" / "rank_1" / newest.name)
+        resumed = _msrun(workdir, {"config": config, "epochs": 6, "steps": STEPS, "initial_epoch": 2})
+        assert resumed.returncode == 0, _worker_logs(workdir)
+
+        rank1 = json.loads((workdir / "output" / "train_metric.job.rank_1.ledger").read_text())["attempts"]
+        assert [(a["attempt"], a["resume_step"], a["outcome"]) for a in rank1] == [(2, 20, "completed")]
+        report = subprocess.run(
+            [sys.executable, "-m", "otel_mindformers.cli", "report", "output", "--format", "json"],
+            cwd=workdir, env=child_env(), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        job = json.loads(report.stdout)["job"]
+        assert [(row["attempt"], row["ranks"], row["outcome"], row["lost_steps"]) for row in job["attempts"]] == [
+            (1, [0], "killed", 5),
+            (2, [0, 1], "completed", 0),
+        ]
+        # The totals are the clocks of a rank that saw both attempts.
+        assert job["totals"]["rank"] == 0 and job["totals"]["lost_steps"] == 5

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import socket
 import threading
 import time
@@ -35,7 +36,14 @@ from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names import job as names
 from otel_mindformers.restarts import goodput
-from otel_mindformers.restarts.ledger_file import locked, new_ledger, read_ledger, update_ledger, write_ledger
+from otel_mindformers.restarts.ledger_file import (
+    LEDGER_SUFFIX,
+    locked,
+    new_ledger,
+    read_ledger,
+    update_ledger,
+    write_ledger,
+)
 
 _logger = get_logger(__name__)
 
@@ -57,6 +65,26 @@ def _set_aside(path: Path) -> int:
     except FileNotFoundError:
         number -= 1
     return number
+
+
+def _ended_attempts_of_other_ranks(path: Path, job_id: str, before: float) -> int:
+    """The highest attempt number of `job_id` in the other ranks' ledgers beside `path`
+    that ended (or was last heard of) before `before`, this process's start; 0 when none.
+    An attempt of those ranks that is still alive, or ended since, is this one."""
+    rank_part = re.compile(r"\.job\.rank_\d+" + re.escape(LEDGER_SUFFIX) + "$")
+    pattern = rank_part.sub(f".job.rank_*{LEDGER_SUFFIX}", path.name)
+    highest = 0
+    for other in path.parent.glob(pattern):
+        if other == path or not rank_part.search(other.name):
+            continue
+        data = read_ledger(other, repair=False)
+        if data is None or data["job_id"] != job_id:
+            continue
+        for attempt in data["attempts"]:
+            ended = attempt.get("end") or attempt.get("last_heartbeat") or float("inf")
+            if float(ended) < before:
+                highest = max(highest, int(attempt["attempt"]))
+    return highest
 
 
 class LedgerInUse(RuntimeError):
@@ -189,7 +217,12 @@ class AttemptTracker:
                     how_far = (finished or {}).get(str(earlier.get("attempt_id")))
                     if how_far is not None:
                         earlier.update(goodput.as_finished(earlier, *how_far))
-            entry["attempt"] = max((int(a["attempt"]) for a in history), default=0) + 1
+            # A rank new to a job that resumes (the job ran before, on fewer ranks) numbers on
+            # after the job's earlier attempts, which only the other ranks' ledgers hold.
+            before = max((int(a["attempt"]) for a in history), default=0)
+            if not history and resume_step > 0:
+                before = _ended_attempts_of_other_ranks(path, data["job_id"], entry["process_start"])
+            entry["attempt"] = before + 1
             data["attempts"] = history + [entry]
             write_ledger(path, data)
         earlier_steps = max((int(a.get("last_step") or 0) for a in history), default=0)

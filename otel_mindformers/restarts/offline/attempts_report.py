@@ -198,8 +198,11 @@ def job_report(
         return None
     # A synchronous job moves at the pace of its most held-back rank: the others waited for
     # its data inside the all-reduce, as step time. Its clocks give the totals (ties: the
-    # lowest rank).
-    held_back = max(sorted(timelines), key=lambda rank: timelines[rank]["totals"]["seconds"]["data_wait"])
+    # lowest rank), among the ranks that saw every attempt: one that joined when the job
+    # grew (or left when it shrank) misses the other attempts and their downtime.
+    most = max(len(rows) for rows in rank_rows.values())
+    witnesses = sorted(rank for rank in timelines if len(rank_rows[rank]) == most)
+    held_back = max(witnesses, key=lambda rank: timelines[rank]["totals"]["seconds"]["data_wait"])
     attempts = _merge(rank_rows)
     totals = dict(timelines[held_back]["totals"])
     totals["rank"] = held_back
