@@ -401,6 +401,58 @@ def test_on_demand_request_is_taken_at_the_next_sampled_step_and_recorded_on_its
     assert event.attributes[names.ATTR_CAPTURE_TRIGGER] == names.TRIGGER_ON_DEMAND
 
 
+class Requests(Callback):
+    """Writes on-demand requests from inside the job: step -> `write_request`'s arguments."""
+
+    def __init__(self, root, at):
+        self.root, self.at = root, at
+
+    def on_train_step_end(self, run_context):
+        request = self.at.get(run_context.original_args()["cur_step_num"])
+        if request is not None:
+            capture_store.write_request(self.root, ranks=None, **request)
+
+
+def test_capture_cancel_stops_the_profile_in_flight_and_the_next_request_is_served(workdir):
+    """A profile of 1,000 steps (a typo of 10) is cancelled at step 10: its folder says so and
+    keeps the steps it took; the stacks asked at step 14 are then taken (before, nothing
+    could cancel it and every later request waited for the end of the job). Slow steps: the
+    worker reads the one request file before the next request replaces it."""
+    run = Run(workdir, {"loss_spike": {"enable": False}}, {"on_demand": True, "rules": []})
+    at = {3: {"steps": 1000, "kinds": ["profile"]}, 10: {"cancel": True}, 14: {"steps": 2, "kinds": ["stacks"]}}
+    train([run.callback, Requests(run.captures, at), SlowSteps(set(range(4, 20)), 0.2)], steps=20)
+    profiled, stacks = run.folders()
+    info = manifest(profiled)
+    assert info["status"] == "cancelled" and info["reason"].startswith("cancelled by request "), info
+    assert 3 < info["first_step"] <= info["last_step"] < 14, info
+    assert manifest(stacks)["kinds"] == ["stacks"] and manifest(stacks)["step"] >= 14
+
+
+class Grow(Callback):
+    """At `step`, adds `size` bytes to the capture in flight's folder, as a device profiler's
+    raw data grows there while it records (the CPU profiler writes only when it stops)."""
+
+    def __init__(self, root, step, size):
+        self.root, self.step, self.size = root, step, size
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args()["cur_step_num"] == self.step:
+            (folder,) = capture_store.capture_folders(self.root / "rank_0")
+            (folder / "profile" / "raw.data").write_bytes(bytes(self.size))
+
+
+def test_a_profile_whose_folder_passes_max_bytes_stops(workdir):
+    """`max_bytes` bounded the captures only before a new one started: a long profile filled
+    the disk past it. It stops once its folder is over, and says why."""
+    run = Run(workdir, {"loss_spike": {"enable": False}}, {"on_demand": True, "rules": [], "max_bytes": 100_000})
+    requests = Requests(run.captures, {3: {"steps": 1000, "kinds": ["profile"]}})
+    train([run.callback, requests, Grow(run.captures, 8, 200_000), SlowSteps(set(range(4, 40)), 0.1)], steps=40)
+    (folder,) = run.folders()
+    info = manifest(folder)
+    assert info["status"] == "stopped" and "passed max_bytes" in info["reason"], info
+    assert 8 <= info["last_step"] < 40, info
+
+
 class SlowSteps(Callback):
     def __init__(self, steps, seconds):
         self.steps, self.seconds = steps, seconds

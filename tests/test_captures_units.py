@@ -232,6 +232,15 @@ def test_capture_command_writes_a_request_and_lists(tmp_path, capsys):
     assert listed["step"] == 1 and listed["bytes"] > 10
 
 
+def test_capture_cancel_writes_a_cancel_request_for_the_ranks_asked(tmp_path, capsys):
+    assert cli_main(["capture", "--cancel", "--ranks", "1", str(tmp_path)]) == 0
+    request = json.loads((tmp_path / names.CONTROL_FILE).read_text())
+    assert (request["cancel"], request["ranks"]) == (True, [1]) and "steps" not in request
+    assert capture_store.request_problem(request) is None
+    assert f"request {request['id']}" in capsys.readouterr().out
+    assert capture_store.request_problem({**request, "cancel": "yes"}) == "cancel: expected true or false, got 'yes'"
+
+
 @pytest.mark.parametrize("argv", [["--ranks", "a"], ["--ranks", "-1"], ["--steps", "0"], ["--kinds", "trace"]])
 def test_capture_command_refuses_bad_arguments(tmp_path, argv):
     with pytest.raises(SystemExit):
@@ -345,6 +354,23 @@ def test_a_capture_whose_process_is_gone_mid_profile_is_listed_as_interrupted(tm
     assert cli_main(["capture", "--list", "--format", "json", str(tmp_path)]) == 0
     statuses = {Path(m["folder"]).name: m["status"] for m in json.loads(capsys.readouterr().out)}
     assert statuses == {gone.name: "interrupted", running.name: "waiting"}
+
+
+@pytest.mark.slow  # MindSpore's profile parser, in a process of its own
+def test_analysing_a_raw_profile_without_data_says_why_not_its_progress_bar(tmp_path, capsys):
+    """A capture killed mid-profile leaves a raw folder the profiler never saved into:
+    MindSpore's parser runs, prints its progress bar and writes no trace. The error says so."""
+    folder = tmp_path / "rank_0" / "20260101T000000-step00000010-on_demand"
+    raw = folder / "profile" / "r0_ascend_ms"
+    raw.mkdir(parents=True)
+    capture_store.write_json(
+        folder / names.MANIFEST_FILE,
+        {"rank": 0, "step": 10, "time_stamp": 1767225600.0, "kinds": ["profile"], "status": "raw"},
+    )
+    assert cli_main(["capture", "--analyse", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {raw}: MindSpore's parser found no profile data in it"), err
+    assert "Parsing" not in err and "[WARNING]" not in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.slow  # a real training

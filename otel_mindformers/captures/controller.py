@@ -48,6 +48,7 @@ _logger = get_logger(__name__)
 STACK_TEXT_CHARS = 200_000
 # How long a capture's finishing thread waits for the profiler's analysis to write the trace.
 ANALYSIS_WAIT_SECONDS = 600.0
+SIZE_CHECK_SECONDS = 1.0  # a profile's folder is measured at most this often (a walk of its files)
 _BATCH_NOTES = 8
 
 
@@ -61,6 +62,9 @@ class _Profile:
     session: ProfileSession | None = None
     boundaries: list[int] = field(default_factory=list)  # time.time_ns() at each step end
     first_step: int = 0
+    # Set by the worker, honoured by the training thread at its next step end: the status
+    # ("cancelled": a request; "stopped": the folder passed max_bytes) and why.
+    stop: tuple[str, str] | None = None
 
 
 class NoCaptures:
@@ -132,6 +136,7 @@ class CaptureController:
                 self._warn_once("profiler", "otel_mindformers: profile captures are off: %s", exc)
         self._watcher = store.RequestWatcher(self._root) if config.on_demand else None
         self._waiting: dict[str, Any] | None = None  # a request newer than the record in hand
+        self._size_checked = 0.0  # monotonic seconds: the profile's disk use, measured at most every SIZE_CHECK_SECONDS
 
     # --- where a rule fired ------------------------------------------------------------------
     def on_alert(self, rule: str, step: int, span: Span | None) -> str | None:
@@ -144,7 +149,10 @@ class CaptureController:
     def on_sampled_step(self, step: int, span: Span | None, ended_at: float) -> None:
         """One stat of the request file; a new request for this rank is taken by the first
         sampled step that ended (`ended_at`, wall seconds) after it was made: the worker may
-        be handling an older step's record when the request appears."""
+        be handling an older step's record when the request appears. While a profile runs,
+        its folder's size against `max_bytes` (at most every SIZE_CHECK_SECONDS)."""
+        if self._profile is not None:
+            self._stop_past_max_bytes()
         if self._watcher is None:
             return
         request, self._waiting = self._waiting, None
@@ -155,6 +163,9 @@ class CaptureController:
                 self._warn_once("watch", "otel_mindformers: cannot read capture requests: %s", exc)
                 return
         if request is None or not store.wanted_by(request, self._identity.rank):
+            return
+        if request.get("cancel"):
+            self._cancel(request["id"], step)
             return
         requested_at = request.get("requested_at")
         if isinstance(requested_at, (int, float)) and requested_at > ended_at:
@@ -174,6 +185,46 @@ class CaptureController:
             f", {steps} steps" if names.KIND_PROFILE in kinds else "",
         )
         self._request(names.TRIGGER_ON_DEMAND, step, span, kinds, steps, request_id=request["id"])
+
+    def _cancel(self, request_id: str, step: int) -> None:
+        """`capture --cancel`: the profile in flight stops at the training thread's next step
+        end (its folder says `cancelled`); a request waiting behind it is dropped."""
+        self._waiting = None
+        if self._ask_stop("cancelled", f"cancelled by request {request_id}"):
+            _logger.warning(
+                "otel_mindformers: rank %d cancels its capture in flight at step %d (request %s)",
+                self._identity.rank, step, request_id,
+            )  # fmt: skip
+        else:
+            _logger.warning(
+                "otel_mindformers: rank %d has no capture in flight to cancel (request %s)",
+                self._identity.rank,
+                request_id,
+            )
+
+    def _stop_past_max_bytes(self) -> None:
+        """A profile longer than its folder's budget stops (status `stopped`) instead of
+        filling the disk: `max_bytes` otherwise applies only before a capture starts."""
+        now = time.monotonic()
+        if self._config.max_bytes <= 0 or now - self._size_checked < SIZE_CHECK_SECONDS:  # 0: unbounded
+            return
+        self._size_checked = now
+        used = store.folder_bytes(self._rank_root)
+        if used > self._config.max_bytes and self._ask_stop(
+            "stopped", f"its folder passed max_bytes ({used} > {self._config.max_bytes} bytes)"
+        ):
+            self._warn_once(
+                "max-bytes", "otel_mindformers: stopping the profile in flight: captures use %d bytes, max_bytes is %d",
+                used, self._config.max_bytes,
+            )  # fmt: skip
+
+    def _ask_stop(self, status: str, reason: str) -> bool:
+        with self._lock:
+            profile = self._profile
+            if profile is None:
+                return False
+            profile.stop = (status, reason)
+        return True
 
     # --- training thread ------------------------------------------------------------------------
     def note_batch(self, cb_params: Any, step: int) -> None:
@@ -195,6 +246,13 @@ class CaptureController:
             profile = self._profile
             if profile is None:
                 self.active = False
+                return
+            if profile.stop is not None:  # cancelled, or past max_bytes: what it took stays
+                if profile.session is not None:
+                    profile.session.abandon()
+                profile.manifest["status"], profile.manifest["reason"] = profile.stop
+                self._profile, self.active = None, False
+                self._finish(profile, step)
                 return
             if profile.session is None:
                 self._start_profile(profile, step)

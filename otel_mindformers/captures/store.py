@@ -171,17 +171,21 @@ _LATEST_TIME_STAMP = 1e11  # Unix seconds in the year 5138: past it, a time stam
 
 # --- the on-demand request ---------------------------------------------------------------
 def write_request(
-    root: str | os.PathLike[str], *, steps: int, ranks: list[int] | None, kinds: list[str]
+    root: str | os.PathLike[str],
+    *,
+    steps: int = 0,
+    ranks: list[int] | None,
+    kinds: list[str] | None = None,
+    cancel: bool = False,
 ) -> dict[str, Any]:
     """What `otel-mindformers capture` writes: every watching rank listed in `ranks` (None:
-    every rank) takes one capture of `kinds`, profiling `steps` steps."""
-    request = {
-        "id": uuid.uuid4().hex[:12],
-        "steps": steps,
-        "ranks": ranks,
-        "kinds": kinds,
-        "requested_at": round(time.time(), 3),
-    }
+    every rank) takes one capture of `kinds`, profiling `steps` steps; with `cancel`, those
+    ranks stop the capture they have in flight instead."""
+    request: dict[str, Any] = {"id": uuid.uuid4().hex[:12], "ranks": ranks, "requested_at": round(time.time(), 3)}
+    if cancel:
+        request["cancel"] = True
+    else:
+        request.update(steps=steps, kinds=kinds)
     folder = Path(root)
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / names.CONTROL_FILE, request)
@@ -236,6 +240,8 @@ class RequestWatcher:
 def request_problem(request: dict[str, Any]) -> str | None:
     """What is wrong with a request's fields (None: nothing), naming the field."""
     steps, ranks, kinds = request.get("steps"), request.get("ranks"), request.get("kinds")
+    if request.get("cancel") not in (None, True, False):
+        return f"cancel: expected true or false, got {request['cancel']!r}"
     if steps is not None and (type(steps) is not int or not 1 <= steps <= MAX_PROFILE_STEPS):
         return f"steps: expected a whole number from 1 to {MAX_PROFILE_STEPS}, got {steps!r}"
     if ranks is not None and (not isinstance(ranks, list) or not all(type(r) is int and r >= 0 for r in ranks)):

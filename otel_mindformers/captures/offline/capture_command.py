@@ -4,6 +4,7 @@ deferred profiles; and the captures section of `otel-mindformers report --captur
     otel-mindformers capture --steps 5 --ranks 0,3 DIR   # ranks 0 and 3 profile 5 steps
     otel-mindformers capture --list DIR
     otel-mindformers capture --analyse DIR                # profiles taken with analysis: deferred
+    otel-mindformers capture --cancel DIR                 # stop the capture in flight
     otel-mindformers capture --plot trace.png DIR         # the newest trace, step by step
 
 DIR is `alert_config.capture.path` of the job (runs watch it with `on_demand: true`).
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -54,6 +56,9 @@ def add_command(commands: argparse._SubParsersAction) -> None:
     action.add_argument("--list", action="store_true", help="list the captures under DIR")
     action.add_argument("--analyse", action="store_true", help="analyse the profiles taken with `analysis: deferred`")
     action.add_argument("--plot", metavar="PNG", help="draw the newest analysed capture's operators, step by step")
+    action.add_argument(
+        "--cancel", action="store_true", help="stop the capture the ranks have in flight (a profile of too many steps)"
+    )
     capture.add_argument("--steps", type=_positive, default=5, help="steps to profile (default 5)")
     capture.add_argument("--ranks", type=_ranks, default=None, metavar="0,3", help="ranks that capture (default all)")
     capture.add_argument(
@@ -119,12 +124,19 @@ def _capture(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    request = store.write_request(args.dir, steps=args.steps, ranks=args.ranks, kinds=args.kinds)
     who = (
         "every rank"
         if args.ranks is None
         else f"rank{'s' if len(args.ranks) > 1 else ''} " + ",".join(map(str, args.ranks))
     )
+    if args.cancel:
+        request = store.write_request(args.dir, ranks=args.ranks, cancel=True)
+        print(
+            f"request {request['id']} written to {Path(args.dir) / names.CONTROL_FILE}: {who} stop the capture "
+            "in flight at the next sampled step (its folder's capture.json then says cancelled)"
+        )
+        return 0
+    request = store.write_request(args.dir, steps=args.steps, ranks=args.ranks, kinds=args.kinds)
     print(
         f"request {request['id']} written to {Path(args.dir) / names.CONTROL_FILE}: {who} capture "
         f"{', '.join(args.kinds)}"
@@ -190,9 +202,22 @@ def _analyse(root: Path) -> int:
             print(f"analysed {folder}: {trace}")
         else:
             failed += 1
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no trace written"]
-            print(f"error: {folder}: {tail[0]}", file=sys.stderr)
+            print(f"error: {folder}: {_why_not_analysed(done)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _why_not_analysed(done: subprocess.CompletedProcess[str]) -> str:
+    """The parser's own error (a traceback's last line), not its progress bar or warnings."""
+    if done.returncode == 0:  # it ran, and wrote no trace: the raw folder holds no data
+        return (
+            "MindSpore's parser found no profile data in it and wrote no trace (the run ended before "
+            "the profiler saved its data: a capture killed mid-profile)"
+        )
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", line)]
+    if errors:
+        return errors[-1]
+    return f"MindSpore's parser exited with status {done.returncode}" + (f": {lines[-1]}" if lines else "")
 
 
 def _plot(root: str, output: str) -> int:
