@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import Any
 
 _reported = False
+# Keys of the process's warnings said once (a file's problem, warned about by whichever
+# thread or run meets it first).
+_said: set[str] = set()
+_said_lock = threading.Lock()
 
 
 def _report_once(exc: BaseException) -> None:
@@ -54,6 +59,14 @@ class GuardedLogger:
 
     def warning(self, msg: object, *args: Any, **kwargs: Any) -> None:
         self._log(logging.WARNING, msg, args, kwargs)
+
+    def warning_once(self, key: str, msg: object, *args: Any) -> None:
+        """`warning`, the first time this process meets `key` (a file's path, say)."""
+        with _said_lock:
+            if key in _said:
+                return
+            _said.add(key)
+        self._log(logging.WARNING, msg, args, {})
 
     def error(self, msg: object, *args: Any, **kwargs: Any) -> None:
         self._log(logging.ERROR, msg, args, kwargs)

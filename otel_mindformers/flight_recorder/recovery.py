@@ -22,10 +22,8 @@ import contextlib
 import errno
 import fcntl
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.step_record import StepRecord
@@ -45,17 +43,6 @@ from otel_mindformers.names import training as tm
 from otel_mindformers.timing.accounting import training_seconds
 
 _logger = get_logger(__name__)
-
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def warn_once(path: Path, message: str, *args: Any) -> None:
-    with _warned_lock:
-        if str(path) in _warned:
-            return
-        _warned.add(str(path))
-    _logger.warning("otel_mindformers: " + message, *args)
 
 
 @dataclass
@@ -135,9 +122,17 @@ def _set_aside(path: Path, reason: str) -> None:
     try:
         os.replace(path, aside)
     except OSError:
-        warn_once(path, "the flight ring %s cannot be read (%s); left out", path, reason)
+        _logger.warning_once(
+            str(path), "otel_mindformers: the flight ring %s cannot be read (%s); left out", path, reason
+        )
         return
-    warn_once(path, "the flight ring %s cannot be read (%s); kept as %s, nothing recovered", path, reason, aside.name)
+    _logger.warning_once(
+        str(path),
+        "otel_mindformers: the flight ring %s cannot be read (%s); kept as %s, nothing recovered",
+        path,
+        reason,
+        aside.name,
+    )
 
 
 def take_tail(path: Path) -> Tail | None:
@@ -148,7 +143,7 @@ def take_tail(path: Path) -> Tail | None:
     except FileNotFoundError:
         return None  # recovered and removed meanwhile
     except OSError as exc:
-        warn_once(path, "cannot recover the flight ring %s (%s)", path, exc.strerror)
+        _logger.warning_once(str(path), "otel_mindformers: cannot recover the flight ring %s (%s)", path, exc.strerror)
         return None
     try:
         try:
@@ -165,12 +160,14 @@ def take_tail(path: Path) -> Tail | None:
         return None
     except OSError as exc:
         os.close(fd)
-        warn_once(path, "cannot recover the flight ring %s (%s)", path, exc.strerror or exc)
+        _logger.warning_once(
+            str(path), "otel_mindformers: cannot recover the flight ring %s (%s)", path, exc.strerror or exc
+        )
         return None
     if contents.damaged:
-        warn_once(
-            path,
-            "the flight ring %s holds %d damaged slot(s); skipped, the rest recovered",
+        _logger.warning_once(
+            str(path),
+            "otel_mindformers: the flight ring %s holds %d damaged slot(s); skipped, the rest recovered",
             path,
             contents.damaged,
         )
@@ -263,4 +260,4 @@ def finished_steps_of(json_log_path: str, rank: int) -> dict[str, Finished]:
     return {attempt_id: finished for (_, attempt_id), finished in found.items()}
 
 
-__all__ = ["Finished", "Tail", "finished_steps", "finished_steps_of", "tails_of_run", "take_tail", "warn_once"]
+__all__ = ["Finished", "Tail", "finished_steps", "finished_steps_of", "tails_of_run", "take_tail"]

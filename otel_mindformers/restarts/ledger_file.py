@@ -35,22 +35,12 @@ LEDGER_VERSION = 1
 # larger file, or one that is no regular file, is not ours: kept aside, as a corrupt one.
 MAX_LEDGER_BYTES = 16 << 20
 LEDGER_SUFFIX = ".ledger"
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
 
 
 def ledger_path(json_log_path: str, rank: int) -> Path:
     """Where rank `rank` keeps the job's ledger: beside the JSON log."""
     path = Path(json_log_path)
     return path.with_name(f"{path.stem}.job.rank_{rank}{LEDGER_SUFFIX}")
-
-
-def _warn_once(path: Path, message: str, *args: Any) -> None:
-    with _warned_lock:
-        if str(path) in _warned:
-            return
-        _warned.add(str(path))
-    _logger.warning("otel_mindformers: " + message, *args)
 
 
 def _valid(data: Any) -> bool:
@@ -74,7 +64,9 @@ def read_ledger(path: Path, *, repair: bool = True) -> dict[str, Any] | None:
     except OSError as exc:
         if repair:  # a writer: a path it cannot read it cannot write either, and says so once itself
             raise
-        _warn_once(path, "cannot read the job ledger %s (%s); left out", path, exc.strerror)
+        _logger.warning_once(
+            str(path), "otel_mindformers: cannot read the job ledger %s (%s); left out", path, exc.strerror
+        )
         return None
     try:
         data = json.loads(text) if text is not None else None
@@ -83,12 +75,17 @@ def read_ledger(path: Path, *, repair: bool = True) -> dict[str, Any] | None:
     if _valid(data):
         return data
     if not repair:
-        _warn_once(path, "the job ledger %s is corrupt or truncated; left out", path)
+        _logger.warning_once(str(path), "otel_mindformers: the job ledger %s is corrupt or truncated; left out", path)
         return None
     aside = path.with_name(path.name + ".corrupt")
     with contextlib.suppress(OSError):
         os.replace(path, aside)
-    _warn_once(path, "the job ledger %s is corrupt or truncated (kept as %s); starting a fresh one", path, aside.name)
+    _logger.warning_once(
+        str(path),
+        "otel_mindformers: the job ledger %s is corrupt or truncated (kept as %s); starting a fresh one",
+        path,
+        aside.name,
+    )
     return None
 
 

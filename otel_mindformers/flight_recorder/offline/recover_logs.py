@@ -10,9 +10,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from otel_mindformers.analysis.logs import glob_files, walk_files
-from otel_mindformers.flight_recorder.recovery import take_tail, warn_once
+from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.flight_recorder.recovery import take_tail
 from otel_mindformers.flight_recorder.ring import SUFFIX
 from otel_mindformers.outputs.jsonl import JsonLinesSink, last_job_id, last_step_line
+
+_logger = get_logger(__name__)
 
 
 def recover_dead_runs(inputs: Sequence[str | Path]) -> None:
@@ -46,9 +49,9 @@ def recover_rings(rings: Iterable[Path]) -> list[tuple[Path, int]]:
             log = path.parent / (tail.header.json_name or f"{path.name.split('.')[0]}.json")
             logged_job = last_job_id(log)
             if logged_job is not None and logged_job != tail.header.job_id:
-                warn_once(
-                    path,
-                    "the flight ring %s is job %r's, and %s now holds job %r's lines: not recovered into it",
+                _logger.warning_once(
+                    str(path),
+                    "otel_mindformers: the flight ring %s is job %r's, and %s now holds job %r's lines: not recovered into it",
                     path, tail.header.job_id, log, logged_job,
                 )  # fmt: skip
                 continue
@@ -62,7 +65,9 @@ def recover_rings(rings: Iterable[Path]) -> list[tuple[Path, int]]:
                 appended.append((log, len(records)))
             tail.mark_written()
         except OSError as exc:
-            warn_once(path, "cannot recover the flight ring %s into its log (%s)", path, exc)
+            _logger.warning_once(
+                str(path), "otel_mindformers: cannot recover the flight ring %s into its log (%s)", path, exc
+            )
         finally:
             tail.release()
     return appended
