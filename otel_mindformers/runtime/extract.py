@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.model_state.grad_norm_probe import NEVER_WRITTEN
 from otel_mindformers.names import training as tm
 
 _logger = get_logger(__name__)
@@ -230,6 +231,9 @@ class OutputReader:
         self._plan_length = -1  # the tuple's length, -1 for a single tensor
         self._plan: tuple[tuple[str, int], ...] = ()
         self._plan_lr = False
+        # The `norm` Parameter of the optimizer's GradNormProbe, when grad_monitor put one
+        # there (runtime/parts.py): read when the outputs carry no norm.
+        self.grad_norm_probe: Any = None
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
@@ -258,6 +262,37 @@ class OutputReader:
 
     def read(self, cb_params: Any, step: int) -> dict[str, float | bool]:
         """Host values of the monitored metrics for the step that just ended."""
+        values = self._read_outputs(cb_params, step)
+        if self.grad_norm_probe is not None and tm.GRAD_NORM not in values and tm.GRAD_NORM in self._wanted:
+            self._read_probe(cb_params.get("net_outputs"), values)
+        return values
+
+    def _read_probe(self, outputs: Any, values: dict[str, float | bool]) -> None:
+        """The norm a GradNormProbe wrote (model_state/grad_norm_probe.py): one readback.
+        A step that overflowed skipped its optimizer, so the probe still holds an earlier
+        step's norm: that step's gradients were not finite, and it is reported so."""
+        overflow = values.get(tm.OVERFLOW)
+        if overflow is None and isinstance(outputs, (tuple, list)) and len(outputs) > _POSITIONS[tm.OVERFLOW]:
+            try:
+                overflow = to_host(outputs[_POSITIONS[tm.OVERFLOW]]) != 0.0
+            except Exception:  # not a flag: the probe's value stands
+                overflow = None
+        if overflow is True:
+            values[tm.GRAD_NORM] = math.inf
+            return
+        value = float(self.grad_norm_probe._item())
+        if value == NEVER_WRITTEN:
+            # The step ran without calling the probe: the graph was compiled without it.
+            self.grad_norm_probe = None
+            self._warn_once(
+                "probe",
+                "grad_monitor is on but the train step does not call the gradient-norm probe "
+                "(its graph was compiled before monitoring started); grad_norm is not reported.",
+            )
+            return
+        values[tm.GRAD_NORM] = value
+
+    def _read_outputs(self, cb_params: Any, step: int) -> dict[str, float | bool]:
         outputs = cb_params.get("net_outputs")
         if type(outputs) is self._plan_type and (self._plan_length < 0 or len(outputs) == self._plan_length):
             # The steady state: one `_item()` per wanted value (each a one-element tensor the
@@ -297,13 +332,13 @@ class OutputReader:
                     handles[tm.LEARNING_RATE] = self._learning_rate.tensor(step - 1)
             except Exception as exc:  # an exotic schedule: no lr, not a failed run
                 self._warn_once(tm.LEARNING_RATE, "cannot evaluate the learning rate: %s", exc)
-        if self._grad_norm_asked and tm.GRAD_NORM not in handles:
+        if self._grad_norm_asked and tm.GRAD_NORM not in handles and self.grad_norm_probe is None:
             self._warn_once(
                 "grad_norm",
-                "grad_monitor is on but the train network returns no global gradient norm, so "
-                "grad_norm is not reported. Train with MindFormers' MFTrainOneStepCell (it returns "
-                "(loss, overflow, scale, lr, global_norm)) or return the norm as the 5th output; "
-                "or set grad_monitor: false.",
+                "grad_monitor is on but the train network returns no global gradient norm and its "
+                "optimizer could not be measured, so grad_norm is not reported. Train with a cell "
+                "that calls `self.optimizer(grads)` (as nn.TrainOneStepCell does) or with MindFormers' "
+                "MFTrainOneStepCell, or return the norm as the 5th output; or set grad_monitor: false.",
             )
         values: dict[str, float | bool] = {}
         for name in self._wanted & handles.keys():
