@@ -6,6 +6,8 @@ import json
 import logging
 
 import pytest
+from mindspore import nn, ops
+from mindspore.train import Model
 
 from otel_mindformers import MonitorCallback
 from tests.support import training
@@ -69,3 +71,35 @@ def test_grad_monitor_true_warns_once_when_nothing_can_measure_the_norm(workdir,
     messages = [r.getMessage() for r in caplog.records]
     assert len([m for m in messages if "compiled before monitoring started" in m]) == 1
     assert len([m for m in messages if MISSING_NORM in m]) == 1
+
+
+class _AliasedOptimizerCell(nn.TrainOneStepCell):
+    """Calls its optimizer under a second name: the probe put in `optimizer` never runs."""
+
+    def __init__(self, network, optimizer) -> None:
+        super().__init__(network, optimizer)
+        self.update = optimizer
+
+    def construct(self, x, y):
+        loss = self.network(x, y)
+        grads = self.grad_no_sens(self.network, self.weights)(x, y)
+        return ops.depend(loss, self.update(grads))
+
+
+def test_grad_monitor_true_warns_once_when_the_cell_never_calls_the_probe(workdir, caplog):
+    import mindspore as ms
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net = nn.Dense(training.FEATURES, 1)
+    cell = _AliasedOptimizerCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    config = {
+        "interval": 1,
+        "output_type": ["json_file"],
+        "json_log_path": str(workdir / "m.json"),
+        "grad_monitor": True,
+    }
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        Model(cell).train(1, training.build_dataset(3), callbacks=[MonitorCallback(config)], dataset_sink_mode=False)
+    lines = [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
+    assert len(lines) == 3 and all("grad_norm" not in line for line in lines)
+    assert len([r for r in caplog.records if "never called the gradient-norm probe" in r.getMessage()]) == 1

@@ -286,8 +286,9 @@ class OutputReader:
             self.grad_norm_probe = None
             self._warn_once(
                 "probe",
-                "grad_monitor is on but the train step does not call the gradient-norm probe "
-                "(its graph was compiled before monitoring started); grad_norm is not reported.",
+                "grad_monitor is on but the train step never called the gradient-norm probe put "
+                "in its `optimizer` (a cell that calls its optimizer under another name, or a graph "
+                "compiled without the probe); grad_norm is not reported.",
             )
             return
         values[tm.GRAD_NORM] = value
