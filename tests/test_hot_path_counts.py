@@ -41,8 +41,13 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # built with `tuple.__new__` (343 -> 347 / 422 -> 426, 10 -> 11 / 16 -> 17 C calls); the
     # worker no longer unpacks a positional tuple into a Window (one Python call and one C
     # call fewer there per record).
-    "scalar": {"python_calls": 6, "c_calls": 11, "opcodes": 347},
-    "tuple5": {"python_calls": 6, "c_calls": 17, "opcodes": 426},
+    # +3 bytecodes (no call): the read plan asks whether a GradNormProbe's norm is to be
+    # read (347 -> 350 / 426 -> 429). With one (`grad_monitor: True`, a scalar loss): its
+    # frame, the overflow look-up, its `_item` readback and the float (+1 Python call, +3 C
+    # calls, +48 bytecodes over the scalar loss).
+    "scalar": {"python_calls": 6, "c_calls": 11, "opcodes": 350},
+    "tuple5": {"python_calls": 6, "c_calls": 17, "opcodes": 429},
+    "probe": {"python_calls": 7, "c_calls": 14, "opcodes": 398},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's
@@ -56,11 +61,18 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
 PHASE = {"python_calls": 30, "c_calls": 27, "opcodes": 655, "sdk_calls": 12, "with_blocks": 3}
 
 
-@pytest.fixture(params=["scalar", "tuple5"])
+# "probe": the scalar loss with `grad_monitor: True`, whose norm a GradNormProbe writes in the
+# step (model_state/grad_norm_probe.py): an unsampled step stays at the floor (no readback).
+@pytest.fixture(params=["scalar", "tuple5", "probe"])
 def counted(request, workdir):
-    callback = MonitorCallback(
-        {"interval": INTERVAL, "output_type": ["json_file", "tensorboard"], "json_log_path": str(workdir / "m.json")}
-    )
+    config = {
+        "interval": INTERVAL,
+        "output_type": ["json_file", "tensorboard"],
+        "json_log_path": str(workdir / "m.json"),
+    }
+    if request.param == "probe":
+        config["grad_monitor"] = True
+    callback = MonitorCallback(config)
     counter = HookCounter(
         callback,
         ("on_train_step_begin", "on_train_step_end"),
@@ -69,7 +81,8 @@ def counted(request, workdir):
     )
     tracemalloc.start()
     try:
-        training.train([callback], steps=25, shape=request.param, mode=ms.GRAPH_MODE)
+        shape = "scalar" if request.param == "probe" else request.param
+        training.train([callback], steps=25, shape=shape, mode=ms.GRAPH_MODE)
     finally:
         tracemalloc.stop()
     return request.param, counter.counts

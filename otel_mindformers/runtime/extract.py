@@ -262,38 +262,6 @@ class OutputReader:
 
     def read(self, cb_params: Any, step: int) -> dict[str, float | bool]:
         """Host values of the monitored metrics for the step that just ended."""
-        values = self._read_outputs(cb_params, step)
-        if self.grad_norm_probe is not None and tm.GRAD_NORM not in values and tm.GRAD_NORM in self._wanted:
-            self._read_probe(cb_params.get("net_outputs"), values)
-        return values
-
-    def _read_probe(self, outputs: Any, values: dict[str, float | bool]) -> None:
-        """The norm a GradNormProbe wrote (model_state/grad_norm_probe.py): one readback.
-        A step that overflowed skipped its optimizer, so the probe still holds an earlier
-        step's norm: that step's gradients were not finite, and it is reported so."""
-        overflow = values.get(tm.OVERFLOW)
-        if overflow is None and isinstance(outputs, (tuple, list)) and len(outputs) > _POSITIONS[tm.OVERFLOW]:
-            try:
-                overflow = to_host(outputs[_POSITIONS[tm.OVERFLOW]]) != 0.0
-            except Exception:  # not a flag: the probe's value stands
-                overflow = None
-        if overflow is True:
-            values[tm.GRAD_NORM] = math.inf
-            return
-        value = float(self.grad_norm_probe._item())
-        if value == NEVER_WRITTEN:
-            # The step ran without calling the probe: the graph was compiled without it.
-            self.grad_norm_probe = None
-            self._warn_once(
-                "probe",
-                "grad_monitor is on but the train step never called the gradient-norm probe put "
-                "in its `optimizer` (a cell that calls its optimizer under another name, or a graph "
-                "compiled without the probe); grad_norm is not reported.",
-            )
-            return
-        values[tm.GRAD_NORM] = value
-
-    def _read_outputs(self, cb_params: Any, step: int) -> dict[str, float | bool]:
         outputs = cb_params.get("net_outputs")
         if type(outputs) is self._plan_type and (self._plan_length < 0 or len(outputs) == self._plan_length):
             # The steady state: one `_item()` per wanted value (each a one-element tensor the
@@ -317,8 +285,36 @@ class OutputReader:
             overflow = values.get(tm.OVERFLOW)
             if overflow is not None and math.isfinite(overflow):
                 values[tm.OVERFLOW] = bool(overflow)
+            if self.grad_norm_probe is not None:  # the outputs carry no norm (_read_full)
+                self._read_probe(outputs, values)
             return values
         return self._read_full(outputs, cb_params, step)
+
+    def _read_probe(self, outputs: Any, values: dict[str, float | bool]) -> None:
+        """The norm a GradNormProbe wrote (model_state/grad_norm_probe.py): one readback.
+        A step that overflowed skipped its optimizer, so the probe still holds an earlier
+        step's norm: that step's gradients were not finite, and it is reported so."""
+        overflow = values.get(tm.OVERFLOW)
+        if overflow is None and isinstance(outputs, (tuple, list)) and len(outputs) > _POSITIONS[tm.OVERFLOW]:
+            try:
+                overflow = to_host(outputs[_POSITIONS[tm.OVERFLOW]]) != 0.0
+            except Exception:  # not a flag: the probe's value stands
+                overflow = None
+        if overflow is True:
+            values[tm.GRAD_NORM] = math.inf
+            return
+        value = float(self.grad_norm_probe._item())
+        if value == NEVER_WRITTEN:
+            # No step so far has called the probe.
+            self.grad_norm_probe = None
+            self._warn_once(
+                "probe",
+                "grad_monitor is on but the train step never called the gradient-norm probe put "
+                "in its `optimizer` (a cell that calls its optimizer under another name, or a graph "
+                "compiled without the probe); grad_norm is not reported.",
+            )
+            return
+        values[tm.GRAD_NORM] = value
 
     def _read_full(self, outputs: Any, cb_params: Any, step: int) -> dict[str, float | bool]:
         handles = self.split(outputs)
@@ -349,6 +345,11 @@ class OutputReader:
                 self._warn_once(name, "cannot read %s from the step outputs: %s", name, exc)
                 continue
             values[name] = bool(value) if name == tm.OVERFLOW and math.isfinite(value) else value
+        if self.grad_norm_probe is not None:
+            if tm.GRAD_NORM in handles or tm.GRAD_NORM not in self._wanted:
+                self.grad_norm_probe = None  # the cell's own norm is the one reported (or none is)
+            else:
+                self._read_probe(outputs, values)
         self._plan_for(outputs, handles, from_outputs, values)
         return values
 
