@@ -5,6 +5,7 @@ values), and warns only where it cannot; `false` never reads it."""
 import json
 import logging
 
+import mindspore as ms
 import pytest
 from mindspore import nn, ops
 from mindspore.train import Model
@@ -53,9 +54,8 @@ def test_grad_monitor_false_reads_no_norm(workdir, caplog):
 def test_grad_monitor_true_warns_once_when_nothing_can_measure_the_norm(workdir, caplog):
     """The graph was compiled before the run (an earlier train without monitoring): the probe
     cannot enter it, which the run says, and then that no norm is reported."""
-    import mindspore as ms
-
     ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
     model = training.build_model("scalar")
     model.train(1, training.build_dataset(2), dataset_sink_mode=False)
     config = {
@@ -87,9 +87,8 @@ class _AliasedOptimizerCell(nn.TrainOneStepCell):
 
 
 def test_grad_monitor_true_warns_once_when_the_cell_never_calls_the_probe(workdir, caplog):
-    import mindspore as ms
-
     ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")  # as training.train does: later tests set it again
     net = nn.Dense(training.FEATURES, 1)
     cell = _AliasedOptimizerCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
     config = {
@@ -103,3 +102,29 @@ def test_grad_monitor_true_warns_once_when_the_cell_never_calls_the_probe(workdi
     lines = [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
     assert len(lines) == 3 and all("grad_norm" not in line for line in lines)
     assert len([r for r in caplog.records if "never called the gradient-norm probe" in r.getMessage()]) == 1
+
+
+class _OwnNormCell(nn.TrainOneStepCell):
+    """Returns MindFormers' 5-tuple with a norm of its own making (a fixed 7)."""
+
+    def construct(self, x, y):
+        loss = self.network(x, y)
+        grads = self.grad_no_sens(self.network, self.weights)(x, y)
+        loss = ops.depend(loss, self.optimizer(grads))
+        return loss, ops.zeros((), ms.bool_), ops.ones((), ms.float32), self.optimizer.get_lr(), ops.full((1,), 7.0)
+
+
+def test_grad_monitor_true_keeps_the_norm_the_cell_returns(workdir, caplog):
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")  # as training.train does: later tests set it again
+    net = nn.Dense(training.FEATURES, 1)
+    cell = _OwnNormCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    config = {
+        "interval": 1,
+        "output_type": ["json_file"],
+        "json_log_path": str(workdir / "m.json"),
+        "grad_monitor": True,
+    }
+    Model(cell).train(1, training.build_dataset(3), callbacks=[MonitorCallback(config)], dataset_sink_mode=False)
+    lines = [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
+    assert [line["grad_norm"] for line in lines] == [7.0, 7.0, 7.0]

@@ -141,3 +141,43 @@ def test_an_overflow_step_is_non_finite_and_no_fault(workdir, monkeypatch, mode)
             assert line["grad_norm"] is None and line["nonfinite"] == ["grad_norm"]
         else:
             assert line["grad_norm"] == pytest.approx(reference.norms[line["step"]], rel=1e-4)
+
+
+def _train_cell_run(workdir, name: str, build_cell) -> tuple[list[dict], set[str]]:
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    cell = build_cell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    folder = workdir / name
+    optimizers = _OptimizerSeen()
+    Model(cell).train(1, _data(), callbacks=[_monitor(folder, interval=1), optimizers], dataset_sink_mode=False)
+    return _lines(folder), optimizers.seen
+
+
+class _OptimizerSeen(Callback):
+    """The kinds of optimizer the train cell called during the run."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def on_train_step_end(self, run_context) -> None:
+        self.seen.add(type(run_context.original_args().train_network.optimizer).__name__)
+
+
+def test_mindformers_cell_keeps_its_own_norm_and_the_probe_reports_the_same(workdir, monkeypatch):
+    """The same weights and batches through MindFormers' MFTrainOneStepCell (its 5th output,
+    with a clip that never clips) and through nn.TrainOneStepCell (the probe)."""
+    from mindformers.wrapper.wrapper import MFTrainOneStepCell
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    monkeypatch.setattr(TrainOneStepWithLossScaleCell, "get_overflow_status", mindformers_cpu._cpu_overflow)
+    mindformers, mf_optimizers = _train_cell_run(
+        workdir, "mf", lambda net, opt: MFTrainOneStepCell(net, opt, use_clip_grad=True, max_grad_norm=1e9)
+    )
+    probed, optimizers = _train_cell_run(workdir, "ms", nn.TrainOneStepCell)
+
+    assert mf_optimizers == {"Momentum"} and optimizers == {"GradNormProbe"}  # MindFormers': its own norm
+    assert [line["step"] for line in mindformers] == [line["step"] for line in probed] == list(range(1, STEPS + 1))
+    assert [line["grad_norm"] for line in probed] == pytest.approx(
+        [line["grad_norm"] for line in mindformers], rel=1e-5
+    )
