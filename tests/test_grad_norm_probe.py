@@ -181,3 +181,32 @@ def test_mindformers_cell_keeps_its_own_norm_and_the_probe_reports_the_same(work
     assert [line["grad_norm"] for line in probed] == pytest.approx(
         [line["grad_norm"] for line in mindformers], rel=1e-5
     )
+
+
+@pytest.mark.integration  # an msrun job
+def test_data_parallel_ranks_report_the_norm_of_the_averaged_gradients(workdir):
+    from tests.support.instrumented import BIN, REPO, child_env, free_port, run
+
+    steps = 5
+    run(
+        [
+            str(BIN / "msrun"), "--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}",
+            "--join=True", f"--log_dir={workdir / 'msrun_log'}",
+            str(REPO / "tests" / "support" / "grad_norm_worker.py"), str(workdir), str(steps),
+        ],
+        child_env(),
+        workdir,
+    )  # fmt: skip
+
+    by_rank = [{line["step"]: line for line in _lines_of(next(workdir.rglob(f"rank{r}*.json")))} for r in (0, 1)]
+    assert sorted(by_rank[0]) == sorted(by_rank[1]) == [1, 2, 4, 5]
+    for step in by_rank[0]:
+        local = [np.load(workdir / f"grads_rank{r}_step{step}.npy") for r in (0, 1)]
+        assert not np.allclose(local[0], local[1])  # each rank's own batch
+        averaged = float(np.linalg.norm((local[0] + local[1]) / 2))
+        for rank in (0, 1):
+            assert by_rank[rank][step]["grad_norm"] == pytest.approx(averaged, rel=1e-4), (rank, step)
+
+
+def _lines_of(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
