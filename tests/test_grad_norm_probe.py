@@ -210,3 +210,37 @@ def test_data_parallel_ranks_report_the_norm_of_the_averaged_gradients(workdir):
 
 def _lines_of(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_plain_training_has_grad_norm_in_every_output(workdir, monkeypatch, otlp_receiver):
+    from otel_mindformers.analysis.logs import read_logs
+    from otel_mindformers.analysis.plot import plot
+    from otel_mindformers.names import semconv
+    from otel_mindformers.names import training as tm
+    from tests.support.plot_pixels import count, load, panels
+
+    monkeypatch.setenv("RANK_ID", "0")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    model, _, _ = _model("none", monkeypatch)
+    monitor = MonitorCallback(
+        {
+            "interval": INTERVAL,
+            "grad_monitor": True,
+            "output_type": ["json_file", "tensorboard", "otlp"],
+            "json_log_path": str(workdir / "m.json"),
+            "tensorboard_path": str(workdir / "tb"),
+            "otlp": {"endpoint": otlp_receiver.grpc_endpoint, "export_interval": 0.2},
+        }
+    )
+    model.train(1, _data(), callbacks=[monitor], dataset_sink_mode=False)
+
+    norms = {line["step"]: line["grad_norm"] for line in _lines(workdir)}
+    assert sorted(norms) == [1, 3, 6, 7] and all(value > 0 for value in norms.values())
+    assert _tensorboard(workdir, "grad_norm") == pytest.approx(norms)
+    spans = otlp_receiver.spans(semconv.SPAN_STEP)
+    assert {s.attributes[semconv.ATTR_STEP]: s.attributes["training.grad_norm"] for s in spans} == pytest.approx(norms)
+    points = otlp_receiver.points(tm.instrument_name(tm.GRAD_NORM))
+    assert points and all(any(p.value == pytest.approx(v) for v in norms.values()) for p in points)
+    image = plot(read_logs([workdir / "m.json"]), workdir / "run.png")
+    assert count(panels(load(image))["grad_norm"], "C0") > 0  # not "grad norm: no data"
