@@ -13,6 +13,8 @@ wrapped, in interleaved rounds (the order rotated each round):
 - `on`: the probed model, MonitorCallback with `grad_monitor: true` (the norm in every step,
   read back on sampled steps);
 - `probe only`: the probed model, no callback (what the norm costs in the graph alone).
+Then the graph's own cost, without the loop's noise: both train cells called directly on one
+batch, in interleaved blocks of 100 calls (the median per call over the blocks).
 Per run, the step time is the mean of the steps after the first WARMUP_STEPS (sampled ones
 included, as a job pays them) and the median of the unsampled ones. Per round the paired
 ratios on/off, probe only/bare and off/bare; reported: their median over the rounds and
@@ -111,6 +113,17 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             flush=True,
         )
 
+    batch = (ms.Tensor(x[:BATCH]), ms.Tensor(y[:BATCH]))
+    cell_ms: dict[str, list[float]] = {"plain": [], "probed": []}
+    for _ in range(args.rounds * 2):
+        for name, model in (("plain", plain), ("probed", probed)):
+            cell = model._train_network
+            started = time.perf_counter()
+            for _ in range(100):
+                loss = cell(*batch)
+            loss.asnumpy()  # the last call's end
+            cell_ms[name].append((time.perf_counter() - started) * 10)
+
     def paired(a: str, b: str, table: dict[str, list[float]]) -> dict[str, float]:
         ratios = [p / q for p, q in zip(table[a], table[b])]
         return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
@@ -127,7 +140,9 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         "on/off (unsampled steps)": paired("on", "off", unsampled),
         "probe only/bare": paired("probe only", "bare", means),
         "off/bare": paired("off", "bare", means),
-        "per_round": {"mean": means, "unsampled": unsampled},
+        "cell_ms_per_call": {name: statistics.median(values) for name, values in cell_ms.items()},
+        "cell probed/plain": paired("probed", "plain", cell_ms),
+        "per_round": {"mean": means, "unsampled": unsampled, "cell": cell_ms},
     }
 
 
@@ -141,7 +156,9 @@ def report(result: dict[str, Any]) -> None:
             f"  {name:<11} {result['ms_per_step_mean'][name]:7.3f} ms/step (mean), "
             f"{result['ms_per_unsampled_step'][name]:7.3f} ms per unsampled step (median)"
         )
-    for key in ("on/off (every step)", "on/off (unsampled steps)", "probe only/bare", "off/bare"):
+    cell = result["cell_ms_per_call"]
+    print(f"  train cell alone: {cell['plain']:.3f} ms plain, {cell['probed']:.3f} ms with the probe (median per call)")
+    for key in ("on/off (every step)", "on/off (unsampled steps)", "probe only/bare", "off/bare", "cell probed/plain"):
         figure = result[key]
         print(
             f"  {key:<25} {100 * (figure['median'] - 1):+6.2f} %  "
