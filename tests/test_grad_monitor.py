@@ -128,3 +128,32 @@ def test_grad_monitor_true_keeps_the_norm_the_cell_returns(workdir, caplog):
     Model(cell).train(1, training.build_dataset(3), callbacks=[MonitorCallback(config)], dataset_sink_mode=False)
     lines = [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
     assert [line["grad_norm"] for line in lines] == [7.0, 7.0, 7.0]
+
+
+def test_pynative_gives_the_optimizer_back_and_graph_mode_reuses_its_probe(workdir, caplog):
+    """PyNative: after the run the train cell calls its own optimizer again. Graph mode: the
+    compiled graph keeps the probe, and a second monitored run of the same Model reads it."""
+    from mindspore.nn import Momentum
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    lines, warned = _run(workdir, caplog, "scalar", grad_monitor=True)
+    assert not warned and all(line["grad_norm"] > 0 for line in lines)
+    pynative = training.train([], steps=1)
+    pynative.train(1, training.build_dataset(2), callbacks=[_monitor(workdir / "p")], dataset_sink_mode=False)
+    assert type(pynative.train_network.optimizer) is Momentum
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    model = training.build_model("scalar")
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        for run in ("first", "second"):
+            model.train(1, training.build_dataset(3), callbacks=[_monitor(workdir / run)], dataset_sink_mode=False)
+            norms = [json.loads(line)["grad_norm"] for line in (workdir / run / "m.json").read_text().splitlines()]
+            assert len(norms) == 3 and all(norm > 0 for norm in norms), run
+    assert not [r for r in caplog.records if "grad_monitor" in r.getMessage()]
+
+
+def _monitor(folder) -> MonitorCallback:
+    return MonitorCallback(
+        {"interval": 1, "output_type": ["json_file"], "json_log_path": str(folder / "m.json"), "grad_monitor": True}
+    )
