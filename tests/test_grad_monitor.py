@@ -8,7 +8,7 @@ import logging
 import mindspore as ms
 import pytest
 from mindspore import nn, ops
-from mindspore.train import Model
+from mindspore.train import Callback, Model
 
 from otel_mindformers import MonitorCallback
 from tests.support import training
@@ -157,3 +157,35 @@ def _monitor(folder) -> MonitorCallback:
     return MonitorCallback(
         {"interval": 1, "output_type": ["json_file"], "json_log_path": str(folder / "m.json"), "grad_monitor": True}
     )
+
+
+class _OwnTrainCell(nn.Cell):
+    """A train cell of the user's own, with auto_prefix (nn.Cell's default)."""
+
+    def __init__(self, network, optimizer) -> None:
+        super().__init__()
+        self.network, self.optimizer = network, optimizer
+        self.weights = optimizer.parameters
+        self.grad = ops.GradOperation(get_by_list=True)
+
+    def construct(self, x, y):
+        loss = self.network(x, y)
+        return ops.depend(loss, self.optimizer(self.grad(self.network, self.weights)(x, y)))
+
+
+def test_the_probe_leaves_the_names_of_the_parameters_alone(workdir, caplog):
+    """Checkpoints keep their names: the probe adds its Parameter, renames none."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    net = nn.Dense(training.FEATURES, 1)
+    cell = _OwnTrainCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    before = {p.name for p in cell.get_parameters()}
+    seen: list[set[str]] = []
+
+    class _Names(Callback):
+        def on_train_step_end(self, run_context) -> None:
+            seen.append({p.name for p in run_context.original_args().train_network.get_parameters()})
+
+    Model(cell).train(1, training.build_dataset(2), callbacks=[_monitor(workdir), _Names()], dataset_sink_mode=False)
+    assert seen and all(names == before | {"otel_mindformers_grad_norm"} for names in seen)
+    assert all(json.loads(line)["grad_norm"] > 0 for line in (workdir / "m.json").read_text().splitlines())
