@@ -1,10 +1,14 @@
-"""`grad_monitor`: unset reads the global norm where the network returns it, silently; only a
-user who asked for it (`true`) hears that the network does not return one."""
+"""`grad_monitor`: unset reads the global norm where the network returns it, silently; `true`
+measures it where the network does not return one (tests/test_grad_norm_probe.py checks the
+values), and warns only where it cannot; `false` never reads it."""
 
 import json
 import logging
 
+import mindspore as ms
 import pytest
+from mindspore import nn, ops
+from mindspore.train import Callback, Model
 
 from otel_mindformers import MonitorCallback
 from tests.support import training
@@ -35,8 +39,153 @@ def test_unset_grad_monitor_reports_the_norm_the_network_returns(workdir, caplog
     assert all(line["grad_norm"] > 0 for line in lines)
 
 
-@pytest.mark.parametrize(("asked", "warnings"), [(True, 1), (False, 0)])
-def test_an_explicit_grad_monitor_is_honoured(workdir, caplog, asked, warnings):
-    lines, warned = _run(workdir, caplog, "scalar", grad_monitor=asked)
-    assert len(warned) == warnings
+def test_grad_monitor_true_measures_the_norm_the_network_does_not_return(workdir, caplog):
+    lines, warned = _run(workdir, caplog, "scalar", grad_monitor=True)
+    assert warned == []
+    assert all(line["grad_norm"] > 0 for line in lines)
+
+
+def test_grad_monitor_false_reads_no_norm(workdir, caplog):
+    lines, warned = _run(workdir, caplog, "tuple5", grad_monitor=False)
+    assert warned == []
     assert all("grad_norm" not in line for line in lines)
+
+
+def test_grad_monitor_true_warns_once_when_nothing_can_measure_the_norm(workdir, caplog):
+    """The graph was compiled before the run (an earlier train without monitoring): the probe
+    cannot enter it, which the run says, and then that no norm is reported."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    model = training.build_model("scalar")
+    model.train(1, training.build_dataset(2), dataset_sink_mode=False)
+    config = {
+        "interval": 1,
+        "output_type": ["json_file"],
+        "json_log_path": str(workdir / "m.json"),
+        "grad_monitor": True,
+    }
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        model.train(1, training.build_dataset(3), callbacks=[MonitorCallback(config)], dataset_sink_mode=False)
+    lines = [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
+    assert all("grad_norm" not in line for line in lines)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len([m for m in messages if "compiled before monitoring started" in m]) == 1
+    assert len([m for m in messages if MISSING_NORM in m]) == 1
+
+
+class _AliasedOptimizerCell(nn.TrainOneStepCell):
+    """Calls its optimizer under a second name: the probe put in `optimizer` never runs."""
+
+    def __init__(self, network, optimizer) -> None:
+        super().__init__(network, optimizer)
+        self.update = optimizer
+
+    def construct(self, x, y):
+        loss = self.network(x, y)
+        grads = self.grad_no_sens(self.network, self.weights)(x, y)
+        return ops.depend(loss, self.update(grads))
+
+
+def test_grad_monitor_true_warns_once_when_the_cell_never_calls_the_probe(workdir, caplog):
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")  # as training.train does: later tests set it again
+    net = nn.Dense(training.FEATURES, 1)
+    cell = _AliasedOptimizerCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    config = {
+        "interval": 1,
+        "output_type": ["json_file"],
+        "json_log_path": str(workdir / "m.json"),
+        "grad_monitor": True,
+    }
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        Model(cell).train(1, training.build_dataset(3), callbacks=[MonitorCallback(config)], dataset_sink_mode=False)
+    lines = [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
+    assert len(lines) == 3 and all("grad_norm" not in line for line in lines)
+    assert len([r for r in caplog.records if "never called the gradient-norm probe" in r.getMessage()]) == 1
+
+
+class _OwnNormCell(nn.TrainOneStepCell):
+    """Returns MindFormers' 5-tuple with a norm of its own making (a fixed 7)."""
+
+    def construct(self, x, y):
+        loss = self.network(x, y)
+        grads = self.grad_no_sens(self.network, self.weights)(x, y)
+        loss = ops.depend(loss, self.optimizer(grads))
+        return loss, ops.zeros((), ms.bool_), ops.ones((), ms.float32), self.optimizer.get_lr(), ops.full((1,), 7.0)
+
+
+def test_grad_monitor_true_keeps_the_norm_the_cell_returns(workdir, caplog):
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")  # as training.train does: later tests set it again
+    net = nn.Dense(training.FEATURES, 1)
+    cell = _OwnNormCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    config = {
+        "interval": 1,
+        "output_type": ["json_file"],
+        "json_log_path": str(workdir / "m.json"),
+        "grad_monitor": True,
+    }
+    Model(cell).train(1, training.build_dataset(3), callbacks=[MonitorCallback(config)], dataset_sink_mode=False)
+    lines = [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
+    assert [line["grad_norm"] for line in lines] == [7.0, 7.0, 7.0]
+
+
+def test_pynative_gives_the_optimizer_back_and_graph_mode_reuses_its_probe(workdir, caplog):
+    """PyNative: after the run the train cell calls its own optimizer again. Graph mode: the
+    compiled graph keeps the probe, and a second monitored run of the same Model reads it."""
+    from mindspore.nn import Momentum
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    lines, warned = _run(workdir, caplog, "scalar", grad_monitor=True)
+    assert not warned and all(line["grad_norm"] > 0 for line in lines)
+    pynative = training.train([], steps=1)
+    pynative.train(1, training.build_dataset(2), callbacks=[_monitor(workdir / "p")], dataset_sink_mode=False)
+    assert type(pynative.train_network.optimizer) is Momentum
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    model = training.build_model("scalar")
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        for run in ("first", "second"):
+            model.train(1, training.build_dataset(3), callbacks=[_monitor(workdir / run)], dataset_sink_mode=False)
+            norms = [json.loads(line)["grad_norm"] for line in (workdir / run / "m.json").read_text().splitlines()]
+            assert len(norms) == 3 and all(norm > 0 for norm in norms), run
+    assert not [r for r in caplog.records if "grad_monitor" in r.getMessage()]
+
+
+def _monitor(folder) -> MonitorCallback:
+    return MonitorCallback(
+        {"interval": 1, "output_type": ["json_file"], "json_log_path": str(folder / "m.json"), "grad_monitor": True}
+    )
+
+
+class _OwnTrainCell(nn.Cell):
+    """A train cell of the user's own, with auto_prefix (nn.Cell's default)."""
+
+    def __init__(self, network, optimizer) -> None:
+        super().__init__()
+        self.network, self.optimizer = network, optimizer
+        self.weights = optimizer.parameters
+        self.grad = ops.GradOperation(get_by_list=True)
+
+    def construct(self, x, y):
+        loss = self.network(x, y)
+        return ops.depend(loss, self.optimizer(self.grad(self.network, self.weights)(x, y)))
+
+
+def test_the_probe_leaves_the_names_of_the_parameters_alone(workdir, caplog):
+    """Checkpoints keep their names: the probe adds its Parameter, renames none."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    net = nn.Dense(training.FEATURES, 1)
+    cell = _OwnTrainCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    before = {p.name for p in cell.get_parameters()}
+    seen: list[set[str]] = []
+
+    class _Names(Callback):
+        def on_train_step_end(self, run_context) -> None:
+            seen.append({p.name for p in run_context.original_args().train_network.get_parameters()})
+
+    Model(cell).train(1, training.build_dataset(2), callbacks=[_monitor(workdir), _Names()], dataset_sink_mode=False)
+    assert seen and all(names == before | {"otel_mindformers_grad_norm"} for names in seen)
+    assert all(json.loads(line)["grad_norm"] > 0 for line in (workdir / "m.json").read_text().splitlines())

@@ -43,14 +43,21 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # built with `tuple.__new__` (343 -> 347 / 422 -> 426, 10 -> 11 / 16 -> 17 C calls); the
     # worker no longer unpacks a positional tuple into a Window (one Python call and one C
     # call fewer there per record).
+    # +3 bytecodes (no call): the read plan asks whether a GradNormProbe's norm is to be
+    # read (347 -> 350 / 426 -> 429). With one (`grad_monitor: True`, a scalar loss): its
+    # frame, the overflow look-up, its `_item` readback and the float (+1 Python call, +3 C
+    # calls, +48 bytecodes over the scalar loss).
     # The flight ring (flight_recorder/ring.py): the sampled step's readings stored word by
     # word into the ring's next slot (RingWriter.write, called straight from the run: +1
     # Python call; +2 C calls: the keys' tuple and the layout's lookup; the stores are
     # bytecodes, a `struct.pack_into` of the slot cost twice as much inside Model.train):
     # 6 -> 7 Python calls, 11 -> 13 / 17 -> 19 C calls, 347 -> 557 / 426 -> 669 bytecodes
     # (one loop turn per value). bench_flight_recorder.py: docs/flight_recorder.md.
-    "scalar": {"python_calls": 7, "c_calls": 13, "opcodes": 557},
-    "tuple5": {"python_calls": 7, "c_calls": 19, "opcodes": 669},
+    # With both: 350 -> 560 / 429 -> 672; the probe's case 398 -> 619 (its norm one more value
+    # in the ring), 7 -> 8 Python calls, 14 -> 16 C calls.
+    "scalar": {"python_calls": 7, "c_calls": 13, "opcodes": 560},
+    "tuple5": {"python_calls": 7, "c_calls": 19, "opcodes": 672},
+    "probe": {"python_calls": 8, "c_calls": 16, "opcodes": 619},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's
@@ -64,11 +71,18 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
 PHASE = {"python_calls": 30, "c_calls": 27, "opcodes": 655, "sdk_calls": 12, "with_blocks": 3}
 
 
-@pytest.fixture(params=["scalar", "tuple5"])
+# "probe": the scalar loss with `grad_monitor: True`, whose norm a GradNormProbe writes in the
+# step (model_state/grad_norm_probe.py): an unsampled step stays at the floor (no readback).
+@pytest.fixture(params=["scalar", "tuple5", "probe"])
 def counted(request, workdir):
-    callback = MonitorCallback(
-        {"interval": INTERVAL, "output_type": ["json_file", "tensorboard"], "json_log_path": str(workdir / "m.json")}
-    )
+    config = {
+        "interval": INTERVAL,
+        "output_type": ["json_file", "tensorboard"],
+        "json_log_path": str(workdir / "m.json"),
+    }
+    if request.param == "probe":
+        config["grad_monitor"] = True
+    callback = MonitorCallback(config)
     counter = HookCounter(
         callback,
         ("on_train_step_begin", "on_train_step_end"),
@@ -77,7 +91,8 @@ def counted(request, workdir):
     )
     tracemalloc.start()
     try:
-        training.train([callback], steps=25, shape=request.param, mode=ms.GRAPH_MODE)
+        shape = "scalar" if request.param == "probe" else request.param
+        training.train([callback], steps=25, shape=shape, mode=ms.GRAPH_MODE)
     finally:
         tracemalloc.stop()
     return request.param, counter.counts

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.model_state.grad_norm_probe import NEVER_WRITTEN
 from otel_mindformers.names import training as tm
 
 _logger = get_logger(__name__)
@@ -230,6 +231,9 @@ class OutputReader:
         self._plan_length = -1  # the tuple's length, -1 for a single tensor
         self._plan: tuple[tuple[str, int], ...] = ()
         self._plan_lr = False
+        # The `norm` Parameter of the optimizer's GradNormProbe, when grad_monitor put one
+        # there (runtime/parts.py): read when the outputs carry no norm.
+        self.grad_norm_probe: Any = None
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
@@ -281,8 +285,36 @@ class OutputReader:
             overflow = values.get(tm.OVERFLOW)
             if overflow is not None and math.isfinite(overflow):
                 values[tm.OVERFLOW] = bool(overflow)
+            if self.grad_norm_probe is not None:  # the outputs carry no norm (_read_full)
+                self._read_probe(outputs, values)
             return values
         return self._read_full(outputs, cb_params, step)
+
+    def _read_probe(self, outputs: Any, values: dict[str, float | bool]) -> None:
+        """The norm a GradNormProbe wrote (model_state/grad_norm_probe.py): one readback.
+        A step that overflowed skipped its optimizer, so the probe still holds an earlier
+        step's norm: that step's gradients were not finite, and it is reported so."""
+        overflow = values.get(tm.OVERFLOW)
+        if overflow is None and isinstance(outputs, (tuple, list)) and len(outputs) > _POSITIONS[tm.OVERFLOW]:
+            try:
+                overflow = to_host(outputs[_POSITIONS[tm.OVERFLOW]]) != 0.0
+            except Exception:  # not a flag: the probe's value stands
+                overflow = None
+        if overflow is True:
+            values[tm.GRAD_NORM] = math.inf
+            return
+        value = float(self.grad_norm_probe._item())
+        if value == NEVER_WRITTEN:
+            # No step so far has called the probe.
+            self.grad_norm_probe = None
+            self._warn_once(
+                "probe",
+                "grad_monitor is on but the train step never called the gradient-norm probe put "
+                "in its `optimizer` (a cell that calls its optimizer under another name, or a graph "
+                "compiled without the probe); grad_norm is not reported.",
+            )
+            return
+        values[tm.GRAD_NORM] = value
 
     def _read_full(self, outputs: Any, cb_params: Any, step: int) -> dict[str, float | bool]:
         handles = self.split(outputs)
@@ -297,13 +329,13 @@ class OutputReader:
                     handles[tm.LEARNING_RATE] = self._learning_rate.tensor(step - 1)
             except Exception as exc:  # an exotic schedule: no lr, not a failed run
                 self._warn_once(tm.LEARNING_RATE, "cannot evaluate the learning rate: %s", exc)
-        if self._grad_norm_asked and tm.GRAD_NORM not in handles:
+        if self._grad_norm_asked and tm.GRAD_NORM not in handles and self.grad_norm_probe is None:
             self._warn_once(
                 "grad_norm",
-                "grad_monitor is on but the train network returns no global gradient norm, so "
-                "grad_norm is not reported. Train with MindFormers' MFTrainOneStepCell (it returns "
-                "(loss, overflow, scale, lr, global_norm)) or return the norm as the 5th output; "
-                "or set grad_monitor: false.",
+                "grad_monitor is on but the train network returns no global gradient norm and its "
+                "optimizer could not be measured, so grad_norm is not reported. Train with a cell "
+                "that calls `self.optimizer(grads)` (as nn.TrainOneStepCell does) or with MindFormers' "
+                "MFTrainOneStepCell, or return the norm as the 5th output; or set grad_monitor: false.",
             )
         values: dict[str, float | bool] = {}
         for name in self._wanted & handles.keys():
@@ -313,6 +345,11 @@ class OutputReader:
                 self._warn_once(name, "cannot read %s from the step outputs: %s", name, exc)
                 continue
             values[name] = bool(value) if name == tm.OVERFLOW and math.isfinite(value) else value
+        if self.grad_norm_probe is not None:
+            if tm.GRAD_NORM in handles or tm.GRAD_NORM not in self._wanted:
+                self.grad_norm_probe = None  # the cell's own norm is the one reported (or none is)
+            else:
+                self._read_probe(outputs, values)
         self._plan_for(outputs, handles, from_outputs, values)
         return values
 

@@ -35,6 +35,7 @@ from otel_mindformers.flight_recorder import recorder as flight_recorder
 from otel_mindformers.hangs.diagnosis_file import diagnosis_path
 from otel_mindformers.hangs.dumps import StackDumper
 from otel_mindformers.hangs.heartbeat_gauges import Heartbeat
+from otel_mindformers.model_state.grad_norm_probe import install_probe, remove_probe
 from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.names import semconv
 from otel_mindformers.nonfinite.first_nonfinite import FirstNonFinite
@@ -242,6 +243,21 @@ def start_attempt(ctx: RunContext) -> RunPart | None:
     )  # fmt: skip
 
 
+def start_grad_norm_probe(ctx: RunContext) -> RunPart | None:
+    """model_state/grad_norm_probe.py: with `grad_monitor: True`, the global gradient norm of
+    a train cell that does not return it (MindFormers' cells do), measured in the step on
+    every rank (their graphs stay alike; data-parallel ranks wait for the slowest anyway)."""
+    network = ctx.cb_params.get("train_network")
+    if ctx.config.grad_monitor is not True or type(network).__module__.startswith("mindformers."):
+        return None
+    probe, why_not = install_probe(network)
+    if probe is None:
+        _logger.warning("otel_mindformers: grad_monitor cannot measure the gradient norm: %s", why_not)
+        return None
+    ctx.grad_norm_probe = ctx.reader.grad_norm_probe = probe.norm
+    return Closes(lambda: remove_probe(network, probe))
+
+
 def start_model_state(ctx: RunContext) -> RunPart | None:
     """model_state/: MindFormers' training-state readings and the 7-tuple's local norms,
     on the reporting ranks; `nonfinite_check: all_ranks`: each rank's first NaN/Inf."""
@@ -334,6 +350,7 @@ PARTS: tuple[Callable[[RunContext], RunPart | None], ...] = (
     start_logs,
     start_run_span,
     start_attempt,
+    start_grad_norm_probe,
     start_model_state,
     start_timeline,
     start_pipeline,

@@ -114,6 +114,8 @@ class MonitorRun:
         run.captures, run.identity, run.alerts, run.timeline = ctx.captures, ctx.identity, ctx.alerts, ctx.timeline
         run._state_reader, run._first_nonfinite, run._run_span = ctx.state_reader, ctx.first_nonfinite, ctx.run_span
         run._submit, run._keep = ctx.pipeline.submit_sample, ctx.flight.write
+        if run._local_reader is not None:  # the first bad rank's grad norm, where it is measured
+            run._local_reader.grad_norm_probe = ctx.grad_norm_probe
         run.clock.phase = "step"
         return run
 

@@ -1,0 +1,246 @@
+"""`grad_monitor: True` on plain MindSpore: the global gradient norm of any `Model.train`.
+
+Each sampled step's `grad_norm` is checked against the norm of that step's batch gradients
+under the weights before its update, computed here with `mindspore.grad` at the step's
+begin, in graph and PyNative mode, without a loss scale, with a loss scale the optimizer
+divides out (`FixedLossScaleManager(drop_overflow_update=False)`), and with one the cell
+divides out (`TrainOneStepWithLossScaleCell`). An overflow step under a dynamic scale is
+non-finite and no fault. The CPU backend lacks the loss-scale cell's NPUGetFloatStatusV2: its
+overflow check is the same answer computed from the gradients (tests/support/mindformers_cpu.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import nn
+from mindspore.dataset import GeneratorDataset
+from mindspore.nn.wrap.loss_scale import TrainOneStepWithLossScaleCell
+from mindspore.train import Callback, FixedLossScaleManager, Model
+
+from otel_mindformers import MonitorCallback
+from tests.support import mindformers_cpu
+
+pytestmark = pytest.mark.slow  # real training runs
+
+FEATURES, BATCH, STEPS, INTERVAL = 8, 4, 7, 3
+SCALE = 1024.0
+MODES = {"graph": ms.GRAPH_MODE, "pynative": ms.PYNATIVE_MODE}
+
+
+class _ReferenceNorms(Callback):
+    """At each step's begin (weights not yet updated), the global norm of the gradients of
+    the step's batch, by `mindspore.grad` on the unscaled loss."""
+
+    def __init__(self, loss_net: nn.Cell, weights: list) -> None:
+        self._grad = ms.grad(loss_net, grad_position=None, weights=weights)
+        self.norms: dict[int, float] = {}
+
+    def on_train_step_begin(self, run_context) -> None:
+        cb_params = run_context.original_args()
+        x, y = cb_params.train_dataset_element[:2]
+        grads = self._grad(x, y)
+        self.norms[cb_params.cur_step_num] = math.sqrt(
+            sum(float(np.square(g.asnumpy().astype(np.float64)).sum()) for g in grads)
+        )
+
+
+def _data(steps: int = STEPS, spread: float = 1.0):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((steps * BATCH, FEATURES)) * spread).astype(np.float32)
+    y = (x.sum(axis=1, keepdims=True) * 0.5).astype(np.float32)
+    return GeneratorDataset(list(zip(x, y)), column_names=["x", "y"], shuffle=False).batch(BATCH)
+
+
+def _model(scaling: str, monkeypatch, scale_sense=None) -> tuple[Model, nn.Cell, list]:
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    weights = net.trainable_params()
+    if scaling == "none":
+        return Model(net, nn.MSELoss(), nn.Momentum(weights, 0.01, 0.9)), loss_net, weights
+    if scaling == "optimizer":  # the optimizer divides the scale out inside its update
+        optimizer = nn.Momentum(weights, 0.01, 0.9, loss_scale=SCALE)
+        manager = FixedLossScaleManager(SCALE, drop_overflow_update=False)
+        return Model(net, nn.MSELoss(), optimizer, loss_scale_manager=manager), loss_net, weights
+    monkeypatch.setattr(TrainOneStepWithLossScaleCell, "get_overflow_status", mindformers_cpu._cpu_overflow)
+    sense = scale_sense if scale_sense is not None else nn.FixedLossScaleUpdateCell(loss_scale_value=SCALE)
+    cell = TrainOneStepWithLossScaleCell(loss_net, nn.Momentum(weights, 0.01, 0.9), scale_sense=sense)
+    return Model(cell), loss_net, weights
+
+
+def _monitor(workdir, interval: int = INTERVAL) -> MonitorCallback:
+    return MonitorCallback(
+        {
+            "interval": interval,
+            "grad_monitor": True,
+            "output_type": ["json_file", "tensorboard"],
+            "json_log_path": str(workdir / "m.json"),
+            "tensorboard_path": str(workdir / "tb"),
+            "alert_config": {"enable_alert": True},
+        }
+    )
+
+
+def _lines(workdir) -> list[dict]:
+    return [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
+
+
+def _tensorboard(workdir, tag: str) -> dict[int, float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(workdir / "tb" / "rank_0"))
+    accumulator.Reload()
+    return {event.step: event.value for event in accumulator.Scalars(tag)}
+
+
+@pytest.mark.parametrize("scaling", ["none", "optimizer", "cell"])
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_each_sampled_norm_is_that_steps_gradient_norm(workdir, monkeypatch, mode, scaling):
+    ms.set_context(mode=MODES[mode])
+    ms.set_device("CPU")
+    model, loss_net, weights = _model(scaling, monkeypatch)
+    reference = _ReferenceNorms(loss_net, weights)
+
+    model.train(1, _data(), callbacks=[reference, _monitor(workdir)], dataset_sink_mode=False)
+
+    lines = _lines(workdir)
+    assert [line["step"] for line in lines] == [1, 3, 6, 7]
+    for line in lines:
+        assert line["grad_norm"] == pytest.approx(reference.norms[line["step"]], rel=1e-4), line["step"]
+    # The norms differ from step to step: a stale value would not pass.
+    assert len({round(line["grad_norm"], 6) for line in lines}) == len(lines)
+    assert _tensorboard(workdir, "grad_norm") == pytest.approx({line["step"]: line["grad_norm"] for line in lines})
+
+
+# Near fp32's largest: a gradient above ~1 overflows, as fp16 scaling does; the scale is
+# lowered on each overflow and never raised again in this short run.
+HUGE, FACTOR, WINDOW = 3.0e38, 2.0**10, 1000
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_an_overflow_step_is_non_finite_and_no_fault(workdir, monkeypatch, mode):
+    ms.set_context(mode=MODES[mode])
+    ms.set_device("CPU")
+    dynamic = nn.DynamicLossScaleUpdateCell(loss_scale_value=HUGE, scale_factor=FACTOR, scale_window=WINDOW)
+    model, loss_net, weights = _model("cell", monkeypatch, scale_sense=dynamic)
+    reference = _ReferenceNorms(loss_net, weights)
+
+    model.train(1, _data(12), callbacks=[reference, _monitor(workdir, interval=1)], dataset_sink_mode=False)
+
+    lines = _lines(workdir)
+    overflowed = [line for line in lines if line["overflow"]]
+    assert overflowed and overflowed[-1]["step"] < lines[-1]["step"]
+    for line in lines:
+        assert "nonfinite" not in line.get("alerts", [])  # loss scaling at work, not a fault
+        if line["overflow"]:
+            assert line["grad_norm"] is None and line["nonfinite"] == ["grad_norm"]
+        else:
+            assert line["grad_norm"] == pytest.approx(reference.norms[line["step"]], rel=1e-4)
+
+
+def _train_cell_run(workdir, name: str, build_cell) -> tuple[list[dict], set[str]]:
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    cell = build_cell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    folder = workdir / name
+    optimizers = _OptimizerSeen()
+    Model(cell).train(1, _data(), callbacks=[_monitor(folder, interval=1), optimizers], dataset_sink_mode=False)
+    return _lines(folder), optimizers.seen
+
+
+class _OptimizerSeen(Callback):
+    """The kinds of optimizer the train cell called during the run."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def on_train_step_end(self, run_context) -> None:
+        self.seen.add(type(run_context.original_args().train_network.optimizer).__name__)
+
+
+def test_mindformers_cell_keeps_its_own_norm_and_the_probe_reports_the_same(workdir, monkeypatch):
+    """The same weights and batches through MindFormers' MFTrainOneStepCell (its 5th output,
+    with a clip that never clips) and through nn.TrainOneStepCell (the probe)."""
+    from mindformers.wrapper.wrapper import MFTrainOneStepCell
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    monkeypatch.setattr(TrainOneStepWithLossScaleCell, "get_overflow_status", mindformers_cpu._cpu_overflow)
+    mindformers, mf_optimizers = _train_cell_run(
+        workdir, "mf", lambda net, opt: MFTrainOneStepCell(net, opt, use_clip_grad=True, max_grad_norm=1e9)
+    )
+    probed, optimizers = _train_cell_run(workdir, "ms", nn.TrainOneStepCell)
+
+    assert mf_optimizers == {"Momentum"} and optimizers == {"GradNormProbe"}  # MindFormers': its own norm
+    assert [line["step"] for line in mindformers] == [line["step"] for line in probed] == list(range(1, STEPS + 1))
+    assert [line["grad_norm"] for line in probed] == pytest.approx(
+        [line["grad_norm"] for line in mindformers], rel=1e-5
+    )
+
+
+@pytest.mark.integration  # an msrun job
+def test_data_parallel_ranks_report_the_norm_of_the_averaged_gradients(workdir):
+    from tests.support.instrumented import BIN, REPO, child_env, free_port, run
+
+    steps = 5
+    run(
+        [
+            str(BIN / "msrun"), "--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}",
+            "--join=True", f"--log_dir={workdir / 'msrun_log'}",
+            str(REPO / "tests" / "support" / "grad_norm_worker.py"), str(workdir), str(steps),
+        ],
+        child_env(),
+        workdir,
+    )  # fmt: skip
+
+    by_rank = [{line["step"]: line for line in _lines_of(next(workdir.rglob(f"rank{r}*.json")))} for r in (0, 1)]
+    assert sorted(by_rank[0]) == sorted(by_rank[1]) == [1, 2, 4, 5]
+    for step in by_rank[0]:
+        local = [np.load(workdir / f"grads_rank{r}_step{step}.npy") for r in (0, 1)]
+        assert not np.allclose(local[0], local[1])  # each rank's own batch
+        averaged = float(np.linalg.norm((local[0] + local[1]) / 2))
+        for rank in (0, 1):
+            assert by_rank[rank][step]["grad_norm"] == pytest.approx(averaged, rel=1e-4), (rank, step)
+
+
+def _lines_of(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_plain_training_has_grad_norm_in_every_output(workdir, monkeypatch, otlp_receiver):
+    from otel_mindformers.analysis.logs import read_logs
+    from otel_mindformers.analysis.plot import plot
+    from otel_mindformers.names import semconv
+    from otel_mindformers.names import training as tm
+    from tests.support.plot_pixels import count, load, panels
+
+    monkeypatch.setenv("RANK_ID", "0")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    model, _, _ = _model("none", monkeypatch)
+    monitor = MonitorCallback(
+        {
+            "interval": INTERVAL,
+            "grad_monitor": True,
+            "output_type": ["json_file", "tensorboard", "otlp"],
+            "json_log_path": str(workdir / "m.json"),
+            "tensorboard_path": str(workdir / "tb"),
+            "otlp": {"endpoint": otlp_receiver.grpc_endpoint, "export_interval": 0.2},
+        }
+    )
+    model.train(1, _data(), callbacks=[monitor], dataset_sink_mode=False)
+
+    norms = {line["step"]: line["grad_norm"] for line in _lines(workdir)}
+    assert sorted(norms) == [1, 3, 6, 7] and all(value > 0 for value in norms.values())
+    assert _tensorboard(workdir, "grad_norm") == pytest.approx(norms)
+    spans = otlp_receiver.spans(semconv.SPAN_STEP)
+    assert {s.attributes[semconv.ATTR_STEP]: s.attributes["training.grad_norm"] for s in spans} == pytest.approx(norms)
+    points = otlp_receiver.points(tm.instrument_name(tm.GRAD_NORM))
+    assert points and all(any(p.value == pytest.approx(v) for v in norms.values()) for p in points)
+    image = plot(read_logs([workdir / "m.json"]), workdir / "run.png")
+    assert count(panels(load(image))["grad_norm"], "C0") > 0  # not "grad norm: no data"
