@@ -27,7 +27,7 @@ from tests.support.permissions import obey_file_permissions
 from tests.support.training import Faults, train
 from tests.support.webhook_receiver import WebhookReceiver
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
 
 SPIKE = 15
 PROFILE_STEPS = 3

@@ -9,6 +9,8 @@ import pytest
 from otel_mindformers.names import training as tm
 from otel_mindformers.runtime.extract import OutputReader, to_host
 
+pytestmark = pytest.mark.mindspore_api
+
 
 @pytest.mark.parametrize(
     "value",

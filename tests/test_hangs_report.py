@@ -19,6 +19,8 @@ from tests.support.instrumented import BIN, child_env, free_port
 from tests.support.paths import REPO
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.analysis
+
 STEPS, BLOCK_AT = 8, 4
 
 

@@ -18,6 +18,8 @@ from tests.support.instrumented import (
     run,
 )
 
+pytestmark = pytest.mark.mindspore_api
+
 # What msrun exported to its second worker in a real 2-worker run on one machine.
 MSRUN_WORKER_1 = {
     "RANK_ID": "1",

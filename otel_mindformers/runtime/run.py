@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from otel_mindformers.captures.controller import NO_CAPTURES
+from otel_mindformers.compat import releases
 from otel_mindformers.config import MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.deadline import Deadline
@@ -114,6 +115,9 @@ class MonitorRun:
         run._state_reader, run._first_nonfinite, run._run_span = ctx.state_reader, ctx.first_nonfinite, ctx.run_span
         run._submit = ctx.pipeline.submit_sample
         run.clock.phase = "step"
+        _logger.info("otel_mindformers: rank %d monitoring on %s", run.identity.rank, releases.found())
+        for outside in releases.first_warning():
+            _logger.warning("otel_mindformers: %s", outside)
         return run
 
     # --- epochs (training thread, once per epoch) ---------------------------------------------
