@@ -41,7 +41,8 @@ install_row() {  # row venv: create it once; install when pyproject.toml or the 
   local row=$1 venv=$2
   local stamp="$venv/.matrix_installed"
   local wanted
-  wanted=$(cat pyproject.toml <(echo "${PINS[$row]}") | sha256sum | cut -d' ' -f1)
+  # The editable install points at this checkout: another checkout's venv is reinstalled.
+  wanted=$(cat pyproject.toml <(echo "${PINS[$row]} $PWD") | sha256sum | cut -d' ' -f1)
   [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ] && return 0
   if [ ! -x "$venv/bin/python" ]; then
     "$PYTHON" -m venv "$venv" || return 1
