@@ -46,6 +46,32 @@ def test_a_release_outside_the_range_is_warned_once_naming_it(monkeypatch):
     assert releases.first_warning() == []
 
 
+def test_validate_names_the_versions_found_and_the_tested_range(tmp_path, capsys):
+    from otel_mindformers.cli import main as cli_main
+
+    (tmp_path / "m.yaml").write_text("monitor_config:\n  interval: 5\n")
+    assert cli_main(["validate", str(tmp_path / "m.yaml")]) == 0
+    said = capsys.readouterr()
+    ms, mf = releases.installed("mindspore"), releases.installed("mindformers")
+    found = f"MindSpore {ms}, MindFormers {mf or '(not installed)'}"
+    assert f"found {found} (tested: MindSpore >= 2.7.0, < 2.11; MindFormers >= 1.6.0, < 1.10)" in said.out
+    assert said.err == ""  # inside the range: no warning
+
+
+@pytest.mark.slow
+def test_a_run_names_the_versions_at_its_start(workdir, caplog):
+    from otel_mindformers import MonitorCallback
+    from tests.support import training
+
+    with caplog.at_level(logging.INFO, logger="otel_mindformers"):
+        training.train(
+            [MonitorCallback({"output_type": ["json_file"], "json_log_path": str(workdir / "m.json")})], steps=2
+        )
+    started = [r.getMessage() for r in caplog.records if "monitoring on" in r.getMessage()]
+    assert started == [f"otel_mindformers: rank 0 monitoring on {releases.found()}"]
+    assert f"MindSpore {releases.installed('mindspore')}" in started[0]
+
+
 # --- lookup ---------------------------------------------------------------------------------
 
 
