@@ -35,3 +35,20 @@ def test_a_one_element_tensor_and_an_empty_one():
     assert to_host(ms.Tensor(np.array([[2.5]], dtype=np.float32))) == 2.5
     with pytest.raises(ValueError, match="empty"):
         to_host(np.array([]))
+
+
+def test_a_custom_monitors_learning_rate_converts_with_numpy_1_and_2_alike():
+    """numpy 2 passes `copy` to `__array__` and warns about an `__array__` without it."""
+    import warnings
+
+    from mindspore import nn
+
+    from otel_mindformers.runtime.extract import LazyLearningRate
+
+    net = nn.Dense(2, 1)
+    rate = LazyLearningRate(nn.Momentum(net.trainable_params(), 0.125, 0.9)).at(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.asarray(rate) == pytest.approx(0.125)
+        copied = np.array(rate, copy=True, dtype=np.float64)
+    assert copied.dtype == np.float64 and copied == pytest.approx(0.125)

@@ -360,8 +360,10 @@ class LazyLearningRate:
     def __float__(self) -> float:
         return to_host(self.tensor())
 
-    def __array__(self, dtype: Any = None) -> Any:
-        return np.asarray(self.asnumpy(), dtype=dtype)
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
+        # numpy 2 passes `copy` (and warns about an `__array__` without it); numpy 1 does not.
+        array = np.asarray(self.asnumpy(), dtype=dtype)
+        return array.copy() if copy else array
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.tensor(), name)
