@@ -70,8 +70,10 @@ run_row() {  # row: install, test; the row's times and outcome go to .matrix/<ro
   # The row's venv first on PATH: msrun starts workers with the `python` it finds there.
   PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest -q -m "$selection" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
-  echo "$(( installed - start )) $(( $(date +%s) - installed )) $(grep -E '^=+ .* in [0-9.]+s' "$log" | tail -1 \
-    | sed -E 's/^=+ (.*) in [0-9.]+s.*/\1/')" > "$result"
+  # pytest's summary line ("1 failed, 214 passed, 1222 deselected in 574.47s"; framed by `=`
+  # without -q), less its time: the row's outcome.
+  echo "$(( installed - start )) $(( $(date +%s) - installed )) $(grep -E '(passed|failed|error|no tests ran).* in [0-9.]+s' "$log" \
+    | tail -1 | sed -E 's/^=+ //; s/ in [0-9.]+s.*//')" > "$result"
   return "$status"
 }
 
