@@ -52,3 +52,17 @@ def test_a_custom_monitors_learning_rate_converts_with_numpy_1_and_2_alike():
         assert np.asarray(rate) == pytest.approx(0.125)
         copied = np.array(rate, copy=True, dtype=np.float64)
     assert copied.dtype == np.float64 and copied == pytest.approx(0.125)
+
+
+def test_a_custom_monitor_reads_a_one_element_output_with_float_under_numpy_2():
+    """MindFormers' cells return the loss as `(1,)`, and the monitor_config article's monitor
+    calls `float(cb_params.train_loss.asnumpy())`, which numpy 2.4 refuses for a `(1,)` array."""
+    from mindspore import Tensor
+
+    from otel_mindformers.runtime.extract import StepTensor
+
+    loss = StepTensor().at(Tensor(np.array([2.5], np.float32)))
+    assert loss.asnumpy().shape == ()
+    assert float(loss.asnumpy()) == 2.5 and float(loss) == 2.5 and loss.shape == (1,)
+    batch = StepTensor().at(Tensor(np.array([1.0, 3.0], np.float32)))
+    assert batch.asnumpy().shape == (2,) and float(batch) == 2.0  # several elements: as they are
