@@ -5,9 +5,10 @@
 #   bash scripts/matrix.sh                    # every row
 #   bash scripts/matrix.sh ms2.7.0-mf1.6.0    # chosen rows (names below)
 #
-# Venvs live in .matrix/<row>/venv (gitignored) and are reinstalled only when pyproject.toml
-# or the row's pins change; wheels come from pip's own cache after the first download. Rows
-# run one after the other (each install unpacks ~2.5 GB; tests train on every core). Prints
+# Venvs live in .matrix/<row>/venv (gitignored) and are reinstalled only when pyproject.toml,
+# the row's pins or the checkout change (a second run installs nothing; a new venv downloads
+# what pip's cache does not keep). Rows run one after the other (each install unpacks
+# ~2.5 GB; tests train on every core). Prints
 # each row's install and test wall time and a summary table; exits non-zero if a row fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +27,12 @@ declare -A PINS=(
 )
 ROWS=(ms2.7.0-mf1.6.0 ms2.7.1-mf1.7.0 ms2.7.2-mf1.8.0 ms2.9.0-mf1.9.0 ms2.8.0 ms2.10.0-numpy2)
 # row -> the tests it runs (pytest -m). Rows without MindFormers leave out the tests marked
-# `mindformers`; the numpy 2 row adds the offline commands (marker `analysis`), numpy's users.
+# `mindformers`; the numpy 2 row adds the offline commands (marker `analysis`), numpy's users,
+# and leaves out real msrun jobs (`msrun_job`): MindSpore 2.10.0's own workers never leave the
+# cluster under numpy 2 (a plain msrun script fails the same way; with numpy 1.26 it passes).
 declare -A TESTS=(
   [ms2.8.0]="mindspore_api and not mindformers"
-  [ms2.10.0-numpy2]="(mindspore_api or analysis) and not mindformers"
+  [ms2.10.0-numpy2]="(mindspore_api or analysis) and not mindformers and not msrun_job"
 )
 
 usage() {

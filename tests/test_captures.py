@@ -249,6 +249,7 @@ def test_missing_profiler_warns_once_and_other_kinds_are_still_captured(workdir)
     assert not (folder / names.PROFILE_DIR).exists()
 
 
+@pytest.mark.msrun_job
 def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
     captures = workdir / "captures"
     config = workdir / "monitor.yaml"

@@ -45,6 +45,7 @@ def release(fifo: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.msrun_job
 def test_hang_report_names_the_rank_that_stopped_and_its_stack(workdir):
     output, fifo, faults = workdir / "output", workdir / "release", workdir / "faults"
     os.mkfifo(fifo)
