@@ -32,4 +32,11 @@ def test_every_declared_test_utility_is_used():
 
 def test_markers_are_registered():
     markers = PROJECT["tool"]["pytest"]["ini_options"]["markers"]
-    assert {m.split(":")[0] for m in markers} == {"slow", "integration", "mindspore_api", "mindformers", "msrun_job", "analysis"}
+    assert {m.split(":")[0] for m in markers} == {
+        "slow",
+        "integration",
+        "mindspore_api",
+        "mindformers",
+        "msrun_job",
+        "analysis",
+    }
