@@ -9,6 +9,7 @@ from typing import Any
 
 from otel_mindformers.analysis.commands import add_commands as add_analysis_commands
 from otel_mindformers.captures.offline.capture_command import add_command as add_capture_command
+from otel_mindformers.compat import releases
 from otel_mindformers.config import ConfigError, load_monitor_config
 from otel_mindformers.devices.devices_command import add_command as add_devices_command
 from otel_mindformers.hangs.offline.hang_report import add_command as add_hang_report_command
@@ -39,6 +40,9 @@ def _validate(args: argparse.Namespace) -> int:
     ignored = config.alert_config.ignored_while_off()
     if ignored:  # valid, and what the run would warn about
         print(f"warning: {ignored}", file=sys.stderr)
+    for outside in releases.outside_tested_range():
+        print(f"warning: {outside}", file=sys.stderr)
+    print(f"found {releases.found()}")
     state = "enabled" if config.enable else "disabled (enable: false)"
     outputs = ", ".join(dict.fromkeys(config.output_type)) or "none"
     print(f"{args.config}: valid; monitoring {state}, every {config.interval} steps, outputs: {outputs}")

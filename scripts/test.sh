@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite, with its own setup: the venv, and the real backends the tests run
 # (Prometheus, Alertmanager, promtool; Chromium for the HTML report) when this machine can
-# install them.
+# install them; under CI=true, then the version matrix's rows CI runs (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
@@ -19,4 +19,18 @@ echo "ruff check, ruff format --check, mypy..."
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest "$@"
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+# The version matrix (scripts/matrix.sh): CI runs the oldest pair and MindSpore 2.10 with numpy 2
+# beside the main pair above. MATRIX_ROWS names other rows ("all": every row; empty: none), and
+# outside CI runs them only when set.
+rows=${MATRIX_ROWS-}
+if [ "${CI:-}" = true ] && [ -z "${MATRIX_ROWS+set}" ]; then
+  rows="ms2.7.0-mf1.6.0 ms2.10.0-numpy2"
+fi
+if [ -n "$rows" ]; then
+  [ "$rows" = all ] && rows=""
+  # shellcheck disable=SC2086  # the row names are words
+  bash scripts/matrix.sh $rows || status=1
+fi
+exit "$status"

@@ -31,6 +31,8 @@ from tests.support.instrumented import REPO, child_env, free_port
 from tests.support.paths import LOG_FIXTURES
 from tests.support.restart_worker import private_dir
 
+pytestmark = pytest.mark.analysis  # the offline commands: numpy 2's row runs them too
+
 
 def _page(capsys, *arguments: str) -> Element:
     output = Path(arguments[arguments.index("--html") + 1])
@@ -188,6 +190,7 @@ def real_page(real_job, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.msrun_job  # the real job's page
 def test_a_real_jobs_page_opens_in_chromium_without_error_or_request_and_draws_every_chart(real_page, tmp_path):
     image = tmp_path / "run.png"
     loaded = chromium.load(real_page, tmp_path / "profile", screenshot=image)
@@ -238,6 +241,7 @@ def test_a_real_jobs_page_opens_in_chromium_without_error_or_request_and_draws_e
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.msrun_job  # the real job's page
 def test_a_real_jobs_page_numbers_are_report_jsons(real_job, real_page):
     output, captures = real_job
     made = _cli("report", str(output), "--captures", str(captures), "--json")
@@ -258,6 +262,7 @@ def test_a_real_jobs_page_numbers_are_report_jsons(real_job, real_page):
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.msrun_job  # the real job's page
 def test_the_browser_check_sees_a_request_a_console_call_and_a_script_error(real_page, tmp_path):
     """The check is not blind: a copy of the page with an image from the network, a console
     call and a failing script shows all three, in the protocol's events and in the page's

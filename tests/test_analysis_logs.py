@@ -12,6 +12,8 @@ from otel_mindformers.analysis.logs import LogReadError, as_records, discover, r
 from tests.support.jsonl import json_lines as _lines
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 
+pytestmark = pytest.mark.analysis
+
 
 def test_directory_finds_every_rank_file_and_labels_by_rank():
     series = read_logs([FIXTURES / "multirank"])

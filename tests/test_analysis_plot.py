@@ -13,6 +13,8 @@ from tests.support.cli import cli
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 from tests.support.plot_pixels import count, load, panels, spread
 
+pytestmark = pytest.mark.analysis
+
 
 @pytest.mark.slow
 def test_multirank_png_size_and_curves_in_every_panel(tmp_path):

@@ -15,6 +15,8 @@ from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 
+pytestmark = pytest.mark.analysis
+
 
 def spans_of(name: str):
     (series,) = read_logs([FIXTURES / name])

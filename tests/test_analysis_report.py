@@ -13,6 +13,8 @@ from tests.support.cli import cli
 from tests.support.jsonl import json_lines as _lines
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 
+pytestmark = pytest.mark.analysis
+
 
 def test_multirank_numbers_come_from_the_logs():
     report = build_report(read_logs([FIXTURES / "multirank"]))

@@ -16,6 +16,8 @@ from otel_mindformers.analysis.logs import discover, read_logs
 from tests.support import training
 from tests.support.paths import EXAMPLES
 
+pytestmark = pytest.mark.analysis
+
 EXAMPLE = EXAMPLES / "analyze_loss.py"
 
 

@@ -16,6 +16,8 @@ from otel_mindformers.analysis.report import build_report, report_logs
 from tests.support.cli import cli
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 
+pytestmark = pytest.mark.analysis
+
 
 def _line(step: int, rank: int = 0, **extra) -> str:
     return (

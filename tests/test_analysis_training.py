@@ -21,7 +21,7 @@ STEPS = 16
 NAN_STEP = STEPS  # the last step: a NaN loss poisons every later step's weights
 
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.analysis]  # real training runs
 
 
 @pytest.fixture(scope="module")

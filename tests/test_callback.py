@@ -18,7 +18,7 @@ from tests.support.paths import EXAMPLES
 from tests.support.readbacks import record_readbacks
 from tests.support.training import Faults
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
 
 
 def strict_lines(path):

@@ -18,6 +18,7 @@ from mindspore.train import Callback
 
 from otel_mindformers.captures import store as capture_store
 from otel_mindformers.cli import main as cli_main
+from otel_mindformers.compat import releases
 from otel_mindformers.names import capture_names as names
 from otel_mindformers.runtime.callback import MonitorCallback
 from tests.support.capture_trace import manifest, ops_by_step, wait_for_trace
@@ -27,7 +28,7 @@ from tests.support.permissions import obey_file_permissions
 from tests.support.training import Faults, train
 from tests.support.webhook_receiver import WebhookReceiver
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
 
 SPIKE = 15
 PROFILE_STEPS = 3
@@ -239,12 +240,16 @@ def test_missing_profiler_warns_once_and_other_kinds_are_still_captured(workdir)
     about = [
         w for w in result["warnings"] if w.startswith(("otel_mindformers: profile", "otel_mindformers: the profiler"))
     ]
-    assert len(about) == 1 and "mindspore.profiler is unavailable (AttributeError" in about[0], result["warnings"]
+    # One warning naming the feature, the installed release and the name that is not there.
+    assert len(about) == 1, result["warnings"]
+    assert about[0].startswith("otel_mindformers: profile captures are off: mindspore.profiler is unavailable"), about
+    assert f"({releases.release(releases.MINDSPORE)}: mindspore.profiler:profile is not there" in about[0], about
     (folder,) = capture_store.capture_folders(captures / "rank_0")
     assert sorted(manifest(folder)["kinds"]) == ["batch", "stacks"]
     assert not (folder / names.PROFILE_DIR).exists()
 
 
+@pytest.mark.msrun_job
 def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
     captures = workdir / "captures"
     config = workdir / "monitor.yaml"

@@ -24,6 +24,8 @@ from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import capture_names as names
 from tests.support.in_memory import Capture
 
+pytestmark = pytest.mark.analysis
+
 
 def rec(step, **values):
     return StepRecord(step=step, epoch=1, rank=0, time_stamp=0.0, values=values)
@@ -192,6 +194,41 @@ def test_a_request_is_taken_by_the_first_sampled_step_that_ended_after_it(tmp_pa
     controller.on_sampled_step(5, None, ended_at=request["requested_at"] + 0.5)
     (folder,) = capture_store.capture_folders(tmp_path / "rank_0")
     assert json.loads((folder / names.MANIFEST_FILE).read_text())["step"] == 5
+    controller.close()
+
+
+def test_a_rule_that_fires_behind_the_training_thread_still_records_its_batch(tmp_path):
+    """The worker evaluates rules a batch of records (up to 64) behind the training thread,
+    which notes every sampled step's batch meanwhile: the fired step's note is still there
+    (it was kept for the last 8 notes only, so a busy worker wrote a batch without inputs)."""
+    import mindspore as ms
+    import numpy as np
+
+    config = load_monitor_config(
+        {
+            "alert_config": {
+                "enable_alert": True,
+                "capture": {"path": str(tmp_path), "rules": ["loss_spike"], "kinds": ["batch"], "batch_crc32": True},
+            }
+        }
+    )
+    providers = Capture().providers()
+    telemetry = SimpleNamespace(
+        logger=providers["logger_provider"].get_logger("t"), meter=providers["meter_provider"].get_meter("t")
+    )
+    controller = CaptureController.start(
+        config.alert_config.capture, Identity(rank=0, world_size=1), telemetry, {}, StepClock()
+    )
+    for step in range(1, 41):  # the training thread, 35 sampled steps ahead of the worker
+        batch = (ms.Tensor(np.full((4, 8), step, np.float32)), ms.Tensor(np.zeros((4, 1), np.float32)))
+        controller.note_batch({"train_dataset_element": batch, "cur_epoch_num": 1}, step)
+    for step in range(1, 5):  # the worker, catching up
+        controller.on_sampled_step(step, None, ended_at=0.0)
+    folder = Path(controller.on_alert("loss_spike", 5, None))
+    batch = json.loads((folder / names.BATCH_FILE).read_text())
+    assert batch["step"] == 5
+    assert batch["inputs"] == [{"shape": [4, 8], "dtype": "Float32"}, {"shape": [4, 1], "dtype": "Float32"}]
+    assert isinstance(batch["crc32_first_input"], int)
     controller.close()
 
 

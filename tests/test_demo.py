@@ -13,6 +13,8 @@ from tests.support.hidden import hiding
 from tests.support.instrumented import run
 from tests.support.paths import REPO
 
+pytestmark = pytest.mark.mindspore_api
+
 
 def readme_commands():
     text = (REPO / "README.md").read_text(encoding="utf-8")

@@ -21,7 +21,7 @@ from tests.support import training
 from tests.support.instrumented import BIN, child_env
 from tests.support.paths import REPO
 
-pytestmark = pytest.mark.slow  # a real training, then the CLI as documented
+pytestmark = [pytest.mark.slow, pytest.mark.analysis]  # a real training, then the CLI as documented
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "collector-config" / "README.md"]
 _BLOCK = re.compile(r"(<!-- illustrative -->\s*)?```(?:bash|sh|shell)\n(.*?)```", re.S)

@@ -13,6 +13,8 @@ from tests.support.jsonl import json_lines
 from tests.support.mindformers_trainer import CPU_RUNNER, write_trainer
 from tests.support.paths import REFERENCE_YAML
 
+pytestmark = pytest.mark.mindspore_api
+
 PEAK = 0.002  # TFLOPS: a CPU-sized "peak", so the MFU is a readable number
 
 
@@ -83,6 +85,7 @@ def test_eta_skips_the_compile_window_and_smooths():
     assert eta.update(21, 10, 20.0) == pytest.approx(79 * (1 + (1 - 0.7**10) * 1.0))
 
 
+@pytest.mark.mindformers
 @pytest.mark.slow
 def test_tiny_llama_mfu_and_tflops_match_a_hand_calculation(workdir):
     config = yaml.safe_load(REFERENCE_YAML.read_text())

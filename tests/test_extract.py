@@ -9,6 +9,8 @@ import pytest
 from otel_mindformers.names import training as tm
 from otel_mindformers.runtime.extract import OutputReader, to_host
 
+pytestmark = pytest.mark.mindspore_api
+
 
 @pytest.mark.parametrize(
     "value",
@@ -33,3 +35,34 @@ def test_a_one_element_tensor_and_an_empty_one():
     assert to_host(ms.Tensor(np.array([[2.5]], dtype=np.float32))) == 2.5
     with pytest.raises(ValueError, match="empty"):
         to_host(np.array([]))
+
+
+def test_a_custom_monitors_learning_rate_converts_with_numpy_1_and_2_alike():
+    """numpy 2 passes `copy` to `__array__` and warns about an `__array__` without it."""
+    import warnings
+
+    from mindspore import nn
+
+    from otel_mindformers.runtime.extract import LazyLearningRate
+
+    net = nn.Dense(2, 1)
+    rate = LazyLearningRate(nn.Momentum(net.trainable_params(), 0.125, 0.9)).at(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.asarray(rate) == pytest.approx(0.125)
+        copied = np.array(rate, copy=True, dtype=np.float64)
+    assert copied.dtype == np.float64 and copied == pytest.approx(0.125)
+
+
+def test_a_custom_monitor_reads_a_one_element_output_with_float_under_numpy_2():
+    """MindFormers' cells return the loss as `(1,)`, and the monitor_config article's monitor
+    calls `float(cb_params.train_loss.asnumpy())`, which numpy 2.4 refuses for a `(1,)` array."""
+    from mindspore import Tensor
+
+    from otel_mindformers.runtime.extract import StepTensor
+
+    loss = StepTensor().at(Tensor(np.array([2.5], np.float32)))
+    assert loss.asnumpy().shape == ()
+    assert float(loss.asnumpy()) == 2.5 and float(loss) == 2.5 and loss.shape == (1,)
+    batch = StepTensor().at(Tensor(np.array([1.0, 3.0], np.float32)))
+    assert batch.asnumpy().shape == (2,) and float(batch) == 2.0  # several elements: as they are

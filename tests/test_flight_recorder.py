@@ -35,6 +35,8 @@ from tests.support.permissions import obey_file_permissions
 from tests.support.reliability_worker import finish, spawn
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.mindspore_api  # cb_params, the step hook, restarts, msrun
+
 
 def _ring(folder: Path, rank: int = 0, job_id: str = "job-a", attempt_id: str = "a1", attempt: int = 1) -> RingWriter:
     return RingWriter(
@@ -431,6 +433,7 @@ def test_restarts_ten_lost_steps_and_the_recovered_records_reach_otlp_once_with_
 
 @pytest.mark.slow  # a real 2-rank msrun job, one rank SIGKILLed
 @pytest.mark.integration
+@pytest.mark.msrun_job
 def test_under_msrun_a_killed_ranks_tail_goes_to_its_own_log_only():
     """Rank 1 kills itself after step 23; msrun ends the job (rank 0 dies with it, however
     msrun ends it). Each rank's log, after `report`, holds its own lines only: every rank's

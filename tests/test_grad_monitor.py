@@ -13,7 +13,7 @@ from mindspore.train import Callback, Model
 from otel_mindformers import MonitorCallback
 from tests.support import training
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
 
 MISSING_NORM = "no global gradient norm"
 

@@ -25,7 +25,7 @@ from mindspore.train import Callback, FixedLossScaleManager, Model
 from otel_mindformers import MonitorCallback
 from tests.support import mindformers_cpu
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
 
 FEATURES, BATCH, STEPS, INTERVAL = 8, 4, 7, 3
 SCALE = 1024.0
@@ -163,6 +163,7 @@ class _OptimizerSeen(Callback):
         self.seen.add(type(run_context.original_args().train_network.optimizer).__name__)
 
 
+@pytest.mark.mindformers
 def test_mindformers_cell_keeps_its_own_norm_and_the_probe_reports_the_same(workdir, monkeypatch):
     """The same weights and batches through MindFormers' MFTrainOneStepCell (its 5th output,
     with a clip that never clips) and through nn.TrainOneStepCell (the probe)."""
@@ -184,6 +185,7 @@ def test_mindformers_cell_keeps_its_own_norm_and_the_probe_reports_the_same(work
 
 
 @pytest.mark.integration  # an msrun job
+@pytest.mark.msrun_job
 def test_data_parallel_ranks_report_the_norm_of_the_averaged_gradients(workdir):
     from tests.support.instrumented import BIN, REPO, child_env, free_port, run
 

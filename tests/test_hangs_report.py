@@ -19,6 +19,8 @@ from tests.support.instrumented import BIN, child_env, free_port
 from tests.support.paths import REPO
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.analysis
+
 STEPS, BLOCK_AT = 8, 4
 
 
@@ -43,6 +45,7 @@ def release(fifo: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.msrun_job
 def test_hang_report_names_the_rank_that_stopped_and_its_stack(workdir):
     output, fifo, faults = workdir / "output", workdir / "release", workdir / "faults"
     os.mkfifo(fifo)

@@ -159,7 +159,9 @@ def _clean_copy(destination: Path) -> Path:
     """The repository's tracked files, as a fresh clone holds them (no build, no venv)."""
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, timeout=60)
     if listed.returncode != 0:  # not a git checkout (an unpacked archive): all but the build state
-        shutil.copytree(REPO, destination, ignore=shutil.ignore_patterns(".venv", "build", "dist", "*.egg-info"))
+        shutil.copytree(
+            REPO, destination, ignore=shutil.ignore_patterns(".venv", ".matrix", "build", "dist", "*.egg-info")
+        )
         return destination
     for name in listed.stdout.decode().split("\0"):
         if name and (REPO / name).is_file():

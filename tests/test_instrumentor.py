@@ -31,7 +31,7 @@ from tests.support.in_memory import Capture as InMemoryCapture
 from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT, child_env, instrumented, run
 from tests.support.paths import PLAIN_TRAIN
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
 
 
 class Capture(InMemoryCapture):

@@ -6,6 +6,7 @@ before the Trainer reads its YAML, so the resource cannot carry it there."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 
 import pytest
@@ -14,7 +15,8 @@ import yaml
 from otel_mindformers.names import semconv
 from tests.support.instrumented import REPO, child_env, instrumented, run
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training against a real OTLP receiver
+# real training against a real OTLP receiver
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.mindspore_api]
 
 REFERENCE_YAML = REPO / "tests" / "fixtures" / "mindformers-tiny-llama-cpu.yaml"
 CPU_RUNNER = ["python", "-m", "tests.support.mindformers_cpu"]
@@ -29,7 +31,6 @@ TRAINER_LAYOUT = {
     semconv.ATTR_MICRO_BATCHES: 1,
     semconv.ATTR_SEQUENCE_LENGTH: 16,
     semconv.ATTR_GLOBAL_BATCH_SIZE: 2,
-    semconv.ATTR_MINDFORMERS_VERSION: "1.9.0",
 }
 # A plain Model.train in one process: MindSpore's context says stand-alone.
 PLAIN_LAYOUT = {semconv.ATTR_PARALLEL_MODE: "stand_alone"}
@@ -61,6 +62,11 @@ def _trainer_files(workdir, receiver, zero_code: bool) -> None:
     (workdir / "train.py").write_text(TRAINER_SCRIPT.format(import_line=import_line))
 
 
+def _trainer_layout() -> dict:
+    """TRAINER_LAYOUT and the MindFormers release that ran it."""
+    return {**TRAINER_LAYOUT, semconv.ATTR_MINDFORMERS_VERSION: importlib.metadata.version("mindformers")}
+
+
 def _assert_layout(receiver, layout: dict) -> None:
     assert receiver.wait_for(lambda r: r.spans(semconv.SPAN_RUN) and r.points(semconv.JOB_INFO.name))
     (run_span,) = receiver.spans(semconv.SPAN_RUN)
@@ -72,16 +78,18 @@ def _assert_layout(receiver, layout: dict) -> None:
     assert {key: run_span.attributes.get(key) for key in layout} == layout, run_span.attributes
 
 
+@pytest.mark.mindformers
 def test_code_path_trainer_run_exports_its_layout_on_the_job_info_metric(workdir, otlp_receiver):
     _trainer_files(workdir, otlp_receiver, zero_code=False)
     run([*CPU_RUNNER, "train.py"], child_env(), workdir)
-    _assert_layout(otlp_receiver, TRAINER_LAYOUT)
+    _assert_layout(otlp_receiver, _trainer_layout())
 
 
+@pytest.mark.mindformers
 def test_zero_code_trainer_run_exports_its_layout_on_the_job_info_metric(workdir, otlp_receiver):
     _trainer_files(workdir, otlp_receiver, zero_code=True)
     run(instrumented(*CPU_RUNNER, "train.py"), child_env(otlp_receiver), workdir)
-    _assert_layout(otlp_receiver, TRAINER_LAYOUT)
+    _assert_layout(otlp_receiver, _trainer_layout())
 
 
 def test_zero_code_model_train_exports_its_parallel_mode(workdir, otlp_receiver):
@@ -105,6 +113,7 @@ def test_code_path_model_train_exports_its_parallel_mode(workdir, otlp_receiver)
     _assert_layout(otlp_receiver, PLAIN_LAYOUT)
 
 
+@pytest.mark.mindformers
 def test_zero_code_trainer_refuses_to_train_with_an_invalid_monitor_config(workdir, otlp_receiver):
     """docs/zero_code.md: one bad key in OTEL_PYTHON_MINDFORMERS_CONFIG is said at start-up
     and stops the Trainer's run before its first step, as `Model.train`'s (test_instrumentor)."""

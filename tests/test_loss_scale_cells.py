@@ -22,7 +22,7 @@ from mindspore.train import Model
 from otel_mindformers import MonitorCallback
 from tests.support import mindformers_cpu
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
 
 FEATURES, BATCH, STEPS = 8, 4, 16
 # Near fp32's largest: a gradient above 1.13 overflows. A long window: the lowered scale is

@@ -27,7 +27,7 @@ from tests.support.jsonl import json_lines as lines
 from tests.support.readbacks import record_readbacks
 
 BATCH = 4
-pytestmark = pytest.mark.slow  # real training loops
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training loops
 
 
 class Stack(nn.Cell):

@@ -17,10 +17,10 @@ from otel_mindformers.names import model_state as specs
 from otel_mindformers.names import training as tm
 from tests.support.instrumented import child_env, instrumented, run
 from tests.support.jsonl import json_lines
-from tests.support.mindformers_trainer import CPU_RUNNER, write_trainer
+from tests.support.mindformers_trainer import CPU_RUNNER, half_unit, write_trainer
 from tests.support.paths import REFERENCE_YAML
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api, pytest.mark.mindformers]
 
 # MindFormers' TrainingStateMonitor log lines: `step:[    2/    3] adam_m_norm/<param>: 0.0123`
 _STATE_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\] ([\w./]+): ([-+0-9.eE]+)$", re.M)
@@ -46,14 +46,18 @@ def test_mindformers_state_readings_reach_otel_equal_to_its_own_log(workdir, otl
     log = result.stdout + result.stderr
 
     logged = defaultdict(dict)  # step -> tag -> value, as MindFormers wrote them
+    off_by = defaultdict(dict)  # step -> tag -> how far the printed value may be from the reading
     for step, tag, value in _STATE_LINE.findall(log):
         logged[int(step)][tag] = float(value)
+        off_by[int(step)][tag] = half_unit(value)
     lines = json_lines(workdir / "output" / "train_metric.json")
     assert [line["step"] for line in lines] == [1, 2, 3]
     for line in lines:
-        mine, theirs = line["model_state"], logged[line["step"]]
-        assert line[tm.WEIGHT_NORM] == pytest.approx(theirs["weight_norm"], rel=1e-6)
-        assert line[tm.THROUGHPUT_LINEARITY] == pytest.approx(theirs["throughput_linearity"], rel=1e-6)
+        mine, theirs, off = line["model_state"], logged[line["step"]], off_by[line["step"]]
+        # MindFormers prints fewer digits before 1.9: a value it logged is as close as it printed.
+        printed = max(off.values())
+        assert line[tm.WEIGHT_NORM] == pytest.approx(theirs["weight_norm"], rel=1e-6, abs=printed)
+        assert line[tm.THROUGHPUT_LINEARITY] == pytest.approx(theirs["throughput_linearity"], rel=1e-6, abs=printed)
         for family in (specs.ADAM_M_NORM, specs.ADAM_V_NORM):
             per_param = {t.split("/", 1)[1]: v for t, v in theirs.items() if t.startswith(family + "/")}
             assert per_param and all("layers.1.attention" in name for name in per_param)  # MindFormers' filter
@@ -61,9 +65,11 @@ def test_mindformers_state_readings_reach_otel_equal_to_its_own_log(workdir, otl
             for name, value in per_param.items():
                 by_layer[layer_of(name)].append(value)
                 by_kind[kind_of(name)].append(value)
-            assert mine[family]["layer"] == pytest.approx({"1": _l2(by_layer["1"])}, rel=1e-6)
-            assert mine[family]["kind"] == pytest.approx({k: _l2(v) for k, v in by_kind.items()}, rel=1e-6)
-            assert mine[family]["parameter"] == pytest.approx(per_param, rel=1e-6)
+            # An L2 norm of n printed values is off by at most n times one of them.
+            within = printed * len(per_param)
+            assert mine[family]["layer"] == pytest.approx({"1": _l2(by_layer["1"])}, rel=1e-6, abs=within)
+            assert mine[family]["kind"] == pytest.approx({k: _l2(v) for k, v in by_kind.items()}, rel=1e-6, abs=within)
+            assert mine[family]["parameter"] == pytest.approx(per_param, rel=1e-6, abs=printed)
 
     # The 7-tuple's per-parameter gradient norms, as MFLossMonitor logged them (squared).
     squares = [np.array(body.split(), dtype=float) for body in _LOCAL_NORM.findall(log)]

@@ -18,6 +18,8 @@ from tests.support.instrumented import (
     run,
 )
 
+pytestmark = pytest.mark.mindspore_api
+
 # What msrun exported to its second worker in a real 2-worker run on one machine.
 MSRUN_WORKER_1 = {
     "RANK_ID": "1",
@@ -113,6 +115,7 @@ def test_ranks_of_one_job_have_distinct_stable_instance_ids(tmp_path, monkeypatc
 
 
 @pytest.mark.slow
+@pytest.mark.msrun_job
 def test_two_rank_msrun_job_monitored_with_environment_variables_alone(workdir, otlp_receiver):
     """examples/msrun_train.sh: opentelemetry-instrument around msrun, TRACEPARENT from the launcher."""
     env = child_env(

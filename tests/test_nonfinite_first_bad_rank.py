@@ -16,7 +16,7 @@ import yaml
 from tests.support.cli import cli_output as _cli
 from tests.support.trainer_process import log_tail, spawn
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.analysis]
 
 NAN_STEP = 6
 

@@ -16,7 +16,7 @@ from otel_mindformers.names import semconv
 from tests.support import training
 from tests.support.in_memory import Capture
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
 
 OVERFLOW = {1, 2, 3}
 NAN_STEP = 8

@@ -23,7 +23,8 @@ def test_license_is_an_spdx_string_with_its_text():
 
 
 def test_every_declared_test_utility_is_used():
-    declared = " ".join(PROJECT["project"]["optional-dependencies"]["test"])
+    extras = PROJECT["project"]["optional-dependencies"]
+    declared = " ".join(extras["test"] + extras["test-tools"])
     tests = " ".join(p.read_text() for p in (REPO / "tests").rglob("*.py"))
     if "opentelemetry-test-utils" in declared:
         assert "opentelemetry.test" in tests, "opentelemetry-test-utils is declared but no test uses it"
@@ -31,4 +32,11 @@ def test_every_declared_test_utility_is_used():
 
 def test_markers_are_registered():
     markers = PROJECT["tool"]["pytest"]["ini_options"]["markers"]
-    assert {m.split(":")[0] for m in markers} == {"slow", "integration"}
+    assert {m.split(":")[0] for m in markers} == {
+        "slow",
+        "integration",
+        "mindspore_api",
+        "mindformers",
+        "msrun_job",
+        "analysis",
+    }

@@ -12,7 +12,7 @@ import pytest
 from tests.support.instrumented import child_env, instrumented, run
 from tests.support.paths import MINDFORMERS_YAML as ARTICLE_YAML
 
-pytestmark = pytest.mark.slow  # fresh interpreters importing MindSpore / MindFormers
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # fresh interpreters importing MindSpore / MindFormers
 
 
 # Prints which of the patch points are not the library's own, after importing both libraries.
@@ -56,6 +56,7 @@ def test_importing_the_package_imports_neither_mindspore_nor_mindformers(tmp_pat
     assert result.stdout.strip() == "clean"
 
 
+@pytest.mark.mindformers
 @pytest.mark.parametrize("zero_code", [False, True], ids=["import", "opentelemetry-instrument"])
 def test_disabled_instrumentation_patches_nothing(workdir, zero_code):
     command = instrumented("python") if zero_code else [sys.executable]
@@ -72,11 +73,13 @@ def test_disabled_instrumentation_patches_nothing(workdir, zero_code):
     assert report["article"].startswith("rejected:") and "enable" in report["article"]
 
 
+@pytest.mark.mindformers
 def test_disabling_everything_with_a_wildcard_patches_nothing(workdir):
     report = _report(workdir, [sys.executable], OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="*")
     assert not any(report["patched"].values()), report
 
 
+@pytest.mark.mindformers
 def test_import_registers_the_mindformers_integration_only(workdir):
     """A user's script that imports the package keeps the article's keys and the callback
     name; MindSpore's Model is left as it is (that is instrument()'s job)."""
@@ -91,6 +94,7 @@ def test_import_registers_the_mindformers_integration_only(workdir):
     assert report["article"] is True
 
 
+@pytest.mark.mindformers
 def test_opentelemetry_instrument_patches_every_point(workdir):
     report = _report(
         workdir,

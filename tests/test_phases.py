@@ -29,7 +29,7 @@ from tests.support.configs import config
 from tests.support.in_memory import Capture
 from tests.support.step_times import StepTimes
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
 
 
 class _Reshard(Callback):

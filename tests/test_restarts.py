@@ -20,6 +20,8 @@ from tests.support import restart_worker as worker
 from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT
 from tests.support.otlp_receiver import OtlpReceiver
 
+pytestmark = pytest.mark.mindspore_api
+
 STEPS, EPOCHS, SAVE = 10, 5, 10
 STEP_SLEEP = 0.05
 

@@ -27,7 +27,7 @@ from tests.support import training
 from tests.support.cli import cli
 from tests.support.webhook_receiver import WebhookReceiver
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]
 
 STEPS = 10  # per epoch
 

@@ -15,7 +15,7 @@ import yaml
 from tests.support import restart_worker as worker
 from tests.support.instrumented import REPO, child_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api, pytest.mark.mindformers]
 
 SCRIPT = REPO / "tests" / "support" / "mindformers_attempt.py"
 STEPS, SAVE, PAUSE = 8, 4, 6

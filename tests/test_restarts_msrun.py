@@ -13,7 +13,7 @@ import pytest
 from tests.support import restart_worker as worker
 from tests.support.instrumented import BIN, REPO, child_env, free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.mindspore_api, pytest.mark.msrun_job]
 
 WORKER = REPO / "tests" / "support" / "msrun_restart_worker.py"
 STEPS = 10

@@ -38,7 +38,7 @@ from tests.support.instrumented import BIN, REPO, child_env, free_port
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.straggler_worker import BATCH
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.msrun_job]
 
 RULES = REPO / "collector-config" / "rules" / "mindformers-straggler-rules.yaml"
 JOB = "straggler-test"

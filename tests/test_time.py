@@ -25,7 +25,7 @@ from tests.support.step_times import StepTimes
 from tests.support.timed_fit import TimedCheckpoint
 from tests.support.training import Faults
 
-pytestmark = pytest.mark.slow  # real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
 
 SLEEP = 0.15  # seconds the dataset sleeps before each batch from the second on
 

@@ -18,7 +18,8 @@ from tests.support.blackhole import Blackhole
 from tests.support.instrumented import child_env, free_port, instrumented, run
 from tests.support.paths import PLAIN_TRAIN
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]  # real training under opentelemetry-instrument
+# real training under opentelemetry-instrument
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.mindspore_api]
 
 SHUTDOWN_TIMEOUT = 1.0
 EXPORT_TIMEOUT = 30  # OTEL_EXPORTER_OTLP_TIMEOUT, seconds: what exit must not wait for

@@ -34,6 +34,8 @@ from opentelemetry.trace import Span
 
 from otel_mindformers.captures import store
 from otel_mindformers.captures.profile_session import ProfilerUnavailable, ProfileSession, load_profiler
+from otel_mindformers.compat import mindspore_model
+from otel_mindformers.compat.lookup import ApiNotFound, feature_off
 from otel_mindformers.config.schema import CaptureConfig
 from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.guarded_log import get_logger
@@ -49,7 +51,10 @@ STACK_TEXT_CHARS = 200_000
 # How long a capture's finishing thread waits for the profiler's analysis to write the trace.
 ANALYSIS_WAIT_SECONDS = 600.0
 SIZE_CHECK_SECONDS = 1.0  # a profile's folder is measured at most this often (a walk of its files)
-_BATCH_NOTES = 8
+# Batch notes kept while the worker catches up: it drops those before the step it handles
+# (a rule fires for the record in hand), so this bound only caps a worker that never comes
+# back; records queued (1024) and in hand (64) are at most this many sampled steps behind.
+_BATCH_NOTES = 1088
 
 
 @dataclass
@@ -153,6 +158,9 @@ class CaptureController:
         its folder's size against `max_bytes` (at most every SIZE_CHECK_SECONDS)."""
         if self._profile is not None:
             self._stop_past_max_bytes()
+        notes = self._batch_notes
+        for older in [noted for noted in list(notes) if noted < step]:  # handled: no rule fires for them now
+            notes.pop(older, None)
         if self._watcher is None:
             return
         request, self._waiting = self._waiting, None
@@ -238,7 +246,7 @@ class CaptureController:
         notes = self._batch_notes
         notes[step] = note
         if len(notes) > _BATCH_NOTES:
-            del notes[min(notes)]
+            notes.pop(min(notes), None)  # the worker may have dropped it meanwhile
 
     def on_step_end(self, step: int) -> None:
         """While `active`: start the profile at this boundary, or step it."""
@@ -529,7 +537,11 @@ def _batch_note(cb_params: Any, step: int, meta: dict[str, Any], crc: bool) -> d
     epoch = cb_params.get("cur_epoch_num")
     if epoch:
         note["epoch"] = int(epoch)
-    element = cb_params.get("train_dataset_element")
+    try:
+        element = mindspore_model.batch_inputs(cb_params)
+    except ApiNotFound as exc:  # the note keeps the step, epoch and place in the epoch
+        feature_off("the batch capture's input shapes", exc)
+        element = None
     if isinstance(element, (list, tuple)):
         note["inputs"] = [{"shape": list(t.shape), "dtype": str(t.dtype)} for t in element if hasattr(t, "shape")]
         if crc and element and hasattr(element[0], "asnumpy"):

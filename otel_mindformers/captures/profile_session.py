@@ -14,21 +14,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from otel_mindformers.compat import profiler as profiler_api
+from otel_mindformers.compat.lookup import ApiNotFound
+
 
 class ProfilerUnavailable(Exception):
     """The profiler cannot be imported, or it started without writing anything."""
 
 
 def load_profiler() -> Any:
-    """The `mindspore.profiler` module, or ProfilerUnavailable saying why not."""
+    """The `mindspore.profiler` module, or ProfilerUnavailable saying why not (the release
+    and the missing name: compat/profiler.py)."""
     try:
-        import mindspore.profiler as profiler
-
-        for name in ("profile", "schedule", "tensorboard_trace_handler", "ProfilerActivity"):
-            getattr(profiler, name)
-    except Exception as exc:  # ImportError, an AttributeError of an older MindSpore, a broken install
-        raise ProfilerUnavailable(f"mindspore.profiler is unavailable ({type(exc).__name__}: {exc})") from exc
-    return profiler
+        return profiler_api.load_profiler()
+    except ApiNotFound as exc:  # an older or newer MindSpore, a broken install
+        raise ProfilerUnavailable(f"mindspore.profiler is unavailable ({exc})") from exc
 
 
 class ProfileSession:

@@ -20,6 +20,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from otel_mindformers.compat import mindspore_model
 from otel_mindformers.names import phase_names
 
 MAX_THREADS = 32
@@ -199,14 +200,6 @@ def _thread_stack(frame: Any, *, name: str, ident: int, training: bool, limit: i
 
 
 # --- phase inference, for progress objects that do not say ---------------------------------
-_DATA_MARKERS = (f"{os.sep}mindspore{os.sep}dataset{os.sep}", "dataset_helper.py")
-_CHECKPOINT_FUNCTIONS = frozenset(
-    {"save_checkpoint", "_save_ckpt", "_exec_save_checkpoint", "async_ckpt_thread_status"}
-)
-_EVAL_FUNCTIONS = frozenset({"eval", "_eval_process", "_eval_dataset_sink_process", "evaluate"})
-_TRAIN_FUNCTIONS = frozenset({"_train_process", "_train_dataset_sink_process", "train", "_train"})
-
-
 def phase_of(marked: str | None, training: ThreadStack | None) -> str:
     """The phase the progress object marks; where it marks none, or only "step", what the
     training thread's stack shows (a step-end-to-step-begin gap is data loading)."""
@@ -219,16 +212,17 @@ def phase_of(marked: str | None, training: ThreadStack | None) -> str:
 
 
 def infer_phase(training: ThreadStack | None) -> str:
-    """Where the training thread is, from its innermost recognisable frame."""
+    """Where the training thread is, from its innermost recognisable frame (MindSpore's own
+    functions and files: compat/mindspore_model.py)."""
     if training is None:
         return phase_names.PHASE_OUTSIDE_TRAINING
     for frame in reversed(training.frames):
-        if frame.function in _CHECKPOINT_FUNCTIONS:
+        if frame.function in mindspore_model.CHECKPOINT_FUNCTIONS:
             return phase_names.PHASE_CHECKPOINT_SAVE
-        if any(marker in frame.file for marker in _DATA_MARKERS):
+        if any(marker in frame.file for marker in mindspore_model.DATA_FILES):
             return phase_names.PHASE_DATA_WAIT
-        if frame.function in _EVAL_FUNCTIONS:
+        if frame.function in mindspore_model.EVAL_FUNCTIONS:
             return phase_names.PHASE_EVALUATION
-        if frame.function in _TRAIN_FUNCTIONS:
+        if frame.function in mindspore_model.LOOP_FUNCTIONS:
             return phase_names.PHASE_STEP
     return phase_names.PHASE_OUTSIDE_TRAINING

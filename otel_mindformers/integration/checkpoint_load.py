@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from otel_mindformers.compat import mindformers_api
+from otel_mindformers.compat.lookup import ApiNotFound, feature_off
 from otel_mindformers.integration.patches import Patches
 from otel_mindformers.names.phase_names import ATTR_CHECKPOINT_RESUME, PHASE_CHECKPOINT_LOAD
 from otel_mindformers.timing.callback_phases import checkpoint_attributes
@@ -82,6 +84,13 @@ def _mindformers_load(args: tuple, kwargs: dict) -> dict[str, Any]:
     return {**_path_attributes(_argument(args, kwargs, 0, "checkpoint")), ATTR_CHECKPOINT_RESUME: resume}
 
 
+# What each of MindFormers' resume loads (compat/mindformers_api.RESUME_LOADS) is called with.
+_MINDFORMERS_LOADS = {
+    "transform_and_load_checkpoint": _mindformers_transform_load,
+    "load_checkpoint": _mindformers_load,
+}
+
+
 def patch_mindspore(active: Callable[[], bool]) -> Patches:
     """Wrap MindSpore's `load_checkpoint` in every module of MINDSPORE_MODULES holding it."""
     from mindspore.train import serialization
@@ -98,11 +107,10 @@ def patch_mindspore(active: Callable[[], bool]) -> Patches:
 def wrap_mindformers(wrap: Callable[[Any, str, Callable], None]) -> None:
     """Wrap MindFormers' resume loads in `base_trainer` with `wrap(owner, name, wrapper)`
     (mindformers_glue.Patches.wrap: undone with the rest of the MindFormers patches)."""
-    from mindformers.trainer import base_trainer
-
-    for name, describe in (
-        ("transform_and_load_checkpoint", _mindformers_transform_load),
-        ("load_checkpoint", _mindformers_load),
-    ):
-        if name in vars(base_trainer):
-            wrap(base_trainer, name, _timed_load(describe, lambda: True))
+    try:
+        base_trainer, loads = mindformers_api.resume_loads()
+    except ApiNotFound as exc:
+        feature_off("checkpoint.load phases of a MindFormers resume", exc)
+        return
+    for name in loads:
+        wrap(base_trainer, name, _timed_load(_MINDFORMERS_LOADS[name], lambda: True))

@@ -37,6 +37,7 @@ import wrapt
 from opentelemetry.instrumentation.environment_variables import OTEL_PYTHON_DISABLED_INSTRUMENTATIONS
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
+from otel_mindformers.compat import releases
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.integration import checkpoint_load, mindformers_glue, propagation
@@ -156,6 +157,8 @@ class MindFormersInstrumentor(BaseInstrumentor):
                     self._config_error, self._checked_in = _refusal(exc), os.getcwd()
             if self._config_error is not None:
                 _logger.error("%s", self._config_error)
+        for outside in releases.first_warning():  # at process start, before the script trains
+            _logger.warning("otel_mindformers: %s", outside)
         self._settings = ZeroCode(config=config, providers={name: kwargs.get(name) for name in _PROVIDERS})
         self._registered_by_instrument = self.register()
         self._when_imported("mindspore.train.model", self._patch_model)

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_mindformers.compat import mindformers_api
+from otel_mindformers.compat.lookup import ApiNotFound, feature_off
 from otel_mindformers.config import MonitorConfig, load_monitor_config, parse_monitor_config
 from otel_mindformers.integration.patches import Patches
 from otel_mindformers.job.layout import record_mindformers_run
@@ -72,14 +74,21 @@ class ZeroCode:
 
 def patch_mindformers(training_process: Callable) -> Patches:
     """Config.apply, the callback registry, and `BaseTrainer.training_process` wrapped by
-    `training_process` (a wrapt wrapper; see `TrainerRun`)."""
-    from mindformers.tools.register import template
-    from mindformers.trainer.base_trainer import BaseTrainer
-
+    `training_process` (a wrapt wrapper; see `TrainerRun`). A release that moved one of them
+    turns that part off with one warning naming the release (compat/mindformers_api.py)."""
     patches = Patches()
-    patches.wrap(template.Config, "apply", _apply_config)
-    patches.wrap(BaseTrainer, "training_process", training_process)
-    patches.register_callbacks()
+    try:
+        patches.wrap(mindformers_api.config_template(), "apply", _apply_config)
+    except ApiNotFound as exc:
+        feature_off("the article's keys in a MindFormers monitor_config", exc)
+    try:
+        patches.wrap(mindformers_api.base_trainer(), "training_process", training_process)
+    except ApiNotFound as exc:
+        feature_off("one MonitorCallback per MindFormers Trainer run", exc)
+    try:
+        patches.register_callbacks()
+    except ApiNotFound as exc:
+        feature_off("`callbacks: - type: MonitorCallback` in a MindFormers YAML", exc)
     # MindFormers' state monitor and MoE callbacks hand their readings to the run (model_state/).
     from otel_mindformers.model_state import mindformers_hooks
 
@@ -109,9 +118,7 @@ def _apply_config(wrapped: Callable, cls: Any, args: tuple, kwargs: dict) -> Any
 
     The base class is wrapped because MindFormers takes every attribute of its section class
     (`MonitorConfig.__dict__`) as a key: a wrapper set there would become one."""
-    from mindformers.tools.register.template import MonitorConfig as Section
-
-    if cls is not Section:
+    if cls is not mindformers_api.monitor_section():
         return wrapped(*args, **kwargs)
     section = args[0] if args else kwargs.get("config")
     if section is None:

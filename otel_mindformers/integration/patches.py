@@ -8,6 +8,8 @@ from typing import Any
 
 import wrapt
 
+from otel_mindformers.compat import mindformers_api
+
 
 class Patches:
     """What one patching changed, so that `undo()` restores exactly that."""
@@ -24,23 +26,18 @@ class Patches:
 
     def register_callbacks(self) -> None:
         """`callbacks: - type: MonitorCallback` / `OtelCallback` in MindFormers' registry."""
-        from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
-
         from otel_mindformers.runtime.callback import MonitorCallback, OtelCallback
 
+        register, callback = mindformers_api.callback_registry()
         for cls in (MonitorCallback, OtelCallback):
-            if not MindFormerRegister.is_exist(MindFormerModuleType.CALLBACK, cls.__name__):
-                MindFormerRegister.register_cls(cls, module_type=MindFormerModuleType.CALLBACK)
+            if not register.is_exist(callback, cls.__name__):
+                register.register_cls(cls, module_type=callback)
                 self._registered.append(cls.__name__)
 
     def undo(self) -> None:
         for owner, name, original in reversed(self._attributes):
             setattr(owner, name, original)
         self._attributes.clear()
-        if self._registered:
-            from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
-
-            for name in self._registered:
-                MindFormerRegister.registry[MindFormerModuleType.CALLBACK].pop(name, None)
-                MindFormerRegister.search_names_map.pop((MindFormerModuleType.CALLBACK, name), None)
-            self._registered.clear()
+        for name in self._registered:
+            mindformers_api.forget_callback(name)
+        self._registered.clear()

@@ -22,14 +22,7 @@ import sys
 from types import FrameType
 from typing import Any
 
-# MindFormers callbacks and the attribute holding the step they resumed from.
-_INITIAL_STEP_ATTRIBUTES = (
-    ("CheckpointMonitor", "_append_step_num"),
-    ("MFLossMonitor", "initial_step"),
-    ("TrainingStateMonitor", "initial_step"),
-)
-# Model methods whose frame holds `initial_epoch` while the callbacks' train begin runs.
-_TRAIN_FRAMES = frozenset({"_train", "train", "fit"})
+from otel_mindformers.compat import mindformers_api, mindspore_model
 
 
 def _nonnegative_int(value: Any) -> int | None:
@@ -43,7 +36,7 @@ def _nonnegative_int(value: Any) -> int | None:
 def mindformers_initial_step(callbacks: Any) -> int | None:
     """The step MindFormers resumed from, as its own callbacks hold it (None: none says)."""
     for callback in callbacks or ():
-        for class_name, attribute in _INITIAL_STEP_ATTRIBUTES:
+        for class_name, attribute in mindformers_api.INITIAL_STEP_ATTRIBUTES:
             if any(klass.__name__ == class_name for klass in type(callback).__mro__):
                 value = _nonnegative_int(getattr(callback, attribute, None))
                 if value is not None:
@@ -55,10 +48,10 @@ def initial_epoch_on_stack() -> int | None:
     """`initial_epoch` of the `Model.train` / `Model.fit` call that is starting the run."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name in _TRAIN_FRAMES and "initial_epoch" in frame.f_locals:
+        if frame.f_code.co_name in mindspore_model.TRAIN_FRAMES and mindspore_model.INITIAL_EPOCH in frame.f_locals:
             owner = frame.f_locals.get("self")
             if owner is not None and type(owner).__name__ == "Model":
-                return _nonnegative_int(frame.f_locals["initial_epoch"])
+                return _nonnegative_int(frame.f_locals[mindspore_model.INITIAL_EPOCH])
         frame = frame.f_back
     return None
 
@@ -67,7 +60,7 @@ def step_offset(cb_params: Any) -> int:
     """What to add to `cur_step_num` for the job's step (once per run, at train begin)."""
     if int(cb_params.get("cur_step_num") or 0) > 0:
         return 0  # MindSpore's own resume: the count already starts at the resumed step
-    from_mindformers = mindformers_initial_step(cb_params.get("list_callback"))
+    from_mindformers = mindformers_initial_step(mindspore_model.callbacks(cb_params))
     if from_mindformers is not None:
         return from_mindformers
     initial_epoch = initial_epoch_on_stack()

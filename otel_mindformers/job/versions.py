@@ -3,14 +3,13 @@ each only where it can be read (package metadata and a few small version files).
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 import os
 import platform
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from otel_mindformers.compat import releases
 from otel_mindformers.names import semconv
 
 # Where the Ascend packages write their versions (`Version=...` / `version=...` lines).
@@ -46,19 +45,11 @@ def _nvidia_driver_version() -> str | None:
     return match.group(1) if match else None
 
 
-@functools.cache  # parsing a package's METADATA costs ~5 ms a run; it does not change in a process
-def _package_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def software_versions(env: Mapping[str, str]) -> dict[str, str]:
     """The versions known on this host, by resource attribute."""
     versions = (
-        (semconv.ATTR_MINDSPORE_VERSION, _package_version("mindspore")),
-        (semconv.ATTR_MINDFORMERS_VERSION, _package_version("mindformers")),
+        (semconv.ATTR_MINDSPORE_VERSION, releases.installed(releases.MINDSPORE)),
+        (semconv.ATTR_MINDFORMERS_VERSION, releases.installed(releases.MINDFORMERS)),
         (semconv.ATTR_CANN_VERSION, _cann_version(env)),
         (
             semconv.ATTR_DRIVER_VERSION,

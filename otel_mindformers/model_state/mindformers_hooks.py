@@ -17,6 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from otel_mindformers.compat import mindformers_api
+from otel_mindformers.compat.lookup import ApiNotFound, feature_off
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.model_state.inbox import INBOX
 
@@ -104,15 +106,22 @@ def drop_rate_step(wrapped: Callable, instance: Any, args: tuple, kwargs: dict) 
     return wrapped(*args, **kwargs)
 
 
-def install(wrap: Callable[[type, str, Callable], None]) -> None:
-    """Wrap MindFormers' monitors through `wrap(owner, name, wrapper)` (Patches.wrap)."""
-    from mindformers.core.callback.callback import (
-        MoEDropRateCallback,
-        TopkBiasBalanceCallback,
-        TrainingStateMonitor,
-    )
+# The wrapper of each (class, method) of compat/mindformers_api.STATE_HOOKS.
+WRAPPERS = {
+    ("TrainingStateMonitor", "_output"): state_output,
+    ("TopkBiasBalanceCallback", "_update_topk_bias"): expert_load,
+    ("MoEDropRateCallback", "_callback_droprate"): drop_rate,
+    ("MoEDropRateCallback", "on_train_step_end"): drop_rate_step,
+}
 
-    wrap(TrainingStateMonitor, "_output", state_output)
-    wrap(TopkBiasBalanceCallback, "_update_topk_bias", expert_load)
-    wrap(MoEDropRateCallback, "_callback_droprate", drop_rate)
-    wrap(MoEDropRateCallback, "on_train_step_end", drop_rate_step)
+
+def install(wrap: Callable[[type, str, Callable], None]) -> None:
+    """Wrap MindFormers' monitors through `wrap(owner, name, wrapper)` (Patches.wrap); one
+    this release lacks turns its series off, said once (compat/mindformers_api.py)."""
+    for class_name, method, feature in mindformers_api.STATE_HOOKS:
+        try:
+            owner = mindformers_api.state_hook(class_name, method, feature)
+        except ApiNotFound as exc:
+            feature_off(feature, exc)
+            continue
+        wrap(owner, method, WRAPPERS[class_name, method])

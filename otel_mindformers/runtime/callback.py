@@ -24,7 +24,7 @@ from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.runtime.custom_monitors import BaseMonitor, build_monitor, load_monitor_class
-from otel_mindformers.runtime.extract import LazyLearningRate, OutputReader, optimizer_of
+from otel_mindformers.runtime.extract import LazyLearningRate, OutputReader, StepTensor, optimizer_of
 from otel_mindformers.runtime.run import MonitorRun
 
 _logger = get_logger(__name__)
@@ -90,6 +90,7 @@ class MonitorCallback(Callback):
         self._clock: Any = None
         self._custom_failures: dict[str, int] = {}
         self._lazy_lr: LazyLearningRate | None = None
+        self._loss_view, self._lr_view = StepTensor(), StepTensor()  # what custom monitors read
         self._handles = OutputReader([], None)
         # Model.train hands every hook of a run the same RunContext and cb_params: the step
         # hook compares the context and reuses them (no method call on unsampled steps).
@@ -198,12 +199,15 @@ class MonitorCallback(Callback):
     # --- custom monitors ---------------------------------------------------------------------
     def _feed_custom_monitors(self, cb_params: Any, step: int) -> None:
         """The monitor_config article's custom monitor reads `train_loss` and `learning_rate` tensors; both
-        cost nothing until read (the learning rate is evaluated on first read)."""
+        cost nothing until read (the learning rate is evaluated on first read), and a one-element
+        one reads back as a 0-d array, which `float()` takes under numpy 2 too (extract.py)."""
         handles = self._handles.split(cb_params.get("net_outputs"))
         if tm.LOSS in handles:
-            cb_params.train_loss = handles[tm.LOSS]
-        lr = handles.get(tm.LEARNING_RATE)
-        if lr is None and self._lazy_lr is not None:
+            cb_params.train_loss = self._loss_view.at(handles[tm.LOSS])
+        lr: Any = None
+        if tm.LEARNING_RATE in handles:
+            lr = self._lr_view.at(handles[tm.LEARNING_RATE])
+        elif self._lazy_lr is not None:
             lr = self._lazy_lr.at(max(0, step - 1))
         if lr is not None:
             cb_params.learning_rate = lr

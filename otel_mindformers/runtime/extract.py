@@ -365,10 +365,54 @@ class OutputReader:
         self._plan_length = len(outputs) if isinstance(outputs, (tuple, list)) else -1
 
 
-class LazyLearningRate:
+class _ReadOnDemand:
+    """A step's tensor as a custom monitor reads it: `.asnumpy()`, `float(...)`,
+    `numpy.asarray(...)` or any Tensor attribute. A one-element tensor reads back as a 0-d
+    array: numpy 2.4 no longer converts a `(1,)` array with `float()`, which the monitor_config
+    article's monitor calls on `.asnumpy()`, and MindFormers' cells return the loss as `(1,)`."""
+
+    __slots__ = ()
+
+    def tensor(self) -> Any:
+        raise NotImplementedError
+
+    def asnumpy(self) -> Any:
+        array = self.tensor().asnumpy()
+        return array.reshape(()) if array.size == 1 else array
+
+    def __float__(self) -> float:
+        return to_host(self.tensor())
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
+        # numpy 2 passes `copy` (and warns about an `__array__` without it); numpy 1 does not.
+        array = np.asarray(self.asnumpy(), dtype=dtype)
+        return array.copy() if copy else array
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tensor(), name)
+
+
+class StepTensor(_ReadOnDemand):
+    """One of the step's outputs for custom monitors (`cb_params.train_loss`, and
+    `learning_rate` where the cell returns it). One object per run, re-pointed at each step
+    (no allocation)."""
+
+    __slots__ = ("_tensor",)
+
+    def __init__(self) -> None:
+        self._tensor: Any = None
+
+    def at(self, tensor: Any) -> StepTensor:
+        self._tensor = tensor
+        return self
+
+    def tensor(self) -> Any:
+        return self._tensor
+
+
+class LazyLearningRate(_ReadOnDemand):
     """The step's learning rate for custom monitors (`cb_params.learning_rate`), evaluated
-    on the device only when read: `.asnumpy()`, `float(...)`, `numpy.asarray(...)`, or any
-    Tensor attribute. One object per run, re-pointed at each step (no allocation)."""
+    on the device only when read. One object per run, re-pointed at each step (no allocation)."""
 
     __slots__ = ("_optimizer", "_scheduled", "_cb_params", "_source", "_step_index", "_tensor")
 
@@ -390,15 +434,3 @@ class LazyLearningRate:
                 self._source = LearningRateSource(self._optimizer, self._scheduled, self._cb_params)
             self._tensor = self._source.tensor(self._step_index)
         return self._tensor
-
-    def asnumpy(self) -> Any:
-        return self.tensor().asnumpy()
-
-    def __float__(self) -> float:
-        return to_host(self.tensor())
-
-    def __array__(self, dtype: Any = None) -> Any:
-        return np.asarray(self.asnumpy(), dtype=dtype)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.tensor(), name)

@@ -29,6 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 
 from otel_mindformers.captures.controller import CaptureController
+from otel_mindformers.compat import mindspore_model
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import Remaining, RunEnding, RunPart
 from otel_mindformers.flight_recorder import recorder as flight_recorder
@@ -280,14 +281,14 @@ def start_timeline(ctx: RunContext) -> RunPart:
     ctx.timeline = timeline = RunTimeline(
         tracer=telemetry.tracer, meter=telemetry.meter, parent_span=ctx.phase_parent,
         span_attributes=ctx.point_attributes(), point_attributes=ctx.point_attributes(),
-        clock=ctx.clock, on_charged=ctx.phase_charged, callbacks=ctx.cb_params.get("list_callback"),
+        clock=ctx.clock, on_charged=ctx.phase_charged, callbacks=mindspore_model.callbacks(ctx.cb_params),
     )  # fmt: skip
     if ctx.attempt is not None:
         ctx.attempt.note_checkpoint_load(
             sum(p.seconds for p in timeline.before if p.name == run_attempt.PHASE_CHECKPOINT_LOAD)
         )
     # The rate a LearningRateScheduler listed before us replaces at the step's end.
-    unwatch = watch_lr_schedulers(ctx.cb_params.get("list_callback"), ctx.reader)
+    unwatch = watch_lr_schedulers(mindspore_model.callbacks(ctx.cb_params), ctx.reader)
 
     def close() -> None:
         timeline.close()  # already done by the pipeline's end, unless the pipeline never started

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from otel_mindformers.captures.controller import NO_CAPTURES
+from otel_mindformers.compat import releases
 from otel_mindformers.config import MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.deadline import Deadline
@@ -117,6 +118,9 @@ class MonitorRun:
         if run._local_reader is not None:  # the first bad rank's grad norm, where it is measured
             run._local_reader.grad_norm_probe = ctx.grad_norm_probe
         run.clock.phase = "step"
+        _logger.info("otel_mindformers: rank %d monitoring on %s", run.identity.rank, releases.found())
+        for outside in releases.first_warning():
+            _logger.warning("otel_mindformers: %s", outside)
         return run
 
     # --- epochs (training thread, once per epoch) ---------------------------------------------

@@ -9,6 +9,7 @@ the patches MindFormers 1.9 needs on a CPU (tests/support/mindformers_cpu.py).
 
 from __future__ import annotations
 
+import decimal
 import sys
 from pathlib import Path
 
@@ -32,3 +33,17 @@ def write_trainer(workdir: Path, config_yaml: str, *, rows: int, register: bool 
     (workdir / "config.yaml").write_text(config_yaml)
     (workdir / "train.py").write_text(_SCRIPT.format(register=_REGISTER if register else "", rows=rows))
     return "train.py"
+
+
+def as_logged(text: str, rel: float = 1e-6):
+    """`pytest.approx` of a number MindFormers logged, to the digits it printed: 1.9 prints a
+    loss or a norm to 6 decimals, 1.6 to 3 or 4."""
+    import pytest
+
+    return pytest.approx(float(text), rel=rel, abs=half_unit(text))
+
+
+def half_unit(text: str) -> float:
+    """Half a unit of the last digit `text` prints (the most a printed value is off by)."""
+    exponent = decimal.Decimal(text).as_tuple().exponent
+    return 0.5 * 10.0 ** int(exponent)

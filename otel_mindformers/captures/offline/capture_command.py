@@ -23,25 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from otel_mindformers.captures import store
+from otel_mindformers.compat.profiler import CPU_ANALYSIS, ApiNotFound, check_cpu_analysis
 from otel_mindformers.config.extras import MATPLOTLIB_MODULES, is_installed, missing_package, needs_line
 from otel_mindformers.config.limits import MAX_PROFILE_STEPS
 from otel_mindformers.names import capture_names as names
-
-# The analysis MindSpore's offline_analyse cannot do on CPU (it wants profiler_info.json):
-# the CPU parser run on one raw `*_ascend_ms` folder, in a process of its own.
-_CPU_ANALYSIS = """
-import sys
-from mindspore.profiler import ProfilerActivity
-from mindspore.profiler.common.log import ProfilerLogger
-from mindspore.profiler.common.profiler_context import ProfilerContext
-from mindspore.profiler.platform.cpu_profiler import CPUProfilerAnalysis
-
-context = ProfilerContext()
-context.set_params(activities=[ProfilerActivity.CPU])
-context.ascend_ms_dir = sys.argv[1]
-ProfilerLogger.init(sys.argv[1])
-CPUProfilerAnalysis.online_analyse()
-"""
 
 
 def add_command(commands: argparse._SubParsersAction) -> None:
@@ -192,10 +177,15 @@ def _analyse(root: Path) -> int:
         line = needs_line("capture --analyse", "mindspore", "is not installed")
         print(f"error: {line} (the version that took the profiles)", file=sys.stderr)
         return 1
+    try:
+        check_cpu_analysis()  # MindSpore's private CPU parser, where this release has it
+    except ApiNotFound as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     failed = 0
     for folder in raw:
         # Absolute: MindSpore's parser resolves a relative folder against a data root of its own.
-        analysis = [sys.executable, "-c", _CPU_ANALYSIS, str(folder.resolve())]
+        analysis = [sys.executable, "-c", CPU_ANALYSIS, str(folder.resolve())]
         done = subprocess.run(analysis, capture_output=True, text=True)
         trace = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
         if done.returncode == 0 and trace.exists():

@@ -1,0 +1,223 @@
+"""The adapters of otel_mindformers/compat/ against the installed MindSpore / MindFormers.
+
+Each adapter finds the private or moved names it stands for on this release; a name that is
+not there fails with one error naming the release, the name and what needs it. The version
+matrix (scripts/matrix.sh) runs this file on every pair that installs, so a release that
+moves an API fails here, named, before anything further away does.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import re
+
+import pytest
+
+from otel_mindformers.compat import lookup, mindformers_api, mindspore_model, profiler, releases
+from otel_mindformers.compat.lookup import ApiNotFound
+from otel_mindformers.model_state import mindformers_hooks
+from tests.support.paths import REPO
+
+pytestmark = pytest.mark.mindspore_api
+
+
+def _release_named(error: ApiNotFound, package: str) -> None:
+    assert str(error).startswith(f"{releases.LABELS[package]} {releases.installed(package)}: "), error
+
+
+# --- releases -------------------------------------------------------------------------------
+
+
+def test_the_installed_pair_is_in_the_tested_range_and_the_ranges_agree_with_the_package():
+    from otel_mindformers.integration.package import _instruments
+
+    assert releases.outside_tested_range() == [], releases.found()
+    assert releases.installed("mindspore") in releases.found()
+    assert _instruments == (f"mindspore {releases.tested_range('mindspore')}",)
+
+
+def test_a_release_outside_the_range_is_warned_once_naming_it(monkeypatch):
+    version = releases.installed("mindspore")
+    monkeypatch.setitem(releases.TESTED, "mindspore", (f"> {version}",))
+    monkeypatch.setattr(releases, "_warned", releases.threading.Event())
+    (line,) = releases.first_warning()
+    assert line.startswith(f"MindSpore {version} is outside the tested range (MindSpore > {version})"), line
+    assert releases.first_warning() == []
+
+
+def test_validate_names_the_versions_found_and_the_tested_range(tmp_path, capsys):
+    from otel_mindformers.cli import main as cli_main
+
+    (tmp_path / "m.yaml").write_text("monitor_config:\n  interval: 5\n")
+    assert cli_main(["validate", str(tmp_path / "m.yaml")]) == 0
+    said = capsys.readouterr()
+    ms, mf = releases.installed("mindspore"), releases.installed("mindformers")
+    found = f"MindSpore {ms}, MindFormers {mf or '(not installed)'}"
+    assert f"found {found} (tested: MindSpore >= 2.7.0, < 2.11; MindFormers >= 1.6.0, < 1.10)" in said.out
+    assert said.err == ""  # inside the range: no warning
+
+
+@pytest.mark.slow
+def test_a_run_names_the_versions_at_its_start(workdir, caplog):
+    from otel_mindformers import MonitorCallback
+    from tests.support import training
+
+    with caplog.at_level(logging.INFO, logger="otel_mindformers"):
+        training.train(
+            [MonitorCallback({"output_type": ["json_file"], "json_log_path": str(workdir / "m.json")})], steps=2
+        )
+    started = [r.getMessage() for r in caplog.records if "monitoring on" in r.getMessage()]
+    assert started == [f"otel_mindformers: rank 0 monitoring on {releases.found()}"]
+    assert f"MindSpore {releases.installed('mindspore')}" in started[0]
+
+
+# --- lookup ---------------------------------------------------------------------------------
+
+
+def test_a_name_that_is_not_there_fails_naming_the_release_the_name_and_the_feature():
+    with pytest.raises(ApiNotFound) as caught:
+        lookup.find("mindspore.profiler:no_such_profiler", package="mindspore", needed_for="a test's feature")
+    _release_named(caught.value, "mindspore")
+    message = str(caught.value)
+    assert "mindspore.profiler:no_such_profiler is not there (AttributeError" in message
+    assert "a test's feature needs it (tested: MindSpore >= 2.7.0, < 2.11)" in message
+
+
+def test_a_feature_turned_off_is_said_once(caplog):
+    error = ApiNotFound("MindSpore 9.9.9: mindspore.x:y is not there")
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        lookup.feature_off("a feature only this test has", error)
+        lookup.feature_off("a feature only this test has", error)
+    said = [r.getMessage() for r in caplog.records if "a feature only this test has" in r.getMessage()]
+    assert said == [
+        "otel_mindformers: a feature only this test has is off: MindSpore 9.9.9: mindspore.x:y is not there"
+    ]
+
+
+# --- MindSpore's Model.train ------------------------------------------------------------------
+
+
+def test_model_train_keeps_its_loop_functions_and_initial_epoch():
+    mindspore_model.check_train_loop()
+
+
+def test_a_train_loop_function_that_moved_is_named_with_the_release(monkeypatch):
+    from mindspore.train.model import Model
+
+    monkeypatch.delattr(Model, "_train_dataset_sink_process")
+    with pytest.raises(ApiNotFound) as caught:
+        mindspore_model.check_train_loop()
+    _release_named(caught.value, "mindspore")
+    assert "mindspore.train.model:Model._train_dataset_sink_process is not there" in str(caught.value)
+
+
+@pytest.mark.slow
+def test_every_cb_params_key_the_package_reads_is_carried_by_model_train(workdir):
+    """A real Model.train on this release: each hook carries the keys CB_PARAMS says it does."""
+    from mindspore.train import Callback
+
+    from tests.support import training
+
+    seen: dict[str, list[str]] = {}
+
+    class Recorder(Callback):
+        def _check(self, run_context, hook):
+            cb_params = run_context.original_args()
+            seen.setdefault(hook, mindspore_model.missing_keys(cb_params, hook))
+            mindspore_model.check_cb_params(cb_params, hook)
+
+        def on_train_begin(self, run_context):
+            self._check(run_context, "on_train_begin")
+
+        def on_train_epoch_begin(self, run_context):
+            self._check(run_context, "on_train_epoch_begin")
+
+        def on_train_step_begin(self, run_context):
+            self._check(run_context, "on_train_step_begin")
+
+        def on_train_step_end(self, run_context):
+            self._check(run_context, "on_train_step_end")
+
+    training.train([Recorder()], steps=3)
+    assert seen == dict.fromkeys(mindspore_model.HOOKS, []), seen
+
+
+def test_a_missing_cb_params_key_is_named_with_the_release_and_what_reads_it():
+    with pytest.raises(ApiNotFound) as caught:
+        mindspore_model.check_cb_params({"cur_step_num": 1}, "on_train_step_begin")
+    _release_named(caught.value, "mindspore")
+    assert "train_dataset_element (first at on_train_step_begin; the batch capture's input shapes" in str(caught.value)
+
+
+_CB_PARAMS_READ = re.compile(r"""cb_params(?:\.get\(|\[)["'](\w+)["']|original_args\(\)\.(?:get\(["'])?(\w+)""")
+
+
+def test_the_package_reads_no_cb_params_key_the_adapter_does_not_list():
+    read = {
+        key
+        for path in (REPO / "otel_mindformers").rglob("*.py")
+        for match in _CB_PARAMS_READ.finditer(path.read_text())
+        for key in match.groups()
+        if key
+    }
+    # Set by this package for custom monitors, and Model.fit's evaluation result.
+    ours = {"train_loss", "learning_rate", "eval_results"}
+    assert read - ours - set(mindspore_model.CB_PARAMS) == set()
+    assert "train_dataset_element" in read  # the scan sees the reads
+
+
+def test_resume_and_stack_dumps_take_model_internals_from_the_adapter():
+    """The frames and argument names are the adapter's, not copies."""
+    for module in ("job/resume.py", "hangs/stacks.py"):
+        tree = ast.parse((REPO / "otel_mindformers" / module).read_text())
+        names = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        assert names & {"TRAIN_FRAMES", "LOOP_FUNCTIONS"}, module
+
+
+# --- the profiler -----------------------------------------------------------------------------
+
+
+def test_the_profiler_names_a_capture_uses_are_on_this_release():
+    assert profiler.load_profiler().__name__ == "mindspore.profiler"
+    profiler.check_cpu_analysis()
+
+
+def test_a_moved_cpu_parser_is_named_with_the_release(monkeypatch):
+    from mindspore.profiler.platform import cpu_profiler
+
+    monkeypatch.delattr(cpu_profiler, "CPUProfilerAnalysis")
+    with pytest.raises(ApiNotFound) as caught:
+        profiler.check_cpu_analysis()
+    _release_named(caught.value, "mindspore")
+    assert "cpu_profiler:CPUProfilerAnalysis.online_analyse is not there" in str(caught.value)
+    assert "`otel-mindformers capture --analyse` on a CPU profile needs it" in str(caught.value)
+
+
+# --- MindFormers ------------------------------------------------------------------------------
+
+
+@pytest.mark.mindformers
+def test_mindformers_internals_are_where_the_adapter_looks(workdir):
+    assert mindformers_api.base_trainer().__name__ == "BaseTrainer"
+    assert mindformers_api.config_template().__name__ == "Config"
+    assert mindformers_api.monitor_section().__name__ == "MonitorConfig"
+    module, loads = mindformers_api.resume_loads()
+    assert "transform_and_load_checkpoint" in loads and set(loads) <= set(vars(module))
+    for class_name, method, feature in mindformers_api.STATE_HOOKS:
+        assert mindformers_api.state_hook(class_name, method, feature).__name__ == class_name
+    assert set(mindformers_hooks.WRAPPERS) == {(c, m) for c, m, _ in mindformers_api.STATE_HOOKS}
+    for class_name, _attribute in mindformers_api.INITIAL_STEP_ATTRIBUTES:
+        lookup.find(f"{mindformers_api.CALLBACKS}:{class_name}", package="mindformers", needed_for="resume")
+
+
+@pytest.mark.mindformers
+def test_a_moved_mindformers_name_is_named_with_the_release(workdir, monkeypatch):
+    from mindformers.core.callback import callback
+
+    monkeypatch.delattr(callback.MoEDropRateCallback, "_callback_droprate")
+    with pytest.raises(ApiNotFound) as caught:
+        mindformers_api.state_hook("MoEDropRateCallback", "_callback_droprate", "the MoE drop-rate series")
+    _release_named(caught.value, "mindformers")
+    assert "MoEDropRateCallback._callback_droprate is not there" in str(caught.value)
+    assert "the MoE drop-rate series needs it (tested: MindFormers >= 1.6.0, < 1.10)" in str(caught.value)
