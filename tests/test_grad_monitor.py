@@ -86,20 +86,26 @@ class _AliasedOptimizerCell(nn.TrainOneStepCell):
         return ops.depend(loss, self.update(grads))
 
 
-def test_grad_monitor_true_warns_once_when_the_cell_never_calls_the_probe(workdir, caplog):
+def _train_cell(workdir, cell_class) -> list[dict]:
+    """Three PyNative steps of a Dense regressor through `cell_class` with `grad_monitor: True`;
+    the JSON lines."""
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")  # as training.train does: later tests set it again
     net = nn.Dense(training.FEATURES, 1)
-    cell = _AliasedOptimizerCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    cell = cell_class(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
     config = {
         "interval": 1,
         "output_type": ["json_file"],
         "json_log_path": str(workdir / "m.json"),
         "grad_monitor": True,
     }
+    Model(cell).train(1, training.build_dataset(3), callbacks=[MonitorCallback(config)], dataset_sink_mode=False)
+    return [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
+
+
+def test_grad_monitor_true_warns_once_when_the_cell_never_calls_the_probe(workdir, caplog):
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
-        Model(cell).train(1, training.build_dataset(3), callbacks=[MonitorCallback(config)], dataset_sink_mode=False)
-    lines = [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
+        lines = _train_cell(workdir, _AliasedOptimizerCell)
     assert len(lines) == 3 and all("grad_norm" not in line for line in lines)
     assert len([r for r in caplog.records if "never called the gradient-norm probe" in r.getMessage()]) == 1
 
@@ -115,18 +121,7 @@ class _OwnNormCell(nn.TrainOneStepCell):
 
 
 def test_grad_monitor_true_keeps_the_norm_the_cell_returns(workdir, caplog):
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    ms.set_device("CPU")  # as training.train does: later tests set it again
-    net = nn.Dense(training.FEATURES, 1)
-    cell = _OwnNormCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
-    config = {
-        "interval": 1,
-        "output_type": ["json_file"],
-        "json_log_path": str(workdir / "m.json"),
-        "grad_monitor": True,
-    }
-    Model(cell).train(1, training.build_dataset(3), callbacks=[MonitorCallback(config)], dataset_sink_mode=False)
-    lines = [json.loads(line) for line in (workdir / "m.json").read_text().splitlines()]
+    lines = _train_cell(workdir, _OwnNormCell)
     assert [line["grad_norm"] for line in lines] == [7.0, 7.0, 7.0]
 
 
