@@ -191,7 +191,8 @@ def _report(args: argparse.Namespace) -> int:
         return _report_html(args)
     report = report_logs(args.logs, args.straggler_threshold)
     _note_damaged_tails(location for summary in report.series for location in summary.damaged_tails)
-    text = with_job(render(report, args.format), read_job(report, args.logs), args.format)
+    job = read_job(report, args.logs)  # before rendering: a resume the ledger explains is no finding
+    text = with_job(render(report, args.format), job, args.format)
     if getattr(args, "captures", None):
         from otel_mindformers.captures.offline.capture_command import with_captures
 
