@@ -33,6 +33,7 @@ from tests.support.jsonl import json_lines
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.permissions import obey_file_permissions
 from tests.support.reliability_worker import finish, spawn
+from tests.support.tensorboard_events import loss_steps
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.mindspore_api  # cb_params, the step hook, restarts, msrun
@@ -276,15 +277,7 @@ def test_the_next_attempt_recovers_the_tail_into_tensorboard_too(tmp_path):
     assert next_attempt.returncode == 0, err[-3000:]
     assert "recovered" in err
     (dead_run,) = [folder for folder in (board / "rank_0").iterdir() if folder.is_dir()]  # set aside
-    assert _tensorboard_steps(dead_run) == list(range(1, 151))
-
-
-def _tensorboard_steps(logdir: Path) -> list[int]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    accumulator = EventAccumulator(str(logdir))
-    accumulator.Reload()
-    return [event.step for event in accumulator.Scalars("loss")]
+    assert loss_steps(dead_run) == list(range(1, 151))
 
 
 @pytest.mark.slow  # a real training, killed from outside

@@ -21,6 +21,7 @@ import pytest
 from tests.support.backends import unavailable
 from tests.support.permissions import obey_file_permissions
 from tests.support.reliability_worker import run, spawn
+from tests.support.tensorboard_events import loss_steps
 
 STEPS = 60
 
@@ -55,15 +56,6 @@ def _step_of(line: str) -> int | None:
         return None
 
 
-def _tensorboard_steps(logdir: Path) -> list[int]:
-    """The loss steps TensorBoard's own reader finds in a rank folder."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    accumulator = EventAccumulator(str(logdir))
-    accumulator.Reload()
-    return [event.step for event in accumulator.Scalars("loss")]
-
-
 def _assert_survived(process, report, json_path: Path, at_least: int) -> list[str]:
     assert process.returncode == 0, process.stderr[-3000:]
     assert report["error"] is None
@@ -90,7 +82,7 @@ def test_file_size_limit_mid_run(tmp_path):
     tensorboard_warnings = [w for w in warnings if "'tensorboard'" in w]
     assert len(tensorboard_warnings) == 1, warnings
     assert str(logdir) in tensorboard_warnings[0]
-    steps = _tensorboard_steps(logdir)
+    steps = loss_steps(logdir)
     assert steps == list(range(1, len(steps) + 1)) and 0 < len(steps) < STEPS
 
 
