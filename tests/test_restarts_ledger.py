@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import socket
 import time
+from pathlib import Path
 
 import pytest
 
 from otel_mindformers.job.identity import detect_identity, launcher_restart_count
 from otel_mindformers.restarts.goodput import job_timeline, no_progress_streak
 from otel_mindformers.restarts.ledger_file import ledger_path, new_ledger, read_ledger, update_ledger
+from otel_mindformers.restarts.processes import process_gone, started_at
 
 
 def _append_entries(path: str, writer: int, count: int) -> None:
@@ -162,3 +166,18 @@ def test_the_jobs_totals_come_from_a_rank_that_saw_every_attempt(tmp_path):
     assert [(row["attempt"], row["ranks"]) for row in job["attempts"]] == [(1, [0]), (2, [0, 1])]
     assert job["totals"]["rank"] == 0
     assert job["totals"]["wall_seconds"] == 51.0
+
+
+def test_an_attempts_process_is_gone_when_its_pid_is_free_or_reused_on_this_host():
+    """On its own host an attempt's heartbeat is not the last word: the process table is."""
+    here, began = socket.gethostname(), started_at()
+    assert began is not None and began <= time.time()
+    assert not process_gone({"pid": os.getpid(), "host": here, "process_start": began})
+    # A later run in the same process records its own start, after the process's.
+    assert not process_gone({"pid": os.getpid(), "host": here, "process_start": began + 30})
+    # The process with that pid began a minute after the attempt's did: the pid was reused.
+    assert process_gone({"pid": os.getpid(), "host": here, "process_start": began - 60})
+    free = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids stay below it
+    assert process_gone({"pid": free, "host": here, "process_start": began})
+    # Another host's process cannot be looked up: its heartbeat says.
+    assert not process_gone({"pid": free, "host": f"not-{here}", "process_start": began})

@@ -322,3 +322,44 @@ def test_a_frozen_run_whose_ledger_was_set_aside_writes_on_there(tmp_path):
     assert (ledger_b["job_id"], [a["outcome"] for a in ledger_b["attempts"]]) == ("exp-B", ["completed"])
     assert ledger_a["job_id"] == "exp-A"
     assert [(a["outcome"], a["last_step"]) for a in ledger_a["attempts"]] == [("completed", 30)]
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (Z: a zombie), read without reaping it."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_run_started_at_once_after_a_killed_one_is_not_taken_for_it(tmp_path):
+    """Run A (no job id) is SIGKILLed; its ledger still shows a fresh heartbeat (an interval
+    of 60 s: fresh for 3 minutes). Run B, started at once in its folder from step 0, is a new
+    job and takes the folder as a dead run's: before, it was refused the ledger ("job ...
+    (pid N) is running") until A's heartbeat went stale. A is not reaped before B starts
+    (its zombie holds the pid): a zombie is no live process either."""
+    out = tmp_path / "out"
+    config = {"interval": 5, "output_type": ["json_file"], "json_log_path": str(out / "train_metric.json")}
+    run_a = spawn(
+        {"config": {**config, "restarts": {"heartbeat_interval": 60}}, "steps": 40,
+         "report": str(tmp_path / "a.json"), "at": {"12": [["die", "SIGKILL"]]}},
+        tmp_path,
+    )  # fmt: skip
+    try:
+        # Not wait_until(..., run_a): its poll() would reap the zombie.
+        deadline = time.monotonic() + 180
+        while _state(run_a.pid) != "Z":
+            assert time.monotonic() < deadline, "run A did not die at step 12"
+            time.sleep(0.05)
+        dead_a = _ledger(tmp_path)["attempts"][-1]
+        assert dead_a["pid"] == run_a.pid and dead_a["outcome"] is None
+        run_b = spawn({"config": config, "steps": 10, "report": str(tmp_path / "b.json")}, tmp_path)
+        _, b_err = finish(run_b)
+    finally:
+        finish(run_a)
+    assert run_a.returncode == -signal.SIGKILL
+    assert run_b.returncode == 0, b_err[-3000:]
+    assert "is running" not in b_err and "otel_mindformers" not in b_err, b_err[-3000:]
+    ledger_b, ledger_a = _ledger(tmp_path), _ledger(tmp_path, "train_metric.job.rank_0.ledger.job1")
+    assert [(a["outcome"], a["last_step"]) for a in ledger_b["attempts"]] == [("completed", 10)]
+    assert ledger_a["attempts"][-1]["attempt_id"] == dead_a["attempt_id"] and ledger_b["job_id"] != ledger_a["job_id"]
+    assert [line["step"] for line in lines(out / "train_metric.json")] == [1, 5, 10]
+    (kept,) = out.glob("train_metric.*.json")  # A's lines, set aside as a previous run's
+    assert [line["step"] for line in lines(kept)][:2] == [1, 5]

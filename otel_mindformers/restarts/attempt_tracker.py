@@ -44,6 +44,7 @@ from otel_mindformers.restarts.ledger_file import (
     update_ledger,
     write_ledger,
 )
+from otel_mindformers.restarts.processes import process_gone
 
 _logger = get_logger(__name__)
 
@@ -92,10 +93,10 @@ class LedgerInUse(RuntimeError):
 
 
 def _live_attempt_of_another_process(attempts: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
-    """The ledger's last attempt, when it has no end, its heartbeat is fresh and it is not
-    this process: a run that still writes there."""
+    """The ledger's last attempt, when it has no end, its heartbeat is fresh, it is not this
+    process and its process is not known to be gone: a run that still writes there."""
     last = attempts[-1] if attempts else None
-    if last is None or not goodput.is_alive(last, now):
+    if last is None or not goodput.is_alive(last, now) or process_gone(last):
         return None
     if last.get("pid") == os.getpid() and last.get("host") == socket.gethostname():
         return None

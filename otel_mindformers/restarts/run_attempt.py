@@ -12,12 +12,10 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
@@ -34,6 +32,7 @@ from otel_mindformers.names import phase_names
 from otel_mindformers.outputs.runs import is_resumed
 from otel_mindformers.restarts.attempt_tracker import AttemptTracker
 from otel_mindformers.restarts.ledger_file import ledger_path
+from otel_mindformers.restarts.processes import started_at
 from otel_mindformers.telemetry.observables import RunObservables
 
 _logger = get_logger(__name__)
@@ -45,26 +44,12 @@ _previous_run_end: float | None = None  # a later run of the same process starts
 
 
 def _process_start() -> float:
-    """When this process began, in Unix seconds (a later run of the same process: now).
-
-    From /proc's start time in clock ticks since boot against CLOCK_BOOTTIME, to ~10 ms:
-    psutil's `create_time` adds that to the boot time in whole seconds, up to a second off,
-    which would put a restarted process's start before its predecessor's last heartbeat."""
+    """When this process began, in Unix seconds (a later run of the same process: now)."""
     now = time.time()
     if _previous_run_end is not None:
         return now
-    try:
-        with open("/proc/self/stat", "rb") as stream:
-            fields = stream.read().rsplit(b")", 1)[1].split()
-        ticks = int(fields[19])  # field 22, starttime, counted after the ")" of the name
-        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
-        return min(now, now - (since_boot - ticks / os.sysconf("SC_CLK_TCK")))
-    except (OSError, ValueError, IndexError, AttributeError):
-        pass
-    try:
-        return min(psutil.Process().create_time(), now)
-    except (psutil.Error, OSError):
-        return now
+    began = started_at()
+    return now if began is None else began
 
 
 def begin_attempt(
