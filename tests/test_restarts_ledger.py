@@ -5,18 +5,25 @@ the no-progress count."""
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
+import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from otel_mindformers.job.identity import detect_identity, launcher_restart_count
+from otel_mindformers.config import load_monitor_config
+from otel_mindformers.core.clock import StepClock, WallClock
+from otel_mindformers.job.identity import Identity, detect_identity, launcher_restart_count
+from otel_mindformers.outputs.runs import folder_beside, paths_in
 from otel_mindformers.restarts.goodput import job_timeline, no_progress_streak
 from otel_mindformers.restarts.ledger_file import ledger_path, new_ledger, read_ledger, update_ledger
 from otel_mindformers.restarts.processes import process_gone, started_at
+from otel_mindformers.restarts.run_attempt import begin_attempt
 
 
 def _append_entries(path: str, writer: int, count: int) -> None:
@@ -181,3 +188,81 @@ def test_an_attempts_process_is_gone_when_its_pid_is_free_or_reused_on_this_host
     assert process_gone({"pid": free, "host": here, "process_start": began})
     # Another host's process cannot be looked up: its heartbeat says.
     assert not process_gone({"pid": free, "host": f"not-{here}", "process_start": began})
+
+
+# --- a run beside a live run of another job: it writes elsewhere ----------------------------
+
+
+def test_a_run_beside_a_live_one_moves_every_path_into_one_folder_beside_the_logs():
+    moved = folder_beside("/data/run/out/train_metric.json", "exp-B")
+    assert moved == Path("/data/run/out.exp-B")
+    # The TensorBoard folder keeps its place below the log's folder, or goes in by its name.
+    assert paths_in(moved, "/data/run/out/train_metric.json", "/data/run/out/logs/board") == (
+        "/data/run/out.exp-B/train_metric.json", "/data/run/out.exp-B/logs/board"
+    )  # fmt: skip
+    assert paths_in(moved, "/data/run/out/train_metric.json", "/data/board") == (
+        "/data/run/out.exp-B/train_metric.json", "/data/run/out.exp-B/board"
+    )  # fmt: skip
+
+
+def _live_ledger(json_log_path: Path, job_id: str) -> Path:
+    """A ledger whose last attempt is another job's and alive: this test's parent process,
+    its heartbeat fresh."""
+    parent = os.getppid()
+    entry = {
+        "attempt": 1, "attempt_id": "live", "pid": parent, "host": socket.gethostname(),
+        "process_start": started_at(parent), "last_heartbeat": time.time(), "heartbeat_interval": 60.0,
+        "outcome": None,
+    }  # fmt: skip
+    path = ledger_path(str(json_log_path), 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**new_ledger(job_id), "attempts": [entry]}))
+    return path
+
+
+def _begin_beside(settings: dict, caplog) -> tuple:
+    """begin_attempt for a run from step 0; (tracker, config it goes on with, its warnings)."""
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        tracker, config = begin_attempt(load_monitor_config(settings), Identity(), 0, StepClock(), WallClock(), [])
+    tracker.end("completed", None, 0)
+    return tracker, config, [r.getMessage() for r in caplog.records]
+
+
+def test_a_run_without_a_job_id_beside_a_live_one_writes_in_a_folder_named_after_its_pid(tmp_path, caplog):
+    out = tmp_path / "out"
+    live = _live_ledger(out / "train_metric.json", "exp-A")
+    before = live.read_bytes()
+    settings = {"json_log_path": str(out / "train_metric.json"), "tensorboard_path": str(tmp_path / "board")}
+    tracker, config, warnings = _begin_beside(settings, caplog)
+    elsewhere = tmp_path / f"out.pid{os.getpid()}"
+    assert (config.json_log_path, config.tensorboard_path) == (
+        str(elsewhere / "train_metric.json"), str(elsewhere / "board")
+    )  # fmt: skip
+    assert tracker.path == elsewhere / "train_metric.job.rank_0.ledger" and tracker.path.exists()
+    assert live.read_bytes() == before
+    assert [w for w in warnings if "instead" in w] == warnings and len(warnings) == 1
+    assert f"is running and writing {live}: this run writes its files in {elsewhere} instead" in warnings[0]
+
+
+@pytest.mark.parametrize("beside", ["a live run's", "a file"])
+def test_a_folder_beside_that_cannot_be_used_sends_the_run_to_a_new_temporary_folder(tmp_path, caplog, beside):
+    """The job id names the folder beside (made safe for a file name); a live run there too
+    (another job's) is not taken over either, and a file of that name is no folder."""
+    _live_ledger(tmp_path / "out" / "train_metric.json", "exp-A")
+    if beside == "a file":
+        (tmp_path / "out.exp_B_1").write_text("not a folder")
+    else:
+        _live_ledger(tmp_path / "out.exp_B_1" / "train_metric.json", "exp-C")
+    settings = {
+        "json_log_path": str(tmp_path / "out" / "train_metric.json"),
+        "tensorboard_path": str(tmp_path / "out" / "logs" / "board"), "job_id": "exp/B 1",
+    }  # fmt: skip
+    tracker, config, warnings = _begin_beside(settings, caplog)
+    folder = Path(config.json_log_path).parent
+    try:
+        assert folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith("otel_mindformers.exp_B_1.")
+        assert config.tensorboard_path == str(folder / "logs" / "board")
+        assert tracker.path.parent == folder and tracker.job_id == "exp/B 1"
+        assert len(warnings) == 1 and f"this run writes its files in {folder} instead" in warnings[0]
+    finally:
+        shutil.rmtree(folder)

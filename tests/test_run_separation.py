@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import runpy
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -263,12 +264,14 @@ def test_a_resumed_run_appends_to_the_diagnosis_file(workdir):
 # --- two runs overlapping in one folder (issue 42, item 6) -------------------------------------
 
 
-def _overlapping(tmp_path: Path, job_id: str, steps: int, **extra) -> dict:
+def _overlapping(tmp_path: Path, job_id: str, steps: int, board: bool = False, **extra) -> dict:
+    """A run in tmp_path/out; with `board`, TensorBoard too (out/board)."""
     out = tmp_path / "out"
     return {
         "config": {
-            "interval": 5, "job_id": job_id, "output_type": ["json_file"],
-            "json_log_path": str(out / "train_metric.json"), "restarts": {"heartbeat_interval": 0.3},
+            "interval": 5, "job_id": job_id, "output_type": ["json_file"] + (["tensorboard"] if board else []),
+            "json_log_path": str(out / "train_metric.json"), "tensorboard_path": str(out / "board"),
+            "restarts": {"heartbeat_interval": 0.3},
         },
         "steps": steps, "report": str(tmp_path / f"{job_id}.json"), **extra,
     }  # fmt: skip
@@ -278,25 +281,53 @@ def _ledger(tmp_path: Path, name: str = "train_metric.job.rank_0.ledger") -> dic
     return json.loads((tmp_path / "out" / name).read_text())
 
 
-def test_a_run_started_beside_a_live_one_leaves_its_ledger_alone(tmp_path):
-    """Run B starts in run A's folder while A trains: A's ledger is not set aside (A would be
-    recorded as stopping mid-run, and the two would overwrite each other's ledger); B says so
-    once and keeps none."""
-    marker = tmp_path / "a-at-20"
-    run_a = spawn(_overlapping(tmp_path, "exp-A", 40, at={"20": [["touch", str(marker)], ["sleep", 30]]}), tmp_path)
+def test_a_run_started_beside_a_live_one_takes_none_of_its_files_and_writes_elsewhere(tmp_path):
+    """Run B, another job, starts in run A's folder while A trains: none of A's files is set
+    aside or written to (before, B set A's JSON log aside and both wrote their lines into the
+    new one; earlier still, B also set A's ledger aside, recording A as stopped mid-run). B
+    writes its files in a folder beside A's, and says so once; A trains on to its end."""
+    out, at_20, b_done = tmp_path / "out", tmp_path / "a-at-20", tmp_path / "b-done"
+    run_a = spawn(
+        _overlapping(tmp_path, "exp-A", 40, board=True, at={"20": [["touch", str(at_20)], ["await", str(b_done)]]}),
+        tmp_path,
+    )
     try:
-        wait_until(marker.exists, "run A at step 20", run_a, timeout=180)
-        run_b = spawn(_overlapping(tmp_path, "exp-B", 10), tmp_path)
+        wait_until(at_20.exists, "run A at step 20", run_a, timeout=180)
+        run_b = spawn(_overlapping(tmp_path, "exp-B", 10, board=True), tmp_path)
         _, b_err = finish(run_b)
-        assert run_b.returncode == 0, b_err[-3000:]
-        assert b_err.count("two runs share this output folder") == 1, b_err[-3000:]
-        assert "job 'exp-A'" in b_err and f"pid {run_a.pid}" in b_err
-        assert not list((tmp_path / "out").glob("*.ledger.job*"))
+        b_done.touch()
+        _, a_err = finish(run_a)
     finally:
-        run_a.kill()
+        b_done.touch()
         finish(run_a)
-    ledger = _ledger(tmp_path)
-    assert ledger["job_id"] == "exp-A" and [a["attempt"] for a in ledger["attempts"]] == [1]
+    assert run_b.returncode == 0, b_err[-3000:]
+    assert run_a.returncode == 0, a_err[-3000:]
+    elsewhere = tmp_path / "out.exp-B"
+    said = [line for line in b_err.splitlines() if "otel_mindformers" in line]
+    assert said == [
+        f"otel_mindformers: job 'exp-A' (pid {run_a.pid} on {socket.gethostname()}) is running and writing "
+        f"{out / 'train_metric.job.rank_0.ledger'}: this run writes its files in {elsewhere} instead (two runs "
+        "share this output folder; give each its own json_log_path)"
+    ]
+    # A's files are A's alone, whole: nothing set aside, no line of B's.
+    assert sorted(p.name for p in out.iterdir()) == [
+        "board", "train_metric.job.rank_0.ledger", "train_metric.job.rank_0.ledger.lock", "train_metric.json",
+    ]  # fmt: skip
+    a_lines = lines(out / "train_metric.json")
+    assert {line["job"]["id"] for line in a_lines} == {"exp-A"}
+    assert [line["step"] for line in a_lines] == [1] + list(range(5, 41, 5))
+    assert tensorboard_steps(out / "board") == {"rank_0": [1] + list(range(5, 41, 5))}
+    ledger_a = _ledger(tmp_path)
+    assert (ledger_a["job_id"], [(a["outcome"], a["last_step"]) for a in ledger_a["attempts"]]) == (
+        "exp-A", [("completed", 40)]
+    )  # fmt: skip
+    # B's, beside them.
+    b_lines = lines(elsewhere / "train_metric.json")
+    assert {line["job"]["id"] for line in b_lines} == {"exp-B"}
+    assert [line["step"] for line in b_lines] == [1, 5, 10]
+    assert tensorboard_steps(elsewhere / "board") == {"rank_0": [1, 5, 10]}
+    ledger_b = json.loads((elsewhere / "train_metric.job.rank_0.ledger").read_text())
+    assert (ledger_b["job_id"], [a["outcome"] for a in ledger_b["attempts"]]) == ("exp-B", ["completed"])
 
 
 def test_a_frozen_run_whose_ledger_was_set_aside_writes_on_there(tmp_path):

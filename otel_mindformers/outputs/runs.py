@@ -8,7 +8,9 @@ continues the previous run's step count (a resumed run) and writes on after it.
 The same rule holds for every file a run writes at a fixed path: the JSON log, the
 TensorBoard folder, and the rank's diagnosis file (`diagnosis_rank_<r>.jsonl`: stack dumps
 and the first non-finite value, kept as `diagnosis_rank_<r>.<when>.jsonl`), so nothing of
-an earlier run is read as this run's. `set_previous_run_aside` sets a plain file aside
+an earlier run is read as this run's. A live run's files are never set aside: a run of
+another job started at its paths writes elsewhere (`folder_beside`; the job's ledger
+tells that a run lives there, restarts/run_attempt.py). `set_previous_run_aside` sets a plain file aside
 (`set_aside_unless_resumed` where a run applies the rule; outputs/tensorboard.py has the
 folder's); the readers find only the current names when they walk a folder.
 """
@@ -142,3 +144,23 @@ def set_aside_unless_resumed(path: Path, first_step: int) -> Path | None:
             "otel_mindformers: cannot set the previous run's %s aside (%s); this run appends to it", path, exc
         )
         return None
+
+
+def folder_beside(json_log_path: str, token: str) -> Path:
+    """The JSON log's folder with `.{token}` after its name, beside it (`out/train_metric.json`
+    → `out.{token}`): where a run writes when another job's run lives at its paths (their
+    files are never taken over). Beside, not inside: a reader walking `out/` finds only the
+    live run's files."""
+    folder = Path(os.path.abspath(json_log_path)).parent
+    return folder.with_name(f"{folder.name}.{token}")
+
+
+def paths_in(folder: Path, json_log_path: str, tensorboard_path: str) -> tuple[str, str]:
+    """`json_log_path` and `tensorboard_path` moved into `folder`: the log by its name (its
+    ledger, flight ring and diagnosis file go with it), the TensorBoard folder by its path
+    below the log's folder when it was there (`out/tensorboard_log` → `{folder}/tensorboard_log`),
+    else by its name."""
+    log = Path(os.path.abspath(json_log_path))
+    board = Path(os.path.abspath(tensorboard_path))
+    moved_board = folder / (board.relative_to(log.parent) if board.is_relative_to(log.parent) else board.name)
+    return str(folder / log.name), str(moved_board)

@@ -89,7 +89,12 @@ def _ended_attempts_of_other_ranks(path: Path, job_id: str, before: float) -> in
 
 
 class LedgerInUse(RuntimeError):
-    """Another job's attempt is alive and writing the ledger at this path: the message names it."""
+    """Another job's attempt is alive and writing the ledger at `path`: `job_id`, and `live`,
+    its attempt's entry (pid, host)."""
+
+    def __init__(self, path: Path, job_id: str, live: dict[str, Any]) -> None:
+        self.path, self.job_id, self.live = path, job_id, live
+        super().__init__(f"job {job_id!r} (pid {live.get('pid')} on {live.get('host')}) is running and writing {path}")
 
 
 def _live_attempt_of_another_process(attempts: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
@@ -199,10 +204,7 @@ class AttemptTracker:
             if data is not None and live is not None:
                 # Setting it aside would freeze that run's entry mid-run ("killed"), and the
                 # two would then overwrite each other's ledger: that run keeps it.
-                raise LedgerInUse(
-                    f"job {data['job_id']!r} (pid {live.get('pid')} on {live.get('host')}) is running and writing "
-                    f"{path}: two runs share this output folder; give each its own json_log_path"
-                )
+                raise LedgerInUse(path, data["job_id"], live)
             if data is not None and not same_job:
                 generation = _set_aside(path) + 1
                 data = None
