@@ -15,15 +15,19 @@ import time
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_mindformers.config import load_monitor_config
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.job.identity import Identity, detect_identity, launcher_restart_count
 from otel_mindformers.outputs.runs import folder_beside, paths_in
+from otel_mindformers.restarts.attempt_tracker import AttemptTracker
 from otel_mindformers.restarts.goodput import job_timeline, no_progress_streak
-from otel_mindformers.restarts.ledger_file import ledger_path, new_ledger, read_ledger, update_ledger
+from otel_mindformers.restarts.ledger_file import MAX_LEDGER_BYTES, ledger_path, new_ledger, read_ledger, update_ledger
 from otel_mindformers.restarts.processes import process_gone, started_at
-from otel_mindformers.restarts.run_attempt import begin_attempt
+from otel_mindformers.restarts.run_attempt import JobGauges, begin_attempt
+from otel_mindformers.telemetry.observables import RunObservables
 
 
 def _append_entries(path: str, writer: int, count: int) -> None:
@@ -266,3 +270,94 @@ def test_a_folder_beside_that_cannot_be_used_sends_the_run_to_a_new_temporary_fo
         assert len(warnings) == 1 and f"this run writes its files in {folder} instead" in warnings[0]
     finally:
         shutil.rmtree(folder)
+
+
+# --- what the attempt arithmetic promises (issue 51) ------------------------------------------
+
+
+def test_the_jobs_goodput_is_absent_not_zero_until_an_attempt_timed_its_steps():
+    """Attempt 1 was killed before its first step; attempt 2 has finished one step (no time
+    between two steps yet): no productive time to divide, so no goodput, not a 0.0 that dips
+    every dashboard as an attempt starts. Ten steps later it is the productive share."""
+    killed = {
+        "attempt": 1, "attempt_id": "a", "process_start": 100.0, "train_begin": 101.0, "resume_step": 0,
+        "last_step": 0, "last_heartbeat": 130.0, "heartbeat_interval": 5.0, "outcome": "killed",
+    }  # fmt: skip
+    running = {
+        "attempt": 2, "attempt_id": "b", "process_start": 140.0, "train_begin": 141.0, "resume_step": 0,
+        "first_step_begin": 150.0, "first_step_end": 152.0, "last_step": 1, "last_step_time": 152.0,
+        "last_heartbeat": 153.0, "heartbeat_interval": 5.0, "outcome": None,
+    }  # fmt: skip
+    assert job_timeline([killed], now=135.0)["totals"]["goodput"] is None
+    assert job_timeline([killed, running], now=155.0, live_attempt_id="b")["totals"]["goodput"] is None
+    later = {**running, "last_step": 11, "last_step_time": 162.0, "last_heartbeat": 163.0}
+    totals = job_timeline([killed, later], now=170.0, live_attempt_id="b")["totals"]
+    # Productive: steps 2..11, 10 s. Wall: 100..130, 130..140 without a process, 140..170.
+    assert totals["wall_seconds"] == pytest.approx(70.0)
+    assert totals["goodput"] == pytest.approx(10.0 / 70.0)
+
+
+def _tracker(tmp_path: Path, clock: StepClock, wall: WallClock | None = None) -> AttemptTracker:
+    """An attempt whose process began 10 s ago."""
+    return AttemptTracker.begin(
+        path=ledger_path(str(tmp_path / "train_metric.json"), 0), job_id="job", continues=False, rank=0,
+        resume_step=0, process_start=time.time() - 10, checkpoint_load_seconds=0.0, clock=clock,
+        wall_clock=wall or WallClock(), heartbeat_interval=60.0,
+    )  # fmt: skip
+
+
+def test_a_new_attempt_writes_no_goodput_in_its_line_and_reports_no_gauge_point(tmp_path):
+    reader = InMemoryMetricReader()
+    observables = RunObservables(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    clock, wall = StepClock(), WallClock()
+    tracker = _tracker(tmp_path, clock, wall)
+    JobGauges(observables, tracker, {"training.rank": 0})
+
+    def reported() -> dict[str, float]:
+        data = reader.get_metrics_data()
+        return {
+            metric.name: point.value
+            for resource in data.resource_metrics for scope in resource.scope_metrics for metric in scope.metrics
+            for point in metric.data.data_points
+        }  # fmt: skip
+
+    assert tracker.line_fields() == {"id": "job", "attempt": 1}
+    assert reported() == {"mindformers.job.attempt": 1, "mindformers.job.no_progress_attempts": 0}
+    # Steps 2..5 timed (4 s of the 10 since the process began): the job's goodput is known,
+    # in the line and as a point.
+    now = time.perf_counter()
+    tracker.first_step(now - 6.0, now - 5.0)
+    clock.step, clock.last_step_end = 5, now - 1.0
+    tracker.end("completed", None, 5)
+    goodput = tracker.job_goodput
+    assert goodput == pytest.approx(0.4, abs=0.05)
+    assert tracker.line_fields() == {"id": "job", "attempt": 1, "goodput": round(goodput, 6)}
+    assert reported()["mindformers.job.goodput"] == goodput
+    observables.close()
+
+
+def test_an_attempts_end_never_lowers_its_last_step_with_a_stale_one(tmp_path):
+    """The run's end hands over the step it knows; the clock may be further (the pipeline
+    lags it): the ledger keeps the furthest."""
+    clock = StepClock()
+    tracker = _tracker(tmp_path, clock)
+    clock.step, clock.last_step_end = 20, time.perf_counter()
+    tracker.end("crashed", "RuntimeError: boom", 5)
+    (entry,) = read_ledger(tracker.path)["attempts"]
+    assert (entry["last_step"], entry["outcome"]) == (20, "crashed")
+    # A later step handed over than the clock's is kept too.
+    later = _tracker(tmp_path / "later", StepClock())
+    later.end("completed", None, 7)
+    assert read_ledger(later.path)["attempts"][-1]["last_step"] == 7
+
+
+def test_a_ledger_past_the_size_limit_is_kept_aside_never_read(tmp_path, caplog):
+    path = ledger_path(str(tmp_path / "train_metric.json"), 0)
+    body = json.dumps(new_ledger("job")).encode()
+    path.write_bytes(body + b" " * (MAX_LEDGER_BYTES - len(body)))  # at the limit: JSON with trailing blanks
+    assert read_ledger(path)["job_id"] == "job"
+    path.write_bytes(body + b" " * (MAX_LEDGER_BYTES - len(body) + 1))
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        assert read_ledger(path) is None
+    assert not path.exists() and path.with_name(path.name + ".corrupt").stat().st_size == MAX_LEDGER_BYTES + 1
+    assert len(caplog.records) == 1 and "corrupt or truncated" in caplog.records[0].getMessage()
