@@ -12,6 +12,9 @@ step of the worker's last record), `trace_id` and
 span it is a child of, when there is one), `heartbeat_interval`, and, once it ended,
 `outcome` (completed, stopped, crashed), `reason` and `end`. An entry that never got its
 end is `killed`, ended at its last heartbeat: the next attempt writes that down.
+Every reader takes a field with `.get`: a new optional field (say, the fault that ended an
+attempt) is one more key set on `entry`, and a ledger written before it stays valid
+(`LEDGER_VERSION` unchanged).
 
 Cost on the training thread: nothing per step. A background thread reads the step clock
 every `heartbeat_interval` seconds and rewrites this rank's ledger (its heartbeat: a few
