@@ -23,7 +23,7 @@ from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.job.identity import Identity, detect_identity, launcher_restart_count
 from otel_mindformers.outputs.runs import folder_beside, paths_in
 from otel_mindformers.restarts.attempt_tracker import AttemptTracker
-from otel_mindformers.restarts.goodput import job_timeline, no_progress_streak
+from otel_mindformers.restarts.goodput import is_alive, job_timeline, no_progress_streak
 from otel_mindformers.restarts.ledger_file import MAX_LEDGER_BYTES, ledger_path, new_ledger, read_ledger, update_ledger
 from otel_mindformers.restarts.processes import process_gone, started_at
 from otel_mindformers.restarts.run_attempt import JobGauges, begin_attempt
@@ -361,3 +361,14 @@ def test_a_ledger_past_the_size_limit_is_kept_aside_never_read(tmp_path, caplog)
         assert read_ledger(path) is None
     assert not path.exists() and path.with_name(path.name + ".corrupt").stat().st_size == MAX_LEDGER_BYTES + 1
     assert len(caplog.records) == 1 and "corrupt or truncated" in caplog.records[0].getMessage()
+
+
+def test_an_attempt_is_alive_while_its_heartbeat_is_within_three_intervals_and_a_second():
+    """Three missed heartbeats (and a second of slack for the write) before a run is taken
+    for dead: a loaded machine delays a beat, never two more."""
+    entry = {"attempt": 1, "last_heartbeat": 1000.0, "heartbeat_interval": 5.0, "outcome": None}
+    assert is_alive(entry, now=1000.0 + 15.9)
+    assert not is_alive(entry, now=1000.0 + 16.1)
+    assert not is_alive({**entry, "end": 1001.0}, now=1002.0)  # ended: never alive
+    assert not is_alive({**entry, "outcome": "completed"}, now=1002.0)
+    assert is_alive({k: v for k, v in entry.items() if k != "heartbeat_interval"}, now=1015.9)  # 5 s by default
