@@ -22,7 +22,7 @@ from otel_mindformers.config import load_monitor_config
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.job.identity import Identity, detect_identity, launcher_restart_count
 from otel_mindformers.outputs.runs import folder_beside, paths_in
-from otel_mindformers.restarts.attempt_tracker import AttemptTracker
+from otel_mindformers.restarts.attempt_tracker import AttemptTracker, _set_aside
 from otel_mindformers.restarts.goodput import is_alive, job_timeline, no_progress_streak
 from otel_mindformers.restarts.ledger_file import MAX_LEDGER_BYTES, ledger_path, new_ledger, read_ledger, update_ledger
 from otel_mindformers.restarts.processes import process_gone, started_at
@@ -372,3 +372,30 @@ def test_an_attempt_is_alive_while_its_heartbeat_is_within_three_intervals_and_a
     assert not is_alive({**entry, "end": 1001.0}, now=1002.0)  # ended: never alive
     assert not is_alive({**entry, "outcome": "completed"}, now=1002.0)
     assert is_alive({k: v for k, v in entry.items() if k != "heartbeat_interval"}, now=1015.9)  # 5 s by default
+
+
+def test_an_attempt_loses_at_most_the_steps_it_did():
+    """Attempt 3 resumes from an older checkpoint (step 50) than attempt 2 started from
+    (100): attempt 2 computed 20 steps, and loses those 20, not the 70 between 50 and its
+    last step (steps 51..100 were attempt 1's)."""
+
+    def attempt(number: int, resume: int, last: int, start: float) -> dict:
+        return {
+            "attempt": number, "attempt_id": str(number), "process_start": start, "resume_step": resume,
+            "first_step_begin": start + 1, "first_step_end": start + 2, "last_step": last,
+            "last_step_time": start + 2 + (last - resume - 1), "last_heartbeat": start + 3 + (last - resume),
+            "outcome": "killed",
+        }  # fmt: skip
+
+    rows = job_timeline([attempt(1, 0, 100, 0.0), attempt(2, 100, 120, 200.0), attempt(3, 50, 60, 300.0)])["attempts"]
+    assert [row["lost_steps"] for row in rows] == [0, 20, 0]
+    assert rows[1]["seconds"]["lost_progress"] == pytest.approx(19.0)  # all of its timed steps, at 1 s each
+
+
+def test_a_ledger_gone_before_it_is_set_aside_is_not_counted_as_a_job(tmp_path):
+    """A run of another job found a ledger to set aside, and another process moved it first:
+    the jobs set aside so far are the files there, and the next job's local id follows them."""
+    path = ledger_path(str(tmp_path / "train_metric.json"), 0)
+    path.with_name(path.name + ".job1").write_text("{}")
+    assert _set_aside(path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name + ".job1"]
