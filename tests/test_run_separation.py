@@ -387,7 +387,8 @@ def test_a_run_started_at_once_after_a_killed_one_is_not_taken_for_it(tmp_path):
         finish(run_a)
     assert run_a.returncode == -signal.SIGKILL
     assert run_b.returncode == 0, b_err[-3000:]
-    assert "is running" not in b_err and "otel_mindformers" not in b_err, b_err[-3000:]
+    # Refused nothing (a note that A's unwritten records were recovered may come: A was killed).
+    assert not [w for w in ("is running", "instead", "ledger") if w in b_err], b_err[-3000:]
     ledger_b, ledger_a = _ledger(tmp_path), _ledger(tmp_path, "train_metric.job.rank_0.ledger.job1")
     assert [(a["outcome"], a["last_step"]) for a in ledger_b["attempts"]] == [("completed", 10)]
     assert ledger_a["attempts"][-1]["attempt_id"] == dead_a["attempt_id"] and ledger_b["job_id"] != ledger_a["job_id"]
