@@ -111,7 +111,7 @@ class SeriesSummary:
     damaged_tails: list[str]
     out_of_range: list[str]  # `FILE:LINE: what`: lines whose numbers no analysis can hold
     skew_vs_median: float | None = None
-    # The largest gradient norms over the run (model_state/top.py): name, value, step.
+    # The largest gradient norms over the run (analysis/top_norms.py): name, value, step.
     top_layers: list[Peak] = field(default_factory=list)
     top_parameters: list[Peak] = field(default_factory=list)
     time: TimeBreakdown | None = None

@@ -309,7 +309,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 @dataclasses.dataclass(repr=False)
 class LogsConfig(_Section):
     """`monitor_config.logs`: Python logging shipped as OTel log records while a run goes on
-    (otel_mindformers/logs.py). `enable` unset follows the standard
+    (telemetry/log_bridge.py). `enable` unset follows the standard
     OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED. At most `rate_limit_per_logger` records
     of one logger per `rate_limit_window` seconds are sent; `loggers` names (or prefixes of)
     loggers that do not propagate to the root logger, MindFormers' and MindSpore's by default.

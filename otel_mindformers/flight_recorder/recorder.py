@@ -5,7 +5,7 @@ of the same job and rank are recovered: their tails go to the JSON log and Tenso
 the run's outputs are configured (so they come before the new attempt's lines, and a
 resumed run's TensorBoard restart marker hides those it computes again, as it hides what
 the dead run did write), and as step spans with their original times, linked to their own
-attempt's run span (which the next attempt records: runtime/attempt.py). Then the ring is
+attempt's run span (which the next attempt records: restarts/run_attempt.py). Then the ring is
 marked written and removed. Then the run opens its own ring.
 
 While the run lives: the step hook stores the job's step into `finished[0]` (every step),

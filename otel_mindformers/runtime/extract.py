@@ -1,7 +1,7 @@
 """Reading what a step produced: `net_outputs` and the optimizer → host values.
 
 This is the only place that reads device tensors back to the host, and it runs on sampled
-steps only. Shapes understood (environment.md):
+steps only. Shapes understood:
 - a scalar loss (`TrainOneStepCell`);
 - `(loss, overflow, loss_scale)` (`TrainOneStepWithLossScaleCell`);
 - `(loss, overflow, loss_scale, learning_rate, global_norm)` (MindFormers' `MFTrainOneStepCell`),
@@ -59,7 +59,7 @@ def _is_tensor(value: Any) -> bool:
 
 
 def optimizer_of(cb_params: Any) -> Any:
-    """MindSpore keeps the optimizer in cb_params; MindFormers leaves that None (environment.md)."""
+    """MindSpore keeps the optimizer in cb_params; MindFormers leaves that None."""
     optimizer = cb_params.get("optimizer")
     if optimizer is None:
         network = cb_params.get("train_network")
