@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.fast_guard import guard  # noqa: E402
 from tests.support.paths import FAKE_BIN  # noqa: E402
 
-
 FAST_TEST_TIMEOUT_S = 60  # a fast test runs in well under a second; a minute means it hangs
 
 

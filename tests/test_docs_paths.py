@@ -21,9 +21,7 @@ from tests.support.paths import REPO
 
 TRACKED = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
 TOP_FOLDERS = {path.split("/")[0] for path in TRACKED if "/" in path}
-PACKAGE_FOLDERS = {
-    part for path in TRACKED if path.startswith("otel_mindformers/") for part in path.split("/")[1:-1]
-}
+PACKAGE_FOLDERS = {part for path in TRACKED if path.startswith("otel_mindformers/") for part in path.split("/")[1:-1]}
 NAMES = {PurePosixPath(path).name for path in TRACKED}
 
 # `.py` / `.md` names the docs quote from other projects, with whose they are.
