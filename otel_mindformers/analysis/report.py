@@ -607,12 +607,22 @@ def _time_table(report: Report) -> tuple[tuple[str, ...], list[tuple[str, ...]]]
     return header, rows
 
 
+# What start-up counts from (docs/time.md): the kernel's start of the process.
+STARTUP_FROM = (
+    "start-up counts from the process's start to the first step (a wrapper script that sets up, then "
+    "execs Python, keeps its process: its setup counts)"
+)
+
+
 def _own_goodput_note(report: Report) -> str:
-    """What the per-series goodput is, beside the job's, so the two tables agree at a glance."""
+    """What the per-series goodput is, beside the job's, so the two tables agree at a glance;
+    and what start-up counts from, when a series lost time to it."""
     note = (
         "own goodput: each series' time in its steps over its own wall time; a rank that waits "
         "for another inside its step counts that wait as its own"
     )
+    if any(s.time is not None and PHASE_STARTUP in s.time.lost_s for s in report.series):
+        note += f"; {STARTUP_FROM}"
     verdict = report.bottleneck
     if verdict is not None and verdict.job_goodput is not None and verdict.ranks > 1:
         note += f"; the job's useful share across ranks: {verdict.job_goodput:.3f} (below)"

@@ -42,6 +42,7 @@ from otel_mindformers.analysis.logs import local_time
 from otel_mindformers.analysis.report import (
     BUILT_IN_PHASES,
     OTHER_PHASES,
+    STARTUP_FROM,
     TOPIC_ATTEMPTS,
     TOPIC_CURVES,
     TOPIC_LOGS,
@@ -635,7 +636,7 @@ def _time_bars(run: RunData) -> Html:
         TIME_CATEGORIES,
         "s",
         note="These are the report's per-series ledgers (docs/time.md); a rank that waits for another inside its "
-        "step counts that wait as productive: the verdict above compares the ranks.",
+        f"step counts that wait as productive: the verdict above compares the ranks; {STARTUP_FROM}.",
     )
 
 
@@ -741,7 +742,7 @@ def _attempts(job: dict[str, Any] | None) -> Html:
         "s",
         note="Categories map to ml-goodput-measurement's BadputType: "
         + ", ".join(f"{k} = {v}" for k, v in totals["badput_types"].items() if v)
-        + ". Start-up counts from each attempt's process start (docs/time.md).",
+        + f"; in each attempt, {STARTUP_FROM}.",
     )
     summary = el(
         "p",
