@@ -348,6 +348,36 @@ def test_one_rank_has_nobody_to_hold_back_and_says_so_plainly(tmp_path, capsys):
     assert "#fact-bottleneck.named td{color:" in content_of_css()
 
 
+@pytest.mark.parametrize(("waits", "named"), [((0.5, 0.6), None), ((0.3, 0.95), 1)])
+def test_the_page_says_every_rank_is_input_bound_and_names_a_rank_only_beyond_that(tmp_path, capsys, waits, named):
+    """Both ranks wait for their data (30-60 % of each window): rank 1's extra 0.1 s is no
+    rank's fault. Where rank 1 waits far more than both do, it is still named."""
+    for rank, wait in enumerate(waits):
+        lines = [
+            _line(step, 1000.0 + step, rank, values={"train_per_step_time": 1000.0}, world_size=2,
+                  sections=_window(wait) if step > 1 else {})
+            for step in range(1, 21)
+        ]  # fmt: skip
+        (tmp_path / f"train_metric_rank_{rank}.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    page = _page(capsys, str(tmp_path), "--html", str(tmp_path / "run.html"))
+    fact = page.by_id("fact-bottleneck")
+    bound = f"every rank is input-bound: each waited for its data at least {19 * waits[0]:.3f} s"
+    verdict = page.by_id("ranks").all("li")
+    assert verdict[1].text().startswith(bound)
+    if named is None:
+        assert json.loads(fact.attrs["data-input-bound"]) == pytest.approx(waits[0])
+        assert "named" not in fact.classes and fact.text().endswith(
+            f"no rank: every rank is input-bound (each waited for its data at least {19 * waits[0]:.1f} s, "
+            f"{waits[0]:.1%} of the job's wall time)"
+        )
+        assert not page.by_id("ranks").all("li", "verdict-top")
+        assert page.by_id("glance").all("li", "finding")[0].text().startswith(bound)
+    else:
+        assert "named" in fact.classes and fact.attrs["data-rank"] == str(named)
+        (top,) = page.by_id("ranks").all("li", "verdict-top")
+        assert top is verdict[2] and top.text().startswith(f"bottleneck: rank {named}, data_wait")
+
+
 def content_of_css() -> str:
     return (Path(markup.__file__).parent / "page.css").read_text(encoding="utf-8")
 
