@@ -390,6 +390,12 @@ _IN_BROWSER = (
     "document.querySelector('h1').textContent",
     "Array.from(document.querySelectorAll('td.col-ended'), td => td.textContent)",
     "document.getElementById('page-errors').textContent",
+    # The pointer over the middle of the loss chart: the read-out names every series there.
+    """(() => {
+        const svg = document.querySelector('#chart-loss svg'), box = svg.getBoundingClientRect();
+        svg.dispatchEvent(new MouseEvent('mousemove', {clientX: box.left + box.width / 2, clientY: box.top + 40}));
+        return document.querySelector('#chart-loss .readout').textContent;
+    })()""",
 )
 
 
@@ -398,17 +404,18 @@ _IN_BROWSER = (
 def test_a_page_of_hostile_strings_builds_whole_in_chromium_and_runs_none_of_them(hostile_page, tmp_path):
     output, page = hostile_page
     loaded = chromium.load(output, tmp_path / "profile", evaluate=_IN_BROWSER)
-    sections_built, figures_built, pwned, ready, title, ended, errors = loaded.values
+    sections_built, figures_built, pwned, ready, title, ended, errors, readout = loaded.values
     assert (sections_built, figures_built) == (7, len(page.all("figure"))), loaded.dom[-3000:]
     assert pwned is None and ready == "1" and errors == "" and loaded.console == [], (loaded.console, errors)
     assert title == f"Training run {EVIL}" and ended == [f"crashed ({EVIL})", "completed"]
+    assert f"a{EVIL_NAME}_rank_0: " in readout and f"b{EVIL_NAME}_rank_0: " in readout, readout
     assert loaded.requests == [output.as_uri()]
     # Had one string gone in unescaped, its script would still not run: the policy lets only
     # the page's own scripts run, by their hashes, and the page says what it blocked.
     missed = tmp_path / "missed.html"
     missed.write_text(output.read_text(encoding="utf-8").replace("</main>", EVIL + "</main>"), encoding="utf-8")
     loaded = chromium.load(missed, tmp_path / "profile-missed", evaluate=_IN_BROWSER)
-    errors = loaded.values[-1]
+    errors = loaded.values[6]
     assert loaded.values[2] is None and "blocked: script-src-elem inline" in errors, loaded.values
 
 
