@@ -114,6 +114,7 @@ def test_binning_keeps_spikes_and_splits_restarts():
     ys = [1.0] * 1000 + [2.0, 2.0]
     ys[700] = 50.0  # one spike among a thousand points in 10 columns
     axis = Axis.over(xs, 10)
+    assert [axis.bin(x) for x in (1.0, 1000.0, -5.0, 5000.0)] == [0, 9, 0, 9]  # the ends in its columns
     assert runs(xs) == [(0, 1000), (1000, 1002)]
     segments = thinned(xs, ys, axis)
     assert len(segments) == 2 and max(y for _, y in segments[0]) == 50.0 and len(segments[0]) <= 20
@@ -376,6 +377,45 @@ def test_the_page_says_every_rank_is_input_bound_and_names_a_rank_only_beyond_th
         assert "named" in fact.classes and fact.attrs["data-rank"] == str(named)
         (top,) = page.by_id("ranks").all("li", "verdict-top")
         assert top is verdict[2] and top.text().startswith(f"bottleneck: rank {named}, data_wait")
+        heatmap = page.by_id("heat-data-wait")  # its row outlined and labelled
+        assert len(heatmap.all("rect", "named-row")) == 1
+        assert [t.text() for t in heatmap.all("text", "named")] == [f"rank {named}"]
+
+
+def _ranks_logs(folder: Path, ranks: int, steps: int = 40, **at_step) -> None:
+    """`ranks` ranks, steps 1..`steps`, rank r's step time 100 + r ms; `at_step[name]`:
+    steps whose line holds that value too (overflow=[10, 90])."""
+    for rank in range(ranks):
+        lines = []
+        for step in range(1, steps + 1):
+            values = {"loss": 1.0, "train_per_step_time": 100.0 + rank}
+            values.update({name: True for name, steps in at_step.items() if step in steps})
+            lines.append(_line(step, 1000.0 + step, rank, values=values, world_size=ranks))
+        (folder / f"train_metric_rank_{rank}.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("ranks", [8, 9])
+def test_up_to_eight_ranks_are_lines_and_more_a_median_with_its_band(tmp_path, capsys, ranks):
+    _ranks_logs(tmp_path, ranks)
+    chart = _page(capsys, str(tmp_path), "--html", str(tmp_path / "run.html")).by_id("chart-step-time")
+    lines = [p.attrs["data-series"] for p in chart.all("path", "series")]
+    hover = json.loads(chart.all("script")[0].text())
+    if ranks == 8:
+        assert sorted(lines) == [f"rank {r}" for r in range(8)] and not chart.all("path", "band")
+    else:
+        assert lines == ["median"] and len(chart.all("path", "band")) == 1
+        median = dict(hover["s"])["median"]
+        # Every logged step's column has its median, the last step's too (at the axis's high end).
+        assert len(median) == len(hover["x"]) == 40 and None not in median and set(median) == {104.0}
+        assert hover["x"][-1] == pytest.approx(40.0, abs=0.1)
+
+
+def test_marks_are_drawn_once_per_pixel_column_and_kind(tmp_path, capsys):
+    # 2,000 steps across 836 pixels: steps 1001 and 1002 fall in one pixel column (488).
+    _ranks_logs(tmp_path, 1, steps=2000, overflow=[1001, 1002, 1500])
+    loss = _page(capsys, str(tmp_path), "--html", str(tmp_path / "run.html")).by_id("chart-loss")
+    marks = [m.text() for m in loss.all("line", "mark-overflow")]
+    assert marks == ["rank 0: overflow at step 1001", "rank 0: overflow at step 1500"]
 
 
 def content_of_css() -> str:

@@ -445,3 +445,32 @@ def test_a_rise_episodes_windows_rejoin_the_baseline_once_it_ends():
     capture, sections = _rank_sections(windows=2, data_share=0.2, step_rise=2.0)
     _observe(sections, [(0.0, 1.0)] * 2 + [(0.0, 3.0)] * 3 + [(0.0, 1.0)] + [(0.0, 3.0)] * 2)
     assert _signals(capture, names.SECTION_IN_STEP) == [4]  # the second window of the rise, once
+
+
+def test_a_window_splits_into_its_sections_whatever_its_clocks_say():
+    """The phases that ended in a window go to their sections (a user's phase is `other`), the
+    data wait is at most the window (a clock read late cannot make it longer), and the rest
+    is in-step."""
+    from otel_mindformers.names import phase_names
+    from otel_mindformers.stragglers.sections import WindowSections
+
+    window = WindowSections()
+    for phase, seconds in ((phase_names.PHASE_CHECKPOINT_SAVE, 0.2), (phase_names.PHASE_EVALUATION, 0.3), ("my", 0.1)):
+        window.phase(phase, seconds)
+    assert window.close(steps=4, elapsed=2.0, data_wait=0.4) == pytest.approx(
+        {
+            names.SECTION_DATA_WAIT: 0.4, names.SECTION_IN_STEP: 1.0, names.SECTION_CHECKPOINT: 0.2,
+            names.SECTION_EVALUATION: 0.3, names.SECTION_OTHER: 0.1, WINDOW_KEY: 2.0, STEPS_KEY: 4.0,
+        }
+    )  # fmt: skip
+    late = window.close(steps=1, elapsed=1.0, data_wait=1.5)  # the phases went with the last window
+    assert (late[names.SECTION_DATA_WAIT], late[names.SECTION_IN_STEP]) == (1.0, 0.0)
+
+
+def test_the_verdict_reads_only_the_windows_every_rank_logged(tmp_path):
+    """Rank 1's log stops after 4 windows (killed, or its lines lost): the verdict compares
+    those 4, and says so, rather than fail on the windows rank 1 never logged."""
+    write_job(tmp_path, {0: [window(0.01, 1.99)] * 8, 1: [window(1.01, 0.99)] * 4})
+    verdict = report_logs([tmp_path]).bottleneck
+    assert (verdict.windows, verdict.steps) == (4, 20)
+    assert verdict.job_wall_s == pytest.approx(8.0) and verdict.bottleneck.lost_s == pytest.approx(4.0)
