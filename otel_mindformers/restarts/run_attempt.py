@@ -12,12 +12,10 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
@@ -25,6 +23,7 @@ from opentelemetry.util.types import AttributeValue
 from otel_mindformers.config import MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.core.process_start import process_start
 from otel_mindformers.core.run_part import RunEnding, RunPart
 from otel_mindformers.core.step_record import PhaseInterval, StepRecord
 from otel_mindformers.flight_recorder.recovery import finished_steps_of
@@ -45,26 +44,9 @@ _previous_run_end: float | None = None  # a later run of the same process starts
 
 
 def _process_start() -> float:
-    """When this process began, in Unix seconds (a later run of the same process: now).
-
-    From /proc's start time in clock ticks since boot against CLOCK_BOOTTIME, to ~10 ms:
-    psutil's `create_time` adds that to the boot time in whole seconds, up to a second off,
-    which would put a restarted process's start before its predecessor's last heartbeat."""
+    """When this process began (core/process_start.py); a later run of the same process: now."""
     now = time.time()
-    if _previous_run_end is not None:
-        return now
-    try:
-        with open("/proc/self/stat", "rb") as stream:
-            fields = stream.read().rsplit(b")", 1)[1].split()
-        ticks = int(fields[19])  # field 22, starttime, counted after the ")" of the name
-        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
-        return min(now, now - (since_boot - ticks / os.sysconf("SC_CLK_TCK")))
-    except (OSError, ValueError, IndexError, AttributeError):
-        pass
-    try:
-        return min(psutil.Process().create_time(), now)
-    except (psutil.Error, OSError):
-        return now
+    return now if _previous_run_end is not None else process_start(now)
 
 
 def begin_attempt(
