@@ -44,6 +44,7 @@ from otel_mindformers.analysis.report import (
     findings,
 )
 from otel_mindformers.captures.offline.profile_trace import short_name, trace_operators
+from otel_mindformers.cluster.offline.attempt_fault import what_ended
 from otel_mindformers.names import straggler_names as sections
 from otel_mindformers.names import training as tm
 from otel_mindformers.stragglers.offline import verdict as stragglers
@@ -680,6 +681,9 @@ def _attempts(job: dict[str, Any] | None) -> str:
 
 def _attempt_row(attempt: dict[str, Any]) -> str:
     ended = attempt["outcome"] + (f" ({attempt['reason']})" if attempt.get("reason") else "")
+    cluster_fault = what_ended(attempt)  # cluster/: the ClusterD fault that ended it
+    if cluster_fault is not None:
+        ended += f"; ClusterD: {cluster_fault}"
     steps = f"{attempt['resume_step'] + 1}..{attempt['last_step']}" if attempt["steps"] else "-"
     cells = (
         attempt["attempt"],
