@@ -28,23 +28,28 @@ CHANNEL_OPTIONS = (
     ("grpc.enable_retries", 0),
 )
 
-UNREACHABLE, SLOW, REFUSED, MALFORMED, ENDED, FAILED = "unreachable", "slow", "refused", "malformed", "ended", "failed"
+UNREACHABLE, SLOW, REFUSED, MALFORMED, ENDED, LOST, FAILED = (
+    "unreachable", "slow", "refused", "malformed", "ended", "lost", "failed",
+)  # fmt: skip
 
 
 class Unavailable(RuntimeError):
     """The stubs cannot load on this runtime (the message says why)."""
 
 
-def stubs() -> tuple[ModuleType, ModuleType, ModuleType, ModuleType]:
-    """(fault_pb2, fault_pb2_grpc, pubfault_pb2, pubfault_pb2_grpc)."""
+def stubs() -> tuple[ModuleType, ModuleType]:
+    """(fault_pb2, pubfault_pb2): the messages and the services' descriptors. The calls are
+    made from the descriptors (`call`, `stream`), so replies are parsed here."""
     try:
-        from otel_mindformers.cluster.proto import fault_pb2, fault_pb2_grpc, pubfault_pb2, pubfault_pb2_grpc
-    except Exception as exc:  # an old protobuf / grpcio, or a clashing message in the default pool
+        import grpc  # noqa: F401  (the OTLP exporter's dependency: absent, nothing here can work)
+
+        from otel_mindformers.cluster.proto import fault_pb2, pubfault_pb2
+    except Exception as exc:  # an old protobuf, no grpcio, or a clashing message in the default pool
         raise Unavailable(
             f"ClusterD's gRPC stubs do not load here ({type(exc).__name__}: {exc}); they need "
             "protobuf >= 5.26.1 and grpcio >= 1.63.2"
         ) from exc
-    return fault_pb2, fault_pb2_grpc, pubfault_pb2, pubfault_pb2_grpc
+    return fault_pb2, pubfault_pb2
 
 
 def channel(target: str) -> Any:
@@ -53,18 +58,46 @@ def channel(target: str) -> Any:
     return grpc.insecure_channel(target, options=list(CHANNEL_OPTIONS))
 
 
+class Malformed(ValueError):
+    """ClusterD sent bytes that do not parse as the message the .proto names."""
+
+
+def parse(message_type: Any, raw: bytes) -> Any:
+    """Replies are parsed here, not by gRPC: gRPC would log a traceback for every message that
+    does not parse (ClusterD sending garbage), where this bridge says so once."""
+    try:
+        return message_type.FromString(raw)
+    except Exception as exc:  # protobuf's DecodeError and what a broken message makes it raise
+        raise Malformed(f"{message_type.DESCRIPTOR.name}: {type(exc).__name__}: {str(exc)[:100]}") from exc
+
+
+def _path(service: Any, method: str) -> str:
+    return f"/{service.full_name}/{service.methods_by_name[method].name}"
+
+
+def call(channel: Any, service: Any, method: str, request: Any, reply_type: Any, timeout: float) -> Any:
+    """A unary call of `service` (the generated stubs' service descriptor), its reply parsed."""
+    send = channel.unary_unary(_path(service, method), request_serializer=type(request).SerializeToString)
+    return parse(reply_type, send(request, timeout=timeout))
+
+
+def stream(channel: Any, service: Any, method: str, request: Any) -> Any:
+    """A server-streaming call; it yields the replies' bytes (`parse` each)."""
+    return channel.unary_stream(_path(service, method), request_serializer=type(request).SerializeToString)(request)
+
+
 def kind_of(error: BaseException) -> tuple[str, str]:
     """(kind, words) of a failed call."""
     import grpc
 
+    if isinstance(error, Malformed):
+        return MALFORMED, f"sent a message that does not parse as the .proto says ({error})"
     if isinstance(error, grpc.RpcError) and hasattr(error, "code"):
         code, details = error.code(), (error.details() or "").strip()
         if code == grpc.StatusCode.UNAVAILABLE:
             return UNREACHABLE, f"unreachable ({details or code.name})"
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return SLOW, "no answer within the timeout (cluster.timeout)"
-        if code == grpc.StatusCode.INTERNAL and "serializ" in details.lower():
-            return MALFORMED, f"sent a message that does not parse as the .proto says ({details[:100]})"
         return FAILED, f"{code.name}: {details[:200]}"
     return FAILED, f"{type(error).__name__}: {str(error)[:200]}"
 
@@ -121,14 +154,19 @@ __all__ = [
     "CHANNEL_OPTIONS",
     "ENDED",
     "FAILED",
+    "LOST",
     "MALFORMED",
     "REFUSED",
     "SLOW",
     "UNREACHABLE",
     "Backoff",
+    "Malformed",
     "Problems",
     "Unavailable",
+    "call",
     "channel",
     "kind_of",
+    "parse",
+    "stream",
     "stubs",
 ]

@@ -52,6 +52,7 @@ class FaultListener:
         self._channel: Any = None
         self.problems = client.Problems("hearing ClusterD's faults")
         self.signals = 0  # signals heard (tests and the docs' numbers)
+        self._streaming = False  # the stream was open: an error now is ClusterD going away
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
 
     def start(self) -> FaultListener:
@@ -78,15 +79,16 @@ class FaultListener:
     # --- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            fault_pb2, fault_grpc, _, _ = client.stubs()
+            fault_pb2, _ = client.stubs()
         except client.Unavailable as exc:
             _logger.warning("otel_mindformers: hearing ClusterD is off: %s", exc)
             return
         info = fault_pb2.ClientInfo(jobId=self._job_id, role=self._role)
         while not self._stop.is_set():
             then = "trying again"
+            self._streaming = False
             try:
-                self._subscribe(fault_grpc, info)
+                self._subscribe(fault_pb2, info)
                 if self._stop.is_set():
                     return
                 self.problems.report(client.ENDED, "closed the fault stream", "subscribing again")
@@ -96,30 +98,38 @@ class FaultListener:
                 if self._stop.is_set():
                     return
                 kind, words = client.kind_of(exc)
+                if self._streaming:  # it went away mid-stream (a restart)
+                    kind, words = client.LOST, f"broke the fault stream ({words})"
                 self.problems.report(kind, words, then)
             finally:
                 self._close_channel()
             self._stop.wait(self._backoff.next())
 
-    def _subscribe(self, fault_grpc: Any, info: Any) -> None:
+    def _subscribe(self, fault_pb2: Any, info: Any) -> None:
         channel = client.channel(self._target)
         with self._lock:
             self._channel = channel
         if self._stop.is_set():
             return
-        stub = fault_grpc.FaultStub(channel)
-        status = stub.Register(info, timeout=self._timeout)
+        service = fault_pb2.DESCRIPTOR.services_by_name["Fault"]
+        status = client.call(channel, service, "Register", info, fault_pb2.Status, self._timeout)
         if status.code != 0:
             raise _Refused(f"code {status.code}: {str(status.info)[:200]}")
-        call = stub.SubscribeFaultMsgSignal(info)
+        call = client.stream(channel, service, "SubscribeFaultMsgSignal", info)
         with self._lock:
             self._call = call
         if self._stop.is_set():
             call.cancel()
             return
+        self._streaming = True
         self.problems.recovered(f"subscribed to ClusterD's faults for job {self._job_id} at {self._target}")
         self._backoff.reset()
-        for message in call:
+        for raw in call:
+            try:
+                message = client.parse(fault_pb2.FaultMsgSignal, raw)
+            except client.Malformed as exc:  # one bad message: said once, the stream goes on
+                self.problems.report(client.MALFORMED, client.kind_of(exc)[1], "skipping it")
+                continue
             self._heard(message)
 
     def _heard(self, message: Any) -> None:

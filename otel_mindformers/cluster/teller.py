@@ -133,7 +133,7 @@ class PublicFaultTeller:
     # --- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            _, _, pubfault_pb2, pubfault_grpc = client.stubs()
+            _, pubfault_pb2 = client.stubs()
         except client.Unavailable as exc:
             _logger.warning("otel_mindformers: telling ClusterD is off: %s", exc)
             return
@@ -142,13 +142,13 @@ class PublicFaultTeller:
             if item[0] is _STOP:
                 if item[1]:
                     for verdict in list(self._open):
-                        self._transition(pubfault_pb2, pubfault_grpc, verdict, RECOVER, "the run completed", -1)
+                        self._transition(pubfault_pb2, verdict, RECOVER, "the run completed", -1)
                 return
             verdict, assertion, detail, step, at = item
-            self._transition(pubfault_pb2, pubfault_grpc, verdict, assertion, detail, step, at)
+            self._transition(pubfault_pb2, verdict, assertion, detail, step, at)
 
     def _transition(
-        self, pb2: Any, grpc_mod: Any, verdict: str, assertion: str, detail: str, step: int, at: float | None = None
+        self, pb2: Any, verdict: str, assertion: str, detail: str, step: int, at: float | None = None
     ) -> None:
         at = time.time() if at is None else at
         if assertion == OCCUR:
@@ -160,12 +160,12 @@ class PublicFaultTeller:
                 return
             self._last_occur[verdict] = at
             opened = _Open(f"otel-mindformers.{verdict}.r{self._where.rank}.{uuid.uuid4().hex[:12]}", _ms(at))
-            if self._send(pb2, grpc_mod, verdict, OCCUR, opened, detail, step):
+            if self._send(pb2, verdict, OCCUR, opened, detail, step):
                 self._open[verdict] = opened
         elif assertion == RECOVER:
             known = self._open.pop(verdict, None)
             if known is not None:
-                self._send(pb2, grpc_mod, verdict, RECOVER, known, detail, step)
+                self._send(pb2, verdict, RECOVER, known, detail, step)
 
     def _request(self, pb2: Any, verdict: str, assertion: str, fault: _Open, detail: str, step: int) -> Any:
         where = self._where
@@ -192,10 +192,9 @@ class PublicFaultTeller:
             ],
         )
 
-    def _send(
-        self, pb2: Any, grpc_mod: Any, verdict: str, assertion: str, fault: _Open, detail: str, step: int
-    ) -> bool:
+    def _send(self, pb2: Any, verdict: str, assertion: str, fault: _Open, detail: str, step: int) -> bool:
         request = self._request(pb2, verdict, assertion, fault, detail, step)
+        service = pb2.DESCRIPTOR.services_by_name["PubFault"]
         outcome, words = "failed", ""
         for attempt in range(SEND_TRIES):
             if attempt and self._stop.wait(self._retry.next()):
@@ -203,7 +202,7 @@ class PublicFaultTeller:
             channel = None
             try:
                 channel = client.channel(self._target)
-                status = grpc_mod.PubFaultStub(channel).SendPublicFault(request, timeout=self._timeout)
+                status = client.call(channel, service, "SendPublicFault", request, pb2.RespStatus, self._timeout)
             except Exception as exc:  # grpc.RpcError: unreachable, slow, malformed answer
                 kind, words = client.kind_of(exc)
                 self.problems.report(kind, words, "trying again" if attempt + 1 < SEND_TRIES else "giving up this one")
