@@ -450,6 +450,7 @@ def test_the_watcher_tails_a_log_from_where_it_was_and_a_named_log_written_later
     found = []
     watcher = asd.AsdWatcher([log, later], None, 0, found.append, poll=0.02).start()
     with log.open("a") as handle:
+        handle.write(f"otel_mindformers: MindSpore silent-data-corruption detection: {SDC}\n")  # ours, quoting one
         handle.write("[INFO] ME(1:2,MainProcess):... ordinary line\n" + STRIKEOUT[:60])
         handle.flush()
         handle.write(STRIKEOUT[60:] + "\n")  # one line written in two pieces

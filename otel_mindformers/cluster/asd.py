@@ -61,8 +61,16 @@ class Detection:
     line: str
 
 
+# A log line of MindSpore (C++ and Python), glog or CANN starts with its level in brackets. Our
+# own lines about a detection quote it, and under msrun they go to the same file: matching only
+# log lines keeps the watcher from reading its own words back.
+_LOG_LINE = re.compile(r"^\s*\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|EVENT)\]")
+
+
 def parse_line(line: str, own_rank: int) -> Detection | None:
     """The detection a MindSpore log line reports, or None."""
+    if not _LOG_LINE.match(line):
+        return None
     for kind, pattern, alert, severity in _PATTERNS:
         match = pattern.search(line)
         if match:
