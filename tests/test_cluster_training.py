@@ -197,7 +197,9 @@ def troubled_run(tmp_path_factory):
             wait_until(lambda: clusterd.subscribed(), "the subscription once up", process, WAIT)
             clusterd.send_garbage()
             clusterd.send(fault_signal(JOB, "worker-3", "3", ["80E21007"], ["NotHandleFault"], state="Healthy"))
-            wait_until(lambda: "ClusterD reports a fault" in _log(workdir), "the fault after the garbage", process, WAIT)
+            wait_until(
+                lambda: "ClusterD reports a fault" in _log(workdir), "the fault after the garbage", process, WAIT
+            )
             with (workdir / "trainer.log").open("a") as log:  # MindSpore's C++ log line, as it writes it
                 log.write(STRIKEOUT.format(pid=process.pid))
             wait_until(lambda: "detection (strikeout)" in _log(workdir), "the SDC alert", process, WAIT)

@@ -41,7 +41,11 @@ from tests.support.waiting import wait_until
 
 PROTO = REPO / "otel_mindformers" / "cluster" / "proto"
 JOB = "mindx-job-0001"
-CODES = {names.VERDICT_SDC_SUSPECT: "010011001", names.VERDICT_SLOW_NODE: "110011002", names.VERDICT_STALLED_RANK: "010011003"}
+CODES = {
+    names.VERDICT_SDC_SUSPECT: "010011001",
+    names.VERDICT_SLOW_NODE: "110011002",
+    names.VERDICT_STALLED_RANK: "010011003",
+}
 LOGGER = "otel_mindformers.cluster"
 
 
@@ -142,7 +146,9 @@ def test_clusterd_is_where_the_ascend_operator_says():
     only_domain = {"MINDX_TASK_ID": JOB, "MINDX_SERVER_DOMAIN": "clusterd-grpc-svc.mindx-dl.svc.cluster.local"}
     assert endpoint.resolve(ClusterConfig(listen=True), only_domain).target.endswith("cluster.local:8899")
     # Asked for, without a job id: said why.
-    assert endpoint.resolve(ClusterConfig(listen=True), {"MINDX_SERVER_IP": "10.0.0.1"}).why_not == "MINDX_TASK_ID not set"
+    assert (
+        endpoint.resolve(ClusterConfig(listen=True), {"MINDX_SERVER_IP": "10.0.0.1"}).why_not == "MINDX_TASK_ID not set"
+    )
 
 
 def test_the_physical_npu_is_the_device_ids_place_among_the_mounted_ones():
@@ -282,7 +288,13 @@ def test_clusterd_down_garbage_killed_slow_and_refusing_each_warn_once_and_the_l
         listener.stop(5.0)
         clusterd.stop()
     assert _no_thread(LISTEN_THREAD)
-    for words in ("ClusterD unreachable", "does not parse", "broke the fault stream", "no answer within the timeout", "refused the registration"):
+    for words in (
+        "ClusterD unreachable",
+        "does not parse",
+        "broke the fault stream",
+        "no answer within the timeout",
+        "refused the registration",
+    ):
         assert len(_warnings(caplog, words)) == 1, (words, [r.getMessage() for r in caplog.records])
     assert all("training is not affected" in w for w in _warnings(caplog, "hearing ClusterD's faults"))
     assert [r.getMessage() for r in caplog.records if "subscribed to ClusterD" in r.getMessage()]
@@ -476,7 +488,9 @@ def test_mindspores_own_log_file_is_found_under_glog_log_dir(tmp_path):
 def test_the_detection_switches_are_resource_attributes():
     assert asd_attributes({}) == {names.ATTR_ASD_ENABLED: False}
     assert asd_attributes({"NPU_ASD_ENABLE": "2"}) == {names.ATTR_ASD_ENABLED: True, names.ATTR_ASD_NPU_ASD_ENABLE: "2"}
-    combined = asd_attributes({"NPU_ASD_ENABLE": "0", "MS_NPU_ASD_CONFIG": "enable:true,with_checksum = true,cooldown:5"})
+    combined = asd_attributes(
+        {"NPU_ASD_ENABLE": "0", "MS_NPU_ASD_CONFIG": "enable:true,with_checksum = true,cooldown:5"}
+    )
     assert combined[names.ATTR_ASD_ENABLED] is True and combined[names.ATTR_ASD_CHECKSUM] is True
     assert asd_attributes({"MS_NPU_ASD_CONFIG": "enable:false,with_checksum:true"})[names.ATTR_ASD_CHECKSUM] is False
 
@@ -493,7 +507,7 @@ def test_the_preflight_check_is_not_available_on_this_host_and_says_so_once(capt
     spans = capture.finished(names.SPAN_PREFLIGHT)
     assert [s.attributes[names.ATTR_PREFLIGHT_RESULT] for s in spans] == ["not_available", "not_available"]
     assert "needs an Ascend device" in spans[0].attributes[names.ATTR_PREFLIGHT_DETAIL]
-    assert "RuntimeError: Stress detection is not supported." == spans[1].attributes[names.ATTR_PREFLIGHT_DETAIL]
+    assert spans[1].attributes[names.ATTR_PREFLIGHT_DETAIL] == "RuntimeError: Stress detection is not supported."
     assert len(_warnings(caplog, "pre-flight check not available here")) == 2
 
 
@@ -530,7 +544,14 @@ def _ledger(folder: Path, fault: dict | None, outcome: str | None) -> None:
     (folder / "train_metric.job.rank_0.ledger").write_text(json.dumps(ledger))
 
 
-FAULT = {"time": 1060.0, "node": "worker-3", "device": "3", "device_type": "NPU", "level": "SeparateNPU", "codes": ["80818C00"]}
+FAULT = {
+    "time": 1060.0,
+    "node": "worker-3",
+    "device": "3",
+    "device_type": "NPU",
+    "level": "SeparateNPU",
+    "codes": ["80818C00"],
+}
 
 
 def test_the_attempt_a_clusterd_fault_ended_says_so_in_the_report(tmp_path):
