@@ -564,3 +564,9 @@ def test_the_attempt_a_clusterd_fault_ended_says_so_in_the_report(tmp_path):
         assert "ended: node" not in render_job(job_report([tmp_path], now=5000.0))
     _ledger(tmp_path, FAULT, "crashed")
     assert ended_by(job_report([tmp_path], now=5000.0)["attempts"][0]).endswith("4 s before it ended")
+    # The fault is in the ledger of the rank that listened, not necessarily the lowest one.
+    _ledger(tmp_path, None, None)
+    rank1 = json.loads((tmp_path / "train_metric.job.rank_0.ledger").read_text())
+    rank1["attempts"][0].update(rank=1, cluster_fault=FAULT)
+    (tmp_path / "train_metric.job.rank_1.ledger").write_text(json.dumps(rank1))
+    assert "attempt 1 ended: node worker-3, NPU 3" in render_job(job_report([tmp_path], now=5000.0))
