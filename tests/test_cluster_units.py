@@ -347,6 +347,13 @@ def test_a_verdict_is_told_once_as_occur_then_recover_with_the_same_fault_and_cl
     assert faults[0].description.startswith("otel-mindformers sdc_suspect on rank 1: loss non-finite 3 times")
     counts = counter_values(capture.reader, names.PUBLIC_FAULTS.name)
     assert sum(counts.values()) == 4 and all(dict(key)[names.ATTR_OUTCOME] == "sent" for key in counts)
+    # Without a rate limit, an open verdict is still told once: occur, then its recover.
+    with ClusterD(jobs={JOB}) as clusterd:
+        teller = _teller(clusterd.address, capture, min_interval=0.0)
+        for assertion in (OCCUR, OCCUR, RECOVER, RECOVER):
+            teller.tell(names.VERDICT_STALLED_RANK, assertion, "", 1)
+        teller.close(10.0, recover_open=False)
+    assert [assertion for _, assertion, *_ in told(clusterd)] == ["occur", "recover"]
 
 
 def test_a_code_clusterd_does_not_allow_is_said_once_and_not_sent_again(capture, caplog):
