@@ -185,7 +185,7 @@ def troubled_run(tmp_path_factory):
     port = free_port()
     with OtlpReceiver() as receiver:
         config = _config(
-            workdir, receiver, port, cluster={"tell": True, "min_interval": 0},
+            workdir, receiver, port, cluster={"tell": True, "min_interval": 0, "preflight": True},
             alert_config={"enable_alert": True, "stall_timeout": 1.0, "stop_on_nonfinite": False},
         )  # fmt: skip
         # ClusterD down at start; MindSpore's feature-value detection on (its lines go to stderr).
@@ -234,6 +234,9 @@ def test_a_misbehaving_clusterd_is_one_warning_each_and_training_completes_witho
     assert "trained to step" in log and "Traceback" not in log
     (threads,) = [line for line in log.splitlines() if line.startswith("threads after training: ")]
     assert "otel-mindformers" not in threads, threads
+    # The pre-flight check asked for on a CPU host: one clear line, training went on.
+    (preflight,) = [line for line in log.splitlines() if "pre-flight check" in line]
+    assert "not available here: MindSpore's stress test needs an Ascend device" in preflight
 
 
 def test_a_stalled_rank_is_told_and_recovered_and_mindspores_sdc_line_is_an_alert(troubled_run):
@@ -245,6 +248,8 @@ def test_a_stalled_rank_is_told_and_recovered_and_mindspores_sdc_line_is_an_aler
     ]
     (run,) = receiver.spans(semconv.SPAN_RUN)
     assert run.resource[names.ATTR_ASD_ENABLED] is True and run.resource[names.ATTR_ASD_NPU_ASD_ENABLE] == "1"
+    (check,) = receiver.spans(names.SPAN_PREFLIGHT)
+    assert check.attributes[names.ATTR_PREFLIGHT_RESULT] == "not_available" and check.parent_span_id == run.span_id
     (detected,) = [attrs for name, attrs in run.events if name == names.EVENT_ASD]
     assert (detected[names.ATTR_ASD_KIND], detected[names.ATTR_ASD_RANK]) == ("strikeout", 0)
     alerts = [log for log in receiver.logs() if log.attributes.get(semconv.ATTR_ALERT_RULE) == names.ALERT_RULE_SDC]
