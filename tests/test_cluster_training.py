@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -182,7 +183,11 @@ STRIKEOUT = (
 @pytest.fixture(scope="module")
 def troubled_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("cluster_troubled")
-    port = free_port()
+    # The port is held, bound but not listening (a connection is refused, as to a ClusterD that
+    # is down), until ClusterD starts on it: no other process on this shared host takes it.
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    port = held.getsockname()[1]
     with OtlpReceiver() as receiver:
         config = _config(
             workdir, receiver, port, cluster={"tell": True, "min_interval": 0, "preflight": True},
@@ -190,34 +195,39 @@ def troubled_run(tmp_path_factory):
         )  # fmt: skip
         # ClusterD down at start; MindSpore's feature-value detection on (its lines go to stderr).
         process = _spawn(workdir, config, NPU_ASD_ENABLE="1", DEVICE_ID="1")
-        clusterd = ClusterD(jobs={JOB}, port=port)
+        clusterd = first = ClusterD(jobs={JOB}, port=port)
         try:
-            wait_until(lambda: "ClusterD unreachable" in _log(workdir), "the warning while down", process, WAIT)
-            clusterd.start()
-            wait_until(lambda: clusterd.subscribed(), "the subscription once up", process, WAIT)
-            clusterd.send_garbage()
-            clusterd.send(fault_signal(JOB, "worker-3", "3", ["80E21007"], ["NotHandleFault"], state="Healthy"))
-            wait_until(
-                lambda: "ClusterD reports a fault" in _log(workdir), "the fault after the garbage", process, WAIT
-            )
-            with (workdir / "trainer.log").open("a") as log:  # MindSpore's C++ log line, as it writes it
-                log.write(STRIKEOUT.format(pid=process.pid))
-            wait_until(lambda: "detection (strikeout)" in _log(workdir), "the SDC alert", process, WAIT)
-            (workdir / "pause").write_text("")  # the rank stalls past stall_timeout
-            wait_until(lambda: told(clusterd), "the stall told", process, WAIT)
-            (workdir / "pause").unlink()
-            wait_until(lambda: len(told(clusterd)) == 2, "the stall recovered", process, WAIT)
-            clusterd.stop()  # killed mid-stream
-            wait_until(lambda: "broke the fault stream" in _log(workdir), "the broken stream", process, WAIT)
-            first, clusterd = clusterd, ClusterD(jobs={JOB}, port=port, slow_register=2.0).start()
-            wait_until(lambda: "no answer within" in _log(workdir), "the slow answer", process, WAIT)
-            clusterd.slow_register = 0.0
-            wait_until(lambda: clusterd.subscribed(), "subscribed again", process, WAIT)
-            (workdir / "stop").write_text("")
-            assert process.wait(timeout=WAIT) == 0, _log(workdir)[-4000:]
-            receiver.wait_for(lambda r: r.spans(semconv.SPAN_RUN))
+            try:
+                wait_until(lambda: "ClusterD unreachable" in _log(workdir), "the warning while down", process, WAIT)
+                held.close()
+                clusterd.start()
+                wait_until(lambda: clusterd.subscribed(), "the subscription once up", process, WAIT)
+                clusterd.send_garbage()
+                clusterd.send(fault_signal(JOB, "worker-3", "3", ["80E21007"], ["NotHandleFault"], state="Healthy"))
+                wait_until(
+                    lambda: "ClusterD reports a fault" in _log(workdir), "the fault after the garbage", process, WAIT
+                )
+                with (workdir / "trainer.log").open("a") as log:  # MindSpore's C++ log line, as it writes it
+                    log.write(STRIKEOUT.format(pid=process.pid))
+                wait_until(lambda: "detection (strikeout)" in _log(workdir), "the SDC alert", process, WAIT)
+                (workdir / "pause").write_text("")  # the rank stalls past stall_timeout
+                wait_until(lambda: told(clusterd), "the stall told", process, WAIT)
+                (workdir / "pause").unlink()
+                wait_until(lambda: len(told(clusterd)) == 2, "the stall recovered", process, WAIT)
+                clusterd.stop()  # killed mid-stream
+                wait_until(lambda: "broke the fault stream" in _log(workdir), "the broken stream", process, WAIT)
+                first, clusterd = clusterd, ClusterD(jobs={JOB}, port=port, slow_register=2.0).start()
+                wait_until(lambda: "no answer within" in _log(workdir), "the slow answer", process, WAIT)
+                clusterd.slow_register = 0.0
+                wait_until(lambda: clusterd.subscribed(), "subscribed again", process, WAIT)
+                (workdir / "stop").write_text("")
+                assert process.wait(timeout=WAIT) == 0, _log(workdir)[-4000:]
+                receiver.wait_for(lambda r: r.spans(semconv.SPAN_RUN))
+            except AssertionError as failed:  # with what the training said
+                raise AssertionError(f"{failed}\n--- the training's log ---\n{_log(workdir)[-6000:]}") from None
             yield workdir, receiver, first  # the ClusterD that was up while the stall came and went
         finally:
+            held.close()
             clusterd.stop()
             if process.poll() is None:
                 process.kill()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from pathlib import Path
@@ -243,12 +244,14 @@ def test_the_listener_registers_once_subscribes_and_hears_each_signal():
     heard = []
     with ClusterD(jobs={JOB}) as clusterd:
         listener = _listener(clusterd.address, heard.append)
-        wait_until(lambda: clusterd.subscribed() == 1, "the subscription")
-        assert clusterd.registrations == [(JOB, "otel-mindformers")] == clusterd.subscriptions
-        clusterd.send(fault_signal(JOB, "worker-3", "3", ["80818C00"], ["SeparateNPU"]))
-        clusterd.send(normal_signal(JOB))
-        wait_until(lambda: len(heard) == 2, "both signals heard")
-        listener.stop(5.0)
+        try:
+            wait_until(lambda: clusterd.subscribed() == 1, "the subscription")
+            assert clusterd.registrations == [(JOB, "otel-mindformers")] == clusterd.subscriptions
+            clusterd.send(fault_signal(JOB, "worker-3", "3", ["80818C00"], ["SeparateNPU"]))
+            clusterd.send(normal_signal(JOB))
+            wait_until(lambda: len(heard) == 2, "both signals heard")
+        finally:
+            listener.stop(5.0)
     assert [signal.kind for signal in heard] == ["fault", "normal"]
     assert heard[0].faults[0].describe() == "node worker-3, NPU 3, SeparateNPU, 80818C00"
     assert _no_thread(LISTEN_THREAD)
@@ -257,14 +260,15 @@ def test_the_listener_registers_once_subscribes_and_hears_each_signal():
 def test_clusterd_down_garbage_killed_slow_and_refusing_each_warn_once_and_the_listener_keeps_trying(caplog):
     caplog.set_level(logging.INFO, LOGGER)
     heard = []
-    clusterd = ClusterD(jobs={JOB})
-    clusterd.start()
-    port = clusterd.port
-    clusterd.stop()
+    held = socket.socket()  # bound, not listening: refused, as a ClusterD that is down; no one else takes it
+    held.bind(("127.0.0.1", 0))
+    port = held.getsockname()[1]
+    clusterd = ClusterD(jobs={JOB}, port=port)
     listener = _listener(f"127.0.0.1:{port}", heard.append, timeout=0.5)
     try:
         # Down at start: one warning however many tries.
         wait_until(lambda: listener.problems.count.get("unreachable", 0) >= 3, "three tries while down")
+        held.close()
         clusterd = ClusterD(jobs={JOB}, port=port).start()
         wait_until(lambda: clusterd.subscribed() == 1, "subscribed once ClusterD is up")
         # Garbage on the stream: skipped, one warning, the stream goes on and the next signal is heard.
@@ -285,6 +289,7 @@ def test_clusterd_down_garbage_killed_slow_and_refusing_each_warn_once_and_the_l
         clusterd = ClusterD(jobs=set(), port=port).start()
         wait_until(lambda: listener.problems.count.get("refused", 0) >= 2, "two refusals")
     finally:
+        held.close()
         listener.stop(5.0)
         clusterd.stop()
     assert _no_thread(LISTEN_THREAD)
@@ -303,9 +308,11 @@ def test_clusterd_down_garbage_killed_slow_and_refusing_each_warn_once_and_the_l
 def test_stop_ends_the_listener_while_it_waits_on_a_quiet_stream_or_a_retry():
     with ClusterD(jobs={JOB}) as clusterd:
         listener = _listener(clusterd.address, lambda signal: None)
-        wait_until(lambda: clusterd.subscribed() == 1, "subscribed")
-        started = time.monotonic()
-        listener.stop(5.0)
+        try:
+            wait_until(lambda: clusterd.subscribed() == 1, "subscribed")
+        finally:
+            started = time.monotonic()
+            listener.stop(5.0)
         assert not listener.alive and time.monotonic() - started < 2.0
     waiting = FaultListener("127.0.0.1:9", JOB, "r", lambda s: None, timeout=0.2, retry_max=60.0).start()
     wait_until(lambda: waiting.problems.count, "a first failure")

@@ -159,6 +159,10 @@ class AsdWatcher:
         self._thread.join(max(timeout, 0.0))
 
     @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
     def watching(self) -> list[Path]:
         return [tail.path for tail in self._tails]
 

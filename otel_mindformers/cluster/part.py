@@ -67,20 +67,27 @@ class ClusterPart(RunPart):
 
     # --- end ---------------------------------------------------------------------------------
     def end(self, ending: RunEnding) -> None:
+        """Before the attempt and the run span end: what is heard or read from here on would
+        land on an ended span."""
         if self._watchdog is not None:
             self._watchdog.stop(min(1.0, ending.remaining()))
+        if self.listener is not None:
+            self.listener.stop(min(2.0, ending.remaining()))
+        if self.watcher is not None:
+            self.watcher.stop(min(2.0, ending.remaining()))  # its last read: lines written up to the end
         if self.teller is not None:
             # A completed run clears what it told; a crash or a stop leaves it for ClusterD.
             self.teller.close(ending.remaining(), recover_open=ending.outcome == "completed")
 
     def close(self, remaining: Remaining) -> None:
+        """What `end` did not finish within its time (and all of it when the start failed)."""
         if self._watchdog is not None:
             self._watchdog.stop(min(1.0, remaining()))
         if self.teller is not None and self.teller.alive:
             self.teller.close(remaining(), recover_open=False)
-        if self.listener is not None:
+        if self.listener is not None and self.listener.alive:
             self.listener.stop(remaining())
-        if self.watcher is not None:
+        if self.watcher is not None and self.watcher.alive:
             self.watcher.stop(remaining())
 
 

@@ -98,6 +98,8 @@ class PublicFaultTeller:
         self._open: dict[str, _Open] = {}
         self._last_occur: dict[str, float] = {}
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._channel: Any = None  # the request's, while one is in flight (close() aborts it)
         self.problems = client.Problems("telling ClusterD this rank's verdicts")
         self.sent: list[tuple[str, str]] = []  # (verdict, assertion) taken by ClusterD
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
@@ -123,7 +125,11 @@ class PublicFaultTeller:
         except queue.Full:
             pass
         self._thread.join(max(0.0, deadline - time.monotonic()))
-        self._stop.set()  # past the deadline: give up any retry wait
+        self._stop.set()  # past the deadline: give up any retry wait, and the call in flight
+        with self._lock:
+            channel = self._channel
+        if channel is not None:
+            channel.close()
         self._thread.join(0.5)
 
     @property
@@ -202,12 +208,18 @@ class PublicFaultTeller:
             channel = None
             try:
                 channel = client.channel(self._target)
+                with self._lock:
+                    self._channel = channel
+                if self._stop.is_set():
+                    break
                 status = client.call(channel, service, "SendPublicFault", request, pb2.RespStatus, self._timeout)
             except Exception as exc:  # grpc.RpcError: unreachable, slow, malformed answer
                 kind, words = client.kind_of(exc)
                 self.problems.report(kind, words, "trying again" if attempt + 1 < SEND_TRIES else "giving up this one")
                 continue
             finally:
+                with self._lock:
+                    self._channel = None
                 if channel is not None:
                     channel.close()
             if status.code == OK:

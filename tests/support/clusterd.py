@@ -81,12 +81,15 @@ class ClusterD:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._streams: dict[tuple[str, str], queue.Queue] = {}
+        self._streams: dict[tuple[str, str], queue.Queue] = {}  # registered, each with its stream's queue
+        self._open = 0  # subscription handlers running: streams a subscriber reads
         self._server: grpc.Server | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> ClusterD:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        # No SO_REUSEPORT: a port another process took since the test chose it fails here,
+        # rather than sharing its connections with that process's server.
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[("grpc.so_reuseport", 0)])
         handlers = {
             "Register": grpc.unary_unary_rpc_method_handler(
                 self._register, request_deserializer=fault_pb2.ClientInfo.FromString,
@@ -131,8 +134,9 @@ class ClusterD:
 
     # --- what a test makes it do --------------------------------------------------------------
     def subscribed(self) -> int:
+        """Subscriptions whose stream is open now."""
         with self._lock:
-            return len(self._streams)
+            return self._open
 
     def send(self, message) -> int:
         """Push a FaultMsgSignal to every subscriber; how many got it."""
@@ -170,14 +174,20 @@ class ClusterD:
             context.abort(grpc.StatusCode.UNKNOWN, f"jobId={request.jobId} not registered, role={request.role}")
         self.subscriptions.append(key)
         context.add_callback(lambda: stream.put(_END))
-        while True:
-            message = stream.get()
-            if message is _END or not context.is_active():
-                with self._lock:
-                    if self._streams.get(key) is stream:
-                        del self._streams[key]
-                return
-            yield message
+        with self._lock:
+            self._open += 1
+        try:
+            while True:
+                message = stream.get()
+                if message is _END or not context.is_active():
+                    with self._lock:
+                        if self._streams.get(key) is stream:
+                            del self._streams[key]
+                    return
+                yield message
+        finally:
+            with self._lock:
+                self._open -= 1
 
     def _get(self, request, context):
         return fault_pb2.FaultQueryResult(code=0, info="no fault")
