@@ -177,6 +177,12 @@ def test_a_bad_cluster_key_is_named_before_training(section, needle):
         parse_monitor_config({"cluster": section})
 
 
+def test_stall_timeout_is_not_said_to_be_ignored_while_telling_clusterd_reads_it():
+    alerts_off = parse_monitor_config({"alert_config": {"stall_timeout": 60}, "cluster": {"tell": True}})
+    assert alerts_off.alert_config.ignored_while_off() is not None
+    assert alerts_off.alert_config.ignored_while_off(stall_used=alerts_off.cluster.tell) is None
+
+
 # --- ClusterD's signals -----------------------------------------------------------------------------
 def test_a_signal_reads_as_one_fault_per_node_and_device_with_its_level():
     message = fault_signal(JOB, "worker-3", "3", ["80E21007", "80818C00"], ["NotHandleFault", "SeparateNPU"])
