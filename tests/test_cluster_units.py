@@ -195,12 +195,12 @@ def test_a_signal_reads_as_one_fault_per_node_and_device_with_its_level():
     # Without the per-code levels ClusterD sends, the table gives them.
     bare = fault_signal(JOB, "worker-3", "3", ["0x80818c00"], [])
     assert read_signal(bare, 0.0).faults[0].level == "SeparateNPU"
-    # Bounded: a signal of 5,000 devices keeps 1,024 faults, each with at most 32 codes.
+    # Bounded: a signal of 1,100 devices keeps 1,024 faults, each with at most 32 codes.
     from otel_mindformers.cluster.proto import fault_pb2
 
     huge = fault_pb2.FaultMsgSignal(signalType="fault", nodeFaultInfo=[
         fault_pb2.NodeFaultInfo(nodeName="n\nx" * 200, faultDevice=[
-            fault_pb2.DeviceFaultInfo(deviceId=str(i), faultCodes=["80E21007"] * 100) for i in range(5000)
+            fault_pb2.DeviceFaultInfo(deviceId=str(i), faultCodes=["80E21007"] * 40) for i in range(1100)
         ])
     ])  # fmt: skip
     faults = read_signal(huge, 0.0).faults
