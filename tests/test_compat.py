@@ -194,6 +194,26 @@ def test_a_moved_cpu_parser_is_named_with_the_release(monkeypatch):
     assert "`otel-mindformers capture --analyse` on a CPU profile needs it" in str(caught.value)
 
 
+# --- the pre-flight check's stress test (cluster/preflight.py) --------------------------------------
+
+
+def test_the_stress_test_the_preflight_check_runs_is_on_this_release():
+    from otel_mindformers.compat import stress_detect
+
+    function = stress_detect.stress_detect()
+    assert function.__name__ == "stress_detect" and function.__module__.startswith("mindspore.")
+
+
+def test_a_moved_stress_test_is_named_with_the_release(monkeypatch):
+    from otel_mindformers.compat import stress_detect
+
+    monkeypatch.setattr(stress_detect, "PLACES", ("mindspore.tools:no_such_stress_detect",))
+    with pytest.raises(ApiNotFound) as caught:
+        stress_detect.stress_detect()
+    _release_named(caught.value, "mindspore")
+    assert "cluster.preflight needs it" in str(caught.value)
+
+
 # --- MindFormers ------------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from mindspore.train import Callback
 import otel_mindformers
 from otel_mindformers import MonitorCallback
 from tests.support import training
+from tests.support.clusterd import ClusterD
 from tests.support.configs import config
 from tests.support.hook_counts import HookCounter
 from tests.support.in_memory import Capture
@@ -58,6 +59,9 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     "scalar": {"python_calls": 7, "c_calls": 13, "opcodes": 560},
     "tuple5": {"python_calls": 7, "c_calls": 19, "opcodes": 672},
     "probe": {"python_calls": 8, "c_calls": 16, "opcodes": 619},
+    # The scalar loss with MindCluster heard and told (cluster/, a ClusterD on 127.0.0.1):
+    # its subscription, verdicts and teller are other threads'; the step hooks count the same.
+    "cluster": {"python_calls": 7, "c_calls": 13, "opcodes": 560},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's
@@ -73,8 +77,8 @@ PHASE = {"python_calls": 30, "c_calls": 27, "opcodes": 655, "sdk_calls": 12, "wi
 
 # "probe": the scalar loss with `grad_monitor: True`, whose norm a GradNormProbe writes in the
 # step (model_state/grad_norm_probe.py): an unsampled step stays at the floor (no readback).
-@pytest.fixture(params=["scalar", "tuple5", "probe"])
-def counted(request, workdir):
+@pytest.fixture(params=["scalar", "tuple5", "probe", "cluster"])
+def counted(request, workdir, monkeypatch):
     config = {
         "interval": INTERVAL,
         "output_type": ["json_file", "tensorboard"],
@@ -82,6 +86,12 @@ def counted(request, workdir):
     }
     if request.param == "probe":
         config["grad_monitor"] = True
+    if request.param == "cluster":
+        clusterd = ClusterD(jobs={"job-1"}).start()
+        request.addfinalizer(clusterd.stop)
+        for name, value in (("MINDX_TASK_ID", "job-1"), ("MINDX_SERVER_IP", "127.0.0.1"), ("NODE_NAME", "node-1")):
+            monkeypatch.setenv(name, value)
+        config["cluster"] = {"port": clusterd.port, "tell": True}
     callback = MonitorCallback(config)
     counter = HookCounter(
         callback,
@@ -91,10 +101,12 @@ def counted(request, workdir):
     )
     tracemalloc.start()
     try:
-        shape = "scalar" if request.param == "probe" else request.param
+        shape = "scalar" if request.param in ("probe", "cluster") else request.param
         training.train([callback], steps=25, shape=shape, mode=ms.GRAPH_MODE)
     finally:
         tracemalloc.stop()
+    if request.param == "cluster":
+        assert clusterd.registrations == [("job-1", "otel-mindformers")]  # it was on
     return request.param, counter.counts
 
 

@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hangs",
         "nonfinite",
         "flight_recorder",
+        "cluster",
     ),
     ("alerts",),
     ("runtime",),

@@ -182,3 +182,53 @@ def _check_notifiers(key: str, notifiers: list[_Notifier]) -> None:
             )
     if problems:
         raise ConfigError(*problems)
+
+
+def _check_server(key: str, value: Any) -> None:
+    """ClusterD's gRPC address: `host` or `host:port` (no scheme: it speaks plain gRPC)."""
+    if value is None:
+        return
+    host, port = split_host_port(value)
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(f"{key}: the port of {value!r} is not a number from 1 to 65535")
+    _check_host(key, host)
+
+
+def split_host_port(address: str) -> tuple[str, str | None]:
+    """`host`, `host:port`, `[v6]` or `[v6]:port` -> (host, port or None); a bare IPv6 address is a host."""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        return host, (rest[1:] if rest.startswith(":") else rest) if rest else None
+    if address.count(":") == 1:
+        host, port = address.split(":")
+        return host, port
+    return address, None
+
+
+# MindCluster's public fault codes: nine digits (its fault-code rules: type, default level,
+# two reserved digits, 1 for a user-defined code, four digits of the code).
+_PUBLIC_FAULT_CODE = re.compile(r"^\d{9}$")
+
+
+def _check_public_fault_code(key: str, value: Any) -> None:
+    if not _PUBLIC_FAULT_CODE.match(value):
+        raise ConfigError(f"{key}: a public fault code is nine digits (e.g. 010011001), got {value!r}")
+
+
+# ClusterD's checks (component/clusterd/pkg/application/publicfault/checker.go): the sender
+# is a name its configuration allows; a node name is a Kubernetes node name.
+_RESOURCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-.]{0,251}[a-z0-9])?$")
+
+
+def _check_resource(key: str, value: Any) -> None:
+    if not _RESOURCE.match(value):
+        raise ConfigError(f"{key}: letters, digits, '-', '_' and '.', at most 64, got {value!r}")
+
+
+def _check_node_name(key: str, value: Any) -> None:
+    if value is not None and not NODE_NAME.match(value):
+        raise ConfigError(
+            f"{key}: a Kubernetes node name (lower-case letters, digits, '-' and '.', as "
+            f"`kubectl get nodes` lists it), got {value!r}"
+        )

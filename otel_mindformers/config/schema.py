@@ -23,9 +23,13 @@ from otel_mindformers.config.checks import (
     _check_headers,
     _check_host,
     _check_job_id,
+    _check_node_name,
     _check_notifiers,
     _check_output_path,
+    _check_public_fault_code,
     _check_report_ranks,
+    _check_resource,
+    _check_server,
     _check_step_spans,
     _one_of,
     _seconds,
@@ -213,16 +217,17 @@ class AlertConfig(_Section):
     # A notice when the run ends (completed / stopped early / crashed), see docs/alerts.md.
     notify_run_end: bool = _key(default=False)
 
-    def ignored_while_off(self) -> str | None:
+    def ignored_while_off(self, stall_used: bool = False) -> str | None:
         """The settings only the alert engine reads, given while it is off (the stall dumps'
-        SIGUSR1 works either way): one sentence naming them, for the run's log and `validate`."""
+        SIGUSR1 works either way): one sentence naming them, for the run's log and `validate`.
+        `stall_used`: `cluster.tell` reads `stall_timeout` too."""
         if self.enable_alert:
             return None
         defaults = type(self)()
         ignored = [
             key
             for key in ("notify_run_end", "stall_timeout", "notifiers", "stop_after_anomalous_steps", "loss_threshold")
-            if getattr(self, key) != getattr(defaults, key)
+            if getattr(self, key) != getattr(defaults, key) and not (key == "stall_timeout" and stall_used)
         ]
         if not ignored:
             return None
@@ -356,6 +361,54 @@ class RestartsConfig(_Section):
     no_progress_attempts: int = _key(default=3, check=_at_least(1, 1000))
 
 
+@dataclasses.dataclass(repr=False)
+class PublicFaultCodesConfig(_Section):
+    """`cluster.codes`: the public fault code each verdict is told with. User-defined codes
+    by MindCluster's rules (type, default level, 00, 1 = user-defined, four digits): a chip
+    SubHealthFault, a node SubHealthFault, a chip SubHealthFault. The cluster admin lists
+    them, with a level, in ClusterD's publicCustomization.json (docs/mindcluster.md)."""
+
+    sdc_suspect: str = _key(default="010011001", check=_check_public_fault_code)
+    slow_node: str = _key(default="110011002", check=_check_public_fault_code)
+    stalled_rank: str = _key(default="010011003", check=_check_public_fault_code)
+
+
+@dataclasses.dataclass(repr=False)
+class ClusterConfig(_Section):
+    """`monitor_config.cluster`: MindCluster's ClusterD, heard and told (docs/mindcluster.md).
+
+    `listen` (unset: on when MINDX_TASK_ID and MINDX_SERVER_IP are set, as the Ascend Operator
+    sets them): rank `listen_rank` subscribes to ClusterD's fault service for the job, under
+    `role`. `server` (unset: MINDX_SERVER_IP, else MINDX_SERVER_DOMAIN) and `port` say where
+    ClusterD listens. `tell`: this rank's verdicts become public faults (`resource` is the
+    sender ClusterD must allow; `node_name`, unset: NODE_NAME), at most one `occur` per verdict
+    per `min_interval` seconds, each with a `recover` once it clears for `recover_after`
+    sampled steps. `sdc_strikes`: episodes of a non-finite own loss within `sdc_window`
+    sampled steps that make this rank's device an SDC suspect. `asd_logs`: the logs where
+    MindSpore writes its silent-data-corruption detection lines (empty: its own log file, else
+    this process's stderr when that is a file). `preflight`: MindSpore's stress test of the
+    device before the first step.
+    """
+
+    listen: Union[bool, None] = _key(default=None)
+    server: Union[str, None] = _key(default=None, check=_check_server)
+    port: int = _key(default=8899, check=_between(1, 65535))
+    role: str = _key(default="otel-mindformers", check=_check_resource)
+    listen_rank: int = _key(default=0, check=_at_least(0))
+    timeout: float = _key(default=5.0, check=_seconds(0.001))
+    retry_max: float = _key(default=60.0, check=_seconds(0.01))
+    tell: bool = _key(default=False)
+    resource: str = _key(default="otel-mindformers", check=_check_resource)
+    node_name: Union[str, None] = _key(default=None, check=_check_node_name)
+    codes: PublicFaultCodesConfig = _key(factory=PublicFaultCodesConfig)
+    min_interval: float = _key(default=300.0, check=_seconds(0.0))
+    recover_after: int = _key(default=3, check=_at_least(1, 1_000_000))
+    sdc_strikes: int = _key(default=3, check=_at_least(1, 1000))
+    sdc_window: int = _key(default=100, check=_at_least(1, 1_000_000))
+    asd_logs: list[str] = _key(factory=list)
+    preflight: bool = _key(default=False)
+
+
 @dataclasses.dataclass(frozen=True)
 class TelemetryConfig:
     """`service_name`, `output_type`, `otlp` and `prometheus`, for the OTel providers."""
@@ -426,6 +479,7 @@ class MonitorConfig(_Section):
     log_rotation: LogRotationConfig = _key(factory=LogRotationConfig)
     logs: LogsConfig = _key(factory=LogsConfig)
     stragglers: StragglerConfig = _key(factory=StragglerConfig)
+    cluster: ClusterConfig = _key(factory=ClusterConfig)
     mindformers_native: dict[str, Any] = _key(factory=dict)
     # Directory of the YAML file it came from: custom monitors may live beside it.
     source_dir: Union[str, None] = _key(default=None)

@@ -9,7 +9,9 @@ step it resumed from), `checkpoint_save_seconds`, `checkpoint_load_seconds`,
 `data_wait_seconds` and `data_wait_step` (the run's wait for data between steps, up to the
 step of the worker's last record), `trace_id` and
 `span_id` (its run span, which the next attempt's links to), `parent_span_id` (the launcher's
-span it is a child of, when there is one), `heartbeat_interval`, and, once it ended,
+span it is a child of, when there is one), `heartbeat_interval`, `cluster_fault` (the
+last fault MindCluster's ClusterD reported during it, cluster/: time, node, device, level,
+codes, and `cleared` once ClusterD said the faults were gone), and, once it ended,
 `outcome` (completed, stopped, crashed), `reason` and `end`. An entry that never got its
 end is `killed`, ended at its last heartbeat: the next attempt writes that down.
 
@@ -267,6 +269,20 @@ class AttemptTracker:
         with self._lock:
             self.entry["data_wait_seconds"], self.entry["data_wait_step"] = seconds, step
 
+    def note_cluster_fault(self, fault: dict[str, Any] | None) -> None:
+        """A fault MindCluster's ClusterD reported (cluster/heard.py, on its listener thread),
+        or None when it reports the faults cleared. Written at once, not at the next
+        heartbeat: ClusterD may stop the job right after it, and `report` then says which
+        fault ended this attempt."""
+        with self._lock:
+            if fault is not None:
+                self.entry["cluster_fault"] = dict(fault)
+            elif self.entry.get("cluster_fault"):
+                self.entry["cluster_fault"] = {**self.entry["cluster_fault"], "cleared": round(time.time(), 3)}
+            else:
+                return
+        self._write()
+
     def line_fields(self) -> dict[str, Any]:
         """The JSON line's `job` object (sampled steps)."""
         fields: dict[str, Any] = {"id": self.job_id, "attempt": self.attempt}
@@ -337,7 +353,11 @@ class AttemptTracker:
             if data is None:  # corrupt or gone: ours again
                 data = new_ledger(self.job_id)
                 data["attempts"] = list(self.history)
-            data["attempts"] = [a for a in data["attempts"] if a.get("attempt_id") != mine["attempt_id"]] + [mine]
+            # The entry as of now, under the file's lock: two threads that write (the heartbeat,
+            # a ClusterD fault) leave the later state, never an older copy, on disk.
+            with self._lock:
+                latest = dict(self.entry)
+            data["attempts"] = [a for a in data["attempts"] if a.get("attempt_id") != mine["attempt_id"]] + [latest]
             return data
 
         try:

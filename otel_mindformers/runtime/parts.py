@@ -13,7 +13,9 @@ order:
   before this run writes a line; its ring closes once the pipeline drained;
 - devices, stacks, captures before the alerts that use them; logs after the alerts, so a
   warning of the alerts' shutdown still goes out; the run span after them, so it ends
-  before the notice; the attempt after the run span, so its totals land on it;
+  before the notice; the attempt after the run span, so its totals land on it; MindCluster
+  (cluster/) after both: a fault ClusterD reports goes on the run span and into the attempt's
+  ledger entry, and its pre-flight check runs before the first step;
 - the pipeline last: its end drains what the training thread handed over (and what the
   timeline still holds) before the attempt, the run span and the notice are closed.
 """
@@ -29,6 +31,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 
 from otel_mindformers.captures.controller import CaptureController
+from otel_mindformers.cluster.part import start_cluster
 from otel_mindformers.compat import mindspore_model
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import Remaining, RunEnding, RunPart
@@ -173,7 +176,7 @@ def start_alerts(ctx: RunContext) -> RunPart | None:
     from otel_mindformers.alerts import AlertEngine
 
     config = ctx.config
-    ignored = config.alert_config.ignored_while_off()
+    ignored = config.alert_config.ignored_while_off(stall_used=config.cluster.tell)
     if ignored:
         _logger.warning("otel_mindformers: %s", ignored)
     ctx.alerts = engine = AlertEngine.start(
@@ -351,6 +354,7 @@ PARTS: tuple[Callable[[RunContext], RunPart | None], ...] = (
     start_logs,
     start_run_span,
     start_attempt,
+    start_cluster,
     start_grad_norm_probe,
     start_model_state,
     start_timeline,

@@ -51,6 +51,7 @@ from otel_mindformers.analysis.report import (
     findings,
 )
 from otel_mindformers.captures.offline.profile_trace import TraceError, short_name, trace_operators
+from otel_mindformers.cluster.offline.attempt_fault import what_ended
 from otel_mindformers.names import straggler_names as sections
 from otel_mindformers.names import training as tm
 from otel_mindformers.stragglers.offline import verdict as stragglers
@@ -652,7 +653,9 @@ def attempt_steps(attempt: dict[str, Any]) -> str:
 
 
 def _ended(attempt: dict[str, Any]) -> str:
-    return attempt["outcome"] + (f" ({attempt['reason']})" if attempt.get("reason") else "")
+    ended = attempt["outcome"] + (f" ({attempt['reason']})" if attempt.get("reason") else "")
+    cluster_fault = what_ended(attempt)  # cluster/: the ClusterD fault that ended it
+    return ended if cluster_fault is None else f"{ended}; ClusterD: {cluster_fault}"
 
 
 # The attempts table: a header and how each attempt's cell reads, in order. A column is one
