@@ -200,8 +200,9 @@ def test_an_empty_slot_is_left_out_and_a_damaged_one_gives_one_warning(tmp_path,
     """A slot is written whole by one write, its number first and last: a slot whose two
     numbers disagree (a write cut short, a damaged disk), whose flags or value indexes are
     out of range, is damaged: skipped, counted, one warning; never an IndexError."""
-    path = _dead(_ring(tmp_path), range(1, 8))
+    path = _dead(_ring(tmp_path), range(1, 10))
     keys_at, last_at = 16, SLOT_BYTES - 8
+    field_at = {name: 32 + 8 * index for index, name in enumerate(ring_format.SLOT_FIELDS)}
     with open(path, "r+b") as stream:
         for seq, offset, data in [
             (3, 0, bytes(8)),  # never written (or written over by zeros): empty
@@ -209,6 +210,8 @@ def test_an_empty_slot_is_left_out_and_a_damaged_one_gives_one_warning(tmp_path,
             (5, 8, b"\xff\xff"),  # flags: is_last 255
             (6, keys_at, bytes([len(tm.BY_KEY)])),  # the first value's index: one past the table
             (7, keys_at, bytes([0x80 | len(tm.BY_KEY)])),  # the same, marked a bool
+            (8, field_at["step"], struct.pack("<q", 2**62)),  # a step no run reaches
+            (9, field_at["end"], struct.pack("<d", math.nan)),  # a clock reading that is no time
         ]:
             stream.seek(_slot_offset(seq) + offset)
             stream.write(data)
@@ -218,7 +221,7 @@ def test_an_empty_slot_is_left_out_and_a_damaged_one_gives_one_warning(tmp_path,
         take_tail(path).release()
     assert [slot.step for slot in tail.slots] == [1, 2]
     assert [w for w in _warnings(caplog) if "damaged" in w] == [
-        f"otel_mindformers: the flight ring {path} holds 4 damaged slot(s); skipped, the rest recovered"
+        f"otel_mindformers: the flight ring {path} holds 6 damaged slot(s); skipped, the rest recovered"
     ]
 
 
@@ -320,29 +323,43 @@ def test_a_ring_whose_header_no_run_writes_is_set_aside_with_one_warning_and_not
 
 @pytest.mark.parametrize(
     "case",
-    ["another file of its folder", "a link to another file", "another rank's log", "a file of no JSON lines"],
-)
+    [
+        "another file of its folder", "another log of its job", "a link to another file", "a link to its job's log",
+        "another rank's log", "a file of no JSON lines", "a ring under another name",
+    ],
+)  # fmt: skip
 def test_a_ring_is_recovered_only_into_its_own_runs_log(tmp_path, caplog, case):
     """A plain name in the ring's own folder is not enough: the log must be its run's JSON
-    log (by name), a plain file, holding its job's lines on its rank."""
+    log (by name, as the ring's own name says), a plain file, holding its job's lines on its rank."""
     victim = tmp_path / "victim.txt"
     victim.write_text("first line\nlast line, no newline")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _log(elsewhere / "train_metric.json", range(1, 3))  # job a's lines, rank 0
     log = tmp_path / "train_metric.json"
     name = "train_metric.json"
     if case == "another file of its folder":
         name = "victim.txt"
+    elif case == "another log of its job":
+        name = "eval_metric.json"
+        _log(tmp_path / name, range(1, 3))
     elif case == "a link to another file":
         log.symlink_to(victim)
+    elif case == "a link to its job's log":
+        log.symlink_to(elsewhere / "train_metric.json")
     elif case == "another rank's log":
         _log(log, range(1, 4), rank=1)
     else:
         log.write_text("export A=1\nexport B=2\n")
     path = _dead(_ring(tmp_path, json_name=name), range(1, 6))
-    before = {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    if case == "a ring under another name":  # whose log is it? its name would have said
+        _log(log, range(1, 3))
+        path = path.rename(tmp_path / "planted.flight")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
         assert recover_rings([path]) == []
         assert recover_rings([path]) == []
-    assert {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     assert len([w for w in _warnings(caplog) if "is not recovered" in w]) == 1, _warnings(caplog)
     tail = take_tail(path)
     assert [slot.step for slot in tail.slots] == [1, 2, 3, 4, 5]  # still there for its run
@@ -364,6 +381,14 @@ def test_a_name_with_brackets_is_no_pattern(tmp_path):
     tails[0].release()
     assert recover_rings([mine]) == [(log, 3)]
     assert other.exists() and not (folder / "train0.json").exists()
+    # Its log now another job's, and a set-aside log that the pattern would match holds job a's
+    # lines: it is train0's, not this log's.
+    decoy = folder / "train0.20260101-000000.json"
+    before = _log(decoy, range(1, 3))
+    _log(log, range(1, 3), job={"id": "job-b", "attempt": 1})
+    again = _dead(_ring(folder, stem="train[0]", json_name=log.name, attempt_id="a2"), range(1, 4))
+    assert recover_rings([again]) == []
+    assert decoy.read_bytes() == before
 
 
 # --- how far the outputs got, and which log -------------------------------------------------

@@ -156,8 +156,8 @@ def own_log(path: Path, header: Header) -> tuple[Path | None, str]:
     link, not a file of another job, another rank or no JSON lines at all."""
     parts = name_parts(path)
     name = header.json_name
-    if parts is None or (parts[1], parts[2]) != (header.rank, header.attempt_id):
-        return None, "its name is not its header's run"
+    if parts is None:
+        return None, "its own name is not a ring's"
     stem = Path(name).stem
     if not name or Path(name).name != name or stem not in (parts[0], f"{parts[0]}_rank_{header.rank}"):
         return None, f"the log it names ({name!r}) is not its run's"

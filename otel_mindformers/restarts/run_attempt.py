@@ -81,7 +81,6 @@ def begin_attempt(
         return None
     restarts = launcher_restart_count()
     try:
-        # A ring whose lock is held is a live process's (flight_recorder/): not how far a dead attempt got.
         flown = finished_steps_of(config.json_log_path, identity.rank)
         return AttemptTracker.begin(
             path=ledger_path(config.json_log_path, identity.rank),
@@ -94,7 +93,7 @@ def begin_attempt(
             clock=clock,
             wall_clock=wall_clock,
             heartbeat_interval=config.restarts.heartbeat_interval,
-            finished={attempt_id: (far.step, far.last_sample) for attempt_id, far in flown.items() if not far.alive},
+            finished={attempt_id: (far.step, far.last_sample) for attempt_id, far in flown.items()},
             running=frozenset(attempt_id for attempt_id, far in flown.items() if far.alive),
         )
     except Exception as exc:  # the ledger is telemetry: the run goes on without it
