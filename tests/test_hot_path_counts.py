@@ -61,11 +61,12 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # in the ring), 7 -> 8 Python calls, 14 -> 16 C calls.
     # The slot packed by one Struct (its layout derived from SampledStep's fields) and written
     # by one pwrite, not stored word by word into a shared mapping (a SIGBUS when another
-    # process shrank the file): 560 -> 456 / 672 -> 535 / 619 -> 504 bytecodes (no loop turn
+    # process shrank the file): 560 -> 449 / 672 -> 528 / 619 -> 497 bytecodes (no loop turn
     # per value), +2 C calls (the pack, the pwrite; the values' view) 13 -> 15 / 19 -> 21 / 16 -> 18.
-    "scalar": {"python_calls": 7, "c_calls": 15, "opcodes": 456},
-    "tuple5": {"python_calls": 7, "c_calls": 21, "opcodes": 535},
-    "probe": {"python_calls": 8, "c_calls": 18, "opcodes": 504},
+    # The slot holds the step: the step hook's own write is for the steps it does not sample.
+    "scalar": {"python_calls": 7, "c_calls": 15, "opcodes": 449},
+    "tuple5": {"python_calls": 7, "c_calls": 21, "opcodes": 528},
+    "probe": {"python_calls": 8, "c_calls": 18, "opcodes": 497},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's

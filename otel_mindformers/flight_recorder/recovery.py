@@ -319,7 +319,8 @@ class Finished:
 
 def finished_steps(folder: Path, pattern: str = f"*{SUFFIX}") -> dict[tuple[int, str], Finished]:
     """(rank, attempt id) -> how far the run of each readable ring in `folder` got (a read,
-    no lock: the step is one 8-byte write)."""
+    no lock: the step is one 8-byte write): the header's step, or its last slot's, which a
+    sampled step writes instead."""
     found: dict[tuple[int, str], Finished] = {}
     for path in sorted(folder.glob(pattern)):
         try:
@@ -331,7 +332,9 @@ def finished_steps(folder: Path, pattern: str = f"*{SUFFIX}") -> dict[tuple[int,
         header = contents.header
         last = contents.slots[-1] if contents.slots else None
         found[(header.rank, header.attempt_id)] = Finished(
-            header.finished_step, header.wall(last.end) if last is not None else None, alive
+            max(header.finished_step, last.step if last is not None else 0),
+            header.wall(last.end) if last is not None else None,
+            alive,
         )
     return found
 

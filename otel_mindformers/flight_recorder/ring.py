@@ -4,7 +4,7 @@ A process that dies without running another line of Python (SIGKILL, the OOM kil
 `os._exit`, `abort()`, a segfault) leaves what it wrote into a file in the page cache,
 which the kernel writes back on its own: the next process that opens the file reads it.
 So the training thread writes here what it hands to the pipeline on a sampled step, and
-the job's step on every step; the pipeline worker notes how far the outputs have written.
+the job's step on every other step; the pipeline worker notes how far the outputs have written.
 What lies between the two is what a death would have lost.
 
     {json_log_path stem}.rank_{rank}.{attempt id}.flight
@@ -21,7 +21,8 @@ dies half way leaves the tail where it was. Layout, little-endian:
 
 - the header page (HEADER_BYTES): magic, format version, its own size, slot size and count,
   rank, pid, flags, the run's (perf_counter, Unix time) origin, when it was created; the
-  last finished job step (`FINISHED_OFFSET`: the step hook's write, every step); the step
+  last finished job step (`FINISHED_OFFSET`: the step hook's write on every step it does
+  not sample; a sampled step's slot holds its step); the step
   of the last record the outputs wrote (`WRITTEN_OFFSET`, the pipeline worker's); the
   attempt number and the slot layout's id; the job id, the attempt id and the JSON log's
   file name;
@@ -85,7 +86,7 @@ _MAX_TIME = 2.0**33  # seconds: a Unix time, or a perf_counter reading, before t
 
 # magic, version, header bytes, slot bytes, slot count, rank, pid, flags, perf0, wall0, created
 _HEADER = struct.Struct("<8sIIIIiiIddd")
-FINISHED_OFFSET = 64  # int64: the last finished job step (the step hook's write)
+FINISHED_OFFSET = 64  # int64: the last finished job step not sampled (the step hook's write)
 WRITTEN_OFFSET = 72  # int64: the step of the last record the outputs wrote (the worker's)
 _ATTEMPT = struct.Struct("<iI")  # the attempt number, the slot layout's id
 _ATTEMPT_OFFSET = 80
