@@ -245,6 +245,7 @@ def test_an_empty_slot_is_left_out_and_a_damaged_one_gives_one_warning(tmp_path,
     [
         pytest.param(lambda data: b"not a ring at all" + data[17:], id="garbage"),
         pytest.param(lambda data: data[: HEADER_BYTES + 100], id="truncated"),
+        pytest.param(lambda data: data + b"more", id="longer"),
         pytest.param(lambda data: data[:8] + struct.pack("<I", 1) + data[12:], id="an-older-format"),
         pytest.param(lambda data: data[:8] + struct.pack("<I", 99) + data[12:], id="a-newer-format"),
         pytest.param(lambda data: data[:84] + struct.pack("<I", 7) + data[88:], id="another-slot-layout"),
@@ -430,11 +431,12 @@ def test_recovery_skips_the_lines_an_output_wrote_past_the_rings_mark(tmp_path):
     assert [line["step"] for line in json_lines(live / "train_metric.json")] == list(range(1, 11))
 
 
-def test_a_later_attempts_last_line_never_drops_a_dead_attempts_tail(tmp_path):
-    """The log's last line is attempt 2's step 50 (it outran attempt 1, which died at 30):
-    attempt 1's steps 21..30 are not "already written"."""
+@pytest.mark.parametrize("last_job", [{"id": "job-a", "attempt": 2}, None], ids=["attempt-2", "no-job"])
+def test_a_later_attempts_last_line_never_drops_a_dead_attempts_tail(tmp_path, last_job):
+    """The log's last line is attempt 2's step 50 (it outran attempt 1, which died at 30), or
+    a line that names no job: attempt 1's steps 21..30 are not "already written"."""
     log = tmp_path / "train_metric.json"
-    _log(log, [48, 49, 50], job={"id": "job-a", "attempt": 2})
+    _log(log, [48, 49, 50], job=last_job)
     path = _dead(_ring(tmp_path), range(1, 31), written=20)
     assert recover_rings([path]) == [(log, 10)]
     assert [line["step"] for line in json_lines(log)][3:] == list(range(21, 31))
@@ -483,6 +485,7 @@ def test_recovered_step_spans_link_to_the_dead_attempts_run_span(tmp_path):
             (int("ab" * 16, 16), int("cd" * 8, 16))
         ]
     assert spans[-1].end_time == int((1_800_000_000.0 + 3) * 1e9)  # the step's own end
+    assert spans[-1].start_time == int((1_800_000_000.0 + 2.5) * 1e9)  # its predecessor's end
 
 
 def test_another_jobs_dead_ring_goes_to_its_own_log_and_another_ranks_is_never_touched(tmp_path, caplog):
@@ -528,6 +531,36 @@ def test_report_sees_from_the_rings_lock_that_an_attempt_lives(tmp_path):
     assert finished_steps_of(str(tmp_path / "train_metric.json"), 0)["a1"].alive is False
     (row,) = job_report([tmp_path], now=now)["attempts"]
     assert (row["outcome"], row["last_step"]) == ("killed", 12)
+
+
+def test_at_its_end_a_run_removes_its_ring_when_its_outputs_wrote_all_and_keeps_it_otherwise(tmp_path):
+    for written, kept in [(5, False), (4, True)]:
+        flight, _ = _start(tmp_path / str(written), "job-a", 1)
+        for step in range(1, 6):
+            flight.write(_sampled(step))
+        flight.written(written)
+        flight.close(lambda: 1.0)
+        assert bool(list((tmp_path / str(written)).glob("*.flight"))) is kept, written
+
+
+def test_a_ring_named_for_this_rank_that_another_wrote_is_left_alone(tmp_path):
+    theirs = _dead(_ring(tmp_path, rank=1), range(1, 4))
+    named_ours = theirs.rename(ring_name(tmp_path / "train_metric.json", 0, "a1"))
+    before = named_ours.read_bytes()
+    assert dead_rings(str(tmp_path / "train_metric.json"), 0) == []
+    assert named_ours.read_bytes() == before
+
+
+def test_one_damaged_slot_is_one_warning(tmp_path, caplog):
+    path = _dead(_ring(tmp_path), range(1, 4))
+    with open(path, "r+b") as stream:
+        stream.seek(_slot_offset(2) + 8)
+        stream.write(b"\xff")
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        tail = take_tail(path)
+        tail.release()
+    assert [slot.step for slot in tail.slots] == [1, 3]
+    assert len([w for w in _warnings(caplog) if "holds 1 damaged slot(s)" in w]) == 1
 
 
 # --- a ring another process cuts --------------------------------------------------------------

@@ -41,7 +41,6 @@ from otel_mindformers.flight_recorder.ring import (
     RingError,
     Slot,
     name_parts,
-    parse_header,
     parse_ring,
     rings_beside,
 )
@@ -275,35 +274,17 @@ def dead_rings(json_log_path: str, rank: int, own: Path | None = None) -> list[T
     run first. Another rank's ring is not touched: its tail is its rank's."""
     tails = []
     for path in rings_beside(json_log_path, rank):
-        if path == own or not _header_matches(path, rank):
+        if path == own:
             continue
         tail = take_tail(path)
         if tail is None:
             continue
-        if tail.header.rank != rank:  # changed since: not ours
+        if tail.header.rank != rank:  # named for this rank, written by another: not ours
             tail.release()
             continue
         tails.append(tail)
     tails.sort(key=lambda tail: (tail.header.created, tail.header.attempt))
     return tails
-
-
-def _header_matches(path: Path, rank: int) -> bool:
-    """Whether the ring at `path` is one of `rank`'s (a read, no lock); an unreadable one is
-    left to `take_tail`, which warns."""
-    try:
-        header = parse_header(_read_file(path))
-    except (OSError, RingError):
-        return True
-    return header.rank == rank
-
-
-def _read_file(path: Path) -> bytes:
-    with open(path, "rb") as stream:
-        data = stream.read(FILE_BYTES + 1)
-    if len(data) != FILE_BYTES:
-        raise RingError(f"{len(data)} bytes, not the {FILE_BYTES} of a ring")
-    return data
 
 
 @dataclass(frozen=True)
