@@ -30,8 +30,12 @@ MEASURED = {6, 7, 8, 16, 17, 20}  # unsampled, and sampled 20, with tracemalloc
 # folded into one `wake` flag beside `next_sample` and `step_offset`).
 # 45 -> 50 at step end: the job's step stored into the flight ring's mapped page
 # (`clock.finished[0] = step`, a memoryview store, no call: ~15 ns over an attribute store).
+# 50 -> 57, and one system call the profile does not count: the ring is written with pwrite,
+# not through a shared mapping that another process can shrink under the run (a SIGBUS):
+# `clock.keep()`, a functools.partial of os.pwrite (C only, no Python frame; a call through
+# a partial is no C call to the profile). docs/flight_recorder.md has its cost.
 STEP_BEGIN = {"python_calls": 1, "c_calls": 1, "opcodes": 24}
-UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 50}
+UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 57}
 SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # +16 bytecodes over 333 / 427: the unsampled step's 7, the batch-note and the attempt's
     # first-step checks (attributes read, no call: a call would cost far more cold); +10 for
@@ -56,12 +60,17 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # (one loop turn per value). bench_flight_recorder.py: docs/flight_recorder.md.
     # With both: 350 -> 560 / 429 -> 672; the probe's case 398 -> 619 (its norm one more value
     # in the ring), 7 -> 8 Python calls, 14 -> 16 C calls.
-    "scalar": {"python_calls": 7, "c_calls": 13, "opcodes": 560},
-    "tuple5": {"python_calls": 7, "c_calls": 19, "opcodes": 672},
-    "probe": {"python_calls": 8, "c_calls": 16, "opcodes": 619},
+    # The slot packed by one Struct (its layout derived from SampledStep's fields) and written
+    # by one pwrite, not stored word by word into a shared mapping (a SIGBUS when another
+    # process shrank the file): 560 -> 449 / 672 -> 528 / 619 -> 497 bytecodes (no loop turn
+    # per value), +2 C calls (the pack, the pwrite; the values' view) 13 -> 15 / 19 -> 21 / 16 -> 18.
+    # The slot holds the step: the step hook's own write is for the steps it does not sample.
+    "scalar": {"python_calls": 7, "c_calls": 15, "opcodes": 449},
+    "tuple5": {"python_calls": 7, "c_calls": 21, "opcodes": 528},
+    "probe": {"python_calls": 8, "c_calls": 18, "opcodes": 497},
     # The scalar loss with MindCluster heard and told (cluster/, a ClusterD on 127.0.0.1):
     # its subscription, verdicts and teller are other threads'; the step hooks count the same.
-    "cluster": {"python_calls": 7, "c_calls": 13, "opcodes": 560},
+    "cluster": {"python_calls": 7, "c_calls": 15, "opcodes": 449},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's

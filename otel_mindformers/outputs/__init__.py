@@ -22,17 +22,20 @@ _logger = get_logger(__name__)
 
 
 def build_sinks(
-    config: OutputsConfig, identity: Identity, reports_training: bool, first_step: int = 0
+    config: OutputsConfig, identity: Identity, reports_training: bool, first_step: int = 0, *, recovered: bool = False
 ) -> list[OutputSink]:
     """Files are per rank (JSON file, TensorBoard folder), so every rank keeps its own;
     stdout belongs to reporting ranks, so an 8-rank job prints one set of lines, not eight
     (the monitor_config article's policy). Files hold one run: a run starting at step 0 sets the previous
-    run's aside, a resumed one (`first_step` > 0) writes on after it (outputs/runs.py)."""
+    run's aside, a resumed one (`first_step` > 0) writes on after it (outputs/runs.py).
+    `recovered`: the files of a run that died, for the records its flight ring kept
+    (flight_recorder/): written on after what they hold, with no restart marker, no stdout,
+    and no second warning for an output the run itself turns off."""
     kinds = config.output_type
-    resumed = is_resumed(first_step)
+    resumed = recovered or is_resumed(first_step)
     sinks: list[OutputSink] = []
     try:
-        if "stdout" in kinds and reports_training:
+        if "stdout" in kinds and reports_training and not recovered:
             sinks.append(StdoutSink())
         if "json_file" in kinds:
             path = rank_path(config.json_log_path, identity)
@@ -41,7 +44,7 @@ def build_sinks(
             with _naming(JSON_LOG_KEY, path):
                 sinks.append(JsonLinesSink(path, config.log_rotation))
         if "tensorboard" in kinds:
-            tensorboard_sink = _tensorboard_sink(config, identity, resumed, first_step)
+            tensorboard_sink = _tensorboard_sink(config, identity, resumed, first_step, recovered)
             if tensorboard_sink is not None:
                 sinks.append(tensorboard_sink)
     except BaseException:
@@ -52,23 +55,26 @@ def build_sinks(
 
 
 def _tensorboard_sink(
-    config: OutputsConfig, identity: Identity, resumed: bool, first_step: int
+    config: OutputsConfig, identity: Identity, resumed: bool, first_step: int, recovered: bool = False
 ) -> TensorBoardSink | None:
     """The TensorBoard output, or None with one warning when its packages are missing or
     broken: an optional extra, so training goes on without it."""
     unavailable = output_off_warning("tensorboard", TENSORBOARD_MODULES)
     if unavailable:
-        _logger.warning(unavailable)
+        if not recovered:  # the run's own outputs say it
+            _logger.warning(unavailable)
         return None
     logdir = rank_dir(config.tensorboard_path, identity)
     if not resumed:
         tensorboard.set_previous_run_aside(logdir)
     try:
         with _naming(TENSORBOARD_KEY, logdir):
-            return TensorBoardSink(logdir, config.log_rotation, first_step + 1 if resumed else None)
+            return TensorBoardSink(logdir, config.log_rotation, first_step + 1 if resumed and not recovered else None)
     except ConfigError:
         raise
     except Exception as exc:  # tensorboardX imported, then failed in its writer (a broken crc32c, protobuf)
+        if recovered:  # the run's own outputs say it
+            return None
         _logger.warning(
             "otel_mindformers: the tensorboard output (monitor_config.output_type) is off: "
             "its event writer failed (%s: %s); %s",

@@ -165,12 +165,14 @@ class AttemptTracker:
         wall_clock: WallClock,
         heartbeat_interval: float,
         finished: Mapping[str, tuple[int, float | None]] | None = None,
+        running: frozenset[str] = frozenset(),
     ) -> AttemptTracker:
         """Open this attempt in the ledger. `job_id`: the configured or launcher's id (None:
         the ledger's, or a local one); `continues`: the run resumed, or the launcher says it
         restarted the job, so without an id it is the ledger's job going on; `finished`:
         attempt id -> (last finished step, end of its last sampled step or None), from the
-        flight rings of attempts that died (flight_recorder/): exact where the heartbeat lags."""
+        flight rings of attempts that died (flight_recorder/): exact where the heartbeat lags;
+        `running`: the attempt ids whose flight ring's lock a process holds (it lives)."""
         now = time.time()
         entry: dict[str, Any] = {
             "attempt_id": uuid.uuid4().hex,
@@ -236,7 +238,14 @@ class AttemptTracker:
             )  # fmt: skip
         tracker = cls(path, data["job_id"], entry, history, clock, wall_clock, heartbeat_interval)
         set_back = tracker.timeline["totals"]["clock_set_back_seconds"]  # goodput.py's one rule for it
-        if set_back:
+        alive = [earlier for earlier in history if str(earlier.get("attempt_id")) in running]
+        if alive:  # it overlaps this one because it runs, not because a clock moved
+            _logger.warning(
+                "otel_mindformers: attempt %s of job %s on rank %d is running (pid %s, its flight ring is locked): "
+                "this process is a second launch of that rank, and both write its files; stop one of them",
+                alive[-1].get("attempt"), data["job_id"], rank, alive[-1].get("pid"),
+            )  # fmt: skip
+        elif set_back:
             _logger.warning(
                 "otel_mindformers: this attempt of job %s began %.0f s before the previous one ended: the clock "
                 "was set back between them (another node, an NTP step); durations are taken within each attempt",

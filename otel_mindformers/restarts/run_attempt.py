@@ -63,6 +63,7 @@ def begin_attempt(
         return None
     restarts = launcher_restart_count()
     try:
+        flown = finished_steps_of(config.json_log_path, identity.rank)
         return AttemptTracker.begin(
             path=ledger_path(config.json_log_path, identity.rank),
             job_id=config.job_id or identity.job_id,
@@ -74,10 +75,8 @@ def begin_attempt(
             clock=clock,
             wall_clock=wall_clock,
             heartbeat_interval=config.restarts.heartbeat_interval,
-            finished={
-                attempt_id: (far.step, far.last_sample)
-                for attempt_id, far in finished_steps_of(config.json_log_path, identity.rank).items()
-            },
+            finished={attempt_id: (far.step, far.last_sample) for attempt_id, far in flown.items()},
+            running=frozenset(attempt_id for attempt_id, far in flown.items() if far.alive),
         )
     except Exception as exc:  # the ledger is telemetry: the run goes on without it
         _logger.warning("otel_mindformers: cannot keep the job's ledger (%s); attempts are not tracked", exc)

@@ -122,12 +122,12 @@ def start_telemetry(ctx: RunContext) -> RunPart:
 def start_flight_recorder(ctx: RunContext) -> RunPart:
     """flight_recorder/: the tails of this job's dead runs on this rank go to the outputs
     before any line of this run (and before its outputs set an earlier run's files aside);
-    then this run's own ring, which the step hook stores the finished step into."""
+    then this run's own ring, which the step hook writes the finished step into."""
     attempt = ctx.attempt
     ctx.flight = flight = flight_recorder.start(
         ctx.config, ctx.identity, ctx.wall_clock, ctx.telemetry.tracer, attempt.history if attempt else None
     )
-    ctx.clock.finished = flight.finished
+    flight.attach(ctx.clock)
     return flight
 
 
