@@ -37,13 +37,19 @@ sys.argv = [{str(PLAIN_TRAIN)!r}, "--steps", "4"]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """,
     "MonitorCallback": """
-import json, sys
+import json, logging, sys
 import mindspore as ms
 import numpy as np
 from mindspore import nn
 from mindspore.dataset import GeneratorDataset
-from mindspore.train import Model
+from mindspore.train import Callback, Model
 from otel_mindformers import MonitorCallback
+
+
+class Say(Callback):  # a log record per step, for the log bridge (`logs: true`)
+    def on_train_step_end(self, run_context):
+        logging.getLogger("door").warning("a step ended")
+
 
 callback = MonitorCallback(json.loads(sys.argv[1]))
 rng = np.random.default_rng(0)
@@ -51,15 +57,18 @@ x = rng.standard_normal((16, 8)).astype(np.float32)
 data = GeneratorDataset(list(zip(x, x.sum(axis=1, keepdims=True))), column_names=["x", "y"], shuffle=False).batch(4)
 net = nn.SequentialCell(nn.Dense(8, 16), nn.ReLU(), nn.Dense(16, 1))
 model = Model(net, loss_fn=nn.MSELoss(), optimizer=nn.Momentum(net.trainable_params(), 0.01, 0.9))
-model.train(1, data, callbacks=[callback], dataset_sink_mode=False)
+model.train(1, data, callbacks=[callback, Say()], dataset_sink_mode=False)
 """,
 }
 # What the run is told to do: in the file's entry, or (MonitorCallback) in its own config.
 MONITOR = {"interval": 2, "output_type": ["json_file", "otlp"], "json_log_path": "./output/m.json"}
 
 
-def declared_file(folder: Path, endpoint: str, *, service: str | None, entry: dict | None, propagators: str) -> Path:
-    """A declarative configuration exporting spans and metrics to `endpoint` over OTLP/gRPC."""
+def declared_file(
+    folder: Path, endpoint: str, *, service: str | None, entry: dict | None, propagators: str, detectors: list[str] = ()
+) -> Path:
+    """A declarative configuration exporting spans and metrics (no logs) to `endpoint` over
+    OTLP/gRPC, its resource from `service`, `detectors` and an attribute of its own."""
     resource = [{"name": "deployment.environment.name", "value": "ci"}]
     if service is not None:
         resource.append({"name": "service.name", "value": service})
@@ -74,6 +83,8 @@ def declared_file(folder: Path, endpoint: str, *, service: str | None, entry: di
             "readers": [{"periodic": {"interval": 200, "exporter": {"otlp_grpc": {"endpoint": endpoint}}}}]
         },
     }
+    if detectors:
+        document["resource"]["detection/development"] = {"detectors": [{name: {}} for name in detectors]}
     if entry is not None:
         document["instrumentation/development"] = {"python": {config_file.NAME: entry}}
     path = folder / "otel-config.yaml"
@@ -87,30 +98,35 @@ def train(door: str, folder: Path, env: dict[str, str]) -> subprocess.CompletedP
         command = instrumented("python", str(PLAIN_TRAIN), "--steps", "4")
     else:
         (folder / "door.py").write_text(script)
-        command = [sys.executable, "door.py", json.dumps({**MONITOR, "service_name": "from-config"})]
+        command = [sys.executable, "door.py", json.dumps({**MONITOR, "service_name": "from-config", "logs": True})]
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
 CASES = [
-    # door, the file's service.name, what the resource says, the file's propagators
-    ("opentelemetry-instrument", "from-file", "from-file", "tracecontext,baggage"),
-    ("instrument()", None, "from-entry", "tracecontext,baggage"),
-    ("MonitorCallback", None, "from-config", "baggage"),
+    # door, the file's service.name and resource detectors, what the resource says, the file's propagators
+    ("opentelemetry-instrument", "from-file", [], "from-file", "tracecontext,baggage"),
+    # The file's `service` detector reads OTEL_SERVICE_NAME: the file sets it, over our entry's.
+    ("instrument()", None, ["service"], "from-env", "tracecontext,baggage"),
+    ("MonitorCallback", None, [], "from-config", "baggage"),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.mindspore_api
-@pytest.mark.parametrize(("door", "service", "named", "propagators"), CASES, ids=[case[0] for case in CASES])
-def test_the_files_sdk_exports_to_its_endpoint_with_its_resource(workdir, door, service, named, propagators):
-    """The file's exporters, never the environment's endpoint; the file's resource with
-    ours added (a service.name the file sets wins over OTEL_SERVICE_NAME and the monitor's
-    `service_name`); the file's propagators (without tracecontext, TRACEPARENT is not read);
-    our options from the file's entry."""
+@pytest.mark.parametrize(
+    ("door", "service", "detectors", "named", "propagators"), CASES, ids=[case[0] for case in CASES]
+)
+def test_the_files_sdk_exports_to_its_endpoint_with_its_resource(workdir, door, service, detectors, named, propagators):
+    """The file's exporters, never the environment's endpoint, and nothing for a signal the
+    file leaves out (logs); the file's resource with ours added (a service.name the file sets,
+    or its detectors find, wins over ours); the file's propagators (without tracecontext,
+    TRACEPARENT is not read); our options from the file's entry."""
     with OtlpReceiver() as declared, OtlpReceiver() as environment:
         entry = None if door == "MonitorCallback" else {**MONITOR, "service_name": "from-entry", "enabled": True}
-        path = declared_file(workdir, declared.grpc_endpoint, service=service, entry=entry, propagators=propagators)
+        path = declared_file(
+            workdir, declared.grpc_endpoint, service=service, entry=entry, propagators=propagators, detectors=detectors
+        )
         env = child_env(
             environment, OTEL_CONFIG_FILE=str(path), OTEL_SERVICE_NAME="from-env", TRACEPARENT=TRACEPARENT,
             OTEL_PROPAGATORS="tracecontext", OTEL_PYTHON_MINDFORMERS_CONFIG=str(workdir / "not-read.yaml"),
@@ -132,6 +148,7 @@ def test_the_files_sdk_exports_to_its_endpoint_with_its_resource(workdir, door, 
             assert run.trace_id != TRACE_ID and run.parent_span_id == ""
         assert {p.metric for p in declared.points()} >= {"mindformers.train.step.duration", "mindformers.train.steps"}
         assert environment.spans() == [] and environment.points() == [] and environment.log_count() == 0
+        assert declared.log_count() == 0  # the file configures no logger provider: no logs, none of ours either
         ignored = [line for line in done.stderr.splitlines() if "OTEL_PYTHON_MINDFORMERS_CONFIG is ignored" in line]
         assert len(ignored) == (0 if door == "MonitorCallback" else 1), done.stderr[-3000:]
 

@@ -190,12 +190,6 @@ class MindFormersInstrumentor(BaseInstrumentor):
         it). A file that cannot be used refuses training (said once)."""
         if config_file.path() is None:
             return None
-        if OTEL_PYTHON_MINDFORMERS_CONFIG in os.environ:
-            _logger.warning(
-                "otel_mindformers: %s is ignored: %s is set (OTel's declarative configuration); put the monitor "
-                "configuration under %s in that file",
-                OTEL_PYTHON_MINDFORMERS_CONFIG, config_file.VARIABLE, config_file.OPTIONS_KEY,
-            )  # fmt: skip
         try:
             if all(provider is None for provider in providers.values()):
                 declared = config_file.configure()
@@ -204,6 +198,12 @@ class MindFormersInstrumentor(BaseInstrumentor):
         except ConfigError as exc:
             self._config_error = file_problem_said(exc)
             return None
+        if OTEL_PYTHON_MINDFORMERS_CONFIG in os.environ:
+            _logger.warning(
+                "otel_mindformers: %s is ignored: %s is set (OTel's declarative configuration); put the monitor "
+                "configuration under %s in that file",
+                OTEL_PYTHON_MINDFORMERS_CONFIG, config_file.VARIABLE, config_file.OPTIONS_KEY,
+            )  # fmt: skip
         if declared is not None and options:
             declared = config_file.FileConfiguration(declared.path, options, declared.enabled)
         return declared
