@@ -64,7 +64,8 @@ def test_every_rank_of_an_attempt_derives_one_trace_per_step_under_one_root():
         logged = ranks[1].ids.context_of(window)
         from opentelemetry import trace
 
-        assert trace.get_current_span(logged).get_span_context().span_id == spans[1].context.span_id
+        logged_ids = trace.get_current_span(logged).get_span_context()
+        assert (logged_ids.trace_id, logged_ids.span_id) == (trace_id, spans[1].context.span_id)
         traces.append(trace_id)
     assert len(set(traces)) == len(windows), "one trace per step"
     # Another attempt of the job, another job: other traces for the same steps.
@@ -158,9 +159,18 @@ def test_two_ranks_share_each_steps_trace_and_an_outside_rank_sends_only_anomali
     """Rank 0 and rank 1 of job `j` (RANK_ID / RANK_SIZE as msrun sets them), one after the
     other into one in-memory pipeline, twice: attempts 1 and 2. In attempt 2 rank 1 is
     outside `export_ranks` for spans and metrics, and its loss spikes at step 12."""
+    import logging
+
+    from mindspore.train import Callback
+
+    from otel_mindformers import MonitorCallback
     from tests.support import training
     from tests.support.in_memory import Capture
     from tests.support.training import Faults
+
+    class Say(Callback):  # a log record as each step begins: it belongs to that step's span
+        def on_train_step_begin(self, run_context):
+            logging.getLogger("steps").warning("step begins")
 
     capture = Capture()
     alerts = {"enable_alert": True, "loss_threshold": 1e4}
@@ -169,14 +179,16 @@ def test_two_ranks_share_each_steps_trace_and_an_outside_rank_sends_only_anomali
         for rank in (0, 1):
             monkeypatch.setenv("RANK_ID", str(rank))
             monkeypatch.setenv("RANK_SIZE", "2")
-            callback = capture.callback(
+            callback = MonitorCallback(
                 {
                     "interval": 5, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"),
                     "job_id": "j", "report_ranks": "all", "export_ranks": export, "alert_config": alerts,
-                }
+                    "logs": True,
+                },
+                **capture.providers(),
             )  # fmt: skip
             spike = Faults(spike_at={12: 1e3}) if (attempt, rank) == (2, 1) else None
-            training.train([callback], steps=12, faults=spike)
+            training.train([callback, Say()], steps=12, faults=spike)
             runs.append((attempt, rank))
     run_spans = {s.context.span_id: s for s in capture.finished(semconv.SPAN_RUN)}
     assert (
@@ -207,10 +219,23 @@ def test_two_ranks_share_each_steps_trace_and_an_outside_rank_sends_only_anomali
             assert {s.parent.span_id for s in spans} == {root.context.span_id} and root.parent is None
             assert (root.attributes[semconv.ATTR_STEP], root.attributes["training.job.attempt"]) == (step, attempt)
             assert root.attributes[semconv.ATTR_JOB_ID] == "j" and root.attributes[semconv.ATTR_WORLD_SIZE] == 2
-    assert len(roots) == 8, "one root per sampled step and attempt, from rank 0 only"
+    assert len(capture.finished(semconv.SPAN_JOB_STEP)) == len(roots) == 8, "one root per step and attempt, one rank's"
     (anomalous,) = [s for s in capture.finished(semconv.SPAN_STEP) if who(s) == (2, 1)]
     assert anomalous.attributes[semconv.ATTR_STEP] == 12 and anomalous.events
 
+    # A record made during a sampled step names its step span, on a rank that sends step
+    # spans; an outside rank's name none (attempt 2, rank 1: the last four runs' records).
+    step_ids = {(s.context.trace_id, s.context.span_id) for s in capture.finished(semconv.SPAN_STEP)}
+    said = [r.log_record for r in capture.logs.get_finished_logs() if r.log_record.body == "step begins"]
+    ranks_said = [
+        (r.attributes[semconv.ATTR_RANK], r.attributes[semconv.ATTR_STEP] + 1, r.trace_id, r.span_id) for r in said
+    ]
+    assert len(ranks_said) == 4 * 12
+    for index, (rank, step, trace_id, span_id) in enumerate(ranks_said):
+        attempt = 1 + index // 24
+        named = step in (1, 5, 10) and (attempt, rank) != (2, 1)
+        assert ((trace_id, span_id) in step_ids) == named, (attempt, rank, step)
+        assert bool(trace_id) == named, (attempt, rank, step)
     # The step-duration histogram's exemplars still point at step spans.
     from otel_mindformers.names import training as tm
 

@@ -354,12 +354,10 @@ def file_problem_said(exc: ConfigError) -> ConfigError:
 def _config_from_environment(declared: config_file.FileConfiguration | None = None) -> MonitorConfig | None:
     """The monitor configuration without `instrument(config=...)`: the OTEL_CONFIG_FILE
     entry (validated as `monitor_config`, each problem naming its key there), else
-    OTEL_PYTHON_MINDFORMERS_CONFIG (not read with OTEL_CONFIG_FILE set), else None."""
+    OTEL_PYTHON_MINDFORMERS_CONFIG (`declared` is None: no OTEL_CONFIG_FILE), else None."""
     if declared is not None:
         if declared.options is None:
             return None
         return parse_section(MonitorConfig, declared.options, config_file.OPTIONS_KEY)
-    if config_file.path() is not None:
-        return None
     path = os.environ.get(OTEL_PYTHON_MINDFORMERS_CONFIG)
     return load_monitor_config(path) if path else None
