@@ -253,3 +253,36 @@ def test_monitor_callback_without_the_package_raises_at_construction_naming_the_
     from tests.support.in_memory import Capture
 
     assert Capture().callback({"output_type": ["json_file"], "json_log_path": str(tmp_path / "m.json")})
+
+
+@pytest.mark.slow
+@pytest.mark.mindspore_api
+@pytest.mark.parametrize("enabled", [True, False])
+def test_instrument_with_its_own_providers_takes_only_its_options_from_the_file(workdir, fresh, enabled):
+    """The caller's providers are used, the SDK's globals are left alone, and the file's
+    entry configures the run; `enabled: false` there leaves training unpatched."""
+    from mindspore.train import Model
+    from opentelemetry import trace
+
+    import otel_mindformers
+    from tests.support import training
+    from tests.support.in_memory import Capture
+
+    entry = {"interval": 3, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"), "enabled": enabled}
+    path = declared_file(workdir, "http://127.0.0.1:1", service=None, entry=entry, propagators="tracecontext")
+    fresh.setenv(config_file.VARIABLE, str(path))
+    capture = Capture()
+    try:
+        otel_mindformers.instrument(**capture.providers())
+        assert hasattr(Model.__dict__["train"], "__wrapped__") == enabled
+        training.train([], steps=6)
+    finally:
+        otel_mindformers.uninstrument()
+    assert config_file.applied() is None and type(trace.get_tracer_provider()).__module__.startswith(
+        "opentelemetry.trace"
+    )
+    if enabled:
+        assert [line["step"] for line in json_lines(workdir / "m.json")] == [1, 3, 6]
+        assert sorted(s.attributes[semconv.ATTR_STEP] for s in capture.finished(semconv.SPAN_STEP)) == [1, 3, 6]
+    else:
+        assert capture.finished() == [] and not (workdir / "m.json").exists()

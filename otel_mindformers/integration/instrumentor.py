@@ -145,14 +145,12 @@ class MindFormersInstrumentor(BaseInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         """kwargs: `config` (a YAML path, mapping or MonitorConfig; raises ConfigError),
-        `tracer_provider`, `meter_provider`, `logger_provider`; any other keyword is a
-        `monitor_config` key (what the SDK's own configurator hands an instrumentor from an
-        OTEL_CONFIG_FILE entry)."""
+        `tracer_provider`, `meter_provider`, `logger_provider`."""
         if os.environ.get("MS_ROLE") == "MS_SCHED":
             return
         providers = {name: kwargs.pop(name, None) for name in _PROVIDERS}
         explicit = kwargs.pop("config", None)
-        self._declared_file = declared = self._declared(providers, kwargs)
+        self._declared_file = declared = self._declared(providers)
         if declared is not None and not declared.enabled:  # `enabled: false` in the file's entry
             return
         config: MonitorConfig | None = None
@@ -184,10 +182,9 @@ class MindFormersInstrumentor(BaseInstrumentor):
 
             self._exit_guard = SdkExitGuard.install((config or MonitorConfig()).shutdown_timeout)
 
-    def _declared(self, providers: dict[str, Any], options: dict[str, Any]) -> config_file.FileConfiguration | None:
+    def _declared(self, providers: dict[str, Any]) -> config_file.FileConfiguration | None:
         """With OTEL_CONFIG_FILE set: the SDK configured from it (unless providers were
-        passed), and our entry in it (`options`: what another configurator handed over of
-        it). A file that cannot be used refuses training (said once)."""
+        passed), and our entry in it. A file that cannot be used refuses training (said once)."""
         if config_file.path() is None:
             return None
         try:
@@ -204,8 +201,6 @@ class MindFormersInstrumentor(BaseInstrumentor):
                 "configuration under %s in that file",
                 OTEL_PYTHON_MINDFORMERS_CONFIG, config_file.VARIABLE, config_file.OPTIONS_KEY,
             )  # fmt: skip
-        if declared is not None and options:
-            declared = config_file.FileConfiguration(declared.path, options, declared.enabled)
         return declared
 
     def _run_refusal(self) -> ConfigError | None:
