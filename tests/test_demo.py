@@ -91,7 +91,12 @@ def test_telemetry_page_names_every_metric_and_span_the_package_emits():
     from otel_mindformers.names import semconv
 
     text = TELEMETRY_PAGE.read_text(encoding="utf-8")
-    names = [m.name for m in semconv.all_metrics()] + [semconv.SPAN_RUN, semconv.SPAN_EPOCH, semconv.SPAN_STEP]
+    names = [m.name for m in semconv.all_metrics()] + [
+        semconv.SPAN_RUN,
+        semconv.SPAN_EPOCH,
+        semconv.SPAN_STEP,
+        semconv.SPAN_JOB_STEP,
+    ]
     missing = [name for name in names if f"`{name}`" not in text]
     assert not missing, f"docs/telemetry.md's name tables lack {missing}"
 

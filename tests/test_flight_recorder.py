@@ -45,6 +45,7 @@ from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.restarts.ledger_file import new_ledger, write_ledger
 from otel_mindformers.restarts.offline.attempts_report import job_report
+from otel_mindformers.telemetry.step_ids import job_step_ids, job_trace_key
 from tests.support import restart_worker
 from tests.support.cli import cli, cli_output
 from tests.support.in_memory import Capture
@@ -1010,6 +1011,12 @@ def test_restarts_ten_lost_steps_and_the_recovered_records_reach_otlp_once_with_
         }
         for attempt, step, stamp in recovered:
             assert ends[(attempt, step)] / 1e9 == pytest.approx(stamp, abs=2e-6)
+        # Each in the trace of its original step: the job step's trace and root, as every rank
+        # of that attempt derived them (telemetry/step_ids.py).
+        for span in spans:
+            key = job_trace_key(ledger["job_id"], span.attributes[job_names.ATTR_ATTEMPT])
+            window = span.attributes[semconv.ATTR_STEP] - span.attributes[semconv.ATTR_STEPS_IN_WINDOW]
+            assert (int(span.trace_id, 16), int(span.parent_span_id, 16)) == job_step_ids(key, window)
         # No ring is left: each was recovered and removed, the last run's once it wrote all.
         assert list(output.glob("*.flight")) == []
 

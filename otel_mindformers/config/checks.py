@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from otel_mindformers.config.errors import ConfigError, suggestion
-from otel_mindformers.config.limits import MAX_SECONDS, NOTIFIER_TYPES, SIGNED_NOTIFIER_TYPES
+from otel_mindformers.config.limits import EXPORT_RANK_STRATEGIES, MAX_SECONDS, NOTIFIER_TYPES, SIGNED_NOTIFIER_TYPES
 
 
 class _Notifier(Protocol):
@@ -65,6 +65,27 @@ def _check_report_ranks(key: str, value: Any) -> None:
         return
     if not isinstance(value, list) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in value):
         raise ConfigError(f"{key}: expected 'all' or a list of ranks >= 0, got {value!r}")
+
+
+def _check_rank_strategy(key: str, value: Any) -> None:
+    """`export_ranks.spans` / `.metrics`: a strategy's name, a list of ranks, or a fraction."""
+    if isinstance(value, float):
+        if not 0.0 < value < 1.0:
+            raise ConfigError(
+                f"{key}: a fraction of the ranks must be between 0 and 1 (both excluded), got {value!r}; "
+                "write `all` for every rank"
+            )
+        return
+    if isinstance(value, list):
+        if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in value):
+            raise ConfigError(f"{key}: a list of ranks holds ranks >= 0, got {value!r}")
+        return
+    if value not in EXPORT_RANK_STRATEGIES:
+        hint = suggestion(value, EXPORT_RANK_STRATEGIES)
+        raise ConfigError(
+            f"{key}: unknown value {value!r}{hint}; expected {', '.join(EXPORT_RANK_STRATEGIES)}, "
+            "a list of ranks, or a fraction of the ranks (0 < f < 1)"
+        )
 
 
 def _check_dotted_path(key: str, value: Any) -> None:

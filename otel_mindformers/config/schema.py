@@ -27,6 +27,7 @@ from otel_mindformers.config.checks import (
     _check_notifiers,
     _check_output_path,
     _check_public_fault_code,
+    _check_rank_strategy,
     _check_report_ranks,
     _check_resource,
     _check_server,
@@ -409,6 +410,19 @@ class ClusterConfig(_Section):
     preflight: bool = _key(default=False)
 
 
+@dataclasses.dataclass(repr=False)
+class ExportRanksConfig(_Section):
+    """`monitor_config.export_ranks`: which ranks send their step spans (`spans`) and their
+    training metrics (`metrics`) over OTLP / Prometheus (telemetry/export_ranks.py). Each is
+    `all`, `report_ranks`, `first_per_node` (local rank 0), a list of ranks, or a fraction
+    of the ranks (0 < f < 1, chosen by a hash of the rank). Every rank keeps sending its run
+    span, its anomalous steps' spans, its hardware, straggler and heartbeat series; local
+    outputs are not affected."""
+
+    spans: Union[str, list[int], float] = _key(default="all", check=_check_rank_strategy)
+    metrics: Union[str, list[int], float] = _key(default="all", check=_check_rank_strategy)
+
+
 @dataclasses.dataclass(frozen=True)
 class TelemetryConfig:
     """`service_name`, `output_type`, `otlp` and `prometheus`, for the OTel providers."""
@@ -473,6 +487,7 @@ class MonitorConfig(_Section):
     # Which sampled steps get a span: true (all), false (none), or N (steps that are
     # multiples of N, plus the last and any with a NaN/Inf value).
     step_spans: Union[bool, int] = _key(default=True, check=_check_step_spans)
+    export_ranks: ExportRanksConfig = _key(factory=ExportRanksConfig)
     otlp: OtlpConfig = _key(factory=OtlpConfig)
     prometheus: PrometheusConfig = _key(factory=PrometheusConfig)
     device_config: DeviceConfig = _key(factory=DeviceConfig)

@@ -48,6 +48,7 @@ from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs import build_sinks
 from otel_mindformers.outputs.jsonl import last_step_line, rank_path
+from otel_mindformers.telemetry.step_ids import job_step_context, job_trace_key
 
 _logger = get_logger(__name__)
 
@@ -172,7 +173,10 @@ def _hand_on(tail: Tail, config: MonitorConfig, identity: Identity, tracer: Any,
         tail.release()  # kept: the next process tries again
         return
     try:
-        _record_spans(records, tracer, _run_span_of(tail.header.attempt_id, history), tail.header.attempt)
+        links = _run_span_of(tail.header.attempt_id, history)
+        _record_spans(
+            records, tracer, links, tail.header.attempt, job_trace_key(tail.header.job_id, tail.header.attempt)
+        )
     except Exception as exc:  # telemetry: the lines are out
         _logger.warning("otel_mindformers: cannot export the records recovered from %s: %s", tail.path, exc)
     _done(tail, records)
@@ -241,17 +245,22 @@ def _run_span_of(attempt_id: str, history: list[dict[str, Any]]) -> list[Link]:
     return []
 
 
-def _record_spans(records: list[StepRecord], tracer: Any, links: list[Link], attempt: int) -> None:
-    """Step spans with the records' own times, as the dead run's pipeline would have made them;
-    they carry its attempt (this process's resource names this one)."""
+def _record_spans(
+    records: list[StepRecord], tracer: Any, links: list[Link], attempt: int, job_key: bytes | None
+) -> None:
+    """Step spans with the records' own times, as the dead run's pipeline would have made them:
+    each in its job step's trace (`job_key`: the dead run's job and attempt), under the root
+    the other ranks' step spans of that step name; they carry its attempt (this process's
+    resource names this one)."""
     mark: dict[str, Any] = {semconv.ATTR_RECOVERED: True}
     if attempt:
         mark[job_names.ATTR_ATTEMPT] = attempt
     for record in records:
         fields = measurements.step_span(record)
+        window = record.step - record.steps_in_window
         span = tracer.start_span(
             fields.name,
-            context=otel_context.Context(),
+            context=job_step_context(tracer, job_key, window) if job_key else otel_context.Context(),
             links=links,
             start_time=int(fields.start_time * 1e9),
             attributes={**fields.attributes, **mark},

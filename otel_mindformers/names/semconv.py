@@ -89,6 +89,9 @@ ATTR_LOG_TRUNCATED = "training.logs.truncated_chars"
 SPAN_RUN = "mindformers.train"
 SPAN_EPOCH = "mindformers.train.epoch"
 SPAN_STEP = "mindformers.train.step"
+# The root of a job step's trace: the parent of every rank's step span of that sampled step
+# (telemetry/step_ids.py), emitted by one rank (telemetry/export_ranks.py).
+SPAN_JOB_STEP = "mindformers.job.step"
 
 # --- alerts (alerts/) ------------------------------------------------------------------
 ATTR_ALERT_RULE = "training.alert.rule"

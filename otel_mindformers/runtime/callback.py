@@ -26,6 +26,7 @@ from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.runtime.custom_monitors import BaseMonitor, build_monitor, load_monitor_class
 from otel_mindformers.runtime.extract import LazyLearningRate, OutputReader, StepTensor, optimizer_of
 from otel_mindformers.runtime.run import MonitorRun
+from otel_mindformers.telemetry import config_file
 
 _logger = get_logger(__name__)
 
@@ -57,8 +58,10 @@ class MonitorCallback(Callback):
     keyword arguments override `monitor_config` keys (`MonitorCallback(cfg, interval=5)`; a
     MindFormers YAML `callbacks:` entry passes its keys this way). Providers passed as keyword
     arguments (tests, the instrumentor) take precedence over the global ones, which take
-    precedence over providers built from the config. A bad key raises `ConfigError` here,
-    before training. Read on: docs/configuration.md (every key), docs/telemetry.md (every
+    precedence over providers built from the config; with `OTEL_CONFIG_FILE` set (OTel's
+    declarative configuration) the process's providers come from that file, configured here
+    if nothing did before. A bad key, or a file that cannot be used, raises `ConfigError`
+    here, before training. Read on: docs/configuration.md (every key), docs/telemetry.md (every
     name), docs/custom_monitors.md (the `BaseMonitor` hooks and their threads).
     """
 
@@ -80,6 +83,10 @@ class MonitorCallback(Callback):
             "meter_provider": meter_provider,
             "logger_provider": logger_provider,
         }
+        if tracer_provider is None and self.config.enable:
+            # OTEL_CONFIG_FILE: the process's SDK from that file, now, before training (a
+            # file that cannot be used raises its ConfigError here); telemetry/config_file.py.
+            config_file.configure_for(self.config)
         monitor_cls = load_monitor_class(self.config)
         if monitor_cls is not None:
             # A custom monitor may open its files when it is built (the monitor_config article's opens

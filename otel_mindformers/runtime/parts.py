@@ -29,6 +29,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.metrics import NoOpMeter
 
 from otel_mindformers.captures.controller import CaptureController
 from otel_mindformers.cluster.part import start_cluster
@@ -51,10 +52,11 @@ from otel_mindformers.runtime.pipeline import SampledStepPipeline
 from otel_mindformers.runtime.run_context import RunContext
 from otel_mindformers.runtime.state_reader import StateReader
 from otel_mindformers.stragglers.rank_signal import RankSections
+from otel_mindformers.telemetry.export_ranks import RankExports
 from otel_mindformers.telemetry.job_info import JobInfo
 from otel_mindformers.telemetry.log_bridge import LogBridge, RunCorrelation
 from otel_mindformers.telemetry.providers import build_telemetry, service_name
-from otel_mindformers.telemetry.step_ids import StepSpanIds
+from otel_mindformers.telemetry.step_ids import StepSpanIds, job_trace_key
 from otel_mindformers.timing.accounting import StepAccounting
 from otel_mindformers.timing.efficiency import StepEfficiency
 from otel_mindformers.timing.timeline import RunTimeline
@@ -109,9 +111,20 @@ def start_ledger_entry(ctx: RunContext) -> RunPart | None:
 
 
 def start_telemetry(ctx: RunContext) -> RunPart:
-    """telemetry/: the providers (or the process's own), and the step spans' ids."""
+    """telemetry/: the providers (or the process's own), what this rank sends, and the step
+    spans' ids: in the job step's trace, from the job id and attempt the ledger entry gave."""
     ctx.telemetry = telemetry = build_telemetry(ctx.config.telemetry, ctx.identity, **ctx.providers)
-    ctx.step_ids = StepSpanIds.install(telemetry.tracer)
+    ctx.exports = RankExports.of(ctx.config, ctx.identity)
+    identity = ctx.identity
+    job_key = job_trace_key(identity.job_id, identity.attempt)
+    if job_key is None and identity.distributed:
+        _logger.warning(
+            "otel_mindformers: rank %d's step spans start traces of their own: without %s no rank can name "
+            "the job step's trace (keep monitor_config.restarts on: its ledger numbers the attempts)",
+            identity.rank,
+            "a job id" if not identity.job_id else "an attempt number",
+        )
+    ctx.step_ids = StepSpanIds.install(telemetry.tracer, job_key)
     # Every rank's heartbeat, read by the metric reader's thread from the clock; the layout,
     # where the resource could not carry it. Both end with the telemetry's observables.
     Heartbeat.start(telemetry.observables, ctx.clock, ctx.point_attributes())
@@ -195,7 +208,9 @@ def start_alerts(ctx: RunContext) -> RunPart | None:
 
 def start_logs(ctx: RunContext) -> RunPart | None:
     """telemetry/log_bridge.py: Python logging as OTel log records, with `logs` on."""
-    correlation = RunCorrelation(ctx.identity.rank, ctx.clock, ctx.cadence, ctx.step_ids)
+    # A rank that sends no step spans names none on its records.
+    step_ids = ctx.step_ids if ctx.exports.spans else None
+    correlation = RunCorrelation(ctx.identity.rank, ctx.clock, ctx.cadence, step_ids)
     logs = LogBridge.start(ctx.config.logs, ctx.telemetry.logger_provider, correlation)
     return Closes(logs.close) if logs is not None else None
 
@@ -281,8 +296,10 @@ def start_timeline(ctx: RunContext) -> RunPart:
     from the training thread's clock reads. Their spans carry the rank only (the rest of the
     identity is the resource's): a user phase is paid for on the training thread, by the attribute."""
     telemetry = ctx.telemetry
+    # `export_ranks.metrics`: a rank that sends no training metrics sends no phase durations either.
+    meter = telemetry.meter if ctx.exports.metrics else NoOpMeter(semconv.INSTRUMENTATION_NAME)
     ctx.timeline = timeline = RunTimeline(
-        tracer=telemetry.tracer, meter=telemetry.meter, parent_span=ctx.phase_parent,
+        tracer=telemetry.tracer, meter=meter, parent_span=ctx.phase_parent,
         span_attributes=ctx.point_attributes(), point_attributes=ctx.point_attributes(),
         clock=ctx.clock, on_charged=ctx.phase_charged, callbacks=mindspore_model.callbacks(ctx.cb_params),
     )  # fmt: skip

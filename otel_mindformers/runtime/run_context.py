@@ -42,6 +42,7 @@ class RunContext:
     phase_charged: Callable[[str, float], None]  # an outermost phase ended on the training thread
     telemetry: Any = None  # telemetry: providers, tracer, meter, logger, observables
     step_ids: Any = None  # telemetry: StepSpanIds, the step spans' ids drawn in advance
+    exports: Any = None  # telemetry: RankExports, what this rank sends (export_ranks)
     ledger_entry: Any = None  # restarts: the run's LedgerEntry part, or None
     flight: Any = None  # flight_recorder: FlightRecorder, or NoRecorder where no ring can be kept
     devices: Any = None  # devices: DeviceTelemetry, or None
