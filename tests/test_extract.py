@@ -6,6 +6,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
+from otel_mindformers.config import GradNorm
 from otel_mindformers.names import training as tm
 from otel_mindformers.runtime.extract import OutputReader, to_host
 
@@ -27,7 +28,7 @@ def test_a_multi_element_loss_is_its_mean(value):
 
 def test_the_recorded_loss_of_a_per_micro_batch_output_is_their_mean():
     loss = ms.Tensor(np.array([2.0, 4.0, 9.0], dtype=np.float32))
-    outputs = OutputReader([tm.LOSS], False)
+    outputs = OutputReader([tm.LOSS], GradNorm.OFF)
     assert outputs.read({"net_outputs": (loss, ms.Tensor(False), ms.Tensor(1024.0))}, step=1)[tm.LOSS] == 5.0
 
 

@@ -12,12 +12,13 @@ overflow check is the same answer computed from the gradients (tests/support/min
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import nn
+from mindspore import nn, ops
 from mindspore.dataset import GeneratorDataset
 from mindspore.nn.wrap.loss_scale import TrainOneStepWithLossScaleCell
 from mindspore.train import Callback, FixedLossScaleManager, Model
@@ -246,3 +247,107 @@ def test_plain_training_has_grad_norm_in_every_output(workdir, monkeypatch, otlp
     assert points and all(any(p.value == pytest.approx(v) for v in norms.values()) for p in points)
     image = plot(read_logs([workdir / "m.json"]), workdir / "run.png")
     assert count(panels(load(image))["grad_norm"], "C0") > 0  # not "grad norm: no data"
+
+
+# --- sparse gradients and two optimizers: the wide & deep pattern -----------------------------
+
+VOCAB, FIELDS, DIM = 20, 3, 4
+
+
+class _WideDeep(nn.Cell):
+    """A wide part (a 1-wide embedding summed over the fields) and a deep part (a 4-wide
+    embedding, then a Dense), as MindSpore's wide & deep. `sparse`: EmbeddingLookup(sparse=True),
+    whose gradients are RowTensors; else nn.Embedding (a Gather: dense gradients)."""
+
+    def __init__(self, sparse: bool) -> None:
+        super().__init__()
+        self.wide = nn.EmbeddingLookup(VOCAB, 1, sparse=True) if sparse else nn.Embedding(VOCAB, 1)
+        self.deep = nn.EmbeddingLookup(VOCAB, DIM, sparse=True) if sparse else nn.Embedding(VOCAB, DIM)
+        self.dense = nn.Dense(FIELDS * DIM, 1)
+
+    def construct(self, ids):
+        wide = self.wide(ids).sum(axis=1)
+        return wide + self.dense(self.deep(ids).reshape((ids.shape[0], -1)))
+
+
+class _WideDeepTrainCell(nn.Cell):
+    """Two optimizers, as wide & deep's train cell: FTRL on the wide part, LazyAdam on the
+    deep part; neither is called `optimizer`."""
+
+    def __init__(self, loss_net: nn.Cell, net: _WideDeep) -> None:
+        super().__init__()
+        self.network = loss_net
+        self.weights_w = net.wide.trainable_params()
+        self.weights_d = net.deep.trainable_params() + net.dense.trainable_params()
+        self.weights = ms.ParameterTuple(self.weights_w + self.weights_d)
+        self.optimizer_w = nn.FTRL(self.weights_w, learning_rate=0.05)
+        self.optimizer_d = nn.LazyAdam(self.weights_d, learning_rate=0.05)
+        self.grad = ops.GradOperation(get_by_list=True)
+        self.split = len(self.weights_w)
+
+    def step(self, ids, y):
+        loss = self.network(ids, y)
+        grads = self.grad(self.network, self.weights)(ids, y)
+        loss = ops.depend(loss, self.optimizer_w(grads[: self.split]))
+        return ops.depend(loss, self.optimizer_d(grads[self.split :]))
+
+    def construct(self, ids, y):
+        return self.step(ids, y)
+
+
+class _JitWideDeepTrainCell(_WideDeepTrainCell):
+    """The same step compiled with `mindspore.jit` in PyNative mode (plain PyNative cannot
+    train sparse embeddings with FTRL or LazyAdam: MindSpore 2.9 hands them a dense-shaped
+    gradient, with or without this package)."""
+
+    @ms.jit
+    def construct(self, ids, y):
+        return self.step(ids, y)
+
+
+class _DenseTwinNorms(Callback):
+    """At each step's begin, the global norm of the step's gradients computed by an
+    independent dense network: the same weights (copied in, in order), no sparse gradient."""
+
+    def __init__(self, sparse_net: nn.Cell) -> None:
+        self._sparse = sparse_net
+        self._dense = nn.WithLossCell(_WideDeep(sparse=False), nn.MSELoss())
+        self._grad = ms.grad(self._dense, grad_position=None, weights=self._dense.trainable_params())
+        self.norms: dict[int, float] = {}
+
+    def on_train_step_begin(self, run_context) -> None:
+        cb_params = run_context.original_args()
+        for source, parameter in zip(self._sparse.trainable_params(), self._dense.trainable_params(), strict=True):
+            ops.assign(parameter, ms.Tensor(source.asnumpy()))  # in place: its compiled grad reads it
+        grads = self._grad(*cb_params.train_dataset_element)
+        self.norms[cb_params.cur_step_num] = math.sqrt(
+            sum(float(np.square(g.asnumpy().astype(np.float64)).sum()) for g in grads)
+        )
+
+
+def _ids_data(steps: int):
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 6, size=(steps * BATCH, FIELDS)).astype(np.int32)  # ids repeat in a batch
+    y = rng.standard_normal((steps * BATCH, 1)).astype(np.float32)
+    return GeneratorDataset(list(zip(ids, y)), column_names=["ids", "y"], shuffle=False).batch(BATCH)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_sparse_gradients_of_two_optimizers_count_as_their_dense_gradients(workdir, caplog, mode):
+    """The wide & deep pattern trains with grad_monitor on (it failed to compile), and each
+    step's norm is that of the dense gradients over both optimizers' parameters."""
+    ms.set_context(mode=MODES[mode])
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    net = _WideDeep(sparse=True)
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    cell = (_WideDeepTrainCell if mode == "graph" else _JitWideDeepTrainCell)(loss_net, net)
+    reference = _DenseTwinNorms(net)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        Model(cell).train(1, _ids_data(4), [reference, _monitor(workdir, interval=1)], dataset_sink_mode=False)
+
+    lines = _lines(workdir)
+    assert [line["step"] for line in lines] == [1, 2, 3, 4]
+    for line in lines:
+        assert line["grad_norm"] == pytest.approx(reference.norms[line["step"]], rel=1e-4), line["step"]
+    assert not [r for r in caplog.records if "grad_monitor" in r.getMessage()]
