@@ -351,3 +351,112 @@ def test_sparse_gradients_of_two_optimizers_count_as_their_dense_gradients(workd
     for line in lines:
         assert line["grad_norm"] == pytest.approx(reference.norms[line["step"]], rel=1e-4), line["step"]
     assert not [r for r in caplog.records if "grad_monitor" in r.getMessage()]
+
+
+# --- gradient accumulation: the optimizer runs every ACCUMULATE-th step ------------------------
+
+ACCUMULATE = 4
+
+
+class _AccumulatingCell(nn.Cell):
+    """Adds each step's gradients up and calls its optimizer with their mean on every
+    ACCUMULATE-th step (steps 4, 8, 12, ...), then starts again from zero."""
+
+    def __init__(self, network: nn.Cell, optimizer: nn.Optimizer) -> None:
+        super().__init__()
+        self.network, self.optimizer = network, optimizer
+        self.weights = optimizer.parameters
+        self.grad = ops.GradOperation(get_by_list=True)
+        self.accumulated = self.weights.clone(prefix="accumulated", init="zeros")
+        self.counter = ms.Parameter(ms.Tensor(0, ms.int32), name="accumulation_counter", requires_grad=False)
+
+    def construct(self, x, y):
+        loss = self.network(x, y)
+        grads = self.grad(self.network, self.weights)(x, y)
+        for total, grad in zip(self.accumulated, grads):
+            loss = ops.depend(loss, ops.assign_add(total, grad))
+        loss = ops.depend(loss, ops.assign_add(self.counter, ms.Tensor(1, ms.int32)))
+        if self.counter % ACCUMULATE == 0:
+            loss = ops.depend(loss, self.optimizer(tuple(total / ACCUMULATE for total in self.accumulated)))
+            for total in self.accumulated:
+                loss = ops.depend(loss, ops.assign(total, ops.zeros_like(total)))
+        return loss
+
+
+class _ReferenceGradients(Callback):
+    """At each step's begin, the step's batch gradients (one flat float64 vector)."""
+
+    def __init__(self, loss_net: nn.Cell, weights: list) -> None:
+        self._grad = ms.grad(loss_net, grad_position=None, weights=weights)
+        self.gradients: dict[int, np.ndarray] = {}
+
+    def on_train_step_begin(self, run_context) -> None:
+        cb_params = run_context.original_args()
+        grads = self._grad(*cb_params.train_dataset_element[:2])
+        self.gradients[cb_params.cur_step_num] = np.concatenate([g.asnumpy().astype(np.float64).ravel() for g in grads])
+
+
+# interval -> the sampled steps (every interval-th, the first, the last: 14) whose own norm is
+# known: graph, interval 3: samples 1 3 6 9 12 14, updates at 4 8 12; step 6 follows an update
+# at 4 (cannot be told apart), so from there each sample's begin is read: 9 none, 12 its own.
+# PyNative, interval 2: samples 1 2 4 6 8 10 12 14; 4 cannot be told apart; 8 and 12 updated.
+ACCUMULATION_RUNS = {"graph": (3, [12]), "pynative": (2, [8, 12])}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_an_accumulating_cell_has_the_norm_of_the_steps_that_update_and_no_other(workdir, caplog, mode):
+    interval, updated = ACCUMULATION_RUNS[mode]
+    ms.set_context(mode=MODES[mode])
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    cell = _AccumulatingCell(loss_net, nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    reference = _ReferenceGradients(loss_net, net.trainable_params())
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        Model(cell).train(1, _data(14), [reference, _monitor(workdir, interval=interval)], dataset_sink_mode=False)
+
+    lines = _lines(workdir)
+    assert [line["step"] for line in lines] == sorted({1, *range(interval, 15, interval), 14})
+    assert [line["step"] for line in lines if "grad_norm" in line] == updated  # no other step, no old norm
+    for step in updated:
+        applied = sum(reference.gradients[s] for s in range(step - ACCUMULATE + 1, step + 1)) / ACCUMULATE
+        (line,) = [line for line in lines if line["step"] == step]
+        assert line["grad_norm"] == pytest.approx(float(np.linalg.norm(applied)), rel=1e-4), step
+    assert not [r for r in caplog.records if "grad_monitor" in r.getMessage()]
+
+
+# --- a cell that clips its gradients before its optimizer --------------------------------------
+
+# MindSpore deprecates `ops.clip_by_global_norm` after 2.9; `ops.clip_by_norm` of a tuple is
+# the same global clip.
+_clip_by_global_norm = getattr(ops, "clip_by_global_norm", None) or ops.clip_by_norm
+
+
+class _ClippingCell(nn.TrainOneStepCell):
+    """The most common custom train cell: the gradients clipped to a global norm of 1."""
+
+    def construct(self, x, y):
+        loss = self.network(x, y)
+        grads = _clip_by_global_norm(self.grad_no_sens(self.network, self.weights)(x, y), 1.0)
+        return ops.depend(loss, self.optimizer(grads))
+
+
+def test_a_clipping_cell_reports_the_clipped_norm_and_says_so_once(workdir, caplog):
+    """What the optimizer receives is measured: at the clip value while the gradients are
+    larger (docs/model_state.md), which the run says once."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    cell = _ClippingCell(loss_net, nn.Momentum(net.trainable_params(), 0.001, 0.9))
+    reference = _ReferenceNorms(loss_net, net.trainable_params())
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        Model(cell).train(1, _data(6, spread=30.0), [reference, _monitor(workdir, interval=1)], dataset_sink_mode=False)
+
+    lines = _lines(workdir)
+    assert all(reference.norms[line["step"]] > 10.0 for line in lines)  # every step clipped
+    assert [line["grad_norm"] for line in lines] == pytest.approx([1.0] * 6, rel=1e-5)
+    said = [r.getMessage() for r in caplog.records if "clip" in r.getMessage()]
+    assert len(said) == 1 and "grad_norm has been 1 on 3 sampled steps in a row" in said[0], said

@@ -29,7 +29,10 @@ MEASURED = {6, 7, 8, 16, 17, 20}  # unsampled, and sampled 20, with tracemalloc
 # folded into one `wake` flag beside `next_sample` and `step_offset`).
 # 45 -> 50 at step end: the job's step stored into the flight ring's mapped page
 # (`clock.finished[0] = step`, a memoryview store, no call: ~15 ns over an attribute store).
-STEP_BEGIN = {"python_calls": 1, "c_calls": 1, "opcodes": 24}
+# 24 -> 30 at step begin: `clock.step >= clock.arm_after`, two attribute reads and a compare
+# (no call): the gradient-norm reader may ask for its probes' call counts before a sampled
+# step, where a cell does not update on every step (model_state/grad_norm_reader.py).
+STEP_BEGIN = {"python_calls": 1, "c_calls": 1, "opcodes": 30}
 UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 50}
 SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # +16 bytecodes over 333 / 427: the unsampled step's 7, the batch-note and the attempt's
@@ -55,9 +58,14 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # (one loop turn per value). bench_flight_recorder.py: docs/flight_recorder.md.
     # With both: 350 -> 560 / 429 -> 672; the probe's case 398 -> 619 (its norm one more value
     # in the ring), 7 -> 8 Python calls, 14 -> 16 C calls.
-    "scalar": {"python_calls": 7, "c_calls": 13, "opcodes": 560},
-    "tuple5": {"python_calls": 7, "c_calls": 19, "opcodes": 672},
-    "probe": {"python_calls": 8, "c_calls": 16, "opcodes": 619},
+    # `_item` through compat/mindspore_tensor.py's `read_scalar` (the same C method, taken
+    # unbound: a global read) and the learning rate a scheduler noted taken as it is: 560 ->
+    # 567 / 672 -> 676. The probe: its call count read back beside its norm, and whether this
+    # step applied gradients, decided from the counts (model_state/grad_norm_reader.py; one
+    # frame, as before): +1 C call, 619 -> 727.
+    "scalar": {"python_calls": 7, "c_calls": 13, "opcodes": 567},
+    "tuple5": {"python_calls": 7, "c_calls": 19, "opcodes": 676},
+    "probe": {"python_calls": 8, "c_calls": 17, "opcodes": 727},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's

@@ -58,7 +58,7 @@ class GradNormReader:
         self._reported = 0  # sampled steps given a norm
         self._last = -1.0  # the previous reported norm, and how many in a row equal it
         self._repeats = 0
-        self._clip_warned = False
+        self._clip_said = False
         clock.arm_after, clock.arm = NEVER, self.arm
 
     def arm(self) -> None:
@@ -68,7 +68,8 @@ class GradNormReader:
 
     def read(self, step: int, overflow: bool) -> float | None:
         """This step's norm; inf on an overflow step (loss scaling skipped its update); None
-        where this step applied no gradients or cannot be told from its neighbours."""
+        where this step applied no gradients or cannot be told from its neighbours. One frame
+        (inside Model.train each call is cold, docs/performance.md)."""
         steps, self._step = step - self._step, step
         begin, self._begin = self._begin, None
         counts = self._counts
@@ -97,27 +98,30 @@ class GradNormReader:
             return None
         value = math.sqrt(total)
         self._reported += 1
-        self._note_clip(value)
-        return value
-
-    def _note_clip(self, value: float) -> None:
+        # The same value again (not an old one: see above): a clip holds it there.
         if value > 0.0 and abs(value - self._last) <= CLIP_TOLERANCE * value:
             self._repeats += 1
-            if self._repeats == CLIP_REPEATS - 1 and not self._clip_warned:
-                self._clip_warned = True
-                _logger.warning(
-                    "otel_mindformers: grad_norm has been %.6g on %d sampled steps in a row: the train cell "
-                    "seems to clip its gradients before its optimizer (ops.clip_by_global_norm(grads, %.6g)). "
-                    "grad_monitor measures the gradients the optimizer receives, so grad_norm stays at the "
-                    "clip value and norm alerts cannot fire; return the norm before clipping as the 5th "
-                    "output to report it instead (docs/model_state.md).",
-                    value,
-                    CLIP_REPEATS,
-                    value,
-                )
+            if self._repeats == CLIP_REPEATS - 1:
+                self._warn_clipped(value)
         else:
             self._repeats = 0
         self._last = value
+        return value
+
+    def _warn_clipped(self, value: float) -> None:
+        if self._clip_said:
+            return
+        self._clip_said = True
+        _logger.warning(
+            "otel_mindformers: grad_norm has been %.6g on %d sampled steps in a row: the train cell seems to "
+            "clip its gradients before its optimizer (ops.clip_by_global_norm(grads, %.6g)). grad_monitor "
+            "measures the gradients the optimizer receives, so grad_norm stays at the clip value and norm "
+            "alerts cannot fire; return the norm before clipping as the 5th output to report it instead "
+            "(docs/model_state.md).",
+            value,
+            CLIP_REPEATS,
+            value,
+        )
 
     def close(self) -> None:
         """At the run's end: say once what kept the norm from being reported."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from otel_mindformers.compat.mindspore_tensor import SCALAR_METHOD, read_scalar
+from otel_mindformers.compat.mindspore_tensor import read_scalar, readable
 from otel_mindformers.config import GradNorm
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names import training as tm
@@ -49,10 +49,10 @@ def to_host(value: Any) -> float:
 
 
 def _is_scalar_tensor(value: Any) -> bool:
-    """A one-element MindSpore tensor that the read plan can read with `read_scalar`, which
-    calls the C method that `Tensor.item()` wraps in a Python frame (a cold frame costs 3-5 us
-    inside Model.train; compat/mindspore_tensor.py)."""
-    return hasattr(value, "asnumpy") and hasattr(value, SCALAR_METHOD) and value.size == 1 and not value.has_init
+    """A one-element value the read plan can read: a MindSpore tensor, read with `read_scalar`,
+    the C method that `Tensor.item()` wraps in a Python frame (a cold frame costs 3-5 us
+    inside Model.train; compat/mindspore_tensor.py), or a rate a scheduler noted (`_Rate`)."""
+    return (readable(value) or value.__class__ is _Rate) and value.size == 1 and not value.has_init
 
 
 def _is_tensor(value: Any) -> bool:
@@ -110,7 +110,8 @@ class LearningRateSource:
 
 
 class _Rate:
-    """A host float where a one-element tensor is read (`read_scalar`, `item`, `asnumpy`)."""
+    """A host float where a one-element tensor is read (`item`, `asnumpy`; the read plan
+    takes its `value`)."""
 
     __slots__ = ("value",)
     size = 1
@@ -119,10 +120,8 @@ class _Rate:
     def __init__(self, value: float) -> None:
         self.value = value
 
-    def _item(self) -> float:
+    def item(self) -> float:
         return self.value
-
-    item = _item
 
     def asnumpy(self) -> Any:
         return np.asarray(self.value, dtype=np.float32)
@@ -290,7 +289,7 @@ class OutputReader:
                 if self._plan_lr:
                     lr: LearningRateSource = self._learning_rate  # type: ignore[assignment]  # _plan_lr: it was resolved
                     tensor = lr.constant if lr.constant is not None else lr.tensor(step - 1)
-                    values[tm.LEARNING_RATE] = float(read_scalar(tensor))
+                    values[tm.LEARNING_RATE] = tensor.value if tensor.__class__ is _Rate else float(read_scalar(tensor))
             except Exception:  # a value changed kind: the full path reads and warns
                 self._plan_type = None
                 return self._read_full(outputs, cb_params, step)
