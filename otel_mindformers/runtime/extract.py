@@ -332,9 +332,10 @@ class OutputReader:
             self._warn_once(
                 "grad_norm",
                 "grad_monitor is on but the train network returns no global gradient norm and its "
-                "optimizer could not be measured, so grad_norm is not reported. Train with a cell "
-                "that calls `self.optimizer(grads)` (as nn.TrainOneStepCell does) or with MindFormers' "
-                "MFTrainOneStepCell, or return the norm as the 5th output; or set grad_monitor: false.",
+                "optimizers could not be measured, so grad_norm is not reported. Train with a cell "
+                "that calls the mindspore.nn.Optimizer it holds (as nn.TrainOneStepCell does) or with "
+                "MindFormers' MFTrainOneStepCell, or return the norm as the 5th output; or set "
+                "grad_monitor: false.",
             )
         values: dict[str, float | bool] = {}
         for name in self._wanted & handles.keys():
