@@ -185,3 +185,20 @@ def test_the_probe_leaves_the_names_of_the_parameters_alone(workdir, caplog):
     added = {"otel_mindformers_grad_norm.optimizer", "otel_mindformers_grad_norm.optimizer.calls"}
     assert seen and all(names == before | added for names in seen)
     assert all(json.loads(line)["grad_norm"] > 0 for line in (workdir / "m.json").read_text().splitlines())
+
+
+def test_an_optimizer_of_dynamic_embeddings_is_left_alone_with_the_reason():
+    """MapParameters' gradients are MapTensors, which the probe does not measure: no probe
+    (the run says why once), and the optimizer stays where it was."""
+    from mindspore.experimental import MapParameter
+
+    from otel_mindformers.model_state.grad_norm_probe import install_probes
+
+    ms.set_device("CPU")
+    net = nn.Dense(training.FEATURES, 1)
+    table = MapParameter(key_dtype=ms.int32, value_dtype=ms.float32, value_shape=(4,), name="table")
+    optimizer = nn.FTRL([table, *net.trainable_params()])
+    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+    probed, why_not = install_probes(cell)
+    assert probed == [] and why_not.startswith("`optimizer` updates MapParameters (dynamic embeddings)")
+    assert cell.optimizer is optimizer
