@@ -50,9 +50,11 @@ class _ReferenceNorms(Callback):
         )
 
 
-def _data(steps: int = STEPS, spread: float = 1.0):
+def _data(steps: int = STEPS, spread: float | list[float] = 1.0):
+    """`steps` batches; `spread`: the inputs' scale, or one per step (the gradients' scale)."""
     rng = np.random.default_rng(0)
-    x = (rng.standard_normal((steps * BATCH, FEATURES)) * spread).astype(np.float32)
+    scale = np.repeat(np.broadcast_to(np.asarray(spread, dtype=np.float64), (steps,)), BATCH)[:, None]
+    x = (rng.standard_normal((steps * BATCH, FEATURES)) * scale).astype(np.float32)
     y = (x.sum(axis=1, keepdims=True) * 0.5).astype(np.float32)
     return GeneratorDataset(list(zip(x, y)), column_names=["x", "y"], shuffle=False).batch(BATCH)
 
@@ -444,7 +446,8 @@ class _ClippingCell(nn.TrainOneStepCell):
 
 def test_a_clipping_cell_reports_the_clipped_norm_and_says_so_once(workdir, caplog):
     """What the optimizer receives is measured: at the clip value while the gradients are
-    larger (docs/model_state.md), which the run says once."""
+    larger (docs/model_state.md), which the run says once, at the third such step in a row;
+    step 4's small gradients are not clipped, and steps 5 to 7 clip again (said already)."""
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     ms.set_seed(0)
@@ -452,11 +455,25 @@ def test_a_clipping_cell_reports_the_clipped_norm_and_says_so_once(workdir, capl
     loss_net = nn.WithLossCell(net, nn.MSELoss())
     cell = _ClippingCell(loss_net, nn.Momentum(net.trainable_params(), 0.001, 0.9))
     reference = _ReferenceNorms(loss_net, net.trainable_params())
-    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
-        Model(cell).train(1, _data(6, spread=30.0), [reference, _monitor(workdir, interval=1)], dataset_sink_mode=False)
+    said_by_step: dict[int, int] = {}
 
-    lines = _lines(workdir)
-    assert all(reference.norms[line["step"]] > 10.0 for line in lines)  # every step clipped
-    assert [line["grad_norm"] for line in lines] == pytest.approx([1.0] * 6, rel=1e-5)
-    said = [r.getMessage() for r in caplog.records if "clip" in r.getMessage()]
-    assert len(said) == 1 and "grad_norm has been 1 on 3 sampled steps in a row" in said[0], said
+    class _Said(Callback):  # after the monitor: what it has said by each step's end
+        def on_train_step_end(self, run_context) -> None:
+            said_by_step[run_context.original_args().cur_step_num] = len(_clip_warnings(caplog))
+
+    spread = [30.0, 30.0, 30.0, 0.01, 30.0, 30.0, 30.0]
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        callbacks = [reference, _monitor(workdir, interval=1), _Said()]
+        Model(cell).train(1, _data(7, spread), callbacks, dataset_sink_mode=False)
+
+    norms = {line["step"]: line["grad_norm"] for line in _lines(workdir)}
+    clipped = [step for step in norms if reference.norms[step] > 1.0]
+    assert clipped == [1, 2, 3, 5, 6, 7] and [norms[s] for s in clipped] == pytest.approx([1.0] * 6, rel=1e-5)
+    assert norms[4] == pytest.approx(reference.norms[4], rel=1e-4)  # below the clip: the true norm
+    assert said_by_step == {1: 0, 2: 0, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}
+    (said,) = _clip_warnings(caplog)
+    assert "grad_norm has been 1 on 3 sampled steps in a row" in said
+
+
+def _clip_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "clip its gradients" in r.getMessage()]
