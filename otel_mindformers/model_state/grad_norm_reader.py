@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from otel_mindformers.compat.mindspore_tensor import read_scalar
+from otel_mindformers.compat import mindspore_tensor
 from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.guarded_log import get_logger
 
@@ -51,7 +51,7 @@ class GradNormReader:
         self._names = tuple(names)
         self._clock = clock
         self._step = first_step
-        self._counts = [read_scalar(calls) for calls in self._calls]  # at the previous sample
+        self._counts = [mindspore_tensor.read_scalar(calls) for calls in self._calls]  # at the previous sample
         self._installed = list(self._counts)
         self._begin: list[int] | None = None  # the counts at this step's begin, when armed
         self._armed_mode = False
@@ -64,7 +64,10 @@ class GradNormReader:
     def arm(self) -> None:
         """At the begin of a sampled step: the counts before it runs."""
         self._clock.arm_after = NEVER
-        self._begin = [read_scalar(calls) for calls in self._calls]
+        try:
+            self._begin = [mindspore_tensor.read_scalar(calls) for calls in self._calls]
+        except Exception as exc:  # the step's end finds out again and says so
+            _logger.debug("otel_mindformers: the gradient-norm probes' counts: %s", exc)
 
     def read(self, step: int, overflow: bool) -> float | None:
         """This step's norm; inf on an overflow step (loss scaling skipped its update); None
@@ -74,20 +77,29 @@ class GradNormReader:
         begin, self._begin = self._begin, None
         counts = self._counts
         total, applied, unknown = 0.0, False, False
-        for index, calls in enumerate(self._calls):
-            count = read_scalar(calls)
-            since, counts[index] = count - counts[index], count
-            if begin is not None:  # armed: the counts at this step's begin are known
-                if count == begin[index]:
+        try:
+            for index, calls in enumerate(self._calls):
+                count = mindspore_tensor.read_scalar(calls)
+                since, counts[index] = count - counts[index], count
+                if begin is not None:  # armed: the counts at this step's begin are known
+                    if count == begin[index]:
+                        continue
+                elif since == 0:
                     continue
-            elif since == 0:
-                continue
-            elif since != steps:
-                unknown = True
-                continue
-            norm = read_scalar(self._norms[index])
-            total += norm * norm
-            applied = True
+                elif since != steps:
+                    unknown = True
+                    continue
+                norm = mindspore_tensor.read_scalar(self._norms[index])
+                total += norm * norm
+                applied = True
+        except Exception as exc:  # a probe that cannot be read: no norm from now on, training goes on
+            self._calls = self._norms = ()
+            _logger.warning(
+                "otel_mindformers: grad_monitor cannot read the gradient-norm probe (%s): grad_norm "
+                "is not reported from here on.",
+                exc,
+            )
+            return None
         if unknown:
             self._armed_mode = True
         if self._armed_mode:
@@ -126,8 +138,13 @@ class GradNormReader:
     def close(self) -> None:
         """At the run's end: say once what kept the norm from being reported."""
         self._clock.arm_after = NEVER
+        if not self._calls:  # unreadable: said when it was found
+            return
         try:
-            calls = [read_scalar(calls) - installed for calls, installed in zip(self._calls, self._installed)]
+            calls = [
+                mindspore_tensor.read_scalar(calls) - installed
+                for calls, installed in zip(self._calls, self._installed)
+            ]
         except Exception:  # the run is ending on an error: nothing to add to it
             return
         never = [name for name, count in zip(self._names, calls) if count == 0]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from otel_mindformers.compat.mindspore_tensor import read_scalar, readable
+from otel_mindformers.compat import mindspore_tensor
 from otel_mindformers.config import GradNorm
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names import training as tm
@@ -52,7 +52,7 @@ def _is_scalar_tensor(value: Any) -> bool:
     """A one-element value the read plan can read: a MindSpore tensor, read with `read_scalar`,
     the C method that `Tensor.item()` wraps in a Python frame (a cold frame costs 3-5 us
     inside Model.train; compat/mindspore_tensor.py), or a rate a scheduler noted (`_Rate`)."""
-    return (readable(value) or value.__class__ is _Rate) and value.size == 1 and not value.has_init
+    return (mindspore_tensor.readable(value) or value.__class__ is _Rate) and value.size == 1 and not value.has_init
 
 
 def _is_tensor(value: Any) -> bool:
@@ -182,7 +182,7 @@ def _used_index(optimizer: Any) -> Callable[[int], int]:
 
     def index(step_index: int) -> int:
         try:
-            return max(0, int(read_scalar(global_step)) - 1)
+            return max(0, int(mindspore_tensor.read_scalar(global_step)) - 1)
         except Exception:  # not a readable one-element tensor: the job's step stands for it
             return step_index
 
@@ -282,14 +282,16 @@ class OutputReader:
             try:
                 if self._plan_length >= 0:
                     for name, position in self._plan:
-                        values[name] = float(read_scalar(outputs[position]))
+                        values[name] = float(mindspore_tensor.read_scalar(outputs[position]))
                 else:
                     for name, _ in self._plan:
-                        values[name] = float(read_scalar(outputs))
+                        values[name] = float(mindspore_tensor.read_scalar(outputs))
                 if self._plan_lr:
                     lr: LearningRateSource = self._learning_rate  # type: ignore[assignment]  # _plan_lr: it was resolved
                     tensor = lr.constant if lr.constant is not None else lr.tensor(step - 1)
-                    values[tm.LEARNING_RATE] = tensor.value if tensor.__class__ is _Rate else float(read_scalar(tensor))
+                    values[tm.LEARNING_RATE] = (
+                        tensor.value if tensor.__class__ is _Rate else float(mindspore_tensor.read_scalar(tensor))
+                    )
             except Exception:  # a value changed kind: the full path reads and warns
                 self._plan_type = None
                 return self._read_full(outputs, cb_params, step)
