@@ -10,6 +10,7 @@ Each section is a dataclass, so `cfg.alert_config.loss_threshold` and
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 from collections.abc import Callable
 from typing import Any, ClassVar, Union
@@ -423,6 +424,21 @@ class ExportRanksConfig(_Section):
     metrics: Union[str, list[int], float] = _key(default="all", check=_check_rank_strategy)
 
 
+class GradNorm(enum.Enum):
+    """`grad_monitor` resolved (`MonitorConfig.grad_norm`): where the global gradient norm comes from."""
+
+    # unset: the norm the train network returns, read where it does, silently
+    IF_RETURNED = "if_returned"
+    # true: that, else measured by the gradient-norm probe (model_state/grad_norm_probe.py);
+    # where neither can, said once
+    MEASURED = "measured"
+    # false: never read (nor MindFormers' per-parameter local norms)
+    OFF = "off"
+
+
+_GRAD_NORM = {None: GradNorm.IF_RETURNED, True: GradNorm.MEASURED, False: GradNorm.OFF}
+
+
 @dataclasses.dataclass(frozen=True)
 class TelemetryConfig:
     """`service_name`, `output_type`, `otlp` and `prometheus`, for the OTel providers."""
@@ -463,7 +479,8 @@ class MonitorConfig(_Section):
     json_log_path: str = _key(default="./output/train_metric.json", check=_check_file_path, path=True)
     monitored_metrics: list[str] = _key(factory=lambda: list(KNOWN_METRICS), check=_one_of(KNOWN_METRICS))
     # None (unset): report the global norm where the train network returns it, silently;
-    # true: the user asked for it, so its absence is worth one warning; false: never.
+    # true: measure it where it does not, and say once where it cannot; false: never.
+    # The run reads it resolved, as `grad_norm` (GradNorm).
     grad_monitor: Union[bool, None] = _key(default=None)
     device_monitor: bool = _key(default=False)
     alert_config: AlertConfig = _key(factory=AlertConfig)
@@ -502,6 +519,11 @@ class MonitorConfig(_Section):
     def reports_training_metrics(self, rank: int) -> bool:
         """The monitor_config article's policy: rank 0 reports training metrics unless configured otherwise."""
         return self.report_ranks == "all" or rank in self.report_ranks
+
+    @property
+    def grad_norm(self) -> GradNorm:
+        """`grad_monitor` (None, true, false) as what it asks of the global gradient norm."""
+        return _GRAD_NORM[self.grad_monitor]
 
     @property
     def telemetry(self) -> TelemetryConfig:

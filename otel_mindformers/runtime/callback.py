@@ -17,7 +17,7 @@ from typing import Any
 
 from mindspore.train import Callback
 
-from otel_mindformers.config import MonitorConfig, load_monitor_config
+from otel_mindformers.config import GradNorm, MonitorConfig, load_monitor_config
 from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
@@ -98,7 +98,7 @@ class MonitorCallback(Callback):
         self._custom_failures: dict[str, int] = {}
         self._lazy_lr: LazyLearningRate | None = None
         self._loss_view, self._lr_view = StepTensor(), StepTensor()  # what custom monitors read
-        self._handles = OutputReader([], None)
+        self._handles = OutputReader([], GradNorm.IF_RETURNED)
         # Model.train hands every hook of a run the same RunContext and cb_params: the step
         # hook compares the context and reuses them (no method call on unsampled steps).
         self._run_context: Any = None
@@ -139,6 +139,8 @@ class MonitorCallback(Callback):
         clock = self._hot
         if clock is None:
             return
+        if clock.step >= clock.arm_after:  # before a sampled step the gradient-norm reader asked for
+            clock.arm()
         # The data wait: a clock read and an addition (timing/timeline.py turns it into a phase).
         clock.step_begin = now = _perf_counter()
         clock.data_wait += now - clock.last_step_end

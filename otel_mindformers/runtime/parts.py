@@ -34,13 +34,15 @@ from opentelemetry.metrics import NoOpMeter
 from otel_mindformers.captures.controller import CaptureController
 from otel_mindformers.cluster.part import start_cluster
 from otel_mindformers.compat import mindspore_model
+from otel_mindformers.config import GradNorm
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import Remaining, RunEnding, RunPart
 from otel_mindformers.flight_recorder import recorder as flight_recorder
 from otel_mindformers.hangs.diagnosis_file import diagnosis_path
 from otel_mindformers.hangs.dumps import StackDumper
 from otel_mindformers.hangs.heartbeat_gauges import Heartbeat
-from otel_mindformers.model_state.grad_norm_probe import install_probe, remove_probe
+from otel_mindformers.model_state.grad_norm_probe import install_probes, remove_probes
+from otel_mindformers.model_state.grad_norm_reader import GradNormReader
 from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.names import semconv
 from otel_mindformers.nonfinite.first_nonfinite import FirstNonFinite
@@ -267,14 +269,20 @@ def start_grad_norm_probe(ctx: RunContext) -> RunPart | None:
     a train cell that does not return it (MindFormers' cells do), measured in the step on
     every rank (their graphs stay alike; data-parallel ranks wait for the slowest anyway)."""
     network = ctx.cb_params.get("train_network")
-    if ctx.config.grad_monitor is not True or type(network).__module__.startswith("mindformers."):
+    if ctx.config.grad_norm is not GradNorm.MEASURED or type(network).__module__.startswith("mindformers."):
         return None
-    probe, why_not = install_probe(network)
-    if probe is None:
+    probed, why_not = install_probes(network)
+    if not probed:
         _logger.warning("otel_mindformers: grad_monitor cannot measure the gradient norm: %s", why_not)
         return None
-    ctx.grad_norm_probe = ctx.reader.grad_norm_probe = probe.norm
-    return Closes(lambda: remove_probe(network, probe))
+    reader = GradNormReader([one.probe for one in probed], [one.name for one in probed], ctx.clock, ctx.first_step)
+    ctx.grad_norm_probe = ctx.reader.grad_norm_probe = reader
+
+    def close() -> None:
+        reader.close()
+        remove_probes(probed)
+
+    return Closes(close)
 
 
 def start_model_state(ctx: RunContext) -> RunPart | None:
@@ -286,7 +294,7 @@ def start_model_state(ctx: RunContext) -> RunPart | None:
         ctx.first_nonfinite = FirstNonFinite(telemetry.meter, telemetry.logger, ctx.identity, config.json_log_path)
     if not ctx.reports_training:
         return None
-    ctx.state_reader = reader = StateReader.start(config.mindformers_native, config.grad_monitor)
+    ctx.state_reader = reader = StateReader.start(config.mindformers_native, config.grad_norm)
     INBOX.step_offset = ctx.step_offset
     return Closes(reader.close)
 

@@ -52,7 +52,7 @@ class RunContext:
     run_span: Any = None  # the run span
     run_context: otel_context.Context | None = None  # the run span's context (the launcher's before)
     state_reader: Any = None  # model_state: StateReader (reporting ranks)
-    grad_norm_probe: Any = None  # model_state: the GradNormProbe's `norm` Parameter, or None
+    grad_norm_probe: Any = None  # model_state: the GradNormReader of the optimizers' probes, or None
     first_nonfinite: Any = None  # nonfinite: FirstNonFinite (`nonfinite_check: all_ranks`)
     timeline: Any = None  # timing: RunTimeline
     pipeline: Any = None  # runtime: SampledStepPipeline
