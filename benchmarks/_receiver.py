@@ -47,6 +47,8 @@ def _stats(receiver: Any) -> dict[str, Any]:
             "points": defaultdict(int),
             "point_bytes": defaultdict(int),
             "series": defaultdict(set),
+            "metric_points": defaultdict(int),  # by metric name
+            "metric_bytes": defaultdict(int),
         }
     )
     for request in traces:
@@ -71,6 +73,8 @@ def _stats(receiver: Any) -> dict[str, Any]:
                     data = getattr(metric, kind)
                     entry["points"][kind] += len(data.data_points)
                     entry["point_bytes"][kind] += metric.ByteSize()
+                    entry["metric_points"][metric.name] += len(data.data_points)
+                    entry["metric_bytes"][metric.name] += metric.ByteSize()
                     metric_bytes += metric.ByteSize()
                     for point in data.data_points:
                         key = tuple(sorted((kv.key, str(kv.value)) for kv in point.attributes))
@@ -89,6 +93,12 @@ def _stats(receiver: Any) -> dict[str, Any]:
                 "points": dict(v["points"]),
                 "point_bytes": dict(v["point_bytes"]),
                 "series": {kind: len(keys) for kind, keys in v["series"].items()},
+                "series_by_metric": {
+                    name: sum(1 for keys in v["series"].values() for metric, _ in keys if metric == name)
+                    for name in v["metric_points"]
+                },
+                "metric_points": dict(v["metric_points"]),
+                "metric_bytes": dict(v["metric_bytes"]),
             }
             for rank, v in per_rank.items()
         },

@@ -20,6 +20,10 @@
    for a 70B-sized model on `--world` ranks, with and without `target` and `report_ranks: all`.
 5. Stragglers: the per-rank section series (docs/stragglers.md) and the recording rules' series
    on `--world` ranks, by `stragglers.section_series` (`--stragglers-only` prints just these).
+6. Rank export strategies (`export_ranks`, telemetry/export_ranks.py): spans and series per
+   second reaching the collector from `--world` ranks for each strategy, from the measured
+   per-rank rates split into what a strategy stops (step spans; the training metrics) and
+   what every rank keeps sending (its hardware, straggler sections, heartbeat, job info).
 """
 
 from __future__ import annotations
@@ -389,8 +393,99 @@ def main() -> None:
         print(
             f"| {label} | {total['spans']:,.0f} | {total['points']:,.0f} | {total['bytes'] / 1e6:,.1f} | {cores:.2f} |"
         )
+    print_strategy_projection(reporting, other, sim_sampled, args, cost_per_mb)
     print_model_state_projection(args.world, args.export_interval, reporting_rates["bytes_per_point"].get("gauge"))
     print_straggler_projection(args.world, args.export_interval, reporting_rates["bytes_per_point"].get("sum"))
+
+
+def training_metric_names() -> frozenset[str]:
+    """What `export_ranks.metrics` stops on a rank it leaves out (pipeline.py, parts.py)."""
+    from otel_mindformers.names import training as tm
+    from otel_mindformers.names.phase_names import PHASE_DURATION
+
+    return frozenset({spec.name for spec in tm.INSTRUMENTS} | {PHASE_DURATION.name})
+
+
+def metric_split(entry: dict) -> dict[str, tuple[int, float]]:
+    """One rank's (series, bytes per data point) of its training metrics and of the rest."""
+    training = training_metric_names()
+    out = {}
+    for part, keep in (("training", lambda name: name in training), ("kept", lambda name: name not in training)):
+        names = [name for name in entry["series_by_metric"] if keep(name)]
+        points = sum(entry["metric_points"][name] for name in names)
+        out[part] = (
+            sum(entry["series_by_metric"][name] for name in names),
+            sum(entry["metric_bytes"][name] for name in names) / points if points else 0.0,
+        )
+    return out
+
+
+def strategy_cases(world: int) -> list[tuple[str, object]]:
+    return [
+        ("`all` (the default)", "all"),
+        ("`report_ranks` (`[0]`)", "report_ranks"),
+        (f"`first_per_node` ({RANKS_PER_NODE} ranks a node)", "first_per_node"),
+        ("`0.125` (a sampled eighth)", 0.125),
+        ("`0.01`", 0.01),
+        ("a list: one rank per pipeline stage (8)", [stage * world // 8 for stage in range(8)]),
+    ]
+
+
+def print_strategy_projection(
+    reporting: dict, other: dict, sim_sampled: int, args: argparse.Namespace, cost_per_mb: float
+) -> None:
+    """Spans and series per second at the collector, one row per strategy, the same one for
+    `export_ranks.spans` and `.metrics`; `report_ranks: [0]` throughout."""
+    from otel_mindformers.telemetry.export_ranks import selects
+
+    world = args.world
+    sampled_per_second = 1.0 / (args.step_seconds * args.interval)
+    exports_per_second = 1.0 / args.export_interval
+    step_span = reporting["span_names"].get("mindformers.train.step", 0) / sim_sampled  # per rank and sampled step
+    roots = reporting["span_names"].get("mindformers.job.step", 0) / sim_sampled  # from the root rank
+    span_bytes = reporting["span_bytes"] / max(1, reporting["spans"])
+    span_envelope = reporting["span_envelope_bytes"] / max(1, reporting["span_batches"])
+    metric_envelope = other["metric_envelope_bytes"] / max(1, other["metric_exports"])  # every rank, every export
+    first, rest = metric_split(reporting), metric_split(other)
+    print(
+        f"\nexport strategies (`export_ranks.spans` = `.metrics`): {world} ranks, step {args.step_seconds:g} s, "
+        f"interval {args.interval}, export every {args.export_interval:g} s, cumulative; per rank measured: "
+        f"{step_span:.2f} step span and {roots:.2f} root span (root rank) per sampled step, "
+        f"series training / kept: rank 0 {first['training'][0]} / {first['kept'][0]}, "
+        f"other ranks {rest['training'][0]} / {rest['kept'][0]}"
+    )
+    print(
+        "| strategy | ranks sending spans | spans/s | ranks sending training metrics | active series | "
+        "series (data points)/s | MB/min | collector cores |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for label, strategy in strategy_cases(world):
+        chosen = [rank for rank in range(world) if selects(strategy, [0], rank, rank % RANKS_PER_NODE)]
+        spans = sampled_per_second * (len(chosen) * step_span + (roots if chosen else 0.0))
+        series = first["kept"][0] + (world - 1) * rest["kept"][0]
+        point_bytes = first["kept"][0] * first["kept"][1] + (world - 1) * rest["kept"][0] * rest["kept"][1]
+        senders = set(chosen)
+        if 0 in senders:
+            series += first["training"][0]
+            point_bytes += first["training"][0] * first["training"][1]
+        others = len(senders - {0})
+        series += others * rest["training"][0]
+        point_bytes += others * rest["training"][0] * rest["training"][1]
+        points_per_second = series * exports_per_second
+        # A rank's spans leave in batches, at most one per schedule delay.
+        batches = len(chosen) * min(sampled_per_second * step_span, 1.0 / SPAN_SCHEDULE_SECONDS)
+        bytes_per_second = (
+            points_per_second * point_bytes / max(series, 1)
+            + world * exports_per_second * metric_envelope
+            + spans * span_bytes
+            + batches * span_envelope
+        )
+        mb_per_minute = bytes_per_second * 60 / 1e6
+        cores = mb_per_minute * cost_per_mb / 60.0
+        print(
+            f"| {label} | {len(chosen):,} | {spans:,.2f} | {len(chosen):,} | {series:,} | {points_per_second:,.0f} | "
+            f"{mb_per_minute:,.1f} | {cores:.3f} |"
+        )
 
 
 # A 70B LLaMA's model state (docs/model_state.md): 80 layers, ~720 parameters per rank.

@@ -37,7 +37,7 @@ def _validate(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"invalid: {problem}", file=sys.stderr)
         return 1
-    ignored = config.alert_config.ignored_while_off()
+    ignored = config.alert_config.ignored_while_off(stall_used=config.cluster.tell)
     if ignored:  # valid, and what the run would warn about
         print(f"warning: {ignored}", file=sys.stderr)
     for outside in releases.outside_tested_range():

@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
-exec .venv/bin/python examples/train_main.py "$@"
+# Python runs as this script's child, not through `exec`: an exec'd process keeps the
+# shell's start time, and the installation above would count as the run's start-up.
+.venv/bin/python examples/train_main.py "$@"

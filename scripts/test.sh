@@ -2,8 +2,17 @@
 # The test suite, with its own setup: the venv, and the real backends the tests run
 # (Prometheus, Alertmanager, promtool; Chromium for the HTML report) when this machine can
 # install them; under CI=true, then the version matrix's rows CI runs (below).
+#
+#   bash scripts/test.sh                 # everything (what CI runs)
+#   bash scripts/test.sh --fast [ARGS]   # the fast set only: no setup, no lint, no backends, no matrix
+#   bash scripts/test.sh [PYTEST ARGS]   # e.g. tests/test_config.py -k yaml, --lf, --sw
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --fast ]; then
+  shift
+  [ -x .venv/bin/python ] || { echo "no .venv yet: run 'bash scripts/test.sh' (or scripts/setup_env.sh) once" >&2; exit 2; }
+  exec .venv/bin/python -m pytest -m "not slow" -q "$@"
+fi
 bash scripts/setup_env.sh
 missing=()
 { command -v promtool && command -v prometheus-alertmanager; } >/dev/null 2>&1 || missing+=(prometheus prometheus-alertmanager)

@@ -18,9 +18,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.fast_guard import guard  # noqa: E402
 from tests.support.paths import FAKE_BIN  # noqa: E402
 
+FAST_TEST_TIMEOUT_S = 60  # a fast test runs in well under a second; a minute means it hangs
+
 
 def _fast(item) -> bool:
     return item.get_closest_marker("slow") is None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Fast tests get a tighter per-test limit than pyproject's `timeout` (pytest-timeout)."""
+    for item in items:
+        if _fast(item) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(FAST_TEST_TIMEOUT_S))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -310,6 +310,7 @@ def test_shutdown_deadline_drops_what_is_left(caplog):
         delivery = _delivery(receiver.url(), timeout=10.0, retries=0)
         for step in range(4):
             delivery.submit(alert(step))
+        receiver.wait_for(1)  # the first is in flight (a loaded machine may start it late)
         delivery.close(0.5)
         outcomes = delivery.outcomes
         assert len(receiver.requests) == 1  # the one in flight when the deadline passed

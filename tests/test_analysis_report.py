@@ -187,3 +187,27 @@ def test_a_job_id_with_a_line_break_cannot_forge_report_lines(tmp_path):
     write_ledger(ledger_path(str(log), 0), data)
     text = render_job(job_report([tmp_path]), "text")
     assert "\n  rank 7: holds the job back" not in text and "job 'job-1\\nFindings" in text
+
+
+def test_another_monitors_lines_are_named_as_such_in_words_a_user_knows():
+    """The article's custom monitor writes its own `{step, loss, lr}` lines into
+    json_log_path beside ours, by design: the report says whose they are, not "writers"."""
+    text = render(build_report(read_logs([FIXTURES / "mixed_writers.json"])), "text")
+    (line,) = [line for line in text.split("Findings")[1].splitlines() if "left out" in line]
+    assert "line(s) another monitor wrote to the same file left out" in line
+    assert "a custom monitor's own records, as the monitor_config article's writes beside these" in line
+
+
+@pytest.mark.parametrize(("startup", "said"), [(12.0, True), (0.0, False)])
+def test_the_time_table_says_what_start_up_counts_from(tmp_path, startup, said):
+    log = tmp_path / "train_metric.json"
+    lines = [
+        {"time_stamp": 1000.0 + step, "step": step, "epoch": 1, "rank": 0, "train_per_step_time": 1000.0,
+         "time": {"wall": 20.0 + step, "productive": float(step), "startup": startup}}
+        for step in (1, 2, 3)
+    ]  # fmt: skip
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = build_report(read_logs([log]))
+    for fmt in ("text", "markdown"):
+        shown = "start-up counts from the process's start to the first step (a wrapper script that sets up, then "
+        assert (shown in render(report, fmt)) is said, fmt

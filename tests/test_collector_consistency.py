@@ -240,6 +240,7 @@ DEVICE_FAULT_LABELS = {
     semconv.ATTR_HW_LIMIT_TYPE,
     semconv.ATTR_HW_TYPE,
     semconv.ATTR_HW_STATE,
+    semconv.ATTR_CLUSTER_FAULT_LEVEL,  # the level MindCluster gives an NPU error code (issue 50)
 }
 
 

@@ -14,7 +14,15 @@ import re
 
 import pytest
 
-from otel_mindformers.compat import lookup, mindformers_api, mindspore_model, profiler, releases
+from otel_mindformers.compat import (
+    lookup,
+    mindformers_api,
+    mindspore_cell,
+    mindspore_model,
+    mindspore_tensor,
+    profiler,
+    releases,
+)
 from otel_mindformers.compat.lookup import ApiNotFound
 from otel_mindformers.model_state import mindformers_hooks
 from tests.support.paths import REPO
@@ -175,6 +183,79 @@ def test_resume_and_stack_dumps_take_model_internals_from_the_adapter():
         assert names & {"TRAIN_FRAMES", "LOOP_FUNCTIONS"}, module
 
 
+# --- Tensor and Cell internals (the readback, the gradient-norm probe) ------------------------
+
+
+def test_the_readback_is_the_tensors_c_method_on_this_release():
+    """`_item`, unbound: a tensor's and a Parameter's one element, in a C call."""
+    import mindspore as ms
+
+    ms.set_device("CPU")
+    assert mindspore_tensor.read_scalar is ms.Tensor._item
+    assert mindspore_tensor.read_scalar(ms.Tensor([2.5], ms.float32)) == 2.5
+    assert mindspore_tensor.read_scalar(ms.Parameter(ms.Tensor([3], ms.int32), name="p")) == 3
+    assert mindspore_tensor.readable(ms.Parameter(ms.Tensor([1.0]), name="q"))
+
+
+def test_a_release_without_the_private_readback_reads_through_the_public_one():
+    class Released:  # a tensor type as a release without `_item` would have it
+        def item(self) -> float:
+            return 4.5
+
+    assert mindspore_tensor.scalar_reader(Released)(Released()) == 4.5
+
+
+def test_the_cell_internals_the_probe_uses_are_on_this_release():
+    import mindspore as ms
+    from mindspore import nn
+
+    ms.set_device("CPU")  # before the first kernel runs (it fixes the device for the process)
+    mindspore_cell.check_cell_api()
+    dense = nn.Dense(2, 2)
+    cell = nn.SequentialCell(dense)
+    assert mindspore_cell.own_cells(cell) == {"0": dense}
+    assert mindspore_cell.own_cells(dense) == {} and mindspore_cell.own_cells(object()) == {}
+    replacement = nn.Dense(2, 2)
+    names = {p.name for p in replacement.get_parameters()}
+    mindspore_cell.put_child(cell, "0", replacement)
+    assert mindspore_cell.own_cells(cell) == {"0": replacement}
+    assert {p.name for p in replacement.get_parameters()} == names  # not prefixed
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        assert not mindspore_cell.compiled(cell)
+        cell(ms.Tensor([[1.0, 2.0]], ms.float32))
+        assert mindspore_cell.compiled(cell)
+    finally:
+        ms.set_context(mode=previous)
+
+
+def test_a_moved_cell_internal_is_named_with_the_release(monkeypatch):
+    from mindspore import nn
+
+    monkeypatch.delattr(nn.Cell, "insert_child_to_cell")
+    with pytest.raises(ApiNotFound) as caught:
+        mindspore_cell.check_cell_api()
+    _release_named(caught.value, "mindspore")
+    assert "mindspore.nn:Cell.insert_child_to_cell is not there" in str(caught.value)
+    assert "grad_monitor's gradient-norm probe needs it" in str(caught.value)
+
+
+# Read as an attribute or named in a string (getattr).
+_INTERNALS = re.compile(r"""[.'"](?:_item|compile_cache|_cells|insert_child_to_cell)\b""")
+
+
+def test_the_package_reaches_tensor_and_cell_internals_only_through_their_adapters():
+    found = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in sorted((REPO / "otel_mindformers").rglob("*.py"))
+        if path.parent.name != "compat"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if _INTERNALS.search(line)
+    ]
+    assert found == []
+
+
 # --- the profiler -----------------------------------------------------------------------------
 
 
@@ -192,6 +273,26 @@ def test_a_moved_cpu_parser_is_named_with_the_release(monkeypatch):
     _release_named(caught.value, "mindspore")
     assert "cpu_profiler:CPUProfilerAnalysis.online_analyse is not there" in str(caught.value)
     assert "`otel-mindformers capture --analyse` on a CPU profile needs it" in str(caught.value)
+
+
+# --- the pre-flight check's stress test (cluster/preflight.py) --------------------------------------
+
+
+def test_the_stress_test_the_preflight_check_runs_is_on_this_release():
+    from otel_mindformers.compat import stress_detect
+
+    function = stress_detect.stress_detect()
+    assert function.__name__ == "stress_detect" and function.__module__.startswith("mindspore.")
+
+
+def test_a_moved_stress_test_is_named_with_the_release(monkeypatch):
+    from otel_mindformers.compat import stress_detect
+
+    monkeypatch.setattr(stress_detect, "PLACES", ("mindspore.tools:no_such_stress_detect",))
+    with pytest.raises(ApiNotFound) as caught:
+        stress_detect.stress_detect()
+    _release_named(caught.value, "mindspore")
+    assert "cluster.preflight needs it" in str(caught.value)
 
 
 # --- MindFormers ------------------------------------------------------------------------------

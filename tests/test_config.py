@@ -15,14 +15,14 @@ import yaml
 
 from otel_mindformers import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.cli import main as cli_main
-from otel_mindformers.config import OTLP_PROTOCOLS, parse_monitor_config
+from otel_mindformers.config import OTLP_PROTOCOLS, GradNorm, parse_monitor_config
 from otel_mindformers.integration.instrumentor import _config_from_environment
 from otel_mindformers.job.identity import detect_identity
 from otel_mindformers.outputs import build_sinks
 from otel_mindformers.outputs.paths import check_output_paths, prepare_output_paths
 from otel_mindformers.runtime.custom_monitors import load_monitor_class
 from tests.support.cli import cli
-from tests.support.paths import MINDFORMERS_YAML
+from tests.support.paths import MINDFORMERS_YAML, REPO
 from tests.support.paths import TRAIN_CONFIG_YAML as ARTICLE_YAML
 
 
@@ -49,6 +49,29 @@ def test_attribute_assignment_nested_then_revalidated():
     cfg.interval = 0
     with pytest.raises(ConfigError, match=r"monitor_config.interval: must be >= 1, got 0"):
         load_monitor_config(cfg)
+
+
+def test_grad_monitor_is_resolved_once_and_follows_an_assignment():
+    """None / true / false read as what they ask of the norm (`grad_norm`), also after the
+    article's `cfg.grad_monitor = False`."""
+    assert MonitorConfig().grad_norm is GradNorm.IF_RETURNED
+    cfg = parse_monitor_config({"grad_monitor": True})
+    assert cfg.grad_norm is GradNorm.MEASURED
+    cfg.grad_monitor = False
+    assert cfg.grad_norm is GradNorm.OFF
+    assert parse_monitor_config({"grad_monitor": None}).grad_norm is GradNorm.IF_RETURNED
+
+
+def test_only_the_config_reads_grad_monitor_as_none_true_or_false():
+    """The run reads `grad_norm`; no module tests `grad_monitor` against None, True or False."""
+    tested = re.compile(r"grad_monitor\s*(?:is\s+(?:not\s+)?(?:None|True|False)|==|!=)")
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in (REPO / "otel_mindformers").rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if tested.search(line)
+    ]
+    assert found == []
 
 
 def test_file_that_is_the_section_itself(tmp_path):

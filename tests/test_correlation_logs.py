@@ -82,8 +82,14 @@ def test_records_carry_rank_step_and_the_span_of_the_sampled_step_they_were_made
             assert (record.trace_id, record.span_id) == (context.trace_id, context.span_id), step
         else:  # unsampled (and the last step, which is sampled only once training has ended)
             assert record.span_id == 0, step
-    # The step span stays its own trace, with the step's real times.
-    assert spans[5].parent is None and spans[5].start_time < records[5].timestamp < spans[5].end_time
+    # The step span is in the job step's trace, under its root, with the step's real times.
+    (root,) = [
+        s
+        for s in capture.spans.get_finished_spans()
+        if s.context.trace_id == spans[5].context.trace_id and s.name == semconv.SPAN_JOB_STEP
+    ]
+    assert spans[5].parent.span_id == root.context.span_id and root.parent is None
+    assert spans[5].start_time < records[5].timestamp < spans[5].end_time
 
 
 def test_the_level_threshold_and_the_loggers_own_level_decide_what_is_sent(capture, tmp_path):

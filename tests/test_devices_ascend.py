@@ -252,6 +252,8 @@ def test_fixture_910b_faulty_npu_error_code_ecc_clock_and_identity(fake_npu_smi)
     assert readings.problems == ()
     (code,) = points_of(readings, semconv.HW_NPU_ERROR_CODE)
     assert code.value == 1.0 and code.attributes[semconv.ATTR_HW_NPU_ERROR_CODE] == "0x80E18005"
+    # The level MindCluster's device plugin gives the code (cluster/fault_codes.json).
+    assert code.attributes[semconv.ATTR_CLUSTER_FAULT_LEVEL] == "RestartNPU"
     assert code.tool == "npu-smi info -t health"
     errors = {
         (p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE], p.attributes[semconv.ATTR_ERROR_TYPE]): p.value
@@ -285,8 +287,11 @@ def test_fixture_910b_healthy_npu_has_no_error_code(fake_npu_smi):
 def test_fixture_a3_uncorrected_errors_and_two_codes_on_the_critical_chip(fake_npu_smi, monkeypatch):
     monkeypatch.setenv("FAKE_NPU_SMI_VARIANT", "a3")
     readings = source(3).read()
-    codes = {p.attributes[semconv.ATTR_HW_NPU_ERROR_CODE] for p in points_of(readings, semconv.HW_NPU_ERROR_CODE)}
-    assert codes == {"0x80E01801", "0x80E01809"}
+    codes = {
+        p.attributes[semconv.ATTR_HW_NPU_ERROR_CODE]: p.attributes[semconv.ATTR_CLUSTER_FAULT_LEVEL]
+        for p in points_of(readings, semconv.HW_NPU_ERROR_CODE)
+    }
+    assert codes == {"0x80E01801": "RestartBusiness", "0x80E01809": "NotHandleFault"}
     errors = {
         (p.attributes[semconv.ATTR_HW_NPU_MEMORY_TYPE], p.attributes[semconv.ATTR_ERROR_TYPE]): p.value
         for p in points_of(readings, semconv.HW_ERRORS)

@@ -6,6 +6,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
+from otel_mindformers.config import GradNorm
 from otel_mindformers.names import training as tm
 from otel_mindformers.runtime.extract import OutputReader, to_host
 
@@ -27,7 +28,7 @@ def test_a_multi_element_loss_is_its_mean(value):
 
 def test_the_recorded_loss_of_a_per_micro_batch_output_is_their_mean():
     loss = ms.Tensor(np.array([2.0, 4.0, 9.0], dtype=np.float32))
-    outputs = OutputReader([tm.LOSS], False)
+    outputs = OutputReader([tm.LOSS], GradNorm.OFF)
     assert outputs.read({"net_outputs": (loss, ms.Tensor(False), ms.Tensor(1024.0))}, step=1)[tm.LOSS] == 5.0
 
 
@@ -66,3 +67,29 @@ def test_a_custom_monitor_reads_a_one_element_output_with_float_under_numpy_2():
     assert float(loss.asnumpy()) == 2.5 and float(loss) == 2.5 and loss.shape == (1,)
     batch = StepTensor().at(Tensor(np.array([1.0, 3.0], np.float32)))
     assert batch.asnumpy().shape == (2,) and float(batch) == 2.0  # several elements: as they are
+
+
+def test_a_probe_that_cannot_be_read_back_leaves_the_norm_out_with_one_warning(caplog):
+    """The probes' Parameters read back on sampled steps: one that fails (here a value that is
+    no tensor where its count should be) costs the norm, said once, never the step."""
+    import logging
+
+    from otel_mindformers.core.clock import StepClock
+    from otel_mindformers.model_state.grad_norm_reader import GradNormReader
+
+    class Probe:  # a GradNormProbe's two Parameters, after one call
+        norm = ms.Parameter(ms.Tensor([2.0], ms.float32), name="norm")
+        calls = ms.Parameter(ms.Tensor([0], ms.int32), name="calls")
+
+    reader = OutputReader([tm.LOSS, tm.GRAD_NORM], GradNorm.MEASURED)
+    reader.grad_norm_probe = probes = GradNormReader([Probe()], ["optimizer"], StepClock(), first_step=0)
+    Probe.calls.set_data(ms.Tensor([1], ms.int32))
+    cb_params = {"net_outputs": ms.Tensor([0.5], ms.float32)}
+    assert reader.read(cb_params, step=1) == {tm.LOSS: 0.5, tm.GRAD_NORM: 2.0}
+    probes._calls = ("not a tensor",)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        for step in (2, 3):
+            assert reader.read(cb_params, step=step) == {tm.LOSS: 0.5}
+        probes.close()
+    said = [r.getMessage() for r in caplog.records if "grad_monitor" in r.getMessage()]
+    assert len(said) == 1 and "cannot read the gradient-norm probe" in said[0], said

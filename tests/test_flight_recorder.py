@@ -1,16 +1,19 @@
 """The flight recorder (docs/flight_recorder.md): when a rank dies (SIGKILL, the OOM killer,
 `os._exit`, `abort()`, a segfault), the records its outputs had not written yet and the exact
 step it finished survive in the ring beside its JSON log; the next attempt, `report`,
-`hang-report` and `replay` recover them, once, and never another rank's or job's.
+`hang-report` and `replay` recover them, once, into the log they belong to and nothing else.
 
-The fast tests drive the ring's files directly (real files, real locks); the slow ones kill
-real MindSpore trainings with real signals.
+The fast tests drive the ring's files directly (real files, real locks, rings made by the
+package's own writer or byte by byte); the slow ones kill real MindSpore trainings with real
+signals, cut a live run's ring, and run the commands on hostile rings.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import signal
 import struct
 import subprocess
@@ -19,15 +22,33 @@ from pathlib import Path
 
 import pytest
 
+from otel_mindformers.config import load_monitor_config
+from otel_mindformers.core.clock import StepClock, WallClock
+from otel_mindformers.core.sampled_step import SampledStep
+from otel_mindformers.flight_recorder import recorder
 from otel_mindformers.flight_recorder import ring as ring_format
 from otel_mindformers.flight_recorder.offline.recover_logs import recover_rings
-from otel_mindformers.flight_recorder.recovery import finished_steps_of, tails_of_run, take_tail
-from otel_mindformers.flight_recorder.ring import HEADER_BYTES, SLOT_BYTES, SLOT_COUNT, RingWriter, ring_name
+from otel_mindformers.flight_recorder.recovery import dead_rings, finished_steps_of, take_tail
+from otel_mindformers.flight_recorder.ring import (
+    FILE_BYTES,
+    HEADER_BYTES,
+    SLOT_BYTES,
+    SLOT_COUNT,
+    RingWriter,
+    parse_header,
+    ring_name,
+    rings_beside,
+)
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import job as job_names
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
+from otel_mindformers.restarts.ledger_file import new_ledger, write_ledger
+from otel_mindformers.restarts.offline.attempts_report import job_report
+from otel_mindformers.telemetry.step_ids import job_step_ids, job_trace_key
 from tests.support import restart_worker
-from tests.support.cli import cli_output
+from tests.support.cli import cli, cli_output
+from tests.support.in_memory import Capture
 from tests.support.instrumented import BIN, REPO, child_env, free_port
 from tests.support.jsonl import json_lines
 from tests.support.otlp_receiver import OtlpReceiver
@@ -38,25 +59,67 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.mindspore_api  # cb_params, the step hook, restarts, msrun
 
+JOB = {"id": "job-a", "attempt": 1}
 
-def _ring(folder: Path, rank: int = 0, job_id: str = "job-a", attempt_id: str = "a1", attempt: int = 1) -> RingWriter:
+
+def _ring(
+    folder: Path,
+    rank: int = 0,
+    job_id: str = "job-a",
+    attempt_id: str = "a1",
+    attempt: int = 1,
+    json_name: str = "train_metric.json",
+    stem: str = "train_metric",
+    **header,
+) -> RingWriter:
+    fields = {"perf0": 100.0, "wall0": 1_800_000_000.0, "created": time.time(), "flags": ring_format.FLAG_STEP_TIME}
     return RingWriter(
-        ring_name(folder / "train_metric.json", rank, attempt_id),
-        rank=rank, job_id=job_id, attempt_id=attempt_id, attempt=attempt, json_name="train_metric.json",
-        perf0=100.0, wall0=1_800_000_000.0, created=time.time(), flags=ring_format.FLAG_STEP_TIME,
+        ring_name(folder / f"{stem}.json", rank, attempt_id),
+        rank=rank, job_id=job_id, attempt_id=attempt_id, attempt=attempt, json_name=json_name, **{**fields, **header},
     )  # fmt: skip
 
 
-def _sampled(step: int, **values: float | bool) -> tuple:
+def _sampled(step: int, **values: float | bool) -> SampledStep:
     """What MonitorRun.sample hands the pipeline: a window of 2 steps ending at perf 100 + step."""
-    return (
-        step, 1, {tm.LOSS: 1.0 / step, tm.OVERFLOW: False, **values}, None, False,
-        2, 0.5, 99.5 + step, 99.9 + step, 100.0 + step, 0.1, 0.0, 0.0,
+    return SampledStep(
+        step=step, epoch=1, values={tm.LOSS: 1.0 / step, tm.OVERFLOW: False, **values}, model_state=None,
+        is_last=False, steps=2, elapsed=0.5, previous_end=99.5 + step, step_begin=99.9 + step, end=100.0 + step,
+        data_wait=0.1, phases=0.0, breakdown_at=0.0,
     )  # fmt: skip
+
+
+def _dead(writer: RingWriter, steps: range, written: int = 0) -> Path:
+    """A run that sampled `steps`, whose outputs wrote up to `written`, killed: as a death
+    leaves it, the file stays and its lock goes with the process."""
+    for step in steps:
+        writer.finished[0] = step
+        writer.keep()
+        writer.write(_sampled(step))
+    if written:
+        writer.written(written)
+    writer.close(remove=False)
+    return writer.path
+
+
+def _log(path: Path, steps, job: dict | None = JOB, rank: int = 0) -> bytes:
+    lines = [{"time_stamp": 1.0, "step": s, "rank": rank, **({"job": job} if job else {})} for s in steps]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path.read_bytes()
 
 
 def _warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def _start(folder: Path, job_id: str, attempt: int, history=None, **config) -> tuple[object, Capture]:
+    """The flight recorder's part of a run's start (MonitorRun), as attempt `attempt` of `job_id` on rank 0."""
+    capture = Capture()
+    settings = {"output_type": ["json_file"], "json_log_path": str(folder / "train_metric.json"), **config}
+    identity = Identity(rank=0, job_id=job_id, attempt=attempt, attempt_id=f"next{attempt}")
+    flight = recorder.start(
+        load_monitor_config(settings), identity, WallClock(), capture.tracer_provider.get_tracer("t"), history
+    )
+    return flight, capture
 
 
 # --- the ring's files ------------------------------------------------------------------------
@@ -66,9 +129,11 @@ def test_a_dead_rings_tail_is_what_the_outputs_had_not_written_and_is_recovered_
     writer = _ring(tmp_path)
     for step in range(1, 31):
         writer.finished[0] = step
+        writer.keep()
         writer.write(_sampled(step))
     writer.written(20)
     writer.finished[0] = 33  # three more steps finished, none sampled
+    writer.keep()
     path = writer.path
     assert take_tail(path) is None, "a ring whose writer lives is not recovered"
     writer.close(remove=False)  # as a death leaves it: the lock goes with the process
@@ -80,14 +145,57 @@ def test_a_dead_rings_tail_is_what_the_outputs_had_not_written_and_is_recovered_
         "time_stamp": 1_800_000_000.0 + 21,  # the run's origin + (the step's end - its perf origin)
         "step": 21, "epoch": 1, "rank": 0, "loss": pytest.approx(1 / 21), "overflow": False,
         "train_per_step_time": pytest.approx(250.0),  # 0.5 s over 2 steps
-        "job": {"id": "job-a", "attempt": 1}, "recovered": True,
+        "job": JOB, "recovered": True,
     }  # fmt: skip
+    assert lines[0]["overflow"] is False, "a bool comes back a bool, not 0.0"
     tail.mark_written()
     tail.release()
     assert finished_steps_of(str(tmp_path / "train_metric.json"), 0)["a1"].step == 33
     again = take_tail(path)
     assert again is not None and again.slots == []
     again.release()
+
+
+def test_a_sampled_steps_slot_holds_its_step(tmp_path):
+    """The step hook writes the step into the header on the steps it does not sample; a
+    sampled step's slot holds it (one write a step, not two)."""
+    writer = _ring(tmp_path)
+    log = str(tmp_path / "train_metric.json")
+    writer.finished[0] = 9
+    writer.keep()
+    writer.write(_sampled(10))
+    assert finished_steps_of(log, 0)["a1"].step == 10
+    writer.finished[0] = 11
+    writer.keep()
+    assert finished_steps_of(log, 0)["a1"].step == 11
+    writer.close(remove=False)
+
+
+def test_every_field_the_ring_keeps_comes_back_by_its_name(tmp_path):
+    """The slot's layout is SampledStep's fields (core/sampled_step.py), by name: whatever
+    their order there, each comes back as itself."""
+    kept = set(SampledStep._fields) - {"values", "model_state", "is_last"}
+    assert set(ring_format.SLOT_FIELDS) == kept
+    distinct = {name: 1000.0 + 7 * index for index, name in enumerate(ring_format.READINGS)}
+    sampled = SampledStep(
+        step=41, epoch=3, values={tm.LOSS: 2.5, tm.OVERFLOW: True, tm.LOSS_SCALE: 1024.0}, model_state="not kept",
+        is_last=True, steps=9, **distinct,
+    )  # fmt: skip
+    writer = _ring(tmp_path)
+    writer.write(sampled)
+    writer.write(sampled._replace(step=42, epoch=None, is_last=False, values={}))
+    tail = take_tail(_dead(writer, range(0)))
+    first, second = tail.slots
+    tail.release()
+    assert {name: getattr(first, name) for name in ring_format.SLOT_FIELDS} == {
+        "step": 41,
+        "epoch": 3,
+        "steps": 9,
+        **distinct,
+    }
+    assert first.is_last is True and first.values == {tm.LOSS: 2.5, tm.OVERFLOW: True, tm.LOSS_SCALE: 1024.0}
+    assert type(first.values[tm.OVERFLOW]) is bool and type(first.values[tm.LOSS_SCALE]) is float
+    assert (second.step, second.epoch, second.is_last, second.values) == (42, 0, False, {})
 
 
 def test_a_ring_that_wrapped_keeps_its_last_slots_in_order(tmp_path):
@@ -100,23 +208,36 @@ def test_a_ring_that_wrapped_keeps_its_last_slots_in_order(tmp_path):
     tail.release()
 
 
-def test_a_slot_cut_by_a_death_is_left_out_and_a_damaged_one_gives_one_warning(tmp_path, caplog):
-    writer = _ring(tmp_path)
-    for step in range(1, 6):
-        writer.write(_sampled(step))
-    writer.close(remove=False)
-    with open(writer.path, "r+b") as stream:
-        stream.seek(HEADER_BYTES + 3 * SLOT_BYTES)  # step 3's: a death before its commit marker
-        stream.write(bytes(8))
-        stream.seek(HEADER_BYTES + 4 * SLOT_BYTES + 8)  # step 4's body: a damaged disk
-        stream.write(b"\xff\xff")
+def _slot_offset(seq: int) -> int:
+    return HEADER_BYTES + seq % SLOT_COUNT * SLOT_BYTES
+
+
+def test_an_empty_slot_is_left_out_and_a_damaged_one_gives_one_warning(tmp_path, caplog):
+    """A slot is written whole by one write, its number first and last: a slot whose two
+    numbers disagree (a write cut short, a damaged disk), whose flags or value indexes are
+    out of range, is damaged: skipped, counted, one warning; never an IndexError."""
+    path = _dead(_ring(tmp_path), range(1, 10))
+    keys_at, last_at = 16, SLOT_BYTES - 8
+    field_at = {name: 32 + 8 * index for index, name in enumerate(ring_format.SLOT_FIELDS)}
+    with open(path, "r+b") as stream:
+        for seq, offset, data in [
+            (3, 0, bytes(8)),  # never written (or written over by zeros): empty
+            (4, last_at, struct.pack("<q", 4 - SLOT_COUNT)),  # cut short: the last word is the slot's previous use
+            (5, 8, b"\xff\xff"),  # flags: is_last 255
+            (6, keys_at, bytes([len(tm.BY_KEY)])),  # the first value's index: one past the table
+            (7, keys_at, bytes([0x80 | len(tm.BY_KEY)])),  # the same, marked a bool
+            (8, field_at["step"], struct.pack("<q", 2**62)),  # a step no run reaches
+            (9, field_at["end"], struct.pack("<d", math.nan)),  # a clock reading that is no time
+        ]:
+            stream.seek(_slot_offset(seq) + offset)
+            stream.write(data)
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
-        tail = take_tail(writer.path)
+        tail = take_tail(path)
         tail.release()
-        take_tail(writer.path).release()
-    assert [slot.step for slot in tail.slots] == [1, 2, 5]
-    assert [w for w in _warnings(caplog) if "torn" in w or "damaged" in w] == [
-        f"otel_mindformers: the flight ring {writer.path} holds 1 damaged slot(s); skipped, the rest recovered"
+        take_tail(path).release()
+    assert [slot.step for slot in tail.slots] == [1, 2]
+    assert [w for w in _warnings(caplog) if "damaged" in w] == [
+        f"otel_mindformers: the flight ring {path} holds 6 damaged slot(s); skipped, the rest recovered"
     ]
 
 
@@ -125,67 +246,380 @@ def test_a_slot_cut_by_a_death_is_left_out_and_a_damaged_one_gives_one_warning(t
     [
         pytest.param(lambda data: b"not a ring at all" + data[17:], id="garbage"),
         pytest.param(lambda data: data[: HEADER_BYTES + 100], id="truncated"),
-        pytest.param(lambda data: data[:8] + struct.pack("<I", 0) + data[12:], id="an-older-format"),
+        pytest.param(lambda data: data + b"more", id="longer"),
+        pytest.param(lambda data: data[:8] + struct.pack("<I", 1) + data[12:], id="an-older-format"),
         pytest.param(lambda data: data[:8] + struct.pack("<I", 99) + data[12:], id="a-newer-format"),
+        pytest.param(lambda data: data[:84] + struct.pack("<I", 7) + data[88:], id="another-slot-layout"),
     ],
 )
 def test_a_corrupt_or_foreign_format_ring_gives_one_warning_and_nothing_recovered(tmp_path, caplog, damage):
-    writer = _ring(tmp_path)
-    writer.write(_sampled(1))
-    writer.close(remove=False)
-    writer.path.write_bytes(damage(writer.path.read_bytes()))
+    path = _dead(_ring(tmp_path), range(1, 2))
+    path.write_bytes(damage(path.read_bytes()))
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
-        assert tails_of_run(str(tmp_path / "train_metric.json"), 0, "job-a") == []
-        assert tails_of_run(str(tmp_path / "train_metric.json"), 0, "job-a") == []
-        assert recover_rings([writer.path]) == []
+        assert dead_rings(str(tmp_path / "train_metric.json"), 0) == []
+        assert dead_rings(str(tmp_path / "train_metric.json"), 0) == []
+        assert recover_rings([path]) == []
     assert len([w for w in _warnings(caplog) if "cannot be read" in w]) == 1, _warnings(caplog)
-    assert not writer.path.exists() and writer.path.with_name(writer.path.name + ".corrupt").exists()
+    assert not path.exists() and path.with_name(path.name + ".corrupt").exists()
     assert not (tmp_path / "train_metric.json").exists()
 
 
-def test_another_jobs_or_ranks_ring_is_never_recovered(tmp_path):
-    rings = [_ring(tmp_path, job_id="job-a"), _ring(tmp_path, job_id="job-b", attempt_id="b1"), _ring(tmp_path, rank=1)]
-    for writer in rings:
-        writer.write(_sampled(7))
-        writer.close(remove=False)
-    before = {writer.path: writer.path.read_bytes() for writer in rings}
-    (mine,) = tails_of_run(str(tmp_path / "train_metric.json"), 0, "job-b")
-    assert mine.path == rings[1].path
-    mine.release()
-    # Job a's ring, and rank 1's, as they were: nothing read them under a lock, nothing wrote.
-    assert rings[0].path.read_bytes() == before[rings[0].path]
-    assert rings[2].path.read_bytes() == before[rings[2].path]
+# --- hostile rings: a ring is another process's file -----------------------------------------
 
 
-def test_offline_recovery_leaves_a_ring_whose_log_holds_another_jobs_lines(tmp_path, caplog):
-    writer = _ring(tmp_path, job_id="job-a")
-    writer.write(_sampled(5))
-    writer.close(remove=False)
-    log = tmp_path / "train_metric.json"
-    log.write_text(json.dumps({"step": 1, "time_stamp": 1.0, "job": {"id": "job-b", "attempt": 1}}) + "\n")
-    before = log.read_bytes()
+def _hand_made(data: bytearray, offset: int, fmt: str, *values) -> bytes:
+    struct.pack_into(fmt, data, offset, *values)
+    return bytes(data)
+
+
+HOSTILE_HEADERS = {  # made by the package's own writer
+    "a NaN clock": {"perf0": math.nan},
+    "an infinite clock": {"wall0": math.inf},
+    "a NUL in the job id": {"job_id": "job\x00a"},
+    "a line break in the job id": {"job_id": "job-a\n$(touch PWNED)"},
+    "a log outside its folder": {"json_name": "../victim.txt", "job_id": "$(touch PWNED)"},
+    "an absolute log": {"json_name": "{victim}"},
+    "a log in a subfolder": {"json_name": "sub/train_metric.json"},
+    "a log named ..": {"json_name": ".."},
+    "a negative rank": {"rank": -1},
+    "a rank no job has": {"rank": 1 << 21},
+    "an attempt id with a dot": {"attempt_id": "a.1"},
+}
+HOSTILE_BYTES = {  # hand-crafted: what no writer of this package writes
+    "pid 0": (24 + 4, "<i", 0),  # after magic, version, three sizes, the rank
+    "an unknown flag": (32, "<I", 0x80),
+    "a last step of 2**62": (ring_format.FINISHED_OFFSET, "<q", 2**62),
+    "a negative written step": (ring_format.WRITTEN_OFFSET, "<q", -5),
+    "a negative attempt": (80, "<i", -1),
+    "a name past the header": (128, "<H", 1023),
+    "a name that is no UTF-8": (130, "<2s", b"\xff\xfe"),
+}
+
+
+def _hostile_ring(folder: Path, case: str, attempt_id: str = "a1") -> Path:
+    victim = folder.parent / "victim.txt"
+    if case in HOSTILE_HEADERS:
+        header = {key: value.format(victim=victim) if isinstance(value, str) else value
+                  for key, value in HOSTILE_HEADERS[case].items()}  # fmt: skip
+        rank, attempt_id = header.pop("rank", 0), header.pop("attempt_id", attempt_id)
+        path = ring_name(folder / "train_metric.json", rank, attempt_id)
+        writer = RingWriter(path, **{
+            "rank": rank, "job_id": "job-a", "attempt_id": attempt_id, "attempt": 1,
+            "json_name": "train_metric.json", "perf0": 100.0, "wall0": 1.8e9, "created": time.time(), **header,
+        })  # fmt: skip
+        return _dead(writer, range(1, 6))
+    path = _dead(_ring(folder, attempt_id=attempt_id), range(1, 6))
+    offset, fmt, value = HOSTILE_BYTES[case]
+    path.write_bytes(_hand_made(bytearray(path.read_bytes()), offset, fmt, value))
+    return path
+
+
+@pytest.mark.parametrize("case", [*HOSTILE_HEADERS, *HOSTILE_BYTES])
+def test_a_ring_whose_header_no_run_writes_is_set_aside_with_one_warning_and_nothing_written(tmp_path, caplog, case):
+    """A planted ring (security, issue 46): its header names a log outside its folder, a job
+    id that is shell code, a clock that is no time, a step no run reaches. Nothing is
+    written anywhere, nothing raises; it is set aside once, with one warning."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("first line\nlast line, no newline")
+    (out / "sub").mkdir()
+    path = _hostile_ring(out, case)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p != path}
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
-        assert recover_rings([writer.path]) == []
-    assert log.read_bytes() == before
-    assert [w for w in _warnings(caplog) if "job 'job-a'" in w and "job 'job-b'" in w]
-    tail = take_tail(writer.path)
-    assert [slot.step for slot in tail.slots] == [5]  # still there for job a
+        assert dead_rings(str(out / "train_metric.json"), 0) == []
+        assert recover_rings([path]) == []
+        flight, _ = _start(out, "job-a", 2)
+        flight.close(lambda: 1.0)
+    assert len([w for w in _warnings(caplog) if "cannot be read" in w]) == 1, _warnings(caplog)
+    assert path.with_name(path.name + ".corrupt").exists()
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.name.endswith(".corrupt")}
+    assert after == before
+    assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "another file of its folder", "another log of its job", "a link to another file", "a link to its job's log",
+        "another rank's log", "a file of no JSON lines", "a ring under another name",
+    ],
+)  # fmt: skip
+def test_a_ring_is_recovered_only_into_its_own_runs_log(tmp_path, caplog, case):
+    """A plain name in the ring's own folder is not enough: the log must be its run's JSON
+    log (by name, as the ring's own name says), a plain file, holding its job's lines on its rank."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("first line\nlast line, no newline")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _log(elsewhere / "train_metric.json", range(1, 3))  # job a's lines, rank 0
+    log = tmp_path / "train_metric.json"
+    name = "train_metric.json"
+    if case == "another file of its folder":
+        name = "victim.txt"
+    elif case == "another log of its job":
+        name = "eval_metric.json"
+        _log(tmp_path / name, range(1, 3))
+    elif case == "a link to another file":
+        log.symlink_to(victim)
+    elif case == "a link to its job's log":
+        log.symlink_to(elsewhere / "train_metric.json")
+    elif case == "another rank's log":
+        _log(log, range(1, 4), rank=1)
+    else:
+        log.write_text("export A=1\nexport B=2\n")
+    path = _dead(_ring(tmp_path, json_name=name), range(1, 6))
+    if case == "a ring under another name":  # whose log is it? its name would have said
+        _log(log, range(1, 3))
+        path = path.rename(tmp_path / "planted.flight")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        assert recover_rings([path]) == []
+        assert recover_rings([path]) == []
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert len([w for w in _warnings(caplog) if "is not recovered" in w]) == 1, _warnings(caplog)
+    tail = take_tail(path)
+    assert [slot.step for slot in tail.slots] == [1, 2, 3, 4, 5]  # still there for its run
     tail.release()
+
+
+def test_a_name_with_brackets_is_no_pattern(tmp_path):
+    """`[` `]` in json_log_path's name (issue 46): the ring is found again, and a log whose
+    name the pattern would have matched is another log's, not taken."""
+    folder = tmp_path / "run[1]"
+    folder.mkdir()
+    log = folder / "train[0].json"
+    mine = _dead(_ring(folder, stem="train[0]", json_name=log.name), range(1, 4))
+    other = _dead(_ring(folder, stem="train0", json_name="train0.json", attempt_id="b1"), range(1, 4))
+    assert rings_beside(log, 0) == [mine]
+    assert list(finished_steps_of(str(log), 0)) == ["a1"]
+    tails = dead_rings(str(log), 0)
+    assert [tail.path for tail in tails] == [mine]
+    tails[0].release()
+    assert recover_rings([mine]) == [(log, 3)]
+    assert other.exists() and not (folder / "train0.json").exists()
+    # Its log now another job's, and a set-aside log that the pattern would match holds job a's
+    # lines: it is train0's, not this log's.
+    decoy = folder / "train0.20260101-000000.json"
+    before = _log(decoy, range(1, 3))
+    _log(log, range(1, 3), job={"id": "job-b", "attempt": 1})
+    again = _dead(_ring(folder, stem="train[0]", json_name=log.name, attempt_id="a2"), range(1, 4))
+    assert recover_rings([again]) == []
+    assert decoy.read_bytes() == before
+
+
+# --- how far the outputs got, and which log -------------------------------------------------
 
 
 def test_recovery_skips_the_lines_an_output_wrote_past_the_rings_mark(tmp_path):
     """A JSON output that failed part-way through a batch (a full disk) wrote some of its
-    lines without the ring's mark moving: they are not written twice."""
+    lines without the ring's mark moving: they are not written twice, by `report` or by
+    the next attempt."""
+    log = tmp_path / "train_metric.json"
+    _log(log, range(1, 8))
+    path = _dead(_ring(tmp_path), range(1, 11), written=4)
+    assert recover_rings([path]) == [(log, 3)]
+    assert [line["step"] for line in json_lines(log)] == list(range(1, 11))
+    assert parse_header(path.read_bytes()).written_step == 10, "offline recovery advances the ring's mark"
+    assert recover_rings([path]) == []
+
+    live = tmp_path / "live"
+    live.mkdir()
+    _log(live / "train_metric.json", range(1, 8))
+    _dead(_ring(live), range(1, 11), written=4)
+    flight, _ = _start(live, "job-a", 2)
+    flight.close(lambda: 1.0)
+    assert [line["step"] for line in json_lines(live / "train_metric.json")] == list(range(1, 11))
+
+
+@pytest.mark.parametrize("last_job", [{"id": "job-a", "attempt": 2}, None], ids=["attempt-2", "no-job"])
+def test_a_later_attempts_last_line_never_drops_a_dead_attempts_tail(tmp_path, last_job):
+    """The log's last line is attempt 2's step 50 (it outran attempt 1, which died at 30), or
+    a line that names no job: attempt 1's steps 21..30 are not "already written"."""
+    log = tmp_path / "train_metric.json"
+    _log(log, [48, 49, 50], job=last_job)
+    path = _dead(_ring(tmp_path), range(1, 31), written=20)
+    assert recover_rings([path]) == [(log, 10)]
+    assert [line["step"] for line in json_lines(log)][3:] == list(range(21, 31))
+
+
+@pytest.mark.parametrize("log_is", ["missing", "without job lines", "empty"])
+def test_offline_recovery_into_a_missing_log_or_one_without_job_lines(tmp_path, log_is):
+    log = tmp_path / "train_metric.json"
+    if log_is == "without job lines":
+        _log(log, range(1, 3), job=None)
+    elif log_is == "empty":
+        log.write_bytes(b"")
+    path = _dead(_ring(tmp_path), range(1, 6), written=2)
+    assert recover_rings([path]) == [(log, 3)]
+    assert [line["step"] for line in json_lines(log)][-3:] == [3, 4, 5]
+    assert parse_header(path.read_bytes()).written_step == 5
+    assert path.exists(), "the ring stays for its last finished step"
+
+
+def test_the_next_attempt_recovers_every_dead_ring_oldest_first_and_removes_them(tmp_path):
+    """Attempts 1 and 2 of the job died; the ring names sort the other way (attempt ids are
+    random). The next attempt writes attempt 1's tail, then attempt 2's, then removes both."""
+    older = _dead(_ring(tmp_path, attempt_id="zz", attempt=1, created=1000.0), range(1, 6), written=2)
+    newer = _dead(_ring(tmp_path, attempt_id="aa", attempt=2, created=2000.0), range(1, 6), written=3)
+    assert sorted([older, newer]) == [newer, older]
+    flight, _ = _start(tmp_path, "job-a", 3)
+    flight.close(lambda: 1.0)
+    lines = json_lines(tmp_path / "train_metric.json")
+    assert [(line["job"]["attempt"], line["step"]) for line in lines] == [(1, 3), (1, 4), (1, 5), (2, 4), (2, 5)]
+    assert not older.exists() and not newer.exists()
+
+
+def test_recovered_step_spans_link_to_the_dead_attempts_run_span(tmp_path):
+    _dead(_ring(tmp_path, attempt_id="dead1"), range(1, 4), written=1)
+    history = [
+        {"attempt_id": "other", "trace_id": "1" * 32, "span_id": "2" * 16},
+        {"attempt_id": "dead1", "trace_id": "ab" * 16, "span_id": "cd" * 8},
+    ]
+    flight, capture = _start(tmp_path, "job-a", 2, history)
+    flight.close(lambda: 1.0)
+    spans = capture.spans.get_finished_spans()
+    assert [span.attributes[semconv.ATTR_STEP] for span in spans] == [2, 3]
+    for span in spans:
+        assert span.attributes[semconv.ATTR_RECOVERED] is True and span.attributes[job_names.ATTR_ATTEMPT] == 1
+        assert [(link.context.trace_id, link.context.span_id) for link in span.links] == [
+            (int("ab" * 16, 16), int("cd" * 8, 16))
+        ]
+    assert spans[-1].end_time == int((1_800_000_000.0 + 3) * 1e9)  # the step's own end
+    assert spans[-1].start_time == int((1_800_000_000.0 + 2.5) * 1e9)  # its predecessor's end
+
+
+def test_another_jobs_dead_ring_goes_to_its_own_log_and_another_ranks_is_never_touched(tmp_path, caplog):
+    """Runs killed before their first checkpoint and started again from scratch are new jobs
+    (issue 46): each dead run's tail goes into its own log (still at its name, or set
+    aside by a later run), never into another job's, and its ring goes; rank 1's stays."""
+    log = tmp_path / "train_metric.json"
+    kept = tmp_path / "train_metric.20260101-000000.json"
+    _log(log, range(1, 5), job={"id": "local-2", "attempt": 1})
+    _log(kept, range(1, 4), job={"id": "local-1", "attempt": 1})
+    second = _dead(_ring(tmp_path, job_id="local-2", attempt_id="b1"), range(1, 9), written=4)
+    first = _dead(_ring(tmp_path, job_id="local-1", attempt_id="a1"), range(1, 7), written=3)
+    rank1 = _dead(_ring(tmp_path, rank=1, job_id="local-2", attempt_id="c1"), range(1, 9))
+    rank1_bytes = rank1.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        flight, _ = _start(tmp_path, "local-3", 1)
+        flight.close(lambda: 1.0)
+    assert [(line["job"]["id"], line["step"]) for line in json_lines(log)] == [("local-2", s) for s in range(1, 9)]
+    assert [(line["job"]["id"], line["step"]) for line in json_lines(kept)] == [("local-1", s) for s in range(1, 7)]
+    assert not first.exists() and not second.exists()
+    assert rank1.read_bytes() == rank1_bytes, "another rank's ring is its rank's"
+    assert [w for w in _warnings(caplog) if "not recovered" in w or "cannot" in w] == []
+
+
+def test_report_sees_from_the_rings_lock_that_an_attempt_lives(tmp_path):
+    """Its heartbeat is stale (a long step, a slow checkpoint), but the ring's lock is held:
+    the attempt runs. The lock gone, it was killed."""
+    now = time.time()
+    ledger = new_ledger("job-a")
+    ledger["attempts"] = [{
+        "attempt_id": "a1", "attempt": 1, "pid": os.getpid(), "host": "h", "rank": 0, "process_start": now - 100,
+        "train_begin": now - 90, "resume_step": 0, "last_step": 10, "last_step_time": now - 60,
+        "last_heartbeat": now - 60, "heartbeat_interval": 5.0, "outcome": None,
+    }]  # fmt: skip
+    write_ledger(tmp_path / "train_metric.job.rank_0.ledger", ledger)
+    writer = _ring(tmp_path)
+    writer.finished[0] = 12
+    writer.keep()
+    assert finished_steps_of(str(tmp_path / "train_metric.json"), 0)["a1"].alive is True
+    (row,) = job_report([tmp_path], now=now)["attempts"]
+    assert (row["outcome"], row["last_step"]) == ("running", 12)
+    writer.close(remove=False)
+    assert finished_steps_of(str(tmp_path / "train_metric.json"), 0)["a1"].alive is False
+    (row,) = job_report([tmp_path], now=now)["attempts"]
+    assert (row["outcome"], row["last_step"]) == ("killed", 12)
+
+
+def test_at_its_end_a_run_removes_its_ring_when_its_outputs_wrote_all_and_keeps_it_otherwise(tmp_path):
+    for written, kept in [(5, False), (4, True)]:
+        flight, _ = _start(tmp_path / str(written), "job-a", 1)
+        for step in range(1, 6):
+            flight.write(_sampled(step))
+        flight.written(written)
+        flight.close(lambda: 1.0)
+        assert bool(list((tmp_path / str(written)).glob("*.flight"))) is kept, written
+
+
+def test_a_ring_named_for_this_rank_that_another_wrote_is_left_alone(tmp_path):
+    theirs = _dead(_ring(tmp_path, rank=1), range(1, 4))
+    named_ours = theirs.rename(ring_name(tmp_path / "train_metric.json", 0, "a1"))
+    before = named_ours.read_bytes()
+    assert dead_rings(str(tmp_path / "train_metric.json"), 0) == []
+    assert named_ours.read_bytes() == before
+
+
+def test_one_damaged_slot_is_one_warning(tmp_path, caplog):
+    path = _dead(_ring(tmp_path), range(1, 4))
+    with open(path, "r+b") as stream:
+        stream.seek(_slot_offset(2) + 8)
+        stream.write(b"\xff")
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        tail = take_tail(path)
+        tail.release()
+    assert [slot.step for slot in tail.slots] == [1, 3]
+    assert len([w for w in _warnings(caplog) if "holds 1 damaged slot(s)" in w]) == 1
+
+
+# --- a ring another process cuts --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cut_to", [0, FILE_BYTES // 2, 100])
+def test_a_ring_another_process_cuts_gets_its_header_back_with_one_warning(tmp_path, caplog, cut_to):
+    """`: > out/*`, logrotate's copytruncate: every write is a pwrite, which grows the file
+    again (a store into a shrunk mapping would have been a SIGBUS); the worker's next mark
+    finds the cut and writes the header back, and what comes after is recovered as ever."""
     writer = _ring(tmp_path)
     for step in range(1, 11):
         writer.write(_sampled(step))
-    writer.written(4)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        writer.written(10)
+        os.truncate(writer.path, cut_to)
+        for step in range(11, 21):
+            writer.finished[0] = step
+            writer.keep()
+            writer.write(_sampled(step))
+        writer.written(15)
+        os.truncate(writer.path, cut_to)
+        writer.written(15)
+    assert len([w for w in _warnings(caplog) if "cut or overwritten by another process" in w]) == 1
+    assert writer.path.stat().st_size == FILE_BYTES
+    writer.finished[0] = 21
+    writer.keep()
     writer.close(remove=False)
-    log = tmp_path / "train_metric.json"
-    job = {"id": "job-a", "attempt": 1}
-    log.write_text("".join(json.dumps({"step": s, "time_stamp": 1.0, "job": job}) + "\n" for s in range(1, 8)))
-    assert recover_rings([writer.path]) == [(log, 3)]
-    assert [line["step"] for line in json_lines(log)] == list(range(1, 11))
+    tail = take_tail(writer.path)
+    assert parse_header(writer.path.read_bytes()).finished_step == 21
+    assert [slot.step for slot in tail.slots] == (
+        [16, 17, 18, 19, 20] if cut_to > HEADER_BYTES + 20 * SLOT_BYTES else []
+    )
+    tail.release()
+
+
+def test_after_its_end_the_rings_writes_are_none(tmp_path):
+    """The descriptor's number is another file's once closed: the step hook's write and the
+    worker's mark after the end touch nothing."""
+    flight, _ = _start(tmp_path, "job-a", 1)
+    clock = StepClock()
+    flight.attach(clock)
+    clock.finished[0] = 5
+    clock.keep()
+    (path,) = tmp_path.glob("*.flight")
+    assert parse_header(path.read_bytes()).finished_step == 5
+    flight.close(lambda: 1.0)
+    other = tmp_path / "other"
+    fd = os.open(other, os.O_RDWR | os.O_CREAT)  # likely the ring's old number
+    try:
+        os.write(fd, bytes(100))
+        clock.finished[0] = 6
+        clock.keep()
+        flight.written(6)
+    finally:
+        os.close(fd)
+    assert other.read_bytes() == bytes(100)
+    assert not path.exists()
 
 
 # --- real trainings, real deaths -------------------------------------------------------------
@@ -224,6 +658,8 @@ def _check_recovered_log(log: Path, interval: int, killed_at: int) -> list[dict]
     recovered = [line for line in lines if line.get("recovered")]
     # The recovered ones are the last: what the worker had not written when the process died.
     assert lines[len(lines) - len(recovered) :] == recovered
+    # The run monitored the step time (the default): its window's time is kept in the ring.
+    assert all(line[tm.STEP_TIME] > 0 for line in recovered), recovered
     return lines
 
 
@@ -356,6 +792,161 @@ def test_a_ring_in_a_read_only_folder_is_one_warning_and_training_goes_on(tmp_pa
         folder.chmod(0o755)
 
 
+# --- what others do to a live run's folder, and what they plant in it ---------------------------
+
+
+def _header_or_none(path: Path) -> ring_format.Header | None:
+    try:
+        return ring_format.parse_header(path.read_bytes())
+    except ring_format.RingError:
+        return None
+
+
+@pytest.mark.slow  # a real training whose ring another process cuts, twice
+def test_a_ring_cut_by_another_process_never_stops_the_training(tmp_path):
+    """`: > out/*`, logrotate's copytruncate, a size-based cleaner (issue 46): the ring cut
+    to half at step 20 and to nothing at step 40, the training writing on after each. It
+    finishes (a store into a shrunk mapping was a SIGBUS, rc -7), says so once, and its
+    ring is whole again at step 60, as the next attempt would read it."""
+    out = tmp_path / "out"
+    marks = {step: (tmp_path / f"at-{step}", tmp_path / f"go-{step}") for step in (20, 40, 60)}
+    spec = {
+        "config": {"interval": 1, "output_type": ["json_file"], "json_log_path": str(out / "train_metric.json")},
+        "steps": 80,
+        "graph": True,
+        "report": str(tmp_path / "report.json"),
+        "at": {str(step): [["touch", str(at)], ["await", str(go)]] for step, (at, go) in marks.items()},
+    }
+    process = spawn(spec, tmp_path)
+    try:
+        for step, cut_to in [(20, FILE_BYTES // 2), (40, 0), (60, None)]:
+            at, go = marks[step]
+            wait_until(at.exists, f"the training at step {step}", process, timeout=180)
+            (ring,) = out.glob("*.flight")
+            if cut_to is not None:
+                os.truncate(ring, cut_to)
+            else:  # the worker finds the cut at its next batch and writes the header back
+                wait_until(lambda ring=ring: _header_or_none(ring) is not None, "the ring's header back", process)
+                header = _header_or_none(ring)
+                assert header is not None and header.written_step > 40
+                assert [far.step for far in finished_steps_of(str(out / "train_metric.json"), 0).values()] == [60]
+            go.touch()
+    finally:
+        _, err = finish(process)
+    assert process.returncode == 0, err[-3000:]
+    assert err.count("was cut or overwritten by another process") == 1, err[-3000:]
+    assert [line["step"] for line in json_lines(out / "train_metric.json")] == list(range(1, 81))
+    assert list(out.glob("*.flight*")) == []
+
+
+@pytest.mark.slow  # the commands and a real training beside planted rings
+@pytest.mark.analysis
+def test_planted_rings_write_nothing_and_stop_no_command_nor_the_next_attempt(tmp_path):
+    """A ring made by the package's own writer, naming `../victim.txt` and a job id that is
+    shell code, and rings whose headers no run writes (a NaN clock, a NUL in a name, a last
+    step of 2**62, a bad rank): `report`, `hang-report` and `replay` run on the folder, and
+    then the job's next attempt trains there. Nothing outside the logs is written, nothing
+    raises; each ring is set aside with one warning."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("echo first\necho last, no newline")
+    real = _dead(_ring(out, job_id="job-a", attempt_id="real1"), range(1, 4))  # the job's own dead run
+    _log(out / "train_metric.json", range(1, 3))
+    planted = [
+        _hostile_ring(out, case, attempt_id=f"planted{index}")
+        for index, case in enumerate(
+            [
+                "a log outside its folder",
+                "a NaN clock",
+                "a NUL in the job id",
+                "a negative rank",
+                "a last step of 2**62",
+            ]
+        )
+    ]
+    with OtlpReceiver() as receiver:
+        runs = [
+            cli("report", str(out), cwd=tmp_path),
+            cli("hang-report", str(out), cwd=tmp_path),
+            cli("replay", str(out), "--endpoint", receiver.grpc_endpoint, "--insecure", cwd=tmp_path),
+        ]
+    for run in runs:
+        assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert runs[0].returncode == 0, runs[0].stderr[-3000:]
+    assert victim.read_text() == "echo first\necho last, no newline"
+    assert not (tmp_path / "PWNED").exists()
+    assert runs[0].stderr.count("cannot be read") == len(planted), runs[0].stderr
+    assert [line["step"] for line in json_lines(out / "train_metric.json")] == [1, 2, 3]  # the real tail, once
+    assert sorted(p.name for p in out.glob("*.corrupt")) == sorted(p.name + ".corrupt" for p in planted)
+    assert real.exists()
+    # The job's next attempt, with a ring planted again: it trains; its ring is no other's.
+    again = _hostile_ring(out, "a log outside its folder", attempt_id="again")
+    process = spawn(
+        {"config": {"interval": 5, "job_id": "job-a", "output_type": ["json_file"],
+                    "json_log_path": str(out / "train_metric.json")},
+         "steps": 10, "report": str(tmp_path / "next.json")},
+        tmp_path,
+    )  # fmt: skip
+    _, err = finish(process)
+    assert process.returncode == 0, err[-3000:]
+    assert err.count("cannot be read") == 1 and str(again) in err, err[-3000:]
+    assert victim.read_text() == "echo first\necho last, no newline"
+    assert not real.exists(), "report kept the job's dead ring for its last step; its next attempt removed it"
+
+
+@pytest.mark.slow  # three real trainings: two killed before their first checkpoint
+def test_runs_killed_before_a_checkpoint_and_started_again_get_their_records_back(tmp_path):
+    """No job id, no checkpoint yet: each start from step 0 is a new job (restarts.md), and
+    the dead run's ring is another job's. Its tail goes into its own log, which the new run
+    then sets aside: no ring piles up, and `report` has nothing left to warn about."""
+    out = tmp_path / "out"
+    for index, kill_at in enumerate([37, 23, None]):
+        spec = {
+            "config": {"interval": 1, "output_type": ["json_file"], "json_log_path": str(out / "train_metric.json")},
+            "steps": 40,
+            "report": str(tmp_path / f"r{index}.json"),
+            **({"at": {str(kill_at): [["die", "SIGKILL"]]}} if kill_at else {}),
+        }
+        process = spawn(spec, tmp_path)
+        _, err = finish(process)
+        assert process.returncode == (-signal.SIGKILL if kill_at else 0), err[-3000:]
+    kept = sorted(out.glob("train_metric.*.json"))
+    assert len(kept) == 2
+    assert [[line["step"] for line in json_lines(log)] for log in kept] == [list(range(1, 38)), list(range(1, 24))]
+    recovered = [line["step"] for log in kept for line in json_lines(log) if line.get("recovered")]
+    assert recovered, "the test needs records the outputs had not written when the runs died"
+    assert list(out.glob("*.flight*")) == []
+    done = cli("report", str(out), cwd=tmp_path)
+    assert done.returncode == 0 and "flight ring" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow  # two live trainings of one job on one rank
+def test_a_second_launch_of_a_live_rank_is_named_and_no_clock_is_said_set_back(tmp_path):
+    """A duplicated launch (same job id, same rank) starts while the first trains: its ring
+    is locked, so it lives; the overlap is a second launch, not a clock set back (issue 46)."""
+    out = tmp_path / "out"
+    marker = tmp_path / "first-at-20"
+
+    def spec(steps: int, **extra) -> dict:
+        config = {"interval": 5, "job_id": "dup", "output_type": ["json_file"],
+                  "json_log_path": str(out / "train_metric.json")}  # fmt: skip
+        return {"config": config, "steps": steps, "report": str(tmp_path / f"r{steps}.json"), **extra}
+
+    first = spawn(spec(100_000, at={"20": [["touch", str(marker)]]}), tmp_path)
+    try:
+        wait_until(marker.exists, "the first launch at step 20", first, timeout=180)
+        second = spawn(spec(10), tmp_path)
+        _, err = finish(second)
+        assert first.poll() is None, "the first launch trained all along"
+    finally:
+        first.kill()
+        finish(first)
+    assert second.returncode == 0, err[-3000:]
+    assert "clock was set back" not in err, err[-3000:]
+    assert err.count(f"pid {first.pid}") == 1 and "is running" in err, err[-3000:]
+
+
 # --- a job's restarts, as the issue tells them --------------------------------------------------
 
 STEPS, SAVE = 10, 10
@@ -420,6 +1011,12 @@ def test_restarts_ten_lost_steps_and_the_recovered_records_reach_otlp_once_with_
         }
         for attempt, step, stamp in recovered:
             assert ends[(attempt, step)] / 1e9 == pytest.approx(stamp, abs=2e-6)
+        # Each in the trace of its original step: the job step's trace and root, as every rank
+        # of that attempt derived them (telemetry/step_ids.py).
+        for span in spans:
+            key = job_trace_key(ledger["job_id"], span.attributes[job_names.ATTR_ATTEMPT])
+            window = span.attributes[semconv.ATTR_STEP] - span.attributes[semconv.ATTR_STEPS_IN_WINDOW]
+            assert (int(span.trace_id, 16), int(span.parent_span_id, 16)) == job_step_ids(key, window)
         # No ring is left: each was recovered and removed, the last run's once it wrote all.
         assert list(output.glob("*.flight")) == []
 

@@ -73,17 +73,16 @@ def test_grad_monitor_true_warns_once_when_nothing_can_measure_the_norm(workdir,
     assert len([m for m in messages if MISSING_NORM in m]) == 1
 
 
-class _AliasedOptimizerCell(nn.TrainOneStepCell):
-    """Calls its optimizer under a second name: the probe put in `optimizer` never runs."""
-
-    def __init__(self, network, optimizer) -> None:
-        super().__init__(network, optimizer)
-        self.update = optimizer
+class _OwnUpdateCell(nn.TrainOneStepCell):
+    """Holds an optimizer (for its learning rate) but updates the weights itself: the probe
+    put in `optimizer` never runs."""
 
     def construct(self, x, y):
         loss = self.network(x, y)
         grads = self.grad_no_sens(self.network, self.weights)(x, y)
-        return ops.depend(loss, self.update(grads))
+        for weight, grad in zip(self.weights, grads):
+            loss = ops.depend(loss, ops.assign_sub(weight, grad * self.optimizer.get_lr()))
+        return loss
 
 
 def _train_cell(workdir, cell_class) -> list[dict]:
@@ -105,9 +104,10 @@ def _train_cell(workdir, cell_class) -> list[dict]:
 
 def test_grad_monitor_true_warns_once_when_the_cell_never_calls_the_probe(workdir, caplog):
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
-        lines = _train_cell(workdir, _AliasedOptimizerCell)
+        lines = _train_cell(workdir, _OwnUpdateCell)
     assert len(lines) == 3 and all("grad_norm" not in line for line in lines)
-    assert len([r for r in caplog.records if "never called the gradient-norm probe" in r.getMessage()]) == 1
+    said = [r.getMessage() for r in caplog.records if "grad_monitor" in r.getMessage()]
+    assert len(said) == 1 and "never called its optimizer `optimizer`" in said[0], said
 
 
 class _OwnNormCell(nn.TrainOneStepCell):
@@ -169,7 +169,7 @@ class _OwnTrainCell(nn.Cell):
 
 
 def test_the_probe_leaves_the_names_of_the_parameters_alone(workdir, caplog):
-    """Checkpoints keep their names: the probe adds its Parameter, renames none."""
+    """Checkpoints keep their names: the probe adds its two Parameters, renames none."""
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")
     net = nn.Dense(training.FEATURES, 1)
@@ -182,5 +182,23 @@ def test_the_probe_leaves_the_names_of_the_parameters_alone(workdir, caplog):
             seen.append({p.name for p in run_context.original_args().train_network.get_parameters()})
 
     Model(cell).train(1, training.build_dataset(2), callbacks=[_monitor(workdir), _Names()], dataset_sink_mode=False)
-    assert seen and all(names == before | {"otel_mindformers_grad_norm"} for names in seen)
+    added = {"otel_mindformers_grad_norm.optimizer", "otel_mindformers_grad_norm.optimizer.calls"}
+    assert seen and all(names == before | added for names in seen)
     assert all(json.loads(line)["grad_norm"] > 0 for line in (workdir / "m.json").read_text().splitlines())
+
+
+def test_an_optimizer_of_dynamic_embeddings_is_left_alone_with_the_reason():
+    """MapParameters' gradients are MapTensors, which the probe does not measure: no probe
+    (the run says why once), and the optimizer stays where it was."""
+    from mindspore.experimental import MapParameter
+
+    from otel_mindformers.model_state.grad_norm_probe import install_probes
+
+    ms.set_device("CPU")
+    net = nn.Dense(training.FEATURES, 1)
+    table = MapParameter(key_dtype=ms.int32, value_dtype=ms.float32, value_shape=(4,), name="table")
+    optimizer = nn.FTRL([table, *net.trainable_params()])
+    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+    probed, why_not = install_probes(cell)
+    assert probed == [] and why_not.startswith("`optimizer` updates MapParameters (dynamic embeddings)")
+    assert cell.optimizer is optimizer

@@ -12,12 +12,13 @@ overflow check is the same answer computed from the gradients (tests/support/min
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import nn
+from mindspore import nn, ops
 from mindspore.dataset import GeneratorDataset
 from mindspore.nn.wrap.loss_scale import TrainOneStepWithLossScaleCell
 from mindspore.train import Callback, FixedLossScaleManager, Model
@@ -49,9 +50,11 @@ class _ReferenceNorms(Callback):
         )
 
 
-def _data(steps: int = STEPS, spread: float = 1.0):
+def _data(steps: int = STEPS, spread: float | list[float] = 1.0):
+    """`steps` batches; `spread`: the inputs' scale, or one per step (the gradients' scale)."""
     rng = np.random.default_rng(0)
-    x = (rng.standard_normal((steps * BATCH, FEATURES)) * spread).astype(np.float32)
+    scale = np.repeat(np.broadcast_to(np.asarray(spread, dtype=np.float64), (steps,)), BATCH)[:, None]
+    x = (rng.standard_normal((steps * BATCH, FEATURES)) * scale).astype(np.float32)
     y = (x.sum(axis=1, keepdims=True) * 0.5).astype(np.float32)
     return GeneratorDataset(list(zip(x, y)), column_names=["x", "y"], shuffle=False).batch(BATCH)
 
@@ -246,3 +249,231 @@ def test_plain_training_has_grad_norm_in_every_output(workdir, monkeypatch, otlp
     assert points and all(any(p.value == pytest.approx(v) for v in norms.values()) for p in points)
     image = plot(read_logs([workdir / "m.json"]), workdir / "run.png")
     assert count(panels(load(image))["grad_norm"], "C0") > 0  # not "grad norm: no data"
+
+
+# --- sparse gradients and two optimizers: the wide & deep pattern -----------------------------
+
+VOCAB, FIELDS, DIM = 20, 3, 4
+
+
+class _WideDeep(nn.Cell):
+    """A wide part (a 1-wide embedding summed over the fields) and a deep part (a 4-wide
+    embedding, then a Dense), as MindSpore's wide & deep. `sparse`: EmbeddingLookup(sparse=True),
+    whose gradients are RowTensors; else nn.Embedding (a Gather: dense gradients)."""
+
+    def __init__(self, sparse: bool) -> None:
+        super().__init__()
+        self.wide = nn.EmbeddingLookup(VOCAB, 1, sparse=True) if sparse else nn.Embedding(VOCAB, 1)
+        self.deep = nn.EmbeddingLookup(VOCAB, DIM, sparse=True) if sparse else nn.Embedding(VOCAB, DIM)
+        self.dense = nn.Dense(FIELDS * DIM, 1)
+
+    def construct(self, ids):
+        wide = self.wide(ids).sum(axis=1)
+        return wide + self.dense(self.deep(ids).reshape((ids.shape[0], -1)))
+
+
+class _WideDeepTrainCell(nn.Cell):
+    """Two optimizers, as wide & deep's train cell: FTRL on the wide part, LazyAdam on the
+    deep part; neither is called `optimizer`."""
+
+    def __init__(self, loss_net: nn.Cell, net: _WideDeep) -> None:
+        super().__init__()
+        self.network = loss_net
+        self.weights_w = net.wide.trainable_params()
+        self.weights_d = net.deep.trainable_params() + net.dense.trainable_params()
+        self.weights = ms.ParameterTuple(self.weights_w + self.weights_d)
+        self.optimizer_w = nn.FTRL(self.weights_w, learning_rate=0.05)
+        self.optimizer_d = nn.LazyAdam(self.weights_d, learning_rate=0.05)
+        self.grad = ops.GradOperation(get_by_list=True)
+        self.split = len(self.weights_w)
+
+    def step(self, ids, y):
+        loss = self.network(ids, y)
+        grads = self.grad(self.network, self.weights)(ids, y)
+        loss = ops.depend(loss, self.optimizer_w(grads[: self.split]))
+        return ops.depend(loss, self.optimizer_d(grads[self.split :]))
+
+    def construct(self, ids, y):
+        return self.step(ids, y)
+
+
+class _JitWideDeepTrainCell(_WideDeepTrainCell):
+    """The same step compiled with `mindspore.jit` in PyNative mode (plain PyNative cannot
+    train sparse embeddings with FTRL or LazyAdam: MindSpore 2.9 hands them a dense-shaped
+    gradient, with or without this package)."""
+
+    @ms.jit
+    def construct(self, ids, y):
+        return self.step(ids, y)
+
+
+class _DenseTwinNorms(Callback):
+    """At each step's begin, the global norm of the step's gradients computed by an
+    independent dense network: the same weights (copied in, in order), no sparse gradient."""
+
+    def __init__(self, sparse_net: nn.Cell) -> None:
+        self._sparse = sparse_net
+        self._dense = nn.WithLossCell(_WideDeep(sparse=False), nn.MSELoss())
+        self._grad = ms.grad(self._dense, grad_position=None, weights=self._dense.trainable_params())
+        self.norms: dict[int, float] = {}
+
+    def on_train_step_begin(self, run_context) -> None:
+        cb_params = run_context.original_args()
+        for source, parameter in zip(self._sparse.trainable_params(), self._dense.trainable_params(), strict=True):
+            ops.assign(parameter, ms.Tensor(source.asnumpy()))  # in place: its compiled grad reads it
+        grads = self._grad(*cb_params.train_dataset_element)
+        self.norms[cb_params.cur_step_num] = math.sqrt(
+            sum(float(np.square(g.asnumpy().astype(np.float64)).sum()) for g in grads)
+        )
+
+
+def _ids_data(steps: int):
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 6, size=(steps * BATCH, FIELDS)).astype(np.int32)  # ids repeat in a batch
+    y = rng.standard_normal((steps * BATCH, 1)).astype(np.float32)
+    return GeneratorDataset(list(zip(ids, y)), column_names=["ids", "y"], shuffle=False).batch(BATCH)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_sparse_gradients_of_two_optimizers_count_as_their_dense_gradients(workdir, caplog, mode):
+    """The wide & deep pattern trains with grad_monitor on (it failed to compile), and each
+    step's norm is that of the dense gradients over both optimizers' parameters."""
+    ms.set_context(mode=MODES[mode])
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    net = _WideDeep(sparse=True)
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    cell = (_WideDeepTrainCell if mode == "graph" else _JitWideDeepTrainCell)(loss_net, net)
+    reference = _DenseTwinNorms(net)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        Model(cell).train(1, _ids_data(4), [reference, _monitor(workdir, interval=1)], dataset_sink_mode=False)
+
+    lines = _lines(workdir)
+    assert [line["step"] for line in lines] == [1, 2, 3, 4]
+    for line in lines:
+        assert line["grad_norm"] == pytest.approx(reference.norms[line["step"]], rel=1e-4), line["step"]
+    assert not [r for r in caplog.records if "grad_monitor" in r.getMessage()]
+
+
+# --- gradient accumulation: the optimizer runs every ACCUMULATE-th step ------------------------
+
+ACCUMULATE = 4
+
+
+class _AccumulatingCell(nn.Cell):
+    """Adds each step's gradients up and calls its optimizer with their mean on every
+    ACCUMULATE-th step (steps 4, 8, 12, ...), then starts again from zero."""
+
+    def __init__(self, network: nn.Cell, optimizer: nn.Optimizer) -> None:
+        super().__init__()
+        self.network, self.optimizer = network, optimizer
+        self.weights = optimizer.parameters
+        self.grad = ops.GradOperation(get_by_list=True)
+        self.accumulated = self.weights.clone(prefix="accumulated", init="zeros")
+        self.counter = ms.Parameter(ms.Tensor(0, ms.int32), name="accumulation_counter", requires_grad=False)
+
+    def construct(self, x, y):
+        loss = self.network(x, y)
+        grads = self.grad(self.network, self.weights)(x, y)
+        for total, grad in zip(self.accumulated, grads):
+            loss = ops.depend(loss, ops.assign_add(total, grad))
+        loss = ops.depend(loss, ops.assign_add(self.counter, ms.Tensor(1, ms.int32)))
+        if self.counter % ACCUMULATE == 0:
+            loss = ops.depend(loss, self.optimizer(tuple(total / ACCUMULATE for total in self.accumulated)))
+            for total in self.accumulated:
+                loss = ops.depend(loss, ops.assign(total, ops.zeros_like(total)))
+        return loss
+
+
+class _ReferenceGradients(Callback):
+    """At each step's begin, the step's batch gradients (one flat float64 vector)."""
+
+    def __init__(self, loss_net: nn.Cell, weights: list) -> None:
+        self._grad = ms.grad(loss_net, grad_position=None, weights=weights)
+        self.gradients: dict[int, np.ndarray] = {}
+
+    def on_train_step_begin(self, run_context) -> None:
+        cb_params = run_context.original_args()
+        grads = self._grad(*cb_params.train_dataset_element[:2])
+        self.gradients[cb_params.cur_step_num] = np.concatenate([g.asnumpy().astype(np.float64).ravel() for g in grads])
+
+
+# interval -> the sampled steps (every interval-th, the first, the last: 14) whose own norm is
+# known: graph, interval 3: samples 1 3 6 9 12 14, updates at 4 8 12; step 6 follows an update
+# at 4 (cannot be told apart), so from there each sample's begin is read: 9 none, 12 its own.
+# PyNative, interval 2: samples 1 2 4 6 8 10 12 14; 4 cannot be told apart; 8 and 12 updated.
+ACCUMULATION_RUNS = {"graph": (3, [12]), "pynative": (2, [8, 12])}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_an_accumulating_cell_has_the_norm_of_the_steps_that_update_and_no_other(workdir, caplog, mode):
+    interval, updated = ACCUMULATION_RUNS[mode]
+    ms.set_context(mode=MODES[mode])
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    cell = _AccumulatingCell(loss_net, nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    reference = _ReferenceGradients(loss_net, net.trainable_params())
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        Model(cell).train(1, _data(14), [reference, _monitor(workdir, interval=interval)], dataset_sink_mode=False)
+
+    lines = _lines(workdir)
+    assert [line["step"] for line in lines] == sorted({1, *range(interval, 15, interval), 14})
+    assert [line["step"] for line in lines if "grad_norm" in line] == updated  # no other step, no old norm
+    for step in updated:
+        applied = sum(reference.gradients[s] for s in range(step - ACCUMULATE + 1, step + 1)) / ACCUMULATE
+        (line,) = [line for line in lines if line["step"] == step]
+        assert line["grad_norm"] == pytest.approx(float(np.linalg.norm(applied)), rel=1e-4), step
+    assert not [r for r in caplog.records if "grad_monitor" in r.getMessage()]
+
+
+# --- a cell that clips its gradients before its optimizer --------------------------------------
+
+# MindSpore deprecates `ops.clip_by_global_norm` after 2.9; `ops.clip_by_norm` of a tuple is
+# the same global clip.
+_clip_by_global_norm = getattr(ops, "clip_by_global_norm", None) or ops.clip_by_norm
+
+
+class _ClippingCell(nn.TrainOneStepCell):
+    """The most common custom train cell: the gradients clipped to a global norm of 1."""
+
+    def construct(self, x, y):
+        loss = self.network(x, y)
+        grads = _clip_by_global_norm(self.grad_no_sens(self.network, self.weights)(x, y), 1.0)
+        return ops.depend(loss, self.optimizer(grads))
+
+
+def test_a_clipping_cell_reports_the_clipped_norm_and_says_so_once(workdir, caplog):
+    """What the optimizer receives is measured: at the clip value while the gradients are
+    larger (docs/model_state.md), which the run says once, at the third such step in a row;
+    step 4's small gradients are not clipped, and steps 5 to 7 clip again (said already)."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    cell = _ClippingCell(loss_net, nn.Momentum(net.trainable_params(), 0.001, 0.9))
+    reference = _ReferenceNorms(loss_net, net.trainable_params())
+    said_by_step: dict[int, int] = {}
+
+    class _Said(Callback):  # after the monitor: what it has said by each step's end
+        def on_train_step_end(self, run_context) -> None:
+            said_by_step[run_context.original_args().cur_step_num] = len(_clip_warnings(caplog))
+
+    spread = [30.0, 30.0, 30.0, 0.01, 30.0, 30.0, 30.0]
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        callbacks = [reference, _monitor(workdir, interval=1), _Said()]
+        Model(cell).train(1, _data(7, spread), callbacks, dataset_sink_mode=False)
+
+    norms = {line["step"]: line["grad_norm"] for line in _lines(workdir)}
+    clipped = [step for step in norms if reference.norms[step] > 1.0]
+    assert clipped == [1, 2, 3, 5, 6, 7] and [norms[s] for s in clipped] == pytest.approx([1.0] * 6, rel=1e-5)
+    assert norms[4] == pytest.approx(reference.norms[4], rel=1e-4)  # below the clip: the true norm
+    assert said_by_step == {1: 0, 2: 0, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}
+    (said,) = _clip_warnings(caplog)
+    assert "grad_norm has been 1 on 3 sampled steps in a row" in said
+
+
+def _clip_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "clip its gradients" in r.getMessage()]

@@ -14,6 +14,7 @@ from mindspore.train import Callback
 import otel_mindformers
 from otel_mindformers import MonitorCallback
 from tests.support import training
+from tests.support.clusterd import ClusterD
 from tests.support.configs import config
 from tests.support.hook_counts import HookCounter
 from tests.support.in_memory import Capture
@@ -29,8 +30,15 @@ MEASURED = {6, 7, 8, 16, 17, 20}  # unsampled, and sampled 20, with tracemalloc
 # folded into one `wake` flag beside `next_sample` and `step_offset`).
 # 45 -> 50 at step end: the job's step stored into the flight ring's mapped page
 # (`clock.finished[0] = step`, a memoryview store, no call: ~15 ns over an attribute store).
-STEP_BEGIN = {"python_calls": 1, "c_calls": 1, "opcodes": 24}
-UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 50}
+# 50 -> 57, and one system call the profile does not count: the ring is written with pwrite,
+# not through a shared mapping that another process can shrink under the run (a SIGBUS):
+# `clock.keep()`, a functools.partial of os.pwrite (C only, no Python frame; a call through
+# a partial is no C call to the profile). docs/flight_recorder.md has its cost.
+# 24 -> 30 at step begin: `clock.step >= clock.arm_after`, two attribute reads and a compare
+# (no call): the gradient-norm reader may ask for its probes' call counts before a sampled
+# step, where a cell does not update on every step (model_state/grad_norm_reader.py).
+STEP_BEGIN = {"python_calls": 1, "c_calls": 1, "opcodes": 30}
+UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 57}
 SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # +16 bytecodes over 333 / 427: the unsampled step's 7, the batch-note and the attempt's
     # first-step checks (attributes read, no call: a call would cost far more cold); +10 for
@@ -55,9 +63,23 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # (one loop turn per value). bench_flight_recorder.py: docs/flight_recorder.md.
     # With both: 350 -> 560 / 429 -> 672; the probe's case 398 -> 619 (its norm one more value
     # in the ring), 7 -> 8 Python calls, 14 -> 16 C calls.
-    "scalar": {"python_calls": 7, "c_calls": 13, "opcodes": 560},
-    "tuple5": {"python_calls": 7, "c_calls": 19, "opcodes": 672},
-    "probe": {"python_calls": 8, "c_calls": 16, "opcodes": 619},
+    # The slot packed by one Struct (its layout derived from SampledStep's fields) and written
+    # by one pwrite, not stored word by word into a shared mapping (a SIGBUS when another
+    # process shrank the file): 560 -> 449 / 672 -> 528 / 619 -> 497 bytecodes (no loop turn
+    # per value), +2 C calls (the pack, the pwrite; the values' view) 13 -> 15 / 19 -> 21 / 16 -> 18.
+    # The slot holds the step: the step hook's own write is for the steps it does not sample.
+    # `_item` through compat/mindspore_tensor.py's `read_scalar` (the same C method, taken
+    # unbound and looked up on the adapter's module at each read, where the readback-counting
+    # tests replace it) and the learning rate a scheduler noted taken as it is: +9 bytecodes.
+    # The probe: its call count read back beside its norm, and whether this step applied
+    # gradients, decided from the counts (model_state/grad_norm_reader.py; one frame, as
+    # before): +1 C call, +114 bytecodes.
+    "scalar": {"python_calls": 7, "c_calls": 15, "opcodes": 458},
+    "tuple5": {"python_calls": 7, "c_calls": 21, "opcodes": 537},
+    "probe": {"python_calls": 8, "c_calls": 19, "opcodes": 611},
+    # The scalar loss with MindCluster heard and told (cluster/, a ClusterD on 127.0.0.1):
+    # its subscription, verdicts and teller are other threads'; the step hooks count the same.
+    "cluster": {"python_calls": 7, "c_calls": 15, "opcodes": 458},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's
@@ -73,8 +95,8 @@ PHASE = {"python_calls": 30, "c_calls": 27, "opcodes": 655, "sdk_calls": 12, "wi
 
 # "probe": the scalar loss with `grad_monitor: True`, whose norm a GradNormProbe writes in the
 # step (model_state/grad_norm_probe.py): an unsampled step stays at the floor (no readback).
-@pytest.fixture(params=["scalar", "tuple5", "probe"])
-def counted(request, workdir):
+@pytest.fixture(params=["scalar", "tuple5", "probe", "cluster"])
+def counted(request, workdir, monkeypatch):
     config = {
         "interval": INTERVAL,
         "output_type": ["json_file", "tensorboard"],
@@ -82,6 +104,12 @@ def counted(request, workdir):
     }
     if request.param == "probe":
         config["grad_monitor"] = True
+    if request.param == "cluster":
+        clusterd = ClusterD(jobs={"job-1"}).start()
+        request.addfinalizer(clusterd.stop)
+        for name, value in (("MINDX_TASK_ID", "job-1"), ("MINDX_SERVER_IP", "127.0.0.1"), ("NODE_NAME", "node-1")):
+            monkeypatch.setenv(name, value)
+        config["cluster"] = {"port": clusterd.port, "tell": True}
     callback = MonitorCallback(config)
     counter = HookCounter(
         callback,
@@ -91,10 +119,12 @@ def counted(request, workdir):
     )
     tracemalloc.start()
     try:
-        shape = "scalar" if request.param == "probe" else request.param
+        shape = "scalar" if request.param in ("probe", "cluster") else request.param
         training.train([callback], steps=25, shape=shape, mode=ms.GRAPH_MODE)
     finally:
         tracemalloc.stop()
+    if request.param == "cluster":
+        assert clusterd.registrations == [("job-1", "otel-mindformers")]  # it was on
     return request.param, counter.counts
 
 

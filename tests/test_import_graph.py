@@ -13,6 +13,7 @@ type checker and the reader.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hangs",
         "nonfinite",
         "flight_recorder",
+        "cluster",
     ),
     ("alerts",),
     ("runtime",),
@@ -84,6 +86,7 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
+@functools.cache  # the tree is parsed once per session; the graph is only read
 def import_graph(module_level_only: bool = True) -> dict[str, set[str]]:
     modules = _modules()
     graph = {}

@@ -196,10 +196,12 @@ def test_the_wheel_holds_the_package_and_its_type_marker_and_nothing_else(tmp_pa
     assert "otel_mindformers/py.typed" in names
     assets = {
         path.relative_to(source).as_posix()
-        for pattern in ("*.css", "*.js")
+        for pattern in ("*.css", "*.js", "*.json", "*.proto", "*.pyi")
         for path in (source / "otel_mindformers").rglob(pattern)
     }
-    assert assets and assets <= names, sorted(assets - names)  # the HTML page's styles and scripts
+    # The HTML page's styles and scripts; MindCluster's fault-code table, ClusterD's .proto files.
+    assert assets and assets <= names, sorted(assets - names)
+    assert "otel_mindformers/cluster/fault_codes.json" in assets
     tops = {name.split("/")[0] for name in names}
     assert tops == {"otel_mindformers", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, tops
 

@@ -17,6 +17,7 @@ from tests.support.instrumented import (
     free_port,
     run,
 )
+from tests.support.job_traces import job_step_traces
 
 pytestmark = pytest.mark.mindspore_api
 
@@ -154,6 +155,10 @@ def test_two_rank_msrun_job_monitored_with_environment_variables_alone(workdir, 
     runs = otlp_receiver.spans(semconv.SPAN_RUN)
     assert sorted(s.resource[semconv.ATTR_RANK] for s in runs) == [0, 1]
     assert {(s.trace_id, s.parent_span_id) for s in runs} == {(TRACE_ID, LAUNCHER_SPAN_ID)}
+    # One trace per sampled step, holding both ranks' step spans under the job step's root.
+    traces = job_step_traces(otlp_receiver)
+    assert sorted(trace.step for trace in traces.values()) == [1, 2, 4, 6]
+    assert all(trace.ranks == [0, 1] and trace.under_its_root() for trace in traces.values())
     resources = {s.resource[semconv.ATTR_RANK]: s.resource for s in runs}
     for rank, resource in resources.items():
         assert (

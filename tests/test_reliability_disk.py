@@ -127,9 +127,9 @@ def test_disk_full_mid_run(tmp_path, tiny_tmpfs):
 
 @pytest.mark.slow
 def test_disk_filling_up_under_the_flight_ring_mid_run(tmp_path, small_tmpfs):
-    """The ring is a mapped file (flight_recorder/): a store into a page the file system has
-    no block for is a SIGBUS on a full disk. Its blocks are all there from the start, so the
-    training goes on to its end when the disk fills up under it."""
+    """The ring is written in place (flight_recorder/): a write into a block the file system
+    does not have yet fails on a full disk. Its blocks are all there from the start, so the
+    ring keeps every step and the training goes on to its end when the disk fills up under it."""
     json_path = small_tmpfs / "logs" / "train_metric.json"
     spec = _spec(small_tmpfs, report=str(tmp_path / "report.json"), at={"5": [["fill", str(small_tmpfs / "filler")]]})
     process, report = run(spec, tmp_path)

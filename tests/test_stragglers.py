@@ -330,3 +330,147 @@ def test_report_says_what_host_clocks_cannot_tell_apart_when_steps_rise_without_
     text = render(report, "text")
     assert "in-step time rose against the rank's own earlier windows" in text
     assert "look alike from host clocks" in text and "profiler capture" in text
+
+
+def test_report_names_a_rank_whose_own_phases_hold_the_job_back(tmp_path):
+    """User-marked phases are the `other` section: a rank that spends 3 s a window in one
+    while the others do not is the bottleneck there."""
+    plain = [window(0.01, 1.0)] * 6
+    write_job(tmp_path, {0: plain, 1: [window(0.01, 1.0, other=3.0)] * 6, 2: plain})
+    verdict = report_logs([tmp_path]).bottleneck
+    top = verdict.bottleneck
+    assert (top.rank, top.section, top.lost_s) == (1, names.SECTION_OTHER, pytest.approx(18.0))
+    assert verdict.job_median_share == pytest.approx(0.0)  # ranks 0 and 2 spend nothing there
+
+
+def test_the_job_median_is_the_median_rank_share_of_the_bottleneck_section(tmp_path):
+    # Windows of 2 s; data wait 0.1, 1.0 and 0.4 s: shares 5 %, 50 % and 20 %, each rank's
+    # checkpoint share 0 % or 10 %, which must not enter the data-wait median.
+    ranks = {
+        0: [window(0.1, 1.9)] * 8,
+        1: [window(1.0, 0.8, checkpoint=0.2)] * 8,
+        2: [window(0.4, 1.4, checkpoint=0.2)] * 8,
+    }
+    write_job(tmp_path, ranks)
+    verdict = report_logs([tmp_path]).bottleneck
+    assert (verdict.bottleneck.rank, verdict.bottleneck.section) == (1, names.SECTION_DATA_WAIT)
+    assert verdict.bottleneck.rank_share == pytest.approx(0.5)
+    assert verdict.job_median_share == pytest.approx(0.2)
+    assert "its data_wait share 50.0% against a job median of 20.0%" in render(report_logs([tmp_path]), "text")
+
+
+@pytest.mark.parametrize(
+    ("waits", "named"),
+    [
+        ((0.8, 0.9, 1.0), None),  # each waits 40-50 % of its 2 s windows: rank 2's extra 0.2 s is nobody's fault
+        ((0.5, 0.5, 1.9), 2),  # all wait 25 %, rank 2 far more: it still holds the job back
+    ],
+)
+def test_when_every_rank_waits_for_its_data_the_job_is_input_bound(tmp_path, capsys, waits, named):
+    write_job(tmp_path, {rank: [window(wait, 2.0 - wait)] * 8 for rank, wait in enumerate(waits)})
+    report = report_logs([tmp_path])
+    verdict = report.bottleneck
+    shared = min(waits) / 2.0
+    assert verdict.input_bound.share_of_job == pytest.approx(shared)
+    assert verdict.input_bound.waited_s == pytest.approx(8 * min(waits))
+    text = render(report, "text")
+    said = f"every rank is input-bound: each waited for its data at least {8 * min(waits):.3f} s ({shared:.1%}"
+    assert said in text and said in text.split("Findings")[1]
+    body = json.loads(render(report, "json"))
+    assert body["bottleneck"]["input_bound"]["share_of_job"] == pytest.approx(shared)
+    if named is None:
+        assert verdict.bottleneck is None and body["holds_back"] is None
+        assert "no rank holds the others back: the largest extra wait, rank 2's 1.600 s, is less than" in text
+        assert "holds the job back in" not in text and "every rank waits for its data (below)" in text
+    else:
+        assert verdict.bottleneck.rank == named and body["holds_back"] == f"rank {named}"
+        assert f"rank {named}: holds the job back in data_wait" in text
+
+
+def test_a_job_whose_best_rank_waits_little_is_not_input_bound(tmp_path):
+    # The best rank waits 15 % of its windows (under the 20 % the rank's own signal uses).
+    write_job(tmp_path, {0: [window(0.3, 1.7)] * 8, 1: [window(1.5, 0.5)] * 8})
+    verdict = report_logs([tmp_path]).bottleneck
+    assert verdict.input_bound is None and verdict.bottleneck.rank == 1
+
+
+def _rank_sections(**config):
+    from otel_mindformers.config.schema import StragglerConfig
+    from otel_mindformers.job.identity import Identity
+    from otel_mindformers.stragglers.rank_signal import RankSections
+
+    capture = Capture()
+    sections = RankSections(
+        capture.meter_provider.get_meter("t"),
+        capture.logger_provider.get_logger("t"),
+        Identity(rank=1, world_size=2),
+        StragglerConfig(**config),
+    )
+    return capture, sections
+
+
+def _observe(sections, shares_and_in_step) -> None:
+    from otel_mindformers.telemetry.training_instruments import Coalesced
+
+    for step, (data_wait, in_step) in enumerate(shares_and_in_step, start=1):
+        window = {
+            names.SECTION_DATA_WAIT: data_wait,
+            names.SECTION_IN_STEP: in_step,
+            WINDOW_KEY: data_wait + in_step,
+            STEPS_KEY: 1.0,
+        }
+        record = StepRecord(step=step, epoch=1, rank=1, time_stamp=float(step), sections=window)
+        sections.observe(record, None, Coalesced())
+
+
+def _signals(capture, section: str) -> list[int]:
+    """The steps at which the rank said it, in `section` (its log records: no span here)."""
+    said = [log.attributes for log in signal_logs(capture)]
+    return [a["training.step"] for a in said if a[names.ATTR_SECTION] == section]
+
+
+def test_windows_that_mostly_waited_for_data_stay_out_of_the_in_step_baseline():
+    """Five windows that waited 90 % for data compute only 0.1 s: in the baseline they would
+    make its median 0.1 s, and the healthy 1 s windows after them a tenfold rise."""
+    capture, sections = _rank_sections(windows=2, data_share=0.2, step_rise=2.0)
+    _observe(sections, [(0.0, 1.0)] * 2 + [(0.9, 0.1)] * 5 + [(0.0, 1.0)] * 3)
+    assert _signals(capture, names.SECTION_IN_STEP) == []
+    assert _signals(capture, names.SECTION_DATA_WAIT) == [4]  # the waits are said, as the data signal
+
+
+def test_a_rise_episodes_windows_rejoin_the_baseline_once_it_ends():
+    """Baseline 1 s; a rise to 3 s for three windows (one episode); one 1 s window ends it.
+    Its windows then join the baseline (median 2 s), so the next 3 s windows are a 1.5x
+    ratio, no new episode; kept out for good, the baseline would stay 1 s and fire again."""
+    capture, sections = _rank_sections(windows=2, data_share=0.2, step_rise=2.0)
+    _observe(sections, [(0.0, 1.0)] * 2 + [(0.0, 3.0)] * 3 + [(0.0, 1.0)] + [(0.0, 3.0)] * 2)
+    assert _signals(capture, names.SECTION_IN_STEP) == [4]  # the second window of the rise, once
+
+
+def test_a_window_splits_into_its_sections_whatever_its_clocks_say():
+    """The phases that ended in a window go to their sections (a user's phase is `other`), the
+    data wait is at most the window (a clock read late cannot make it longer), and the rest
+    is in-step."""
+    from otel_mindformers.names import phase_names
+    from otel_mindformers.stragglers.sections import WindowSections
+
+    window = WindowSections()
+    for phase, seconds in ((phase_names.PHASE_CHECKPOINT_SAVE, 0.2), (phase_names.PHASE_EVALUATION, 0.3), ("my", 0.1)):
+        window.phase(phase, seconds)
+    assert window.close(steps=4, elapsed=2.0, data_wait=0.4) == pytest.approx(
+        {
+            names.SECTION_DATA_WAIT: 0.4, names.SECTION_IN_STEP: 1.0, names.SECTION_CHECKPOINT: 0.2,
+            names.SECTION_EVALUATION: 0.3, names.SECTION_OTHER: 0.1, WINDOW_KEY: 2.0, STEPS_KEY: 4.0,
+        }
+    )  # fmt: skip
+    late = window.close(steps=1, elapsed=1.0, data_wait=1.5)  # the phases went with the last window
+    assert (late[names.SECTION_DATA_WAIT], late[names.SECTION_IN_STEP]) == (1.0, 0.0)
+
+
+def test_the_verdict_reads_only_the_windows_every_rank_logged(tmp_path):
+    """Rank 1's log stops after 4 windows (killed, or its lines lost): the verdict compares
+    those 4, and says so, rather than fail on the windows rank 1 never logged."""
+    write_job(tmp_path, {0: [window(0.01, 1.99)] * 8, 1: [window(1.01, 0.99)] * 4})
+    verdict = report_logs([tmp_path]).bottleneck
+    assert (verdict.windows, verdict.steps) == (4, 20)
+    assert verdict.job_wall_s == pytest.approx(8.0) and verdict.bottleneck.lost_s == pytest.approx(4.0)

@@ -58,6 +58,12 @@ def test_data_wait_spans_match_the_sleep_and_goodput_matches_the_steps(tmp_path)
         inner = before.begins[step] - timer.ends[step - 1]
         outer = timer.begins[step] - before.ends[step - 1]
         assert inner - 1e-6 <= seconds <= outer + 1e-6, (step, inner, seconds, outer)
+    # Each wait is the wait of its step's window: a child of that step span, in its trace.
+    step_spans = {span.context.span_id: span for span in capture.finished("mindformers.train.step")}
+    for span in waits:
+        step_span = step_spans[span.parent.span_id]
+        assert step_span.context.trace_id == span.context.trace_id
+        assert step_span.start_time <= span.start_time and span.end_time <= step_span.end_time
     (startup,) = capture.finished("mindformers.phase.startup")
     (run,) = capture.finished("mindformers.train")
     (epoch,) = capture.finished("mindformers.train.epoch")

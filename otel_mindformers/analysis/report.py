@@ -111,7 +111,7 @@ class SeriesSummary:
     damaged_tails: list[str]
     out_of_range: list[str]  # `FILE:LINE: what`: lines whose numbers no analysis can hold
     skew_vs_median: float | None = None
-    # The largest gradient norms over the run (model_state/top.py): name, value, step.
+    # The largest gradient norms over the run (analysis/top_norms.py): name, value, step.
     top_layers: list[Peak] = field(default_factory=list)
     top_parameters: list[Peak] = field(default_factory=list)
     time: TimeBreakdown | None = None
@@ -573,6 +573,11 @@ def _straggler_line(report: Report) -> str | None:
             f"step times agree (median {_num(report.median_step_time_ms)} ms) because the ranks move in step: "
             f"see below for the ranks whose step time rose"
         )
+    if report.bottleneck is not None and report.bottleneck.input_bound is not None:
+        return (
+            f"step times agree (median {_num(report.median_step_time_ms)} ms) because the ranks move in step: "
+            f"every rank waits for its data (below)"
+        )
     return (
         f"no stragglers: every series within {report.straggler_threshold:.0%} of the median "
         f"{_num(report.median_step_time_ms)} ms; slowest {slowest.label} ({_pct(slowest.skew_vs_median)})"
@@ -602,12 +607,22 @@ def _time_table(report: Report) -> tuple[tuple[str, ...], list[tuple[str, ...]]]
     return header, rows
 
 
+# What start-up counts from (docs/time.md): the kernel's start of the process.
+STARTUP_FROM = (
+    "start-up counts from the process's start to the first step (a wrapper script that sets up, then "
+    "execs Python, keeps its process: its setup counts)"
+)
+
+
 def _own_goodput_note(report: Report) -> str:
-    """What the per-series goodput is, beside the job's, so the two tables agree at a glance."""
+    """What the per-series goodput is, beside the job's, so the two tables agree at a glance;
+    and what start-up counts from, when a series lost time to it."""
     note = (
         "own goodput: each series' time in its steps over its own wall time; a rank that waits "
         "for another inside its step counts that wait as its own"
     )
+    if any(s.time is not None and PHASE_STARTUP in s.time.lost_s for s in report.series):
+        note += f"; {STARTUP_FROM}"
     verdict = report.bottleneck
     if verdict is not None and verdict.job_goodput is not None and verdict.ranks > 1:
         note += f"; the job's useful share across ranks: {verdict.job_goodput:.3f} (below)"
@@ -701,8 +716,11 @@ def findings(report: Report) -> list[Finding]:
             )
         alerts = [f"{s.label}: alert, {alert}" for alert in s.alerts]
         logs = [f"{s.label}: truncated last line skipped at {location}" for location in s.damaged_tails]
-        if s.foreign_lines:
-            logs.append(f"{s.label}: {s.foreign_lines} line(s) from other writers skipped")
+        if s.foreign_lines:  # expected: the article's custom monitor writes beside ours
+            logs.append(
+                f"{s.label}: {s.foreign_lines} line(s) another monitor wrote to the same file left out "
+                "(a custom monitor's own records, as the monitor_config article's writes beside these)"
+            )
         logs += [f"{s.label}: line skipped, {note}" for note in s.out_of_range]
         found += [Finding(TOPIC_CURVES, line) for line in curves]
         found += [Finding(TOPIC_ATTEMPTS, line) for line in attempts]

@@ -7,6 +7,9 @@ between releases, one adapter per concern; every other module reaches them throu
   installed release, the name and what needs it; a feature turned off once, said once;
 - `mindspore_model.py`: `Model.train`'s internals: the `cb_params` keys read, the frames of
   its loop and its `initial_epoch` argument;
+- `mindspore_tensor.py`: the readback of a one-element tensor (`Tensor._item`);
+- `mindspore_cell.py`: `nn.Cell`'s compile cache, child cells and child replacement (the
+  gradient-norm probe);
 - `profiler.py`: `mindspore.profiler`'s public API and the private CPU parser the
   `capture --analyse` command runs;
 - `mindformers_api.py`: MindFormers' trainer, config templates, callbacks and resume loads.

@@ -8,6 +8,7 @@ from otel_mindformers.config.loading import load_monitor_config, parse_monitor_c
 from otel_mindformers.config.schema import (
     AlertConfig,
     DeviceConfig,
+    GradNorm,
     LogRotationConfig,
     LogsConfig,
     MonitorConfig,
@@ -25,6 +26,7 @@ __all__ = [
     "AlertConfig",
     "ConfigError",
     "DeviceConfig",
+    "GradNorm",
     "LogRotationConfig",
     "LogsConfig",
     "RestartsConfig",

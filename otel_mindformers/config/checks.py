@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from otel_mindformers.config.errors import ConfigError, suggestion
-from otel_mindformers.config.limits import MAX_SECONDS, NOTIFIER_TYPES, SIGNED_NOTIFIER_TYPES
+from otel_mindformers.config.limits import EXPORT_RANK_STRATEGIES, MAX_SECONDS, NOTIFIER_TYPES, SIGNED_NOTIFIER_TYPES
 
 
 class _Notifier(Protocol):
@@ -65,6 +65,27 @@ def _check_report_ranks(key: str, value: Any) -> None:
         return
     if not isinstance(value, list) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in value):
         raise ConfigError(f"{key}: expected 'all' or a list of ranks >= 0, got {value!r}")
+
+
+def _check_rank_strategy(key: str, value: Any) -> None:
+    """`export_ranks.spans` / `.metrics`: a strategy's name, a list of ranks, or a fraction."""
+    if isinstance(value, float):
+        if not 0.0 < value < 1.0:
+            raise ConfigError(
+                f"{key}: a fraction of the ranks must be between 0 and 1 (both excluded), got {value!r}; "
+                "write `all` for every rank"
+            )
+        return
+    if isinstance(value, list):
+        if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in value):
+            raise ConfigError(f"{key}: a list of ranks holds ranks >= 0, got {value!r}")
+        return
+    if value not in EXPORT_RANK_STRATEGIES:
+        hint = suggestion(value, EXPORT_RANK_STRATEGIES)
+        raise ConfigError(
+            f"{key}: unknown value {value!r}{hint}; expected {', '.join(EXPORT_RANK_STRATEGIES)}, "
+            "a list of ranks, or a fraction of the ranks (0 < f < 1)"
+        )
 
 
 def _check_dotted_path(key: str, value: Any) -> None:
@@ -182,3 +203,53 @@ def _check_notifiers(key: str, notifiers: list[_Notifier]) -> None:
             )
     if problems:
         raise ConfigError(*problems)
+
+
+def _check_server(key: str, value: Any) -> None:
+    """ClusterD's gRPC address: `host` or `host:port` (no scheme: it speaks plain gRPC)."""
+    if value is None:
+        return
+    host, port = split_host_port(value)
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(f"{key}: the port of {value!r} is not a number from 1 to 65535")
+    _check_host(key, host)
+
+
+def split_host_port(address: str) -> tuple[str, str | None]:
+    """`host`, `host:port`, `[v6]` or `[v6]:port` -> (host, port or None); a bare IPv6 address is a host."""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        return host, (rest[1:] if rest.startswith(":") else rest) if rest else None
+    if address.count(":") == 1:
+        host, port = address.split(":")
+        return host, port
+    return address, None
+
+
+# MindCluster's public fault codes: nine digits (its fault-code rules: type, default level,
+# two reserved digits, 1 for a user-defined code, four digits of the code).
+_PUBLIC_FAULT_CODE = re.compile(r"^\d{9}$")
+
+
+def _check_public_fault_code(key: str, value: Any) -> None:
+    if not _PUBLIC_FAULT_CODE.match(value):
+        raise ConfigError(f"{key}: a public fault code is nine digits (e.g. 010011001), got {value!r}")
+
+
+# ClusterD's checks (component/clusterd/pkg/application/publicfault/checker.go): the sender
+# is a name its configuration allows; a node name is a Kubernetes node name.
+_RESOURCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-.]{0,251}[a-z0-9])?$")
+
+
+def _check_resource(key: str, value: Any) -> None:
+    if not _RESOURCE.match(value):
+        raise ConfigError(f"{key}: letters, digits, '-', '_' and '.', at most 64, got {value!r}")
+
+
+def _check_node_name(key: str, value: Any) -> None:
+    if value is not None and not NODE_NAME.match(value):
+        raise ConfigError(
+            f"{key}: a Kubernetes node name (lower-case letters, digits, '-' and '.', as "
+            f"`kubectl get nodes` lists it), got {value!r}"
+        )

@@ -29,6 +29,8 @@ EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
     "psutil": ("psutil", "devices"),
     "pynvml": ("nvidia-ml-py", "devices"),
     "matplotlib": ("matplotlib", "analysis"),
+    # OTEL_CONFIG_FILE: OTel's declarative configuration (telemetry/config_file.py).
+    "opentelemetry.configuration": ("opentelemetry-configuration", "file-configuration"),
 }
 
 

@@ -7,6 +7,8 @@ OUTPUT_TYPES = ("stdout", "json_file", "tensorboard", "otlp", "prometheus")
 OTLP_PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 OTLP_TEMPORALITIES = ("cumulative", "delta")
 DEVICE_SOURCES = ("auto", "ascend", "nvidia", "host", "mindspore")
+# `export_ranks.spans` / `.metrics` by name (a list of ranks and a fraction are the others).
+EXPORT_RANK_STRATEGIES = ("all", "report_ranks", "first_per_node")
 NOTIFIER_TYPES = ("webhook", "wecom", "dingtalk", "feishu", "slack")
 # Platforms whose robots verify an HMAC signature made with a per-robot secret.
 SIGNED_NOTIFIER_TYPES = ("dingtalk", "feishu")

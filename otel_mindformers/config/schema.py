@@ -10,6 +10,7 @@ Each section is a dataclass, so `cfg.alert_config.loss_threshold` and
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 from collections.abc import Callable
 from typing import Any, ClassVar, Union
@@ -23,9 +24,14 @@ from otel_mindformers.config.checks import (
     _check_headers,
     _check_host,
     _check_job_id,
+    _check_node_name,
     _check_notifiers,
     _check_output_path,
+    _check_public_fault_code,
+    _check_rank_strategy,
     _check_report_ranks,
+    _check_resource,
+    _check_server,
     _check_step_spans,
     _one_of,
     _seconds,
@@ -213,16 +219,17 @@ class AlertConfig(_Section):
     # A notice when the run ends (completed / stopped early / crashed), see docs/alerts.md.
     notify_run_end: bool = _key(default=False)
 
-    def ignored_while_off(self) -> str | None:
+    def ignored_while_off(self, stall_used: bool = False) -> str | None:
         """The settings only the alert engine reads, given while it is off (the stall dumps'
-        SIGUSR1 works either way): one sentence naming them, for the run's log and `validate`."""
+        SIGUSR1 works either way): one sentence naming them, for the run's log and `validate`.
+        `stall_used`: `cluster.tell` reads `stall_timeout` too."""
         if self.enable_alert:
             return None
         defaults = type(self)()
         ignored = [
             key
             for key in ("notify_run_end", "stall_timeout", "notifiers", "stop_after_anomalous_steps", "loss_threshold")
-            if getattr(self, key) != getattr(defaults, key)
+            if getattr(self, key) != getattr(defaults, key) and not (key == "stall_timeout" and stall_used)
         ]
         if not ignored:
             return None
@@ -309,7 +316,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 @dataclasses.dataclass(repr=False)
 class LogsConfig(_Section):
     """`monitor_config.logs`: Python logging shipped as OTel log records while a run goes on
-    (otel_mindformers/logs.py). `enable` unset follows the standard
+    (telemetry/log_bridge.py). `enable` unset follows the standard
     OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED. At most `rate_limit_per_logger` records
     of one logger per `rate_limit_window` seconds are sent; `loggers` names (or prefixes of)
     loggers that do not propagate to the root logger, MindFormers' and MindSpore's by default.
@@ -356,6 +363,82 @@ class RestartsConfig(_Section):
     no_progress_attempts: int = _key(default=3, check=_at_least(1, 1000))
 
 
+@dataclasses.dataclass(repr=False)
+class PublicFaultCodesConfig(_Section):
+    """`cluster.codes`: the public fault code each verdict is told with. User-defined codes
+    by MindCluster's rules (type, default level, 00, 1 = user-defined, four digits): a chip
+    SubHealthFault, a node SubHealthFault, a chip SubHealthFault. The cluster admin lists
+    them, with a level, in ClusterD's publicCustomization.json (docs/mindcluster.md)."""
+
+    sdc_suspect: str = _key(default="010011001", check=_check_public_fault_code)
+    slow_node: str = _key(default="110011002", check=_check_public_fault_code)
+    stalled_rank: str = _key(default="010011003", check=_check_public_fault_code)
+
+
+@dataclasses.dataclass(repr=False)
+class ClusterConfig(_Section):
+    """`monitor_config.cluster`: MindCluster's ClusterD, heard and told (docs/mindcluster.md).
+
+    `listen` (unset: on when MINDX_TASK_ID and MINDX_SERVER_IP are set, as the Ascend Operator
+    sets them): rank `listen_rank` subscribes to ClusterD's fault service for the job, under
+    `role`. `server` (unset: MINDX_SERVER_IP, else MINDX_SERVER_DOMAIN) and `port` say where
+    ClusterD listens. `tell`: this rank's verdicts become public faults (`resource` is the
+    sender ClusterD must allow; `node_name`, unset: NODE_NAME), at most one `occur` per verdict
+    per `min_interval` seconds, each with a `recover` once it clears for `recover_after`
+    sampled steps. `sdc_strikes`: episodes of a non-finite own loss within `sdc_window`
+    sampled steps that make this rank's device an SDC suspect. `asd_logs`: the logs where
+    MindSpore writes its silent-data-corruption detection lines (empty: its own log file, else
+    this process's stderr when that is a file). `preflight`: MindSpore's stress test of the
+    device before the first step.
+    """
+
+    listen: Union[bool, None] = _key(default=None)
+    server: Union[str, None] = _key(default=None, check=_check_server)
+    port: int = _key(default=8899, check=_between(1, 65535))
+    role: str = _key(default="otel-mindformers", check=_check_resource)
+    listen_rank: int = _key(default=0, check=_at_least(0))
+    timeout: float = _key(default=5.0, check=_seconds(0.001))
+    retry_max: float = _key(default=60.0, check=_seconds(0.01))
+    tell: bool = _key(default=False)
+    resource: str = _key(default="otel-mindformers", check=_check_resource)
+    node_name: Union[str, None] = _key(default=None, check=_check_node_name)
+    codes: PublicFaultCodesConfig = _key(factory=PublicFaultCodesConfig)
+    min_interval: float = _key(default=300.0, check=_seconds(0.0))
+    recover_after: int = _key(default=3, check=_at_least(1, 1_000_000))
+    sdc_strikes: int = _key(default=3, check=_at_least(1, 1000))
+    sdc_window: int = _key(default=100, check=_at_least(1, 1_000_000))
+    asd_logs: list[str] = _key(factory=list)
+    preflight: bool = _key(default=False)
+
+
+@dataclasses.dataclass(repr=False)
+class ExportRanksConfig(_Section):
+    """`monitor_config.export_ranks`: which ranks send their step spans (`spans`) and their
+    training metrics (`metrics`) over OTLP / Prometheus (telemetry/export_ranks.py). Each is
+    `all`, `report_ranks`, `first_per_node` (local rank 0), a list of ranks, or a fraction
+    of the ranks (0 < f < 1, chosen by a hash of the rank). Every rank keeps sending its run
+    span, its anomalous steps' spans, its hardware, straggler and heartbeat series; local
+    outputs are not affected."""
+
+    spans: Union[str, list[int], float] = _key(default="all", check=_check_rank_strategy)
+    metrics: Union[str, list[int], float] = _key(default="all", check=_check_rank_strategy)
+
+
+class GradNorm(enum.Enum):
+    """`grad_monitor` resolved (`MonitorConfig.grad_norm`): where the global gradient norm comes from."""
+
+    # unset: the norm the train network returns, read where it does, silently
+    IF_RETURNED = "if_returned"
+    # true: that, else measured by the gradient-norm probe (model_state/grad_norm_probe.py);
+    # where neither can, said once
+    MEASURED = "measured"
+    # false: never read (nor MindFormers' per-parameter local norms)
+    OFF = "off"
+
+
+_GRAD_NORM = {None: GradNorm.IF_RETURNED, True: GradNorm.MEASURED, False: GradNorm.OFF}
+
+
 @dataclasses.dataclass(frozen=True)
 class TelemetryConfig:
     """`service_name`, `output_type`, `otlp` and `prometheus`, for the OTel providers."""
@@ -396,7 +479,8 @@ class MonitorConfig(_Section):
     json_log_path: str = _key(default="./output/train_metric.json", check=_check_file_path, path=True)
     monitored_metrics: list[str] = _key(factory=lambda: list(KNOWN_METRICS), check=_one_of(KNOWN_METRICS))
     # None (unset): report the global norm where the train network returns it, silently;
-    # true: the user asked for it, so its absence is worth one warning; false: never.
+    # true: measure it where it does not, and say once where it cannot; false: never.
+    # The run reads it resolved, as `grad_norm` (GradNorm).
     grad_monitor: Union[bool, None] = _key(default=None)
     device_monitor: bool = _key(default=False)
     alert_config: AlertConfig = _key(factory=AlertConfig)
@@ -420,12 +504,14 @@ class MonitorConfig(_Section):
     # Which sampled steps get a span: true (all), false (none), or N (steps that are
     # multiples of N, plus the last and any with a NaN/Inf value).
     step_spans: Union[bool, int] = _key(default=True, check=_check_step_spans)
+    export_ranks: ExportRanksConfig = _key(factory=ExportRanksConfig)
     otlp: OtlpConfig = _key(factory=OtlpConfig)
     prometheus: PrometheusConfig = _key(factory=PrometheusConfig)
     device_config: DeviceConfig = _key(factory=DeviceConfig)
     log_rotation: LogRotationConfig = _key(factory=LogRotationConfig)
     logs: LogsConfig = _key(factory=LogsConfig)
     stragglers: StragglerConfig = _key(factory=StragglerConfig)
+    cluster: ClusterConfig = _key(factory=ClusterConfig)
     mindformers_native: dict[str, Any] = _key(factory=dict)
     # Directory of the YAML file it came from: custom monitors may live beside it.
     source_dir: Union[str, None] = _key(default=None)
@@ -433,6 +519,11 @@ class MonitorConfig(_Section):
     def reports_training_metrics(self, rank: int) -> bool:
         """The monitor_config article's policy: rank 0 reports training metrics unless configured otherwise."""
         return self.report_ranks == "all" or rank in self.report_ranks
+
+    @property
+    def grad_norm(self) -> GradNorm:
+        """`grad_monitor` (None, true, false) as what it asks of the global gradient norm."""
+        return _GRAD_NORM[self.grad_monitor]
 
     @property
     def telemetry(self) -> TelemetryConfig:

@@ -4,7 +4,13 @@ read (the stall watchdog, the heartbeat gauges), and `WallClock`, which turns th
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
+
+
+def _nothing() -> None:
+    pass
 
 
 class StepClock:
@@ -19,9 +25,12 @@ class StepClock:
     honour, a capture to start; runtime/callback.py clears it there).
     The training thread's own: `step_begin`, `data_wait` and `phases` (timing/timeline.py),
     `step_offset` (the job's step after a resume, job/resume.py) and `next_sample`
-    (runtime/cadence.py); `finished`, the int64 the step hook stores the job's step into
-    (`finished[0] = step`): the flight ring's mapped page, which outlives the process
-    (flight_recorder/), or a buffer of its own when the run keeps no ring."""
+    (runtime/cadence.py); `arm_after` and `arm`: the step begin after the step `arm_after`
+    calls `arm()` (the gradient-norm probes' counts before a sampled step,
+    model_state/grad_norm_reader.py; never by default); `finished`, the int64 the step hook
+    stores the job's step into (`finished[0] = step`), and `keep()`, which writes it into the
+    flight ring's file, which outlives the process (flight_recorder/: C calls, no Python
+    frame); without a ring, a buffer of its own and a call that does nothing."""
 
     __slots__ = (
         "step",
@@ -32,8 +41,11 @@ class StepClock:
         "step_offset",
         "next_sample",
         "wake",
+        "arm_after",
+        "arm",
         "phases",
         "finished",
+        "keep",
     )
 
     def __init__(self) -> None:
@@ -44,8 +56,11 @@ class StepClock:
         self.step_offset = 0
         self.next_sample = 1
         self.wake = False
+        self.arm_after = sys.maxsize
+        self.arm: Callable[[], None] = _nothing
         self.phases = 0.0  # seconds of the phases charged this window (evaluation, saves): not step time
         self.finished = memoryview(bytearray(8)).cast("q")
+        self.keep: Callable[[], object] = tuple  # a C callable that does nothing
 
 
 class WallClock:

@@ -62,7 +62,7 @@ def measurements(record: StepRecord, point_attributes: Mapping[str, Any]) -> lis
 
 
 def model_state_measurements(summary: Mapping[str, Any], point_attributes: Mapping[str, Any]) -> list[Measurement]:
-    """The model state's series (model_state/specs.py): per layer, per kind, the max with the
+    """The model state's series (names/model_state.py): per layer, per kind, the max with the
     parameter's name, the selected parameters; local losses, MoE balance. Null (non-finite)
     values are left out."""
     out: list[Measurement] = []

@@ -18,11 +18,12 @@ from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from typing import TypeVar
 
+from otel_mindformers.cluster.fault_levels import level_of
 from otel_mindformers.devices import npu_smi as smi
 from otel_mindformers.devices.command import Queries, run_tool
 from otel_mindformers.devices.energy import EnergyIntegrator
 from otel_mindformers.devices.source import MIB, AttributeValue, Point, Readings
-from otel_mindformers.names import semconv
+from otel_mindformers.names import cluster_names, semconv
 
 _T = TypeVar("_T")
 
@@ -205,7 +206,9 @@ def _health_points(chip: smi.NpuChip, health: smi.ChipHealth | None, attrs: dict
         text, tool = health.status, HEALTH
     points = status_points(_HEALTH_STATES.get((text or "").lower()), attrs, tool)
     for code in health.error_codes if health is not None else ():
-        points.append(Point(semconv.HW_NPU_ERROR_CODE, 1.0, {**attrs, semconv.ATTR_HW_NPU_ERROR_CODE: code}, HEALTH))
+        # The level MindCluster gives the code, so a rule can say "any SeparateNPU".
+        labels = {**attrs, semconv.ATTR_HW_NPU_ERROR_CODE: code, cluster_names.ATTR_FAULT_LEVEL: level_of(code)}
+        points.append(Point(semconv.HW_NPU_ERROR_CODE, 1.0, labels, HEALTH))
     return points
 
 

@@ -10,10 +10,11 @@ ring); `report`, `hang-report` and `replay` recover into the JSON log before the
 (flight_recorder/offline/recover_logs.py; the ring stays: its last finished step is the
 report's for that attempt until a next attempt writes it into the ledger).
 
-A ring that cannot be read as one (another format version, truncated, not ours) gives one
-warning and is kept aside as `*.corrupt`. A slot a death cut short is empty (its commit
-marker is stored last); damaged slots (their parts disagree) give one warning and are
-skipped. Nothing here raises.
+A ring is whoever planted it's: its records go only into the JSON log its own run wrote, in
+the ring's own folder (`own_log`), never into a file its header merely names. A ring that
+cannot be read as one (another format version, truncated, a header no run of this package
+writes) gives one warning and is kept aside as `*.corrupt`. Damaged slots (their parts
+disagree) give one warning and are skipped. Nothing here raises.
 """
 
 from __future__ import annotations
@@ -21,10 +22,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import glob
 import os
+import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from otel_mindformers.config import ConfigError, LogRotationConfig, OutputsConfig
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.flight_recorder.ring import (
@@ -35,11 +40,15 @@ from otel_mindformers.flight_recorder.ring import (
     Header,
     RingError,
     Slot,
-    parse_header,
+    name_parts,
     parse_ring,
     rings_beside,
 )
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import training as tm
+from otel_mindformers.outputs import build_sinks
+from otel_mindformers.outputs.jsonl import last_job_id, last_step_line
+from otel_mindformers.outputs.runs import is_set_aside
 from otel_mindformers.timing.accounting import training_seconds
 
 _logger = get_logger(__name__)
@@ -84,6 +93,14 @@ class Tail:
         finally:
             os.close(self._fd)  # drops the lock
 
+    def set_aside(self, reason: str) -> None:
+        """Kept as `*.corrupt`, one warning: a ring whose records cannot be written (one
+        this package cannot make sense of) is not tried again by every later process."""
+        try:
+            _set_aside(self.path, reason)
+        finally:
+            os.close(self._fd)
+
 
 def _same_run(line: dict, header: Header) -> bool:
     job = line.get("job")
@@ -108,6 +125,83 @@ def to_record(header: Header, slot: Slot) -> StepRecord:
         job={"id": header.job_id, "attempt": header.attempt} if header.job_id and header.attempt else None,
         recovered=True,
     )
+
+
+def write_log(records: Sequence[StepRecord], log: Path, rank: int) -> None:
+    """Recovered records into one JSON log, through the run's own output (outputs/): whole
+    lines after what it holds. OSError when it cannot be written."""
+    outputs = OutputsConfig(["json_file"], str(log), "", LogRotationConfig())
+    try:
+        sinks = build_sinks(outputs, Identity(rank=rank), reports_training=False, recovered=True)
+    except ConfigError as exc:
+        raise OSError(str(exc)) from None
+    for sink in sinks:
+        try:
+            sink.write(records)
+        finally:
+            sink.close()
+
+
+# --- whose log ---------------------------------------------------------------------------------
+
+
+def own_log(path: Path, header: Header) -> tuple[Path | None, str]:
+    """The JSON log the records of the ring at `path` belong to, or None and why no log
+    there is: the log its run wrote, a plain name in the ring's own folder that is its
+    JSON log's (`{stem}.json`, `{stem}_rank_{r}.json`, as the ring's own name says), when it
+    holds that job's lines on that rank, is empty, or does not exist yet (the run would have
+    created it); or, when a later run set that log aside (outputs/runs.py), the set-aside
+    one that holds the job's lines. Nothing else: not a file its header merely names, not a
+    link, not a file of another job, another rank or no JSON lines at all."""
+    parts = name_parts(path)
+    name = header.json_name
+    if parts is None:
+        return None, "its own name is not a ring's"
+    stem = Path(name).stem
+    if not name or Path(name).name != name or stem not in (parts[0], f"{parts[0]}_rank_{header.rank}"):
+        return None, f"the log it names ({name!r}) is not its run's"
+    log = path.parent / name
+    problem = _not_its_run(log, header)
+    if problem is None:
+        return log, ""
+    suffix = Path(name).suffix
+    kept = sorted(log.parent.glob(f"{glob.escape(stem)}.*{glob.escape(suffix)}"), reverse=True)  # newest first
+    for candidate in kept:
+        if is_set_aside(candidate) and candidate.name.endswith(suffix) and _holds_run(candidate, header):
+            return candidate, ""
+    if problem == "missing":
+        return log, ""  # none of its lines was written yet: the log it would have created
+    return None, f"{log} {problem}"
+
+
+def _holds_run(log: Path, header: Header) -> bool:
+    return _not_its_run(log, header) is None
+
+
+def _not_its_run(log: Path, header: Header) -> str | None:
+    """Why `log` is not the run's of `header` ("missing" when it does not exist); None when it is."""
+    try:
+        info = os.lstat(log)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a plain file"
+    if info.st_size == 0:
+        return None
+    line = last_step_line(log)
+    if line is None:
+        return "holds no step lines"
+    if line.get("rank", header.rank) != header.rank:
+        return f"holds rank {line.get('rank')!r}'s lines"
+    logged_job = last_job_id(log)
+    if logged_job is not None and logged_job != header.job_id:
+        return f"now holds job {logged_job!r}'s lines"
+    return None
+
+
+# --- taking a dead ring ------------------------------------------------------------------------
 
 
 def _read(fd: int) -> bytes:
@@ -139,7 +233,7 @@ def take_tail(path: Path) -> Tail | None:
     """The tail of the ring at `path`, locked, when its writer is gone; None when it lives (or
     another process recovers it now), or the ring cannot be read (one warning)."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None  # recovered and removed meanwhile
     except OSError as exc:
@@ -175,17 +269,17 @@ def take_tail(path: Path) -> Tail | None:
     return Tail(path, contents.header, [s for s in contents.slots if s.step > written], fd)
 
 
-def tails_of_run(json_log_path: str, rank: int, job_id: str, own: Path | None = None) -> list[Tail]:
-    """The dead rings of `job_id` on `rank` beside `json_log_path`, each locked, oldest run
-    first. Another job's ring, or another rank's, is not touched: its tail is its job's."""
+def dead_rings(json_log_path: str, rank: int, own: Path | None = None) -> list[Tail]:
+    """The dead rings of `rank` beside `json_log_path` (every job's), each locked, oldest
+    run first. Another rank's ring is not touched: its tail is its rank's."""
     tails = []
     for path in rings_beside(json_log_path, rank):
-        if path == own or not _header_matches(path, rank, job_id):
+        if path == own:
             continue
         tail = take_tail(path)
         if tail is None:
             continue
-        if tail.header.job_id != job_id or tail.header.rank != rank:  # changed since: not ours
+        if tail.header.rank != rank:  # named for this rank, written by another: not ours
             tail.release()
             continue
         tails.append(tail)
@@ -193,27 +287,9 @@ def tails_of_run(json_log_path: str, rank: int, job_id: str, own: Path | None = 
     return tails
 
 
-def _header_matches(path: Path, rank: int, job_id: str) -> bool:
-    """Whether the ring at `path` is `job_id`'s on `rank` (a read, no lock); an unreadable
-    one is left to `take_tail`, which warns."""
-    try:
-        header = parse_header(_read_file(path))
-    except (OSError, RingError):
-        return True
-    return header.job_id == job_id and header.rank == rank
-
-
-def _read_file(path: Path) -> bytes:
-    with open(path, "rb") as stream:
-        data = stream.read(FILE_BYTES + 1)
-    if len(data) != FILE_BYTES:
-        raise RingError(f"{len(data)} bytes, not the {FILE_BYTES} of a ring")
-    return data
-
-
 @dataclass(frozen=True)
 class Finished:
-    """How far a run got: its last finished job step (the step hook's store), the end of its
+    """How far a run got: its last finished job step (the step hook's write), the end of its
     last sampled step (Unix seconds; None without one), and whether its process lives (it
     holds the ring's lock)."""
 
@@ -224,7 +300,8 @@ class Finished:
 
 def finished_steps(folder: Path, pattern: str = f"*{SUFFIX}") -> dict[tuple[int, str], Finished]:
     """(rank, attempt id) -> how far the run of each readable ring in `folder` got (a read,
-    no lock: the step is one aligned 8-byte store, never torn)."""
+    no lock: the step is one 8-byte write): the header's step, or its last slot's, which a
+    sampled step writes instead."""
     found: dict[tuple[int, str], Finished] = {}
     for path in sorted(folder.glob(pattern)):
         try:
@@ -236,7 +313,9 @@ def finished_steps(folder: Path, pattern: str = f"*{SUFFIX}") -> dict[tuple[int,
         header = contents.header
         last = contents.slots[-1] if contents.slots else None
         found[(header.rank, header.attempt_id)] = Finished(
-            header.finished_step, header.wall(last.end) if last is not None else None, alive
+            max(header.finished_step, last.step if last is not None else 0),
+            header.wall(last.end) if last is not None else None,
+            alive,
         )
     return found
 
@@ -256,8 +335,10 @@ def _locked(fd: int) -> bool:
 def finished_steps_of(json_log_path: str, rank: int) -> dict[str, Finished]:
     """attempt id -> how far each of `rank`'s runs beside `json_log_path` got."""
     path = Path(json_log_path)
-    found = finished_steps(path.parent, f"{path.stem}.rank_{rank}.*{SUFFIX}")
+    found = finished_steps(path.parent, f"{glob.escape(path.stem)}.rank_{rank}.*{SUFFIX}")
     return {attempt_id: finished for (_, attempt_id), finished in found.items()}
 
 
-__all__ = ["Finished", "Tail", "finished_steps", "finished_steps_of", "tails_of_run", "take_tail"]
+__all__ = [
+    "Finished", "Tail", "dead_rings", "finished_steps", "finished_steps_of", "own_log", "take_tail", "write_log",
+]  # fmt: skip

@@ -1,52 +1,72 @@
-"""The flight ring: one rank's sampled steps in a memory-mapped file beside its JSON log.
+"""The flight ring: one rank's sampled steps in a file beside its JSON log.
 
 A process that dies without running another line of Python (SIGKILL, the OOM killer,
-`os._exit`, `abort()`, a segfault) leaves its stores to a shared file mapping in the page
-cache, which the kernel writes back on its own: the next process that opens the file reads
-them. So the training thread stores here what it hands to the pipeline on a sampled step,
-and the pipeline worker notes how far the outputs have written; what lies between the two
-is what a death would have lost.
+`os._exit`, `abort()`, a segfault) leaves what it wrote into a file in the page cache,
+which the kernel writes back on its own: the next process that opens the file reads it.
+So the training thread writes here what it hands to the pipeline on a sampled step, and
+the job's step on every other step; the pipeline worker notes how far the outputs have written.
+What lies between the two is what a death would have lost.
 
     {json_log_path stem}.rank_{rank}.{attempt id}.flight
+
+Every write is a `pwrite(2)` of the ring's open descriptor, never a store into a shared
+mapping: a mapping dies with a bus error (SIGBUS) on the first store past the end of a file
+that another process shrank (`: > out/*`, logrotate's `copytruncate`, a size-based cleaner),
+while a write into a shrunk file only grows it again. The pipeline worker finds a ring that
+was cut and writes its header back (one warning).
 
 One file per run (an attempt of its job): a ring is never reopened for writing, so the next
 attempt can recover its predecessor's tail while it writes its own, and a recovery that
 dies half way leaves the tail where it was. Layout, little-endian:
 
 - the header page (HEADER_BYTES): magic, format version, its own size, slot size and count,
-  rank, pid, the run's (perf_counter, Unix time) origin, when it was created, flags; the
-  last finished job step (`FINISHED_OFFSET`: one 8-byte store by the step hook, every
-  step); the step of the last record the outputs wrote (`WRITTEN_OFFSET`, the pipeline
-  worker's); the job id, the attempt id and number, and the JSON log's file name;
-- SLOT_COUNT slots of SLOT_BYTES (32 eight-byte words), used round-robin. A slot: its
-  sequence number (word 0: 0 = empty, zeroed first and stored last: the commit marker),
-  the sequence number again, step, epoch, steps in the window, whether it was the run's last
-  step with the count of values, the values' table indexes (names/training.TABLE, one byte
-  each), the window's seven clock readings (perf_counter seconds: core/sampled_step.py),
-  and the values. A slot whose parts disagree (the two numbers, an index outside the table)
-  is damaged: skipped.
+  rank, pid, flags, the run's (perf_counter, Unix time) origin, when it was created; the
+  last finished job step (`FINISHED_OFFSET`: the step hook's write on every step it does
+  not sample; a sampled step's slot holds its step); the step
+  of the last record the outputs wrote (`WRITTEN_OFFSET`, the pipeline worker's); the
+  attempt number and the slot layout's id; the job id, the attempt id and the JSON log's
+  file name;
+- SLOT_COUNT slots of SLOT_BYTES (32 eight-byte words), used round-robin, each written
+  whole by one `pwrite`. A slot: its sequence number (0 = empty), the flags (is_last, the
+  count of values), the values' table indexes (names/training.TABLE, one byte each, a
+  bool's marked), then SampledStep's fields as `SLOT_FIELDS` lists them (core/
+  sampled_step.py: the step, the window's size and its clock readings), the values, and
+  the sequence number again in the last word. A slot whose parts disagree (the two numbers,
+  an index outside the table, a reading that is no time) is damaged: skipped.
 
 The file is held under an exclusive `flock` while its run lives: the kernel drops it when
 the process dies, however it dies, so a reader that gets the lock knows the writer is gone.
+
+A ring is another process's file to whoever reads it: `parse_header` and `parse_ring`
+refuse one whose header no run of this package could have written (a clock that is no
+time, a name with a control character or a folder in it, a step past `MAX_STEP`).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import mmap
+import functools
+import glob
+import math
+import operator
 import os
+import re
 import struct
+import threading
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.core.sampled_step import SampledStep
 from otel_mindformers.names.training import BY_KEY, ORDER
 
 _logger = get_logger(__name__)
 
 MAGIC = b"OMFRING\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: written with pwrite, the slot's layout derived from SampledStep
 SUFFIX = ".flight"
 HEADER_BYTES = 4096  # one page
 SLOT_BYTES = 256
@@ -54,33 +74,53 @@ SLOT_BYTES = 256
 # written yet is still in the ring, unless training outran the outputs and records were dropped.
 SLOT_COUNT = 1152
 FILE_BYTES = HEADER_BYTES + SLOT_BYTES * SLOT_COUNT
-HEADER_WORDS = HEADER_BYTES // 8
 
 FLAG_STEP_TIME = 1  # the run's monitored_metrics asked for the step time (recovery computes it)
+_KNOWN_FLAGS = FLAG_STEP_TIME
+
+# A step, an epoch or a window past this is no run's: JSON readers hold numbers as doubles,
+# exact to 2**53.
+MAX_STEP = 2**53
+MAX_RANK = 1 << 20
+_MAX_TIME = 2.0**33  # seconds: a Unix time, or a perf_counter reading, before the year 2242
 
 # magic, version, header bytes, slot bytes, slot count, rank, pid, flags, perf0, wall0, created
 _HEADER = struct.Struct("<8sIIIIiiIddd")
-FINISHED_OFFSET = 64  # int64: the last finished job step (the step hook's one store)
+FINISHED_OFFSET = 64  # int64: the last finished job step not sampled (the step hook's write)
 WRITTEN_OFFSET = 72  # int64: the step of the last record the outputs wrote (the worker's)
-_ATTEMPT = struct.Struct("<i")
+_ATTEMPT = struct.Struct("<iI")  # the attempt number, the slot layout's id
 _ATTEMPT_OFFSET = 80
 _TEXT_OFFSET = 128  # job id, attempt id, JSON log name: each a 2-byte length and its bytes
 _TEXT_LIMIT = 1024  # bytes each may take
+_ATTEMPT_ID = re.compile(r"[0-9A-Za-z_-]{1,128}")  # a UUID's hex: it is part of the ring's name
+_STEP = struct.Struct("<q")
 
-# A slot, in words: seq (the commit marker, stored last), seq again, step, epoch, steps in
-# the window, is_last | count << 8, the values' table indexes (two words of bytes; a bool's
-# index marked), the window's seven readings, one spare word, then the values.
-SLOT_WORDS = SLOT_BYTES // 8
-_W_SEQ, _W_INNER, _W_STEP, _W_EPOCH, _W_STEPS, _W_FLAGS, _W_KEYS = range(7)
-_W_READINGS = 8  # SampledStep's elapsed .. breakdown_at
-_W_VALUES = 16
-MAX_VALUES = SLOT_WORDS - _W_VALUES  # the table's 16 keys fit
+# --- a slot's layout, from SampledStep's fields --------------------------------------------------
+# Kept as whole numbers: the step and the window's size. The epoch is one too, but None when
+# MindSpore gave none (stored as 0). `values` becomes the indexes and the values, `is_last` a
+# flag; `model_state` is the worker's to summarise, not kept. Every other field is one of the
+# window's clock readings: a float, kept in SampledStep's order.
+_WHOLE = ("step", "steps")
+_NOT_READINGS = frozenset({*_WHOLE, "epoch", "values", "model_state", "is_last"})
+_FIELDS = SampledStep._fields
+READINGS = tuple(name for name in _FIELDS if name not in _NOT_READINGS)
+SLOT_FIELDS = ("epoch", *(name for name in _FIELDS if name in _WHOLE), *READINGS)
+# seq, flags (is_last | count << 8), indexes (two words), then SLOT_FIELDS; the values; seq.
+_HEAD_FORMAT = "<qqqq" + "q" * (len(SLOT_FIELDS) - len(READINGS)) + "d" * len(READINGS)
+_HEAD_WORDS = struct.calcsize(_HEAD_FORMAT) // 8
+MAX_VALUES = SLOT_BYTES // 8 - _HEAD_WORDS - 1
+_EPOCH, _IS_LAST, _VALUES = (_FIELDS.index(name) for name in ("epoch", "is_last", "values"))
+# SLOT_FIELDS after the epoch, as one C call on a SampledStep.
+_KEPT = operator.itemgetter(*(_FIELDS.index(name) for name in SLOT_FIELDS[1:]))
 _BOOL = 0x80  # on an index: the value was a bool (overflow)
 _KEYS = tuple(BY_KEY)
+# What a reader must agree on to read a slot: the fields in their order, the values' table.
+LAYOUT_ID = zlib.crc32(repr((SLOT_FIELDS, _KEYS, MAX_VALUES)).encode())
 
 
 class RingError(Exception):
-    """A ring that cannot be read as one (another format, truncated, not ours): the message says why."""
+    """A ring that cannot be read as one (another format, truncated, implausible, not ours):
+    the message says why."""
 
 
 def ring_name(json_log_path: str | os.PathLike[str], rank: int, attempt_id: str) -> Path:
@@ -89,10 +129,19 @@ def ring_name(json_log_path: str | os.PathLike[str], rank: int, attempt_id: str)
     return path.with_name(f"{path.stem}.rank_{rank}.{attempt_id}{SUFFIX}")
 
 
+_RING_NAME = re.compile(r"(?P<stem>.+)\.rank_(?P<rank>\d+)\.(?P<attempt_id>[0-9A-Za-z_-]+)" + re.escape(SUFFIX))
+
+
+def name_parts(path: Path) -> tuple[str, int, str] | None:
+    """(the JSON log's stem, rank, attempt id) of a ring's file name; None for another name."""
+    match = _RING_NAME.fullmatch(path.name)
+    return None if match is None else (match["stem"], int(match["rank"]), match["attempt_id"])
+
+
 def rings_beside(json_log_path: str | os.PathLike[str], rank: int | None = None) -> list[Path]:
-    """The rings beside `json_log_path`: of `rank`, or of every rank."""
+    """The rings beside `json_log_path`: of `rank`, or of every rank (its name is not a pattern)."""
     path = Path(json_log_path)
-    pattern = f"{path.stem}.rank_{'*' if rank is None else rank}.*{SUFFIX}"
+    pattern = f"{glob.escape(path.stem)}.rank_{'*' if rank is None else rank}.*{SUFFIX}"
     return sorted(path.parent.glob(pattern))
 
 
@@ -118,7 +167,7 @@ class Header:
 
 @dataclass(frozen=True)
 class Slot:
-    """One sampled step as the training thread handed it over."""
+    """One sampled step as the training thread handed it over: SLOT_FIELDS, by name."""
 
     seq: int
     step: int
@@ -150,12 +199,17 @@ def _text(value: str) -> bytes:
     return struct.pack("<H", len(data)) + data
 
 
-class RingWriter:
-    """A new ring for one run, created whole, mapped and locked until `close`.
+_Layout = tuple[struct.Struct, int, int, int, tuple[str, ...] | None]
 
-    `finished` is the int64 view the step hook stores the job's step into (`finished[0] = step`);
-    `write(sampled)` stores a sampled step (training thread); `written(step)` notes that the
-    outputs wrote every record up to `step` (pipeline worker)."""
+
+class RingWriter:
+    """A new ring for one run, created whole, open and locked until `close`.
+
+    `finished` is the int64 the step hook stores the job's step into (`finished[0] = step`)
+    and `keep()` writes it into the ring (C calls only: no Python frame on the hot path);
+    `write(sampled)` writes a sampled step (training thread); `written(step)` notes that the
+    outputs wrote every record up to `step`, and puts back a header another process cut
+    (pipeline worker)."""
 
     def __init__(
         self,
@@ -172,26 +226,25 @@ class RingWriter:
         flags: int = 0,
     ) -> None:
         self.path = path
+        header = bytearray(HEADER_BYTES)
+        _HEADER.pack_into(
+            header, 0, MAGIC, FORMAT_VERSION, HEADER_BYTES, SLOT_BYTES, SLOT_COUNT, rank, os.getpid(), flags,
+            perf0, wall0, created,
+        )  # fmt: skip
+        _ATTEMPT.pack_into(header, _ATTEMPT_OFFSET, attempt, LAYOUT_ID)
+        text = b"".join(_text(v) for v in (job_id, attempt_id, json_name))
+        header[_TEXT_OFFSET : _TEXT_OFFSET + len(text)] = text
         temporary = path.with_name(f".{path.name}.tmp")
         fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours: nobody else has seen the file
-            header = bytearray(FILE_BYTES)
-            _HEADER.pack_into(
-                header, 0, MAGIC, FORMAT_VERSION, HEADER_BYTES, SLOT_BYTES, SLOT_COUNT, rank, os.getpid(), flags,
-                perf0, wall0, created,
-            )  # fmt: skip
-            _ATTEMPT.pack_into(header, _ATTEMPT_OFFSET, attempt)
-            text = b"".join(_text(v) for v in (job_id, attempt_id, json_name))
-            header[_TEXT_OFFSET : _TEXT_OFFSET + len(text)] = text
-            # Written whole, zeros included, not a sparse file: a store into a page the file
-            # system has no block for is a SIGBUS when the disk is full. With every block
-            # there, a full disk later cannot touch the training process through the ring.
-            if os.pwrite(fd, header, 0) != FILE_BYTES:
+            # Written whole, zeros included, not a sparse file: every block is there, so a
+            # write into the ring never needs a new one (a full disk cannot refuse it).
+            whole = bytes(header) + bytes(FILE_BYTES - HEADER_BYTES)
+            if os.pwrite(fd, whole, 0) != FILE_BYTES:
                 raise OSError(errno.ENOSPC, "No space left on device")
             # Whole before it has its name: a reader never sees a ring without its header.
             os.rename(temporary, path)
-            self._map = mmap.mmap(fd, FILE_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             try:
@@ -200,68 +253,51 @@ class RingWriter:
                 pass
             raise
         self._fd = fd  # open (and locked) while the run lives
-        words = memoryview(self._map).cast("q")
-        self.finished = words[FINISHED_OFFSET // 8 : FINISHED_OFFSET // 8 + 1]
-        self._written = words[WRITTEN_OFFSET // 8 : WRITTEN_OFFSET // 8 + 1]
-        self._words = words
-        self._floats = memoryview(self._map).cast("d")
+        self._header = bytes(header)
+        finished = bytearray(8)
+        self.finished = memoryview(finished).cast("q")
+        self.keep: Callable[[], object] = functools.partial(os.pwrite, fd, finished, FINISHED_OFFSET)
         self._seq = 0
+        self._last_step = 0  # the step of the last slot written
+        self._written = 0
         self._failed = False
-        self._layouts: dict[tuple[str, ...], tuple[int, int, int, tuple[str, ...] | None]] = {}
+        self._cut_warned = False
+        self._closing = threading.Lock()  # the worker's `written` against `close`: a closed number is reused
+        self._layouts: dict[tuple[str, ...], _Layout] = {}
 
     def write(self, sampled: tuple) -> None:
-        """Store a sampled step (MonitorRun.sample's SampledStep: step, epoch, values, model
-        state, is_last, then the window's readings) in the next slot.
-
-        Word by word into the map, no struct and no call: inside Model.train everything this
-        touches is a cache miss (docs/performance.md), and a `pack_into` of the slot cost
-        twice these stores there. The slot's number is zeroed first and stored again last
-        (the commit marker): a death between these stores leaves an empty slot, never a
-        half-written one that reads as whole."""
-        values = sampled[2]
-        flags, keys_low, keys_high, kept = self._layouts.get(tuple(values)) or self._layout(values)
+        """Write a sampled step (MonitorRun.sample's SampledStep) into the next slot, whole,
+        in one `pwrite`: a death cannot leave part of it (the slot's number, first and last,
+        says so if a write was ever cut short)."""
+        values = sampled[_VALUES]
+        packer, flags, keys_low, keys_high, kept = self._layouts.get(tuple(values)) or self._layout(values)
         seq = self._seq + 1
-        base = HEADER_WORDS + seq % SLOT_COUNT * SLOT_WORDS
-        words, floats = self._words, self._floats
-        words[base] = 0
         try:
-            words[base + 1] = seq
-            words[base + 2] = sampled[0]
-            words[base + 3] = sampled[1] or 0
-            words[base + 4] = sampled[5]
-            words[base + 5] = flags | sampled[4]
-            words[base + 6] = keys_low
-            words[base + 7] = keys_high
-            floats[base + 8] = sampled[6]
-            floats[base + 9] = sampled[7]
-            floats[base + 10] = sampled[8]
-            floats[base + 11] = sampled[9]
-            floats[base + 12] = sampled[10]
-            floats[base + 13] = sampled[11]
-            floats[base + 14] = sampled[12]
-            at = base + _W_VALUES
-            for value in values.values() if kept is None else (values[key] for key in kept):
-                floats[at] = value
-                at += 1
-        except (TypeError, ValueError) as exc:  # a value that is no number: the step is not kept
+            data = packer.pack(
+                seq, flags | sampled[_IS_LAST], keys_low, keys_high, sampled[_EPOCH] or 0, *_KEPT(sampled),
+                *(values.values() if kept is None else map(values.__getitem__, kept)), seq,
+            )  # fmt: skip
+            os.pwrite(self._fd, data, HEADER_BYTES + seq % SLOT_COUNT * SLOT_BYTES)
+        except (struct.error, TypeError, ValueError, OSError) as exc:  # a value that is no number, a disk error
             self._refused(exc)
             return
         self._seq = seq
-        words[base] = seq  # the commit marker, last
+        self._last_step = sampled[0]
 
     def _refused(self, exc: Exception) -> None:
         if not self._failed:
             self._failed = True
             _logger.warning("otel_mindformers: the flight ring %s cannot keep a step: %s", self.path, exc)
 
-    def _layout(self, values: dict) -> tuple[int, int, int, tuple[str, ...] | None]:
-        """How a key set is stored: the count (shifted past is_last), its table indexes (bool
-        values marked) as two words of bytes, and the keys kept when some are left out (keys
-        outside the table, and any past MAX_VALUES)."""
+    def _layout(self, values: dict) -> _Layout:
+        """How a key set is stored: the slot's packer, the count (shifted past is_last), its
+        table indexes (bool values marked) as two words of bytes, and the keys kept when some
+        are left out (keys outside the table, and any past MAX_VALUES)."""
         keys = tuple(values)
         kept = tuple(key for key in keys if key in ORDER)[:MAX_VALUES]
         indexes = bytes(ORDER[key] | (_BOOL if type(values[key]) is bool else 0) for key in kept).ljust(16, b"\0")
         layout = (
+            struct.Struct(f"{_HEAD_FORMAT}{len(kept)}d{(MAX_VALUES - len(kept)) * 8}xq"),
             len(kept) << 8,
             int.from_bytes(indexes[:8], "little", signed=True),
             int.from_bytes(indexes[8:], "little", signed=True),
@@ -271,29 +307,57 @@ class RingWriter:
         return layout
 
     def written(self, step: int) -> None:
-        """The outputs wrote every record up to `step` (pipeline worker)."""
-        self._written[0] = step
+        """The outputs wrote every record up to `step` (pipeline worker, after each batch).
+        A ring another process cut gets its header back here, with one warning."""
+        with self._closing:
+            if self._fd < 0:  # closed: a worker that outlived the run's deadline
+                return
+            try:
+                os.pwrite(self._fd, _STEP.pack(step), WRITTEN_OFFSET)
+                self._written = step
+                size = os.fstat(self._fd).st_size
+                if size != FILE_BYTES or os.pread(self._fd, FINISHED_OFFSET, 0) != self._header[:FINISHED_OFFSET]:
+                    self._put_back(size)
+            except OSError as exc:
+                self._refused(exc)
+
+    def _put_back(self, size: int) -> None:
+        """Another process cut (or overwrote) the file: its header again, at its size. The
+        slots it took are gone; the finished step comes back with the next step's write."""
+        if size < FILE_BYTES:
+            os.ftruncate(self._fd, FILE_BYTES)
+        os.pwrite(self._fd, self._header[:FINISHED_OFFSET], 0)
+        os.pwrite(self._fd, self._header[_ATTEMPT_OFFSET:], _ATTEMPT_OFFSET)
+        os.pwrite(self._fd, _STEP.pack(self._written), WRITTEN_OFFSET)
+        if size > FILE_BYTES:
+            os.ftruncate(self._fd, FILE_BYTES)
+        if not self._cut_warned:
+            self._cut_warned = True
+            _logger.warning(
+                "otel_mindformers: the flight ring %s was cut or overwritten by another process (%d bytes); its "
+                "header is written back (the steps it held before are gone from it; leave *%s files to their run)",
+                self.path, size, SUFFIX,
+            )  # fmt: skip
 
     @property
     def all_written(self) -> bool:
-        """Whether the outputs wrote the last step stored (its slot's step against the mark)."""
-        if not self._seq:
-            return True
-        last_step = self._words[HEADER_WORDS + self._seq % SLOT_COUNT * SLOT_WORDS + _W_STEP]
-        return bool(self._written[0] >= last_step)
+        """Whether the outputs wrote the last step stored."""
+        return not self._seq or self._written >= self._last_step
 
     def close(self, *, remove: bool) -> None:
-        """Unmap and unlock; with `remove`, the file goes too (nothing in it is left to recover)."""
-        self.finished.release()
-        self._written.release()
-        self._words.release()
-        self._floats.release()
+        """Unlock; with `remove`, the file goes too (nothing in it is left to recover). A
+        write after this is none: the descriptor's number may be another file's by then."""
+        self.keep = tuple  # a C callable that does nothing
+        with self._closing:
+            fd, self._fd = self._fd, -1
         try:
             if remove:
-                os.unlink(self.path)
-            self._map.close()
+                try:
+                    os.unlink(self.path)
+                except FileNotFoundError:  # another process removed it
+                    pass
         finally:
-            os.close(self._fd)
+            os.close(fd)
 
 
 # --- reading (another run's ring) --------------------------------------------------------------
@@ -306,8 +370,13 @@ def _read_text(data: bytes, offset: int) -> tuple[str, int]:
     return data[offset + 2 : offset + 2 + length].decode("utf-8"), offset + 2 + length
 
 
+def _plain_time(value: float) -> bool:
+    """A Unix time or a perf_counter reading (or a sum of them): a number, and no later than 2242."""
+    return math.isfinite(value) and abs(value) < _MAX_TIME
+
+
 def parse_header(data: bytes) -> Header:
-    """The header of a ring's bytes; RingError naming what is wrong."""
+    """The header of a ring's bytes; RingError naming what is wrong, or implausible."""
     if len(data) < HEADER_BYTES:
         raise RingError(f"{len(data)} bytes: shorter than its header")
     fields = _HEADER.unpack_from(data, 0)
@@ -318,45 +387,67 @@ def parse_header(data: bytes) -> Header:
         raise RingError(f"ring format {version}, this package reads format {FORMAT_VERSION}")
     if (header_bytes, slot_bytes, slot_count) != (HEADER_BYTES, SLOT_BYTES, SLOT_COUNT) or len(data) != FILE_BYTES:
         raise RingError(f"{len(data)} bytes, slots {slot_count} x {slot_bytes}: not this format's sizes")
+    attempt, layout = _ATTEMPT.unpack_from(data, _ATTEMPT_OFFSET)
+    if layout != LAYOUT_ID:
+        raise RingError("its slots are laid out for another version of this package")
     try:
         job_id, offset = _read_text(data, _TEXT_OFFSET)
         attempt_id, offset = _read_text(data, offset)
         json_name, _ = _read_text(data, offset)
     except UnicodeDecodeError as exc:
         raise RingError("a name in its header is not UTF-8") from exc
-    (finished,) = struct.unpack_from("<q", data, FINISHED_OFFSET)
-    (written,) = struct.unpack_from("<q", data, WRITTEN_OFFSET)
-    (attempt,) = _ATTEMPT.unpack_from(data, _ATTEMPT_OFFSET)
+    (finished,) = _STEP.unpack_from(data, FINISHED_OFFSET)
+    (written,) = _STEP.unpack_from(data, WRITTEN_OFFSET)
+    problem = (
+        f"rank {rank}" if not 0 <= rank < MAX_RANK
+        else f"pid {pid}" if pid <= 0
+        else f"flags {flags:#x}" if flags & ~_KNOWN_FLAGS
+        else f"clock ({perf0!r}, {wall0!r}, {created!r})" if not all(map(_plain_time, (perf0, wall0, created)))
+        else f"last step {finished}, written step {written}" if not (0 <= finished <= MAX_STEP and 0 <= written <= MAX_STEP)
+        else f"attempt {attempt}" if attempt < 0
+        else f"job id {job_id!r}" if not job_id.isprintable()
+        else f"attempt id {attempt_id!r}" if not _ATTEMPT_ID.fullmatch(attempt_id)
+        else f"log name {json_name!r}" if not _plain_name(json_name)
+        else None
+    )  # fmt: skip
+    if problem is not None:
+        raise RingError(f"its header is no run's: {problem}")
     return Header(
         rank=rank, pid=pid, flags=flags, perf0=perf0, wall0=wall0, created=created, finished_step=finished,
         written_step=written, attempt=attempt, job_id=job_id, attempt_id=attempt_id, json_name=json_name,
     )  # fmt: skip
 
 
-_SLOT = struct.Struct(f"<8q8d{MAX_VALUES}d")
+def _plain_name(name: str) -> bool:
+    """A file name in the ring's own folder (or none): no folder, no control character."""
+    return name == "" or (name.isprintable() and "/" not in name and name not in (".", ".."))
+
+
+_HEAD = struct.Struct(_HEAD_FORMAT)
+_NUMBERS = struct.Struct(f"<{MAX_VALUES}dq")
 
 
 def _parse_slot(data: bytes, offset: int) -> Slot | None:
     """The slot at `offset`; None when it is empty (ValueError: damaged, its parts disagree)."""
-    seq, inner_seq, step, epoch, steps, flags, keys_low, keys_high, *rest = _SLOT.unpack_from(data, offset)
+    seq, flags, keys_low, keys_high, *kept = _HEAD.unpack_from(data, offset)
     if seq == 0:
         return None
+    *numbers, last_seq = _NUMBERS.unpack_from(data, offset + _HEAD.size)
     is_last, count = flags & 0xFF, flags >> 8
-    if inner_seq != seq or count > MAX_VALUES or is_last > 1 or steps < 0:
+    if last_seq != seq or seq < 0 or count > MAX_VALUES or is_last > 1:
         raise ValueError("its parts disagree")
+    fields = dict(zip(SLOT_FIELDS, kept))
+    if not (1 <= fields["step"] <= MAX_STEP and 0 <= fields["epoch"] <= MAX_STEP and 0 <= fields["steps"] <= MAX_STEP):
+        raise ValueError("a step no run reaches")
+    if not all(map(_plain_time, (fields[name] for name in READINGS))):
+        raise ValueError("a clock reading that is no time")
     indexes = (keys_low.to_bytes(8, "little", signed=True) + keys_high.to_bytes(8, "little", signed=True))[:count]
-    numbers = rest[_W_VALUES - _W_READINGS :][:count]
     values: dict[str, float | bool] = {}
     for index, number in zip(indexes, numbers):
         if index & ~_BOOL >= len(_KEYS):
             raise ValueError("a value outside the table")
         values[_KEYS[index & ~_BOOL]] = bool(number) if index & _BOOL else number
-    elapsed, previous_end, step_begin, end, data_wait, phases, breakdown_at = rest[:7]
-    return Slot(
-        seq=seq, step=step, epoch=epoch, steps=steps, is_last=bool(is_last), elapsed=elapsed,
-        previous_end=previous_end, step_begin=step_begin, end=end, data_wait=data_wait, phases=phases,
-        breakdown_at=breakdown_at, values=values,
-    )  # fmt: skip
+    return Slot(seq=seq, is_last=bool(is_last), values=values, **fields)
 
 
 def parse_ring(data: bytes) -> RingContents:
@@ -377,6 +468,7 @@ def parse_ring(data: bytes) -> RingContents:
 
 
 __all__ = [
-    "FILE_BYTES", "FINISHED_OFFSET", "FORMAT_VERSION", "Header", "RingContents", "RingError", "RingWriter", "SUFFIX",
-    "Slot", "WRITTEN_OFFSET", "parse_header", "parse_ring", "ring_name", "rings_beside",
+    "FILE_BYTES", "FINISHED_OFFSET", "FORMAT_VERSION", "Header", "MAX_STEP", "READINGS", "RingContents", "RingError",
+    "RingWriter", "SLOT_FIELDS", "SUFFIX", "Slot", "WRITTEN_OFFSET", "name_parts", "parse_header", "parse_ring",
+    "ring_name", "rings_beside",
 ]  # fmt: skip

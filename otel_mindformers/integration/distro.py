@@ -12,6 +12,13 @@ Like opentelemetry-distro, it also defaults the exporters to OTLP, and it adds t
 Spans and logs over OTLP/gRPC default to `otlp_in_place` (telemetry/otlp_wire_encoder.py): the
 SDK's exporters and bytes, at a thirtieth of their encoding CPU. Where several distros are installed,
 `OTEL_PYTHON_DISTRO=mindformers` picks this one.
+
+With `OTEL_CONFIG_FILE` set, the configurator configures the SDK from that file
+(telemetry/config_file.py: our resource attributes added, our instrumentor's options taken
+out for it). A file that cannot be used (opentelemetry-configuration missing, a file that
+does not load) is one error, said here, and the instrumentors still load, ours refusing to
+train: the SDK's own configurator would raise, and `opentelemetry-instrument` would then
+skip every instrumentor and let the script train with nothing exported.
 """
 
 from __future__ import annotations
@@ -32,6 +39,10 @@ from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_PROTOCOL,
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
 )
+
+from otel_mindformers.config import ConfigError
+from otel_mindformers.integration.instrumentor import file_problem_said
+from otel_mindformers.telemetry import config_file
 
 RESOURCE_DETECTOR = "mindformers"
 # Our `opentelemetry_traces_exporter` and `opentelemetry_logs_exporter` entry points: the
@@ -60,4 +71,14 @@ class MindFormersDistro(BaseDistro):
 
 
 class MindFormersConfigurator(_OTelSDKConfigurator):
-    """The SDK's own configurator: every distro brings one (the SDK registers none)."""
+    """The SDK's own configurator (every distro brings one; the SDK registers none), except
+    for `OTEL_CONFIG_FILE`: read by telemetry/config_file.py."""
+
+    def _configure(self, **kwargs: Any) -> None:
+        if config_file.path() is None:
+            super()._configure(**kwargs)
+            return
+        try:
+            config_file.configure()
+        except ConfigError as exc:
+            file_problem_said(exc)

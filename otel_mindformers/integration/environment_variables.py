@@ -25,7 +25,7 @@ OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT = "OTEL_PYTHON_MINDFORMERS_SUBPROCESS
 .. envvar:: OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT
 
 `true`: every child process started while a span is current (a phase, a checkpoint save)
-inherits it as TRACEPARENT / TRACESTATE (otel_mindformers/propagation.py). Off by default.
+inherits it as TRACEPARENT / TRACESTATE (integration/propagation.py). Off by default.
 """
 
 # Not OTEL_-prefixed module attributes: opentelemetry-instrument makes a flag of each of those.

@@ -20,6 +20,13 @@ Its configuration: `instrument(config=...)`, else the YAML named by
 defaults. The callback records through the providers passed to `instrument()`, else the
 ones `opentelemetry-instrument` configured from the OTEL_* variables.
 
+With `OTEL_CONFIG_FILE` set (OTel's declarative configuration, telemetry/config_file.py)
+the SDK comes from that file, configured at the latest here, and the configuration from its
+`instrumentation/development: python: mindformers:` entry (validated as `monitor_config`;
+`enabled: false` leaves everything unpatched) instead of `OTEL_PYTHON_MINDFORMERS_CONFIG`,
+which the spec has ignored then, like every OTEL_* variable. A file that cannot be used is
+said once and refuses training, as an invalid configuration does.
+
 Modules are patched when they are imported, so a process that never trains (the msrun
 launcher, tools) never pays for importing MindSpore. msrun's scheduler (`MS_ROLE=MS_SCHED`)
 runs the script only to coordinate workers and is left alone.
@@ -39,6 +46,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from otel_mindformers.compat import releases
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
+from otel_mindformers.config.coercion import parse_section
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.integration import checkpoint_load, mindformers_glue, propagation
 from otel_mindformers.integration.environment_variables import (
@@ -49,6 +57,7 @@ from otel_mindformers.integration.environment_variables import (
 from otel_mindformers.integration.mindformers_glue import ZeroCode
 from otel_mindformers.integration.package import _instruments
 from otel_mindformers.integration.patches import Patches
+from otel_mindformers.telemetry import config_file
 
 _logger = get_logger(__name__)
 
@@ -80,6 +89,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
     _exit_guard: Any = None  # telemetry.providers.SdkExitGuard while instrumented
     _hooked: frozenset[str] = frozenset()  # modules with an import hook (hooks cannot be removed)
     _subprocess: Patches | None = None  # subprocess.Popen, when OTEL_PYTHON_MINDFORMERS_SUBPROCESS_CONTEXT asks
+    _declared_file: config_file.FileConfiguration | None = None  # OTEL_CONFIG_FILE, when it configured us
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -138,34 +148,60 @@ class MindFormersInstrumentor(BaseInstrumentor):
         `tracer_provider`, `meter_provider`, `logger_provider`."""
         if os.environ.get("MS_ROLE") == "MS_SCHED":
             return
-        config: MonitorConfig | None
-        if kwargs.get("config") is not None:
-            config = load_monitor_config(kwargs["config"])
+        providers = {name: kwargs.pop(name, None) for name in _PROVIDERS}
+        explicit = kwargs.pop("config", None)
+        self._declared_file = declared = self._declared(providers)
+        if declared is not None and not declared.enabled:  # `enabled: false` in the file's entry
+            return
+        config: MonitorConfig | None = None
+        if explicit is not None:
+            config = load_monitor_config(explicit)
             _check_before_training(config)
-        else:
+        elif self._config_error is None:
             # Under opentelemetry-instrument an exception here would also skip every other
             # instrumentor (and stop a process that never trains): say it now, and refuse
             # the training run itself, as the code path refuses a bad config.
             try:
-                config = _config_from_environment()
+                config = _config_from_environment(declared)
             except ConfigError as exc:
-                config, self._config_error = None, _refusal(exc)
+                self._config_error = _refusal(exc, declared)
             else:
                 try:
                     _check_before_training(config)
                 except ConfigError as exc:
-                    self._config_error, self._checked_in = _refusal(exc), os.getcwd()
+                    self._config_error, self._checked_in = _refusal(exc, declared), os.getcwd()
             if self._config_error is not None:
                 _logger.error("%s", self._config_error)
         for outside in releases.first_warning():  # at process start, before the script trains
             _logger.warning("otel_mindformers: %s", outside)
-        self._settings = ZeroCode(config=config, providers={name: kwargs.get(name) for name in _PROVIDERS})
+        self._settings = ZeroCode(config=config, providers=providers)
         self._registered_by_instrument = self.register()
         self._when_imported("mindspore.train.model", self._patch_model)
-        if all(kwargs.get(name) is None for name in _PROVIDERS):
+        if all(provider is None for provider in providers.values()):
             from otel_mindformers.telemetry.providers import SdkExitGuard
 
             self._exit_guard = SdkExitGuard.install((config or MonitorConfig()).shutdown_timeout)
+
+    def _declared(self, providers: dict[str, Any]) -> config_file.FileConfiguration | None:
+        """With OTEL_CONFIG_FILE set: the SDK configured from it (unless providers were
+        passed), and our entry in it. A file that cannot be used refuses training (said once)."""
+        if config_file.path() is None:
+            return None
+        try:
+            if all(provider is None for provider in providers.values()):
+                declared = config_file.configure()
+            else:  # the caller's providers: the file gives only our options
+                declared = config_file.read()
+        except ConfigError as exc:
+            self._config_error = file_problem_said(exc)
+            return None
+        if OTEL_PYTHON_MINDFORMERS_CONFIG in os.environ:
+            _logger.warning(
+                "otel_mindformers: %s is ignored: %s is set (OTel's declarative configuration); put the monitor "
+                "configuration under %s in that file",
+                OTEL_PYTHON_MINDFORMERS_CONFIG, config_file.VARIABLE, config_file.OPTIONS_KEY,
+            )  # fmt: skip
+        return declared
 
     def _run_refusal(self) -> ConfigError | None:
         """The error that refuses this run, if any. The output paths and the custom monitor's
@@ -176,13 +212,14 @@ class MindFormersInstrumentor(BaseInstrumentor):
             try:
                 _check_before_training(self._settings.config if self._settings else None)
             except ConfigError as exc:
-                self._config_error = _refusal(exc)
+                self._config_error = _refusal(exc, self._declared_file)
             else:
                 self._config_error = None
         return self._config_error
 
     def _uninstrument(self, **kwargs: Any) -> None:
         self._settings = None
+        self._declared_file = None
         self._config_error = None
         self._checked_in = None
         if self._model is not None:
@@ -272,18 +309,50 @@ def _named_by() -> str:
     return f"{OTEL_PYTHON_MINDFORMERS_CONFIG}={path}"
 
 
-def _refusal(exc: ConfigError) -> ConfigError:
+_DISABLE = f"to train without monitoring, set {OTEL_PYTHON_DISABLED_INSTRUMENTATIONS}=mindformers"
+
+
+def _refusal(exc: ConfigError, declared: config_file.FileConfiguration | None = None) -> ConfigError:
     """The error every training run of the process raises before its first step."""
-    path = os.environ[OTEL_PYTHON_MINDFORMERS_CONFIG]
     refusal = ConfigError(*exc.problems)
+    if declared is not None:
+        named, check = f"{config_file.VARIABLE}={declared.path}", ""
+    else:
+        path = os.environ[OTEL_PYTHON_MINDFORMERS_CONFIG]
+        named, check = _named_by(), f"check it with `otel-mindformers validate {path}`; "
     refusal.args = (
-        f"otel_mindformers: {_named_by()} is invalid, so training is refused before "
-        f"its first step (check it with `otel-mindformers validate {path}`; to train without monitoring, set "
-        f"{OTEL_PYTHON_DISABLED_INSTRUMENTATIONS}=mindformers): {exc}",
+        f"otel_mindformers: {named} is invalid, so training is refused before its first step ({check}{_DISABLE}): {exc}",
     )
     return refusal
 
 
-def _config_from_environment() -> MonitorConfig | None:
+_file_problem_said = False
+
+
+def file_problem_said(exc: ConfigError) -> ConfigError:
+    """OTEL_CONFIG_FILE cannot be used: the error that refuses training, said once per
+    process (by the configurator under opentelemetry-instrument, else here). With our
+    instrumentation disabled nothing refuses: it says that nothing is exported instead."""
+    global _file_problem_said
+    if instrumentation_disabled():
+        refusal = ConfigError(*exc.problems)
+        refusal.args = (f"otel_mindformers: {exc}; the OpenTelemetry SDK is not configured: nothing is exported",)
+    else:
+        refusal = ConfigError(*exc.problems)
+        refusal.args = (f"otel_mindformers: training is refused before its first step ({_DISABLE}): {exc}",)
+    if not _file_problem_said:
+        _file_problem_said = True
+        _logger.error("%s", refusal)
+    return refusal
+
+
+def _config_from_environment(declared: config_file.FileConfiguration | None = None) -> MonitorConfig | None:
+    """The monitor configuration without `instrument(config=...)`: the OTEL_CONFIG_FILE
+    entry (validated as `monitor_config`, each problem naming its key there), else
+    OTEL_PYTHON_MINDFORMERS_CONFIG (`declared` is None: no OTEL_CONFIG_FILE), else None."""
+    if declared is not None:
+        if declared.options is None:
+            return None
+        return parse_section(MonitorConfig, declared.options, config_file.OPTIONS_KEY)
     path = os.environ.get(OTEL_PYTHON_MINDFORMERS_CONFIG)
     return load_monitor_config(path) if path else None

@@ -21,6 +21,7 @@ from typing import overload
 
 from otel_mindformers.config.checks import job_id_problem
 from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.job.asd import asd_attributes
 from otel_mindformers.job.layout import layout_attributes
 from otel_mindformers.job.versions import software_versions
 from otel_mindformers.names import job as job_names
@@ -51,9 +52,9 @@ _KUBERNETES_ATTRIBUTES = (
 
 
 def job_attributes(env: Mapping[str, str]) -> dict[str, str | int]:
-    """The parallel layout and the software versions, each only where known. Cheap: a few
-    small file reads."""
-    return {**layout_attributes(), **software_versions(env)}
+    """The parallel layout, the software versions (each only where known) and whether
+    MindSpore's silent-data-corruption detection is on. Cheap: a few small file reads."""
+    return {**layout_attributes(), **software_versions(env), **asd_attributes(env)}
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,11 @@ docs/telemetry.md's name tables and the collector rules' consistency test read.
 
 from __future__ import annotations
 
-from otel_mindformers.names import capture_names, phase_names, straggler_names
+from otel_mindformers.names import capture_names, cluster_names, phase_names, straggler_names
 from otel_mindformers.names import model_state as model_state_specs
 from otel_mindformers.names import training as training_metrics
 from otel_mindformers.names.capture_names import CAPTURE_METRICS
+from otel_mindformers.names.cluster_names import CLUSTER_METRICS
 from otel_mindformers.names.diagnosis import DIAGNOSIS_METRICS
 from otel_mindformers.names.job import JOB_INFO, JOB_METRICS  # noqa: F401  (JOB_INFO: semconv's name for it)
 from otel_mindformers.names.phase_names import PHASE_DURATION
@@ -38,6 +39,12 @@ ATTR_CAPTURE_STEPS = capture_names.ATTR_CAPTURE_STEPS
 # The section of a rank's section time and straggler signal (names/straggler_names.py).
 ATTR_SECTION = straggler_names.ATTR_SECTION
 ATTR_STRAGGLER_SCORE = straggler_names.ATTR_SCORE
+# MindCluster's faults, the public faults told to it, MindSpore's SDC lines (names/cluster_names.py).
+ATTR_CLUSTER_FAULT_LEVEL = cluster_names.ATTR_FAULT_LEVEL
+ATTR_CLUSTER_VERDICT = cluster_names.ATTR_VERDICT
+ATTR_CLUSTER_ASSERTION = cluster_names.ATTR_ASSERTION
+ATTR_CLUSTER_OUTCOME = cluster_names.ATTR_OUTCOME
+ATTR_ASD_KIND = cluster_names.ATTR_ASD_KIND
 
 
 # --- resource / point attribute keys -------------------------------------------------
@@ -82,6 +89,9 @@ ATTR_LOG_TRUNCATED = "training.logs.truncated_chars"
 SPAN_RUN = "mindformers.train"
 SPAN_EPOCH = "mindformers.train.epoch"
 SPAN_STEP = "mindformers.train.step"
+# The root of a job step's trace: the parent of every rank's step span of that sampled step
+# (telemetry/step_ids.py), emitted by one rank (telemetry/export_ranks.py).
+SPAN_JOB_STEP = "mindformers.job.step"
 
 # --- alerts (alerts/) ------------------------------------------------------------------
 ATTR_ALERT_RULE = "training.alert.rule"
@@ -231,6 +241,7 @@ def all_metrics() -> tuple[MetricSpec, ...]:
         + STRAGGLER_METRICS
         + ALERT_METRICS
         + JOB_METRICS
+        + CLUSTER_METRICS
         + DEVICE_METRICS
     )
 
@@ -240,7 +251,13 @@ def markdown_table() -> str:
     device, host and self metrics), generated from the specs above."""
     lines = ["| metric | kind | unit | meaning |", "|---|---|---|---|"]
     for spec in (
-        (PHASE_DURATION,) + DIAGNOSIS_METRICS + STRAGGLER_METRICS + ALERT_METRICS + JOB_METRICS + DEVICE_METRICS
+        (PHASE_DURATION,)
+        + DIAGNOSIS_METRICS
+        + STRAGGLER_METRICS
+        + ALERT_METRICS
+        + JOB_METRICS
+        + CLUSTER_METRICS
+        + DEVICE_METRICS
     ):
         unit = f"`{spec.unit}`" if spec.unit else ""
         lines.append(f"| `{spec.name}` | {spec.kind.value.replace('_', ' ')} | {unit} | {spec.description} |")

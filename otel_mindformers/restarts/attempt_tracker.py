@@ -9,7 +9,9 @@ step it resumed from), `checkpoint_save_seconds`, `checkpoint_load_seconds`,
 `data_wait_seconds` and `data_wait_step` (the run's wait for data between steps, up to the
 step of the worker's last record), `trace_id` and
 `span_id` (its run span, which the next attempt's links to), `parent_span_id` (the launcher's
-span it is a child of, when there is one), `heartbeat_interval`, and, once it ended,
+span it is a child of, when there is one), `heartbeat_interval`, `cluster_fault` (the
+last fault MindCluster's ClusterD reported during it, cluster/: time, node, device, level,
+codes, and `cleared` once ClusterD said the faults were gone), and, once it ended,
 `outcome` (completed, stopped, crashed), `reason` and `end`. An entry that never got its
 end is `killed`, ended at its last heartbeat: the next attempt writes that down.
 Every reader takes a field with `.get`: a new optional field (say, the fault that ended an
@@ -172,12 +174,14 @@ class AttemptTracker:
         wall_clock: WallClock,
         heartbeat_interval: float,
         finished: Mapping[str, tuple[int, float | None]] | None = None,
+        running: frozenset[str] = frozenset(),
     ) -> AttemptTracker:
         """Open this attempt in the ledger. `job_id`: the configured or launcher's id (None:
         the ledger's, or a local one); `continues`: the run resumed, or the launcher says it
         restarted the job, so without an id it is the ledger's job going on; `finished`:
         attempt id -> (last finished step, end of its last sampled step or None), from the
-        flight rings of attempts that died (flight_recorder/): exact where the heartbeat lags."""
+        flight rings of attempts that died (flight_recorder/): exact where the heartbeat lags;
+        `running`: the attempt ids whose flight ring's lock a process holds (it lives)."""
         now = time.time()
         entry: dict[str, Any] = {
             "attempt_id": uuid.uuid4().hex,
@@ -240,7 +244,14 @@ class AttemptTracker:
             )  # fmt: skip
         tracker = cls(path, data["job_id"], entry, history, clock, wall_clock, heartbeat_interval)
         set_back = tracker.timeline["totals"]["clock_set_back_seconds"]  # goodput.py's one rule for it
-        if set_back:
+        alive = [earlier for earlier in history if str(earlier.get("attempt_id")) in running]
+        if alive:  # it overlaps this one because it runs, not because a clock moved
+            _logger.warning(
+                "otel_mindformers: attempt %s of job %s on rank %d is running (pid %s, its flight ring is locked): "
+                "this process is a second launch of that rank, and both write its files; stop one of them",
+                alive[-1].get("attempt"), data["job_id"], rank, alive[-1].get("pid"),
+            )  # fmt: skip
+        elif set_back:
             _logger.warning(
                 "otel_mindformers: this attempt of job %s began %.0f s before the previous one ended: the clock "
                 "was set back between them (another node, an NTP step); durations are taken within each attempt",
@@ -272,6 +283,20 @@ class AttemptTracker:
         it down; badput for the job (restarts/goodput.py)."""
         with self._lock:
             self.entry["data_wait_seconds"], self.entry["data_wait_step"] = seconds, step
+
+    def note_cluster_fault(self, fault: dict[str, Any] | None) -> None:
+        """A fault MindCluster's ClusterD reported (cluster/heard.py, on its listener thread),
+        or None when it reports the faults cleared. Written at once, not at the next
+        heartbeat: ClusterD may stop the job right after it, and `report` then says which
+        fault ended this attempt."""
+        with self._lock:
+            if fault is not None:
+                self.entry["cluster_fault"] = dict(fault)
+            elif self.entry.get("cluster_fault"):
+                self.entry["cluster_fault"] = {**self.entry["cluster_fault"], "cleared": round(time.time(), 3)}
+            else:
+                return
+        self._write()
 
     def line_fields(self) -> dict[str, Any]:
         """The JSON line's `job` object (sampled steps)."""
@@ -343,7 +368,11 @@ class AttemptTracker:
             if data is None:  # corrupt or gone: ours again
                 data = new_ledger(self.job_id)
                 data["attempts"] = list(self.history)
-            data["attempts"] = [a for a in data["attempts"] if a.get("attempt_id") != mine["attempt_id"]] + [mine]
+            # The entry as of now, under the file's lock: two threads that write (the heartbeat,
+            # a ClusterD fault) leave the later state, never an older copy, on disk.
+            with self._lock:
+                latest = dict(self.entry)
+            data["attempts"] = [a for a in data["attempts"] if a.get("attempt_id") != mine["attempt_id"]] + [latest]
             return data
 
         try:

@@ -171,6 +171,7 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
             "at_risk_steps": max(0, last - int(entry.get("durable_step") or 0)) if following is None else 0,
             "downtime": None,
             "seconds": seconds,
+            "cluster_fault": entry.get("cluster_fault"),  # cluster/: ClusterD's last fault in it
         }
         if rows:
             previous = rows[-1]

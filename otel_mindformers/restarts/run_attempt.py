@@ -27,6 +27,7 @@ from opentelemetry.util.types import AttributeValue
 from otel_mindformers.config import ConfigError, MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.core.process_start import process_start
 from otel_mindformers.core.run_part import RunEnding, RunPart
 from otel_mindformers.core.step_record import PhaseInterval, StepRecord
 from otel_mindformers.flight_recorder.recovery import finished_steps_of
@@ -37,7 +38,6 @@ from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.outputs.runs import folder_beside, is_resumed, paths_in
 from otel_mindformers.restarts.attempt_tracker import AttemptTracker, LedgerInUse
 from otel_mindformers.restarts.ledger_file import ledger_path
-from otel_mindformers.restarts.processes import started_at
 from otel_mindformers.telemetry.observables import RunObservables
 
 _logger = get_logger(__name__)
@@ -49,12 +49,9 @@ _previous_run_end: float | None = None  # a later run of the same process starts
 
 
 def _process_start() -> float:
-    """When this process began, in Unix seconds (a later run of the same process: now)."""
+    """When this process began (core/process_start.py); a later run of the same process: now."""
     now = time.time()
-    if _previous_run_end is not None:
-        return now
-    began = started_at()
-    return now if began is None else began
+    return now if _previous_run_end is not None else process_start(now)
 
 
 def begin_attempt(
@@ -92,6 +89,7 @@ def _begin(
     wall_clock: WallClock,
     before: list[PhaseInterval],
 ) -> AttemptTracker:
+    flown = finished_steps_of(config.json_log_path, identity.rank)
     return AttemptTracker.begin(
         path=ledger_path(config.json_log_path, identity.rank),
         job_id=config.job_id or identity.job_id,
@@ -103,10 +101,8 @@ def _begin(
         clock=clock,
         wall_clock=wall_clock,
         heartbeat_interval=config.restarts.heartbeat_interval,
-        finished={
-            attempt_id: (far.step, far.last_sample)
-            for attempt_id, far in finished_steps_of(config.json_log_path, identity.rank).items()
-        },
+        finished={attempt_id: (far.step, far.last_sample) for attempt_id, far in flown.items()},
+        running=frozenset(attempt_id for attempt_id, far in flown.items() if far.alive),
     )
 
 

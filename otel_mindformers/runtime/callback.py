@@ -17,7 +17,7 @@ from typing import Any
 
 from mindspore.train import Callback
 
-from otel_mindformers.config import MonitorConfig, load_monitor_config
+from otel_mindformers.config import GradNorm, MonitorConfig, load_monitor_config
 from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
@@ -26,6 +26,7 @@ from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.runtime.custom_monitors import BaseMonitor, build_monitor, load_monitor_class
 from otel_mindformers.runtime.extract import LazyLearningRate, OutputReader, StepTensor, optimizer_of
 from otel_mindformers.runtime.run import MonitorRun
+from otel_mindformers.telemetry import config_file
 
 _logger = get_logger(__name__)
 
@@ -57,8 +58,10 @@ class MonitorCallback(Callback):
     keyword arguments override `monitor_config` keys (`MonitorCallback(cfg, interval=5)`; a
     MindFormers YAML `callbacks:` entry passes its keys this way). Providers passed as keyword
     arguments (tests, the instrumentor) take precedence over the global ones, which take
-    precedence over providers built from the config. A bad key raises `ConfigError` here,
-    before training. Read on: docs/configuration.md (every key), docs/telemetry.md (every
+    precedence over providers built from the config; with `OTEL_CONFIG_FILE` set (OTel's
+    declarative configuration) the process's providers come from that file, configured here
+    if nothing did before. A bad key, or a file that cannot be used, raises `ConfigError`
+    here, before training. Read on: docs/configuration.md (every key), docs/telemetry.md (every
     name), docs/custom_monitors.md (the `BaseMonitor` hooks and their threads).
     """
 
@@ -80,6 +83,10 @@ class MonitorCallback(Callback):
             "meter_provider": meter_provider,
             "logger_provider": logger_provider,
         }
+        if tracer_provider is None and self.config.enable:
+            # OTEL_CONFIG_FILE: the process's SDK from that file, now, before training (a
+            # file that cannot be used raises its ConfigError here); telemetry/config_file.py.
+            config_file.configure_for(self.config)
         monitor_cls = load_monitor_class(self.config)
         if monitor_cls is not None:
             # A custom monitor may open its files when it is built (the monitor_config article's opens
@@ -91,7 +98,7 @@ class MonitorCallback(Callback):
         self._custom_failures: dict[str, int] = {}
         self._lazy_lr: LazyLearningRate | None = None
         self._loss_view, self._lr_view = StepTensor(), StepTensor()  # what custom monitors read
-        self._handles = OutputReader([], None)
+        self._handles = OutputReader([], GradNorm.IF_RETURNED)
         # Model.train hands every hook of a run the same RunContext and cb_params: the step
         # hook compares the context and reuses them (no method call on unsampled steps).
         self._run_context: Any = None
@@ -132,6 +139,8 @@ class MonitorCallback(Callback):
         clock = self._hot
         if clock is None:
             return
+        if clock.step >= clock.arm_after:  # before a sampled step the gradient-norm reader asked for
+            clock.arm()
         # The data wait: a clock read and an addition (timing/timeline.py turns it into a phase).
         clock.step_begin = now = _perf_counter()
         clock.data_wait += now - clock.last_step_end
@@ -147,9 +156,14 @@ class MonitorCallback(Callback):
         step = cb_params["cur_step_num"] + clock.step_offset  # the job's step (job/resume.py)
         previous_end = clock.last_step_end
         clock.step, clock.last_step_end = step, now
-        clock.finished[0] = step  # into the flight ring's mapped page: a kill cannot lose it
-        if step < clock.next_sample and not clock.wake:
-            return
+        clock.finished[0] = step
+        if step < clock.next_sample:  # a sampled step's slot in the flight ring holds its step
+            try:
+                clock.keep()  # the step into the flight ring's file: a kill cannot lose it (flight_recorder/)
+            except OSError as exc:  # the file refused it (a disk error): one warning, and no more tries
+                clock.keep = self._run.ctx.flight.stop_keeping(exc)  # type: ignore[union-attr]  # set with self._hot
+            if not clock.wake:
+                return
         # A sampled step, or one that custom monitors, a stop or a capture want (in this
         # frame: a call of its own would cost a sampled step a cold frame).
         run: MonitorRun = self._run  # type: ignore[assignment]  # set with self._hot

@@ -1,7 +1,7 @@
 """Reading what a step produced: `net_outputs` and the optimizer → host values.
 
 This is the only place that reads device tensors back to the host, and it runs on sampled
-steps only. Shapes understood (environment.md):
+steps only. Shapes understood:
 - a scalar loss (`TrainOneStepCell`);
 - `(loss, overflow, loss_scale)` (`TrainOneStepWithLossScaleCell`);
 - `(loss, overflow, loss_scale, learning_rate, global_norm)` (MindFormers' `MFTrainOneStepCell`),
@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from otel_mindformers.compat import mindspore_tensor
+from otel_mindformers.config import GradNorm
 from otel_mindformers.core.guarded_log import get_logger
-from otel_mindformers.model_state.grad_norm_probe import NEVER_WRITTEN
 from otel_mindformers.names import training as tm
 
 _logger = get_logger(__name__)
@@ -48,10 +49,10 @@ def to_host(value: Any) -> float:
 
 
 def _is_scalar_tensor(value: Any) -> bool:
-    """A one-element MindSpore tensor that the read plan can read with `_item`: the C method
-    that `Tensor.item()` wraps in a Python frame (a cold frame costs 3-5 us inside
-    Model.train). A MindSpore without it is read through `item()` on the full path."""
-    return hasattr(value, "asnumpy") and hasattr(value, "_item") and value.size == 1 and not value.has_init
+    """A one-element value the read plan can read: a MindSpore tensor, read with `read_scalar`,
+    the C method that `Tensor.item()` wraps in a Python frame (a cold frame costs 3-5 us
+    inside Model.train; compat/mindspore_tensor.py), or a rate a scheduler noted (`_Rate`)."""
+    return (mindspore_tensor.readable(value) or value.__class__ is _Rate) and value.size == 1 and not value.has_init
 
 
 def _is_tensor(value: Any) -> bool:
@@ -59,7 +60,7 @@ def _is_tensor(value: Any) -> bool:
 
 
 def optimizer_of(cb_params: Any) -> Any:
-    """MindSpore keeps the optimizer in cb_params; MindFormers leaves that None (environment.md)."""
+    """MindSpore keeps the optimizer in cb_params; MindFormers leaves that None."""
     optimizer = cb_params.get("optimizer")
     if optimizer is None:
         network = cb_params.get("train_network")
@@ -109,7 +110,8 @@ class LearningRateSource:
 
 
 class _Rate:
-    """A host float where a one-element tensor is read (`_item`, `item`, `asnumpy`)."""
+    """A host float where a one-element tensor is read (`item`, `asnumpy`; the read plan
+    takes its `value`)."""
 
     __slots__ = ("value",)
     size = 1
@@ -118,10 +120,8 @@ class _Rate:
     def __init__(self, value: float) -> None:
         self.value = value
 
-    def _item(self) -> float:
+    def item(self) -> float:
         return self.value
-
-    item = _item
 
     def asnumpy(self) -> Any:
         return np.asarray(self.value, dtype=np.float32)
@@ -182,7 +182,7 @@ def _used_index(optimizer: Any) -> Callable[[int], int]:
 
     def index(step_index: int) -> int:
         try:
-            return max(0, int(global_step._item()) - 1)
+            return max(0, int(mindspore_tensor.read_scalar(global_step)) - 1)
         except Exception:  # not a readable one-element tensor: the job's step stands for it
             return step_index
 
@@ -207,20 +207,31 @@ def local_norm_squares(net_outputs: Any) -> np.ndarray | None:
     return np.asarray(value.asnumpy() if hasattr(value, "asnumpy") else value, dtype=np.float64).reshape(-1)
 
 
+def _overflow_flag(outputs: Any) -> bool | None:
+    """The overflow flag of a loss-scale cell's outputs where it is not read for itself: a
+    step that overflowed skipped its optimizer, its gradients were not finite."""
+    if not isinstance(outputs, (tuple, list)) or len(outputs) <= _POSITIONS[tm.OVERFLOW]:
+        return None
+    try:
+        return to_host(outputs[_POSITIONS[tm.OVERFLOW]]) != 0.0
+    except Exception:  # not a flag: the probes' reading stands
+        return None
+
+
 class OutputReader:
     """Turns one step's outputs into StepRecord values, warning once about what is missing.
 
     Any value of any shape in any position is tolerated: what cannot be read is left out
     (one warning naming it), a NaN/Inf is kept as a float so it is counted as non-finite.
-    `grad_monitor`: True asks for the global norm (a warning when the outputs lack it),
-    None reads it when present, False never reads it.
+    `grad_norm` (`grad_monitor` resolved): MEASURED asks for the global norm (a warning when
+    neither the outputs nor a probe give it), IF_RETURNED reads it when present, OFF never.
     """
 
-    def __init__(self, monitored: list[str], grad_monitor: bool | None) -> None:
+    def __init__(self, monitored: list[str], grad_norm: GradNorm) -> None:
         self._wanted = set(monitored) & tm.READBACK_METRICS
-        if grad_monitor is False:
+        if grad_norm is GradNorm.OFF:
             self._wanted.discard(tm.GRAD_NORM)
-        self._grad_norm_asked = grad_monitor is True
+        self._grad_norm_asked = grad_norm is GradNorm.MEASURED
         self.reads_anything = bool(self._wanted)
         self._warned: set[str] = set()
         self._learning_rate: LearningRateSource | None = None  # resolved at the first read
@@ -231,8 +242,8 @@ class OutputReader:
         self._plan_length = -1  # the tuple's length, -1 for a single tensor
         self._plan: tuple[tuple[str, int], ...] = ()
         self._plan_lr = False
-        # The `norm` Parameter of the optimizer's GradNormProbe, when grad_monitor put one
-        # there (runtime/parts.py): read when the outputs carry no norm.
+        # The GradNormReader of the optimizers' probes, when grad_monitor put them there
+        # (runtime/parts.py): read when the outputs carry no norm.
         self.grad_norm_probe: Any = None
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
@@ -264,57 +275,47 @@ class OutputReader:
         """Host values of the monitored metrics for the step that just ended."""
         outputs = cb_params.get("net_outputs")
         if type(outputs) is self._plan_type and (self._plan_length < 0 or len(outputs) == self._plan_length):
-            # The steady state: one `_item()` per wanted value (each a one-element tensor the
+            # The steady state: one `read_scalar` per wanted value (each a one-element tensor the
             # last time), nothing else, in this frame. Inside Model.train every line the
             # sampled step runs is cold after the compiled step (docs/performance.md).
             values: dict[str, float | bool] = {}
             try:
                 if self._plan_length >= 0:
                     for name, position in self._plan:
-                        values[name] = float(outputs[position]._item())
+                        values[name] = float(mindspore_tensor.read_scalar(outputs[position]))
                 else:
                     for name, _ in self._plan:
-                        values[name] = float(outputs._item())
+                        values[name] = float(mindspore_tensor.read_scalar(outputs))
                 if self._plan_lr:
                     lr: LearningRateSource = self._learning_rate  # type: ignore[assignment]  # _plan_lr: it was resolved
                     tensor = lr.constant if lr.constant is not None else lr.tensor(step - 1)
-                    values[tm.LEARNING_RATE] = float(tensor._item())
+                    values[tm.LEARNING_RATE] = (
+                        tensor.value if tensor.__class__ is _Rate else float(mindspore_tensor.read_scalar(tensor))
+                    )
             except Exception:  # a value changed kind: the full path reads and warns
                 self._plan_type = None
                 return self._read_full(outputs, cb_params, step)
             overflow = values.get(tm.OVERFLOW)
             if overflow is not None and math.isfinite(overflow):
-                values[tm.OVERFLOW] = bool(overflow)
-            if self.grad_norm_probe is not None:  # the outputs carry no norm (_read_full)
-                self._read_probe(outputs, values)
+                values[tm.OVERFLOW] = overflow = bool(overflow)
+            probes = self.grad_norm_probe
+            if probes is not None:  # the outputs carry no norm (_read_full); in this frame
+                if overflow is None and self._plan_length >= 0:
+                    overflow = _overflow_flag(outputs)
+                norm = probes.read(step, overflow is True)
+                if norm is not None:
+                    values[tm.GRAD_NORM] = norm
             return values
         return self._read_full(outputs, cb_params, step)
 
-    def _read_probe(self, outputs: Any, values: dict[str, float | bool]) -> None:
-        """The norm a GradNormProbe wrote (model_state/grad_norm_probe.py): one readback.
-        A step that overflowed skipped its optimizer, so the probe still holds an earlier
-        step's norm: that step's gradients were not finite, and it is reported so."""
+    def _read_probe(self, outputs: Any, values: dict[str, float | bool], step: int) -> None:
+        """The norm the optimizers' probes wrote at this step (model_state/grad_norm_reader.py)."""
         overflow = values.get(tm.OVERFLOW)
-        if overflow is None and isinstance(outputs, (tuple, list)) and len(outputs) > _POSITIONS[tm.OVERFLOW]:
-            try:
-                overflow = to_host(outputs[_POSITIONS[tm.OVERFLOW]]) != 0.0
-            except Exception:  # not a flag: the probe's value stands
-                overflow = None
-        if overflow is True:
-            values[tm.GRAD_NORM] = math.inf
-            return
-        value = float(self.grad_norm_probe._item())
-        if value == NEVER_WRITTEN:
-            # No step so far has called the probe.
-            self.grad_norm_probe = None
-            self._warn_once(
-                "probe",
-                "grad_monitor is on but the train step never called the gradient-norm probe put "
-                "in its `optimizer` (a cell that calls its optimizer under another name, or a graph "
-                "compiled without the probe); grad_norm is not reported.",
-            )
-            return
-        values[tm.GRAD_NORM] = value
+        if overflow is None:
+            overflow = _overflow_flag(outputs)
+        norm = self.grad_norm_probe.read(step, overflow is True)
+        if norm is not None:
+            values[tm.GRAD_NORM] = norm
 
     def _read_full(self, outputs: Any, cb_params: Any, step: int) -> dict[str, float | bool]:
         handles = self.split(outputs)
@@ -333,9 +334,10 @@ class OutputReader:
             self._warn_once(
                 "grad_norm",
                 "grad_monitor is on but the train network returns no global gradient norm and its "
-                "optimizer could not be measured, so grad_norm is not reported. Train with a cell "
-                "that calls `self.optimizer(grads)` (as nn.TrainOneStepCell does) or with MindFormers' "
-                "MFTrainOneStepCell, or return the norm as the 5th output; or set grad_monitor: false.",
+                "optimizers could not be measured, so grad_norm is not reported. Train with a cell "
+                "that calls the mindspore.nn.Optimizer it holds (as nn.TrainOneStepCell does) or with "
+                "MindFormers' MFTrainOneStepCell, or return the norm as the 5th output; or set "
+                "grad_monitor: false.",
             )
         values: dict[str, float | bool] = {}
         for name in self._wanted & handles.keys():
@@ -349,7 +351,7 @@ class OutputReader:
             if tm.GRAD_NORM in handles or tm.GRAD_NORM not in self._wanted:
                 self.grad_norm_probe = None  # the cell's own norm is the one reported (or none is)
             else:
-                self._read_probe(outputs, values)
+                self._read_probe(outputs, values, step)
         self._plan_for(outputs, handles, from_outputs, values)
         return values
 

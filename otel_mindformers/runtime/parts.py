@@ -13,7 +13,9 @@ order:
   before this run writes a line; its ring closes once the pipeline drained;
 - devices, stacks, captures before the alerts that use them; logs after the alerts, so a
   warning of the alerts' shutdown still goes out; the run span after them, so it ends
-  before the notice; the attempt after the run span, so its totals land on it;
+  before the notice; the attempt after the run span, so its totals land on it; MindCluster
+  (cluster/) after both: a fault ClusterD reports goes on the run span and into the attempt's
+  ledger entry, and its pre-flight check runs before the first step;
 - the pipeline last: its end drains what the training thread handed over (and what the
   timeline still holds) before the attempt, the run span and the notice are closed.
 """
@@ -27,16 +29,20 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.metrics import NoOpMeter
 
 from otel_mindformers.captures.controller import CaptureController
+from otel_mindformers.cluster.part import start_cluster
 from otel_mindformers.compat import mindspore_model
+from otel_mindformers.config import GradNorm
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import Remaining, RunEnding, RunPart
 from otel_mindformers.flight_recorder import recorder as flight_recorder
 from otel_mindformers.hangs.diagnosis_file import diagnosis_path
 from otel_mindformers.hangs.dumps import StackDumper
 from otel_mindformers.hangs.heartbeat_gauges import Heartbeat
-from otel_mindformers.model_state.grad_norm_probe import install_probe, remove_probe
+from otel_mindformers.model_state.grad_norm_probe import install_probes, remove_probes
+from otel_mindformers.model_state.grad_norm_reader import GradNormReader
 from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.names import semconv
 from otel_mindformers.nonfinite.first_nonfinite import FirstNonFinite
@@ -48,10 +54,11 @@ from otel_mindformers.runtime.pipeline import SampledStepPipeline
 from otel_mindformers.runtime.run_context import RunContext
 from otel_mindformers.runtime.state_reader import StateReader
 from otel_mindformers.stragglers.rank_signal import RankSections
+from otel_mindformers.telemetry.export_ranks import RankExports
 from otel_mindformers.telemetry.job_info import JobInfo
 from otel_mindformers.telemetry.log_bridge import LogBridge, RunCorrelation
 from otel_mindformers.telemetry.providers import build_telemetry, service_name
-from otel_mindformers.telemetry.step_ids import StepSpanIds
+from otel_mindformers.telemetry.step_ids import StepSpanIds, job_trace_key
 from otel_mindformers.timing.accounting import StepAccounting
 from otel_mindformers.timing.efficiency import StepEfficiency
 from otel_mindformers.timing.timeline import RunTimeline
@@ -110,9 +117,20 @@ def start_ledger_entry(ctx: RunContext) -> RunPart | None:
 
 
 def start_telemetry(ctx: RunContext) -> RunPart:
-    """telemetry/: the providers (or the process's own), and the step spans' ids."""
+    """telemetry/: the providers (or the process's own), what this rank sends, and the step
+    spans' ids: in the job step's trace, from the job id and attempt the ledger entry gave."""
     ctx.telemetry = telemetry = build_telemetry(ctx.config.telemetry, ctx.identity, **ctx.providers)
-    ctx.step_ids = StepSpanIds.install(telemetry.tracer)
+    ctx.exports = RankExports.of(ctx.config, ctx.identity)
+    identity = ctx.identity
+    job_key = job_trace_key(identity.job_id, identity.attempt)
+    if job_key is None and identity.distributed:
+        _logger.warning(
+            "otel_mindformers: rank %d's step spans start traces of their own: without %s no rank can name "
+            "the job step's trace (keep monitor_config.restarts on: its ledger numbers the attempts)",
+            identity.rank,
+            "a job id" if not identity.job_id else "an attempt number",
+        )
+    ctx.step_ids = StepSpanIds.install(telemetry.tracer, job_key)
     # Every rank's heartbeat, read by the metric reader's thread from the clock; the layout,
     # where the resource could not carry it. Both end with the telemetry's observables.
     Heartbeat.start(telemetry.observables, ctx.clock, ctx.point_attributes())
@@ -123,12 +141,12 @@ def start_telemetry(ctx: RunContext) -> RunPart:
 def start_flight_recorder(ctx: RunContext) -> RunPart:
     """flight_recorder/: the tails of this job's dead runs on this rank go to the outputs
     before any line of this run (and before its outputs set an earlier run's files aside);
-    then this run's own ring, which the step hook stores the finished step into."""
+    then this run's own ring, which the step hook writes the finished step into."""
     attempt = ctx.attempt
     ctx.flight = flight = flight_recorder.start(
         ctx.config, ctx.identity, ctx.wall_clock, ctx.telemetry.tracer, attempt.history if attempt else None
     )
-    ctx.clock.finished = flight.finished
+    flight.attach(ctx.clock)
     return flight
 
 
@@ -177,7 +195,7 @@ def start_alerts(ctx: RunContext) -> RunPart | None:
     from otel_mindformers.alerts import AlertEngine
 
     config = ctx.config
-    ignored = config.alert_config.ignored_while_off()
+    ignored = config.alert_config.ignored_while_off(stall_used=config.cluster.tell)
     if ignored:
         _logger.warning("otel_mindformers: %s", ignored)
     ctx.alerts = engine = AlertEngine.start(
@@ -196,7 +214,9 @@ def start_alerts(ctx: RunContext) -> RunPart | None:
 
 def start_logs(ctx: RunContext) -> RunPart | None:
     """telemetry/log_bridge.py: Python logging as OTel log records, with `logs` on."""
-    correlation = RunCorrelation(ctx.identity.rank, ctx.clock, ctx.cadence, ctx.step_ids)
+    # A rank that sends no step spans names none on its records.
+    step_ids = ctx.step_ids if ctx.exports.spans else None
+    correlation = RunCorrelation(ctx.identity.rank, ctx.clock, ctx.cadence, step_ids)
     logs = LogBridge.start(ctx.config.logs, ctx.telemetry.logger_provider, correlation)
     return Closes(logs.close) if logs is not None else None
 
@@ -253,14 +273,20 @@ def start_grad_norm_probe(ctx: RunContext) -> RunPart | None:
     a train cell that does not return it (MindFormers' cells do), measured in the step on
     every rank (their graphs stay alike; data-parallel ranks wait for the slowest anyway)."""
     network = ctx.cb_params.get("train_network")
-    if ctx.config.grad_monitor is not True or type(network).__module__.startswith("mindformers."):
+    if ctx.config.grad_norm is not GradNorm.MEASURED or type(network).__module__.startswith("mindformers."):
         return None
-    probe, why_not = install_probe(network)
-    if probe is None:
+    probed, why_not = install_probes(network)
+    if not probed:
         _logger.warning("otel_mindformers: grad_monitor cannot measure the gradient norm: %s", why_not)
         return None
-    ctx.grad_norm_probe = ctx.reader.grad_norm_probe = probe.norm
-    return Closes(lambda: remove_probe(network, probe))
+    reader = GradNormReader([one.probe for one in probed], [one.name for one in probed], ctx.clock, ctx.first_step)
+    ctx.grad_norm_probe = ctx.reader.grad_norm_probe = reader
+
+    def close() -> None:
+        reader.close()
+        remove_probes(probed)
+
+    return Closes(close)
 
 
 def start_model_state(ctx: RunContext) -> RunPart | None:
@@ -272,7 +298,7 @@ def start_model_state(ctx: RunContext) -> RunPart | None:
         ctx.first_nonfinite = FirstNonFinite(telemetry.meter, telemetry.logger, ctx.identity, config.json_log_path)
     if not ctx.reports_training:
         return None
-    ctx.state_reader = reader = StateReader.start(config.mindformers_native, config.grad_monitor)
+    ctx.state_reader = reader = StateReader.start(config.mindformers_native, config.grad_norm)
     INBOX.step_offset = ctx.step_offset
     return Closes(reader.close)
 
@@ -282,8 +308,10 @@ def start_timeline(ctx: RunContext) -> RunPart:
     from the training thread's clock reads. Their spans carry the rank only (the rest of the
     identity is the resource's): a user phase is paid for on the training thread, by the attribute."""
     telemetry = ctx.telemetry
+    # `export_ranks.metrics`: a rank that sends no training metrics sends no phase durations either.
+    meter = telemetry.meter if ctx.exports.metrics else NoOpMeter(semconv.INSTRUMENTATION_NAME)
     ctx.timeline = timeline = RunTimeline(
-        tracer=telemetry.tracer, meter=telemetry.meter, parent_span=ctx.phase_parent,
+        tracer=telemetry.tracer, meter=meter, parent_span=ctx.phase_parent,
         span_attributes=ctx.point_attributes(), point_attributes=ctx.point_attributes(),
         clock=ctx.clock, on_charged=ctx.phase_charged, callbacks=mindspore_model.callbacks(ctx.cb_params),
     )  # fmt: skip
@@ -355,6 +383,7 @@ PARTS: tuple[Callable[[RunContext], RunPart | None], ...] = (
     start_logs,
     start_run_span,
     start_attempt,
+    start_cluster,
     start_grad_norm_probe,
     start_model_state,
     start_timeline,

@@ -19,8 +19,8 @@ puts the run's time breakdown on the run span.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import NamedTuple
 
 from opentelemetry import context as otel_context
@@ -32,6 +32,9 @@ from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.sampled_step import SampledStep
 from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.core.workers import BoundedWorker
+from otel_mindformers.names import job as job_names
+from otel_mindformers.names import semconv
+from otel_mindformers.names.phase_names import PHASE_DATA_WAIT
 from otel_mindformers.outputs.sink import SinkFanout
 from otel_mindformers.runtime.run_context import RunContext
 from otel_mindformers.stragglers.rank_signal import RankSections
@@ -59,6 +62,10 @@ MAX_QUIET = 0.1  # nothing queued for this long: training paused (a hang, a save
 
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
+
+
+def _no_span(step: int, is_last: bool) -> bool:
+    return False
 
 
 class _Lost(NamedTuple):
@@ -94,12 +101,25 @@ class SampledStepPipeline(BoundedWorker[object]):
         self._accounting = accounting
         self._devices = ctx.devices.snapshot if ctx.devices is not None else None
         self._point_attributes = ctx.point_attributes()
-        self._wants_span = ctx.cadence.wants_span
+        exports = ctx.exports
+        # `export_ranks`: a rank outside `spans` makes a step span only for an anomaly
+        # (LazySpan); one outside `metrics` applies no training measurement.
+        self._sends_spans = exports.spans
+        self._wants_span = ctx.cadence.wants_span if exports.spans else _no_span
+        self._sends_metrics = exports.metrics
         self._alerts = ctx.alerts
         self._sinks = sinks
         self._on_stop_request = ctx.request_stop
         self._phases: PhaseRecorder = ctx.timeline.recorder
         self._step_ids: StepSpanIds | None = ctx.step_ids
+        # This rank emits the job step's root span (telemetry/step_ids.py, export_ranks.py).
+        self._emits_root = bool(exports.job_root and ctx.step_ids is not None and ctx.step_ids.job_key is not None)
+        identity = ctx.identity
+        self._root_attributes = {
+            semconv.ATTR_JOB_ID: identity.job_id or "",
+            job_names.ATTR_ATTEMPT: identity.attempt or 0,
+            semconv.ATTR_WORLD_SIZE: identity.world_size,
+        }
         self._captures = ctx.captures
         self._sections = sections  # RankSections (stragglers/rank_signal.py) or None
         self._rank = ctx.identity.rank
@@ -185,24 +205,29 @@ class SampledStepPipeline(BoundedWorker[object]):
 
     def _record_telemetry(self, record: StepRecord) -> None:
         fields = measurements.step_span(record)
+        step_ids, window = self._step_ids, record.step - record.steps_in_window
 
         def start_span() -> Span:
-            # The ids that records made during the step already carry (telemetry/step_ids.py).
-            with self._step_ids.preset(record.step - record.steps_in_window) if self._step_ids else nullcontext():
+            if step_ids is None:  # a tracer that takes no preset ids: a trace of its own
                 return self._tracer.start_span(
-                    fields.name,
-                    # A trace per step, linked to the run span: traces stay small and tail
-                    # sampling can keep anomalous steps without buffering a whole run.
-                    context=otel_context.Context(),
-                    links=self._run_link,
-                    start_time=_ns(fields.start_time),
-                    attributes=fields.attributes,
-                )
+                    fields.name, context=otel_context.Context(), links=self._run_link,
+                    start_time=_ns(fields.start_time), attributes=fields.attributes,
+                )  # fmt: skip
+            # The job step's trace, shared by every rank (under its root), or one of its own;
+            # linked to the run span. The ids are those records made during the step carry.
+            parent = step_ids.parent(window)
+            with step_ids.preset(window):
+                return self._tracer.start_span(
+                    fields.name, context=parent, links=self._run_link,
+                    start_time=_ns(fields.start_time), attributes=fields.attributes,
+                )  # fmt: skip
 
-        # Steps that `step_spans` skips still get their span if an anomaly is recorded on them.
+        # Steps that `step_spans` (or `export_ranks.spans`) skips still get their span if an
+        # anomaly is recorded on them.
         span = start_span() if self._wants_span(record.step, record.is_last) else LazySpan(start_span)
         with trace.use_span(span, end_on_exit=False):
-            self._instruments.apply(measurements.measurements(record, self._point_attributes))
+            if self._sends_metrics:
+                self._instruments.apply(measurements.measurements(record, self._point_attributes))
             if self._sections is not None:  # the rank's section series and straggler signal
                 self._sections.observe(record, span, self._instruments.coalesced)
             if fields.status.status_code is StatusCode.ERROR:  # a fault, not loss scaling
@@ -215,11 +240,29 @@ class SampledStepPipeline(BoundedWorker[object]):
                     self._capture_failed = True
                     _logger.warning("otel_mindformers: checking for a capture request failed: %s", exc)
         span.end(end_time=_ns(fields.end_time))
+        started = not isinstance(span, LazySpan) or span.started
+        if started and self._emits_root:
+            self._emit_root(window, record.step, fields)
         for interval in record.phases:  # start-up, compile, data wait: spans from timestamps
-            self._phases.record(interval)
+            if interval.name != PHASE_DATA_WAIT:
+                self._phases.record(interval)
+            elif started:  # the step's own wait for data, in its trace
+                self._phases.record(interval, parent=span)
+            else:  # a step without a span: its wait under the epoch, unless the rank sends no step spans
+                self._phases.record(interval if self._sends_spans else dataclasses.replace(interval, traced=False))
         if reason and not self._stop_requested:
             self._stop_requested = True
             self._on_stop_request(reason)
+
+    def _emit_root(self, window: int, step: int, fields: measurements.StepSpanFields) -> None:
+        """The job step's root span, with this rank's step times: the span every rank's step
+        span of this sampled step names as its parent."""
+        with self._step_ids.preset_root(window):  # type: ignore[union-attr]  # _emits_root: there are ids
+            root = self._tracer.start_span(
+                semconv.SPAN_JOB_STEP, context=otel_context.Context(), start_time=_ns(fields.start_time),
+                attributes={semconv.ATTR_STEP: step, **self._root_attributes},
+            )  # fmt: skip
+        root.end(end_time=_ns(fields.end_time))
 
     def _end_run(self, end: float) -> None:
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from otel_mindformers.captures.controller import NO_CAPTURES
 from otel_mindformers.compat import releases
-from otel_mindformers.config import MonitorConfig
+from otel_mindformers.config import GradNorm, MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.deadline import Deadline
 from otel_mindformers.core.guarded_log import get_logger
@@ -51,7 +51,7 @@ class MonitorRun:
         # loss and grad norm on sampled steps, only to name the first rank that goes bad, and
         # the overflow flag, which says when an infinite grad norm is loss scaling at work.
         self._local_reader = (
-            OutputReader([tm.LOSS, tm.GRAD_NORM, tm.OVERFLOW], None)
+            OutputReader([tm.LOSS, tm.GRAD_NORM, tm.OVERFLOW], GradNorm.IF_RETURNED)
             if config.nonfinite_check == "all_ranks" and not reports_training
             else None
         )
@@ -72,7 +72,7 @@ class MonitorRun:
         self.ctx = RunContext(
             config=config, identity=identity, cb_params=cb_params, clock=clock, wall_clock=wall_clock,
             cadence=self.cadence,
-            reader=OutputReader(config.monitored_metrics if reports_training else [], config.grad_monitor),
+            reader=OutputReader(config.monitored_metrics if reports_training else [], config.grad_norm),
             first_step=first_step, step_offset=offset, reports_training=reports_training, providers=providers,
             request_stop=self._request_stop, phase_parent=self._phase_parent, phase_charged=self._phase_charged,
             run_context=launcher_context(),  # phases parent on it until the run span exists

@@ -42,6 +42,7 @@ class RunContext:
     phase_charged: Callable[[str, float], None]  # an outermost phase ended on the training thread
     telemetry: Any = None  # telemetry: providers, tracer, meter, logger, observables
     step_ids: Any = None  # telemetry: StepSpanIds, the step spans' ids drawn in advance
+    exports: Any = None  # telemetry: RankExports, what this rank sends (export_ranks)
     ledger_entry: Any = None  # restarts: the run's LedgerEntry part, or None
     flight: Any = None  # flight_recorder: FlightRecorder, or NoRecorder where no ring can be kept
     devices: Any = None  # devices: DeviceTelemetry, or None
@@ -51,7 +52,7 @@ class RunContext:
     run_span: Any = None  # the run span
     run_context: otel_context.Context | None = None  # the run span's context (the launcher's before)
     state_reader: Any = None  # model_state: StateReader (reporting ranks)
-    grad_norm_probe: Any = None  # model_state: the GradNormProbe's `norm` Parameter, or None
+    grad_norm_probe: Any = None  # model_state: the GradNormReader of the optimizers' probes, or None
     first_nonfinite: Any = None  # nonfinite: FirstNonFinite (`nonfinite_check: all_ranks`)
     timeline: Any = None  # timing: RunTimeline
     pipeline: Any = None  # runtime: SampledStepPipeline

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from otel_mindformers.config import GradNorm
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.model_state.parameters import ParameterFilter
@@ -45,8 +46,8 @@ class StateReader:
         INBOX.open_run()
 
     @classmethod
-    def start(cls, native: Mapping[str, Any], grad_monitor: bool | None) -> StateReader:
-        return cls(parameter_filter(native), read_local_norms=grad_monitor is not False)
+    def start(cls, native: Mapping[str, Any], grad_norm: GradNorm) -> StateReader:
+        return cls(parameter_filter(native), read_local_norms=grad_norm is not GradNorm.OFF)
 
     def read(self, cb_params: Any, after_step: int) -> tuple[dict[str, float], ModelState | None]:
         """The routed scalar metrics and the model state of the steps after `after_step`

@@ -35,6 +35,7 @@ from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import semconv
 from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
+from otel_mindformers.telemetry import config_file
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.telemetry.observables import RunObservables
 from otel_mindformers.version import __version__
@@ -329,17 +330,26 @@ def _prometheus_reader(config: TelemetryConfig, identity: Identity) -> tuple[Met
     return PrometheusMetricReader(registry=registry), stop
 
 
-def _ignored_settings(config: TelemetryConfig, borrowed: set[str], builds_none: bool) -> list[str]:
+def _ignored_settings(
+    config: TelemetryConfig, borrowed: set[str], builds_none: bool, from_file: bool = False
+) -> list[str]:
     """The settings of `config` that global providers (`borrowed`) override; `builds_none`:
-    no provider of ours is built, so no exporter of ours either."""
+    no provider of ours is built, so no exporter of ours either; `from_file`: the providers
+    are OTEL_CONFIG_FILE's (whose resource takes `service_name` where it sets no
+    `service.name`, telemetry/config_file.py)."""
     ignored = []
     if "meter_provider" in borrowed and "prometheus" in config.output_type:
-        ignored.append("output_type 'prometheus' (OTEL_METRICS_EXPORTER=prometheus serves it)")
+        served = "a pull reader in the file serves it" if from_file else "OTEL_METRICS_EXPORTER=prometheus serves it"
+        ignored.append(f"output_type 'prometheus' ({served})")
     if builds_none and config.otlp != OtlpConfig():  # the SDK's exporters send where its environment says
-        ignored.append("the otlp section (set OTEL_EXPORTER_OTLP_* instead)")
+        ignored.append(
+            "the otlp section ("
+            + ("the file's exporters send" if from_file else "set OTEL_EXPORTER_OTLP_* instead")
+            + ")"
+        )
     if "logger_provider" in borrowed and not builds_none and config.otlp.logs_queue_size is not None:
         ignored.append("otlp.logs_queue_size (set OTEL_BLRP_MAX_QUEUE_SIZE instead)")
-    if "tracer_provider" in borrowed and config.service_name:
+    if "tracer_provider" in borrowed and config.service_name and not from_file:
         ignored.append("service_name (set OTEL_SERVICE_NAME instead)")
     return ignored
 
@@ -363,23 +373,28 @@ def build_telemetry(
     wants_prometheus = "prometheus" in config.output_type
 
     from_globals: set[str] = set()
-    if tracer_provider is None and _is_configured(trace.get_tracer_provider()):
+    # OTEL_CONFIG_FILE configured the SDK: its globals are what the file says, a no-op for
+    # a signal it leaves out (the spec's default), never a provider of ours.
+    from_file = config_file.applied() is not None
+    if tracer_provider is None and (from_file or _is_configured(trace.get_tracer_provider())):
         tracer_provider = trace.get_tracer_provider()
         from_globals.add("tracer_provider")
-    if meter_provider is None and _is_configured(metrics.get_meter_provider()):
+    if meter_provider is None and (from_file or _is_configured(metrics.get_meter_provider())):
         meter_provider = metrics.get_meter_provider()
         from_globals.add("meter_provider")
-    if logger_provider is None and _is_configured(_logs.get_logger_provider()):
+    if logger_provider is None and (from_file or _is_configured(_logs.get_logger_provider())):
         logger_provider = _logs.get_logger_provider()
         from_globals.add("logger_provider")
     builds_none = None not in (tracer_provider, meter_provider, logger_provider)
-    ignored = _ignored_settings(config, from_globals, builds_none) if from_globals else []
+    ignored = _ignored_settings(config, from_globals, builds_none, from_file) if from_globals else []
     if ignored:
         # Said once, as the run starts: the SDK's environment decides where telemetry goes.
         _logger.warning(
-            "otel_mindformers: the OpenTelemetry SDK is configured from its environment "
-            "(opentelemetry-instrument, or code that set the global providers), and its exporters "
+            "otel_mindformers: the OpenTelemetry SDK is configured from %s, and its exporters "
             "are used: in monitor_config, %s %s ignored.",
+            f"{config_file.VARIABLE}"
+            if from_file
+            else "its environment (opentelemetry-instrument, or code that set the global providers)",
             "; ".join(ignored),
             "is" if len(ignored) == 1 else "are",
         )

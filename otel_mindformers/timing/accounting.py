@@ -5,8 +5,10 @@ The training thread hands over its values and the window's clock readings only (
 per second, goodput, ETA, MFU, TFLOPS), the built-in phases (start-up, compile, data wait),
 and the run's time breakdown:
 
-- `startup`: the interpreter's start (first run of a process; else the run's start) to the
-  first step's begin, less the phases inside it (a checkpoint load, user phases);
+- `startup`: the process's start (first run of a process; else the run's start) to the
+  first step's begin, less the phases inside it (a checkpoint load, user phases). The
+  kernel's start time: a wrapper that `exec`s Python keeps its process, and its setup
+  counts (docs/time.md);
 - `compile`: the first step's duration beyond the median of the next sampled steps' own
   durations (what graph compilation costs MindFormers users), once `STEADY_SAMPLES` are known;
 - `data_wait`: the gaps between steps of the window, less the phases inside them.
@@ -21,8 +23,8 @@ from __future__ import annotations
 
 import statistics
 
-from otel_mindformers.config.extras import import_optional
 from otel_mindformers.core.clock import WallClock
+from otel_mindformers.core.process_start import process_start
 from otel_mindformers.core.sampled_step import SampledStep
 from otel_mindformers.core.step_record import PhaseInterval, StepRecord
 from otel_mindformers.names import phase_names
@@ -39,22 +41,16 @@ STEADY_SAMPLES = 3
 # nothing. The histogram and the ledger count every gap.
 DATA_WAIT_SPAN_SECONDS = 0.001
 
-_process_started = False  # the first run of a process counts start-up from the interpreter's start
+_process_started = False  # the first run of a process counts start-up from the process's start
 
 
 def _run_origin(run_start_wall: float) -> float:
-    """Where a run's wall time starts: the interpreter's start for a process's first run."""
+    """Where a run's wall time starts: the process's start for a process's first run."""
     global _process_started
     if _process_started:
         return run_start_wall
     _process_started = True
-    psutil, _ = import_optional("psutil")  # MindSpore needs it; without it start-up counts from the run
-    if psutil is None:
-        return run_start_wall
-    try:
-        return min(psutil.Process().create_time(), run_start_wall)
-    except (psutil.Error, OSError):  # no process table: start-up is unknown, count from the run
-        return run_start_wall
+    return process_start(run_start_wall)  # the ledger's reading too: the report's tables agree
 
 
 def training_seconds(elapsed: float, phases: float) -> float:

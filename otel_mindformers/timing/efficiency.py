@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from otel_mindformers.compat import mindspore_cell
 from otel_mindformers.core.guarded_log import get_logger
 
 _logger = get_logger(__name__)
@@ -160,14 +161,13 @@ def _cells(network: Any, depth: int = 4) -> Iterator[Any]:
     seen: set[int] = set()
     frontier = [network]
     for _ in range(depth):
-        next_frontier = []
+        next_frontier: list[Any] = []
         for cell in frontier:
             if cell is None or id(cell) in seen:
                 continue
             seen.add(id(cell))
             yield cell
-            children = getattr(cell, "_cells", None)
-            next_frontier += list(children.values()) if isinstance(children, dict) else []
+            next_frontier += mindspore_cell.own_cells(cell).values()
         frontier = next_frontier
 
 

@@ -187,13 +187,14 @@ class PhaseRecorder:
         if threading.get_ident() == self.training_thread and not self._training:
             self._on_lost(interval.name, interval.seconds)
 
-    def record(self, interval: PhaseInterval) -> None:
-        """A phase known from timestamps: its span and one observation. Any thread (the
-        pipeline's worker records the built-in ones); the time ledger is the caller's."""
+    def record(self, interval: PhaseInterval, parent: Span | None = None) -> None:
+        """A phase known from timestamps: its span (under `parent`, else the epoch's or the
+        run's) and one observation. Any thread (the pipeline's worker records the built-in
+        ones); the time ledger is the caller's."""
         if interval.traced:
             span = self.tracer.start_span(
                 phase_names.SPAN_PREFIX + interval.name,
-                context=self.parent(),
+                context=self.parent() if parent is None else trace.set_span_in_context(parent),
                 attributes=self.span_attributes(interval.name, interval.attributes),
                 start_time=int(interval.start_wall * 1e9),
             )

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -43,6 +44,7 @@ class Loaded:
     dom: str  # the document as the browser holds it after the load event
     requests: list[str]  # every URL the page asked for, its own first
     console: list[str] = field(default_factory=list)  # console calls, script errors, browser log entries
+    values: list[Any] = field(default_factory=list)  # what each expression given to `load` evaluated to
 
 
 class _DevTools:
@@ -141,14 +143,25 @@ def _said(event: dict[str, Any]) -> str | None:
     return None
 
 
-def load(page: Path, profile: Path, screenshot: Path | None = None, width: int = 1100, height: int = 2400) -> Loaded:
+def load(
+    page: Path,
+    profile: Path,
+    screenshot: Path | None = None,
+    width: int = 1100,
+    height: int = 2400,
+    evaluate: Sequence[str] = (),
+) -> Loaded:
     """Open `page` from disk in a new tab and wait for its load event; with `screenshot`,
-    write what a `width` x `height` window shows of its top there (PNG)."""
+    write what a `width` x `height` window shows of its top there (PNG). Each expression of
+    `evaluate` runs in the page after the load event (the DOM as the browser built it, which
+    a serialisation read back by another parser may not show), its value in `values`."""
     with tempfile.TemporaryFile() as log:
-        return _load(_DevTools(profile, log), page, screenshot, width, height)
+        return _load(_DevTools(profile, log), page, screenshot, width, height, evaluate)
 
 
-def _load(tools: _DevTools, page: Path, screenshot: Path | None, width: int, height: int) -> Loaded:
+def _load(
+    tools: _DevTools, page: Path, screenshot: Path | None, width: int, height: int, evaluate: Sequence[str]
+) -> Loaded:
     try:
         target = tools.call("Target.createTarget", url="about:blank")["targetId"]
         session = tools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
@@ -159,9 +172,10 @@ def _load(tools: _DevTools, page: Path, screenshot: Path | None, width: int, hei
         )
         tools.call("Page.navigate", session, url=page.as_uri())
         tools.wait_for("Page.loadEventFired")
-        dom = tools.call(
-            "Runtime.evaluate", session, expression="document.documentElement.outerHTML", returnByValue=True
-        )["result"]["value"]
+        dom, *values = [
+            tools.call("Runtime.evaluate", session, expression=expression, returnByValue=True)["result"].get("value")
+            for expression in ("document.documentElement.outerHTML", *evaluate)
+        ]
         if screenshot is not None:
             shot = tools.call("Page.captureScreenshot", session, format="png")
             screenshot.write_bytes(base64.b64decode(shot["data"]))
@@ -170,6 +184,6 @@ def _load(tools: _DevTools, page: Path, screenshot: Path | None, width: int, hei
             event["params"]["request"]["url"] for event in ours if event.get("method") == "Network.requestWillBeSent"
         ]
         said = [line for line in map(_said, ours) if line is not None]
-        return Loaded(dom, requests, said)
+        return Loaded(dom, requests, said, values)
     finally:
         tools.close()

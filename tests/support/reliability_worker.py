@@ -9,7 +9,8 @@ Python logging to stderr at that level), and `at`: step -> list of actions run a
 MonitorCallback's hook of that step:
 - ["touch", path]            create a marker file (the parent waits for it);
 - ["sleep", seconds]         hold the training thread;
-- ["await", path]            hold the training thread until path exists (at most 5 minutes);
+- ["await", path]            hold the training thread until the file exists (the parent made it:
+                             what it did meanwhile happened between this step and the next);
 - ["raise", message]         raise RuntimeError(message) from the training loop;
 - ["fsize", extra_bytes]     cap this process's file size (RLIMIT_FSIZE) at the smallest output
                              file's current size plus extra_bytes: the disk is "full" from now on;
@@ -130,9 +131,9 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
                 elif kind == "sleep":
                     time.sleep(args[0])
                 elif kind == "await":
-                    deadline = time.monotonic() + 300
-                    while not Path(args[0]).exists() and time.monotonic() < deadline:
-                        time.sleep(0.05)
+                    from tests.support.waiting import wait_until
+
+                    wait_until(Path(args[0]).exists, f"the parent's {args[0]}", timeout=120)
                 elif kind == "raise":
                     raise RuntimeError(args[0])
                 elif kind == "fsize":

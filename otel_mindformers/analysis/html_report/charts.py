@@ -1,20 +1,19 @@
 """The page's charts as inline SVG, drawn here in Python: no chart library, nothing to fetch,
 every series, mark and cell an element of the page (a test counts them in the DOM).
 
-Each function returns one `<figure>`; colours come from CSS classes (page.css), so a cell or
-a segment costs a few bytes. Hover read-outs are a small JSON block beside the SVG that
-page_hover.js reads; the page works without them.
+Each function returns one `<figure>`, built with markup.py (every string escaped); colours
+come from CSS classes (page.css), so a cell or a segment costs a few bytes. Hover read-outs
+are a small JSON block beside the SVG that page_hover.js reads; the page works without them.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from otel_mindformers.analysis.html_report.binning import Axis, Band, Cell, RankRows
+from otel_mindformers.analysis.html_report.markup import Html, data_block, el
 
 WIDTH = 920
 _LEFT, _RIGHT, _TOP, _BOTTOM = 70, 14, 12, 36
@@ -28,10 +27,6 @@ MARK_TITLES = {
     "nonfinite": "non-finite value",
     "overflow": "overflow",
 }
-
-
-def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
 
 
 def fmt(value: float | None, unit: str = "") -> str:
@@ -55,12 +50,6 @@ def _c(value: float) -> str:
     """A coordinate: one decimal is finer than a pixel."""
     text = f"{value:.1f}"
     return text[:-2] if text.endswith(".0") else text
-
-
-def json_block(css_class: str, data: object) -> str:
-    """Data for page_hover.js: a JSON block, closed safely inside HTML."""
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    return f'<script type="application/json" class="{css_class}">{text}</script>'
 
 
 def _round(value: float) -> float | None:
@@ -110,32 +99,27 @@ class Scale:
         return _log_ticks(self.low, self.high) if self.log else nice_ticks(self.low, self.high)
 
 
-def _axes(x: Scale, y: Scale, x_label: str, unit: str, height: float) -> str:
-    parts = ['<g class="axes">']
+def _axes(x: Scale, y: Scale, x_label: str, unit: str, height: float) -> Html:
+    parts = []
     for value in y.ticks():
-        py = y(value)
-        parts.append(
-            f'<line class="grid" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{_c(py)}" y2="{_c(py)}"/>'
-            f'<text class="tick" x="{_LEFT - 6}" y="{_c(py + 4)}" text-anchor="end">{esc(tick(value))}</text>'
-        )
+        py = _c(y(value))
+        parts.append(el("line", class_="grid", x1=_LEFT, x2=WIDTH - _RIGHT, y1=py, y2=py))
+        parts.append(el("text", tick(value), class_="tick", x=_LEFT - 6, y=_c(y(value) + 4), text_anchor="end"))
+    bottom = height - _BOTTOM
     for value in x.ticks():
-        px = x(value)
-        parts.append(
-            f'<line class="tickmark" x1="{_c(px)}" x2="{_c(px)}" y1="{_c(height - _BOTTOM)}" y2="{_c(height - _BOTTOM + 4)}"/>'
-            f'<text class="tick" x="{_c(px)}" y="{_c(height - _BOTTOM + 16)}" text-anchor="middle">{esc(tick(value))}</text>'
-        )
+        px = _c(x(value))
+        parts.append(el("line", class_="tickmark", x1=px, x2=px, y1=_c(bottom), y2=_c(bottom + 4)))
+        parts.append(el("text", tick(value), class_="tick", x=px, y=_c(bottom + 16), text_anchor="middle"))
+    parts.append(el("line", class_="axis", x1=_LEFT, x2=WIDTH - _RIGHT, y1=_c(bottom), y2=_c(bottom)))
     parts.append(
-        f'<line class="axis" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{_c(height - _BOTTOM)}" y2="{_c(height - _BOTTOM)}"/>'
-        f'<text class="label" x="{(WIDTH + _LEFT) / 2:.0f}" y="{height - 4:.0f}" text-anchor="middle">{esc(x_label)}</text>'
+        el("text", x_label, class_="label", x=f"{(WIDTH + _LEFT) / 2:.0f}", y=f"{height - 4:.0f}", text_anchor="middle")
     )
     if unit:  # along the left edge, where the tick labels do not reach
-        middle = (_TOP + height - _BOTTOM) / 2
+        middle = f"{(_TOP + height - _BOTTOM) / 2:.0f}"
         parts.append(
-            f'<text class="label" x="12" y="{middle:.0f}" transform="rotate(-90 12 {middle:.0f})" '
-            f'text-anchor="middle">{esc(unit)}</text>'
+            el("text", unit, class_="label", x=12, y=middle, transform=f"rotate(-90 12 {middle})", text_anchor="middle")
         )
-    parts.append("</g>")
-    return "".join(parts)
+    return el("g", parts, class_="axes")
 
 
 @dataclass
@@ -189,10 +173,10 @@ def _y_scale(values: list[float], height: float, log: bool) -> Scale:
     return Scale(low - pad, high + pad, height - _BOTTOM, _TOP)
 
 
-def _marks(marks: Sequence[Mark], x: Scale, height: float) -> str:
+def _marks(marks: Sequence[Mark], x: Scale, height: float) -> Html:
     """Vertical lines (a span: a shaded band), at most one per pixel column and kind."""
     drawn: set[tuple[str, int]] = set()
-    parts = ['<g class="marks">']
+    parts = []
     for mark in marks:
         if not x.low <= mark.x0 <= x.high:
             continue
@@ -201,20 +185,17 @@ def _marks(marks: Sequence[Mark], x: Scale, height: float) -> str:
         if key in drawn:
             continue
         drawn.add(key)
-        title = f"<title>{esc(mark.text)}</title>"
+        title = el("title", mark.text)
+        css = f"mark mark-{mark.kind}"
         if mark.x1 is not None and mark.x1 > mark.x0:
             right = x(min(mark.x1, x.high))
             parts.append(
-                f'<rect class="mark mark-{mark.kind}" x="{_c(left)}" y="{_TOP}" width="{_c(max(right - left, 2))}" '
-                f'height="{_c(height - _BOTTOM - _TOP)}">{title}</rect>'
-            )
+                el("rect", title, class_=css, x=_c(left), y=_TOP, width=_c(max(right - left, 2)),
+                   height=_c(height - _BOTTOM - _TOP))
+            )  # fmt: skip
         else:
-            parts.append(
-                f'<line class="mark mark-{mark.kind}" x1="{_c(left)}" x2="{_c(left)}" y1="{_TOP}" '
-                f'y2="{_c(height - _BOTTOM)}">{title}</line>'
-            )
-    parts.append("</g>")
-    return "".join(parts)
+            parts.append(el("line", title, class_=css, x1=_c(left), x2=_c(left), y1=_TOP, y2=_c(height - _BOTTOM)))
+    return el("g", parts, class_="marks")
 
 
 def line_chart(
@@ -230,7 +211,7 @@ def line_chart(
     log_y: bool = False,
     note: str = "",
     height: int = 230,
-) -> str:
+) -> Html:
     """A chart of lines against x (steps or seconds), with an optional median-and-range band
     and marks across it."""
     values = [py for line in lines for segment in line.segments for _, py in segment]
@@ -241,43 +222,52 @@ def line_chart(
     body = [_axes(x, y, x_label, unit if not y.log else f"{unit} (log scale)", height), _marks(marks, x, height)]
     if band is not None and band.xs:
         outline = list(zip(band.xs, band.highs)) + list(zip(reversed(band.xs), reversed(band.lows)))
-        body.append(f'<path class="band" d="{_path(outline, x, y)}Z"><title>lowest to highest rank</title></path>')
+        body.append(el("path", el("title", "lowest to highest rank"), class_="band", d=_path(outline, x, y) + "Z"))
         body.append(
-            f'<path class="series median" data-series="median" d="{_path(list(zip(band.xs, band.medians)), x, y)}"/>'
+            el("path", class_="series median", data_series="median", d=_path(list(zip(band.xs, band.medians)), x, y))
         )
     for line in lines:
         path = "".join(_path(segment, x, y) for segment in line.segments if segment)
         if path:
             css = "series emphasis" if line.emphasis else f"series s{line.colour % PALETTE_SIZE}"
-            body.append(f'<path class="{css}" data-series="{esc(line.label)}" d="{path}"/>')
-    body.append(f'<line class="guide" x1="0" x2="0" y1="{_TOP}" y2="{height - _BOTTOM}"/>')
-    legend = _legend(lines, band)
-    return (
-        f'<figure class="chart line-chart" id="{esc(chart_id)}"><figcaption>{esc(title)}</figcaption>'
-        f'<svg class="plot" viewBox="0 0 {WIDTH} {height}" data-x0="{x.low!r}" data-x1="{x.high!r}" '
-        f'data-px0="{_LEFT}" data-px1="{WIDTH - _RIGHT}" role="img" aria-label="{esc(title)}">{"".join(body)}</svg>'
-        f'<div class="readout" hidden></div>{legend}'
-        + (f'<p class="note">{esc(note)}</p>' if note else "")
-        + (json_block("hover-data", hover.data(unit)) if hover is not None else "")
-        + "</figure>"
+            body.append(el("path", class_=css, data_series=line.label, d=path))
+    body.append(el("line", class_="guide", x1=0, x2=0, y1=_TOP, y2=height - _BOTTOM))
+    svg = el(
+        "svg", body, class_="plot", viewBox=f"0 0 {WIDTH} {height}", data_x0=repr(x.low), data_x1=repr(x.high),
+        data_px0=_LEFT, data_px1=WIDTH - _RIGHT, role="img", aria_label=title,
+    )  # fmt: skip
+    return el(
+        "figure",
+        el("figcaption", title),
+        svg,
+        el("div", class_="readout", hidden=True),
+        _legend(lines, band),
+        el("p", note, class_="note") if note else None,
+        data_block("hover-data", hover.data(unit)) if hover is not None else None,
+        class_="chart line-chart",
+        id=chart_id,
     )
 
 
-def _legend(lines: Sequence[Line], band: Band | None) -> str:
+def _legend(lines: Sequence[Line], band: Band | None) -> Html | None:
     items = []
     if band is not None and band.xs:
-        items.append('<span><i class="swatch band-swatch"></i>median, lowest to highest rank</span>')
+        items.append(el("span", el("i", class_="swatch band-swatch"), "median, lowest to highest rank"))
     items += [
-        f'<span><i class="swatch {"emphasis" if line.emphasis else f"s{line.colour % PALETTE_SIZE}"}"></i>'
-        f"{esc(line.label)}{' (holds the job back)' if line.emphasis else ''}</span>"
+        el(
+            "span",
+            el("i", class_=f"swatch {'emphasis' if line.emphasis else f's{line.colour % PALETTE_SIZE}'}"),
+            line.label,
+            " (holds the job back)" if line.emphasis else None,
+        )
         for line in lines
     ]
-    return f'<div class="legend">{"".join(items)}</div>' if items else ""
+    return el("div", items, class_="legend") if items else None
 
 
-def marks_legend(kinds: Sequence[str]) -> str:
-    items = [f'<span><i class="swatch mark-{kind}"></i>{esc(MARK_TITLES[kind])}</span>' for kind in kinds]
-    return f'<div class="legend marks-legend">{"".join(items)}</div>' if items else ""
+def marks_legend(kinds: Sequence[str]) -> Html | None:
+    items = [el("span", el("i", class_=f"swatch mark-{kind}"), MARK_TITLES[kind]) for kind in kinds]
+    return el("div", items, class_="legend marks-legend") if items else None
 
 
 @dataclass
@@ -320,7 +310,7 @@ def heatmap(
     unit: str,
     note: str = "",
     named_row: int | None = None,
-) -> str:
+) -> Html:
     """Ranks down, steps across; a cell's colour is its value's level. Cells are drawn at
     1x1 in a scaled group, with their size in CSS, so each costs about 30 bytes. The row of
     `named_row` (the rank that holds the job back) is labelled and outlined."""
@@ -330,32 +320,32 @@ def heatmap(
     height = _TOP + cell_h * rows.count + _BOTTOM
     x = Scale(axis.low, axis.high, 96, WIDTH - _RIGHT)
     parts = [
-        f'<rect class="heat-empty" x="96" y="{_TOP}" width="{_c(plot_width)}" height="{_c(cell_h * rows.count)}"/>',
-        f'<g class="cells" transform="translate(96 {_TOP}) scale({cell_w:.4f} {cell_h:.4f})">',
+        el("rect", class_="heat-empty", x=96, y=_TOP, width=_c(plot_width), height=_c(cell_h * rows.count)),
+        el(
+            "g",
+            [el("rect", class_=f"h{scale.level(c.value)}", x=c.column, y=c.row) for c in cells],
+            class_="cells",
+            transform=f"translate(96 {_TOP}) scale({cell_w:.4f} {cell_h:.4f})",
+        ),
     ]
-    parts += [f'<rect class="h{scale.level(c.value)}" x="{c.column}" y="{c.row}"/>' for c in cells]
-    parts.append("</g>")
     every = max(1, math.ceil(rows.count / 24))
     labelled = set(range(0, rows.count, every))
     if named_row is not None:
         labelled = {row for row in labelled if abs(row - named_row) >= every} | {named_row}
         parts.append(
-            f'<rect class="named-row" x="95" y="{_c(_TOP + named_row * cell_h - 1)}" width="{_c(plot_width + 2)}" '
-            f'height="{_c(cell_h + 2)}"/>'
-        )
+            el("rect", class_="named-row", x=95, y=_c(_TOP + named_row * cell_h - 1), width=_c(plot_width + 2),
+               height=_c(cell_h + 2))
+        )  # fmt: skip
     for row in sorted(labelled):
-        css = "tick named" if row == named_row else "tick"
         parts.append(
-            f'<text class="{css}" x="90" y="{_c(_TOP + (row + 0.5) * cell_h + 4)}" text-anchor="end">'
-            f"{esc(rows.label(row))}</text>"
-        )
+            el("text", rows.label(row), class_="tick named" if row == named_row else "tick", x=90,
+               y=_c(_TOP + (row + 0.5) * cell_h + 4), text_anchor="end")
+        )  # fmt: skip
     bottom = height - _BOTTOM
     for value in x.ticks():
-        parts.append(
-            f'<text class="tick" x="{_c(x(value))}" y="{_c(bottom + 16)}" text-anchor="middle">{esc(tick(value))}</text>'
-        )
+        parts.append(el("text", tick(value), class_="tick", x=_c(x(value)), y=_c(bottom + 16), text_anchor="middle"))
     parts.append(
-        f'<text class="label" x="{(WIDTH + 96) / 2:.0f}" y="{height - 4:.0f}" text-anchor="middle">{esc(x_label)}</text>'
+        el("text", x_label, class_="label", x=f"{(WIDTH + 96) / 2:.0f}", y=f"{height - 4:.0f}", text_anchor="middle")
     )
     values: list[list[float | None]] = [[None] * axis.bins for _ in range(rows.count)]
     ranks: list[list[int | None]] = [[None] * axis.bins for _ in range(rows.count)]
@@ -371,22 +361,29 @@ def heatmap(
     }
     if len(rows.ranks) > rows.count:  # a row holds several ranks: say whose value it is
         hover["r"] = ranks
-    key = _heat_key(scale, unit)
-    return (
-        f'<figure class="chart heatmap" id="{esc(chart_id)}"><figcaption>{esc(title)}</figcaption>'
-        f'<svg class="plot" viewBox="0 0 {WIDTH} {_c(height)}" data-px0="96" data-px1="{WIDTH - _RIGHT}" '
-        f'data-py0="{_TOP}" data-row-height="{cell_h:.4f}" data-columns="{axis.bins}" role="img" '
-        f'aria-label="{esc(title)}">{"".join(parts)}</svg><div class="readout" hidden></div>{key}'
-        + (f'<p class="note">{esc(note)}</p>' if note else "")
-        + json_block("heat-data", hover)
-        + "</figure>"
+    svg = el(
+        "svg", parts, class_="plot", viewBox=f"0 0 {WIDTH} {_c(height)}", data_px0=96, data_px1=WIDTH - _RIGHT,
+        data_py0=_TOP, data_row_height=f"{cell_h:.4f}", data_columns=axis.bins, role="img", aria_label=title,
+    )  # fmt: skip
+    return el(
+        "figure",
+        el("figcaption", title),
+        svg,
+        el("div", class_="readout", hidden=True),
+        _heat_key(scale, unit),
+        el("p", note, class_="note") if note else None,
+        data_block("heat-data", hover),
+        class_="chart heatmap",
+        id=chart_id,
     )
 
 
-def _heat_key(scale: HeatScale, unit: str) -> str:
-    swatches = "".join(f'<i class="swatch h{level}"></i>' for level in range(HEAT_LEVELS))
+def _heat_key(scale: HeatScale, unit: str) -> Html:
+    swatches = [el("i", class_=f"swatch h{level}") for level in range(HEAT_LEVELS)]
     low, high = fmt(scale.low, unit), fmt(scale.high, unit)
-    return f'<div class="legend heat-key"><span>{esc(low)}</span>{swatches}<span>{esc(high)}{" (log)" if scale.log else ""}</span></div>'
+    return el(
+        "div", el("span", low), swatches, el("span", high + (" (log)" if scale.log else "")), class_="legend heat-key"
+    )
 
 
 @dataclass
@@ -400,7 +397,7 @@ class Bar:
 
 def stacked_bars(
     chart_id: str, title: str, bars: Sequence[Bar], categories: Sequence[str], unit: str, note: str = ""
-) -> str:
+) -> Html:
     """Horizontal bars, one per rank (or group of ranks), split by category."""
     bar_h, gap = 16, 4
     height = _TOP + len(bars) * (bar_h + gap) + 24
@@ -410,7 +407,7 @@ def stacked_bars(
     parts = []
     for row, bar in enumerate(bars):
         y = _TOP + row * (bar_h + gap)
-        parts.append(f'<text class="tick" x="{left - 6}" y="{y + bar_h - 4}" text-anchor="end">{esc(bar.label)}</text>')
+        parts.append(el("text", bar.label, class_="tick", x=left - 6, y=y + bar_h - 4, text_anchor="end"))
         x = float(left)
         total = sum(v for _, v in bar.segments)
         for name, value in bar.segments:
@@ -418,17 +415,22 @@ def stacked_bars(
                 continue
             width = value / longest * (right - left)
             share = value / total if total > 0 else 0.0
+            title = el("title", f"{bar.label}: {name} {fmt(value, unit)} ({share:.1%})")
             parts.append(
-                f'<rect class="segment k{index[name]}" x="{_c(x)}" y="{y}" width="{_c(max(width, 0.5))}" height="{bar_h}">'
-                f"<title>{esc(bar.label)}: {esc(name)} {esc(fmt(value, unit))} ({share:.1%})</title></rect>"
-            )
+                el("rect", title, class_=f"segment k{index[name]}", x=_c(x), y=y, width=_c(max(width, 0.5)),
+                   height=bar_h)
+            )  # fmt: skip
             x += width
-        parts.append(f'<text class="tick" x="{_c(x + 6)}" y="{y + bar_h - 4}">{esc(bar.total_text)}</text>')
-    legend = "".join(f'<span><i class="swatch k{i}"></i>{esc(name)}</span>' for i, name in enumerate(categories))
-    return (
-        f'<figure class="chart bars" id="{esc(chart_id)}"><figcaption>{esc(title)}</figcaption>'
-        f'<svg class="plot" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{esc(title)}">{"".join(parts)}</svg>'
-        f'<div class="legend">{legend}</div>' + (f'<p class="note">{esc(note)}</p>' if note else "") + "</figure>"
+        parts.append(el("text", bar.total_text, class_="tick", x=_c(x + 6), y=y + bar_h - 4))
+    legend = [el("span", el("i", class_=f"swatch k{i}"), name) for i, name in enumerate(categories)]
+    return el(
+        "figure",
+        el("figcaption", title),
+        el("svg", parts, class_="plot", viewBox=f"0 0 {WIDTH} {height}", role="img", aria_label=title),
+        el("div", legend, class_="legend"),
+        el("p", note, class_="note") if note else None,
+        class_="chart bars",
+        id=chart_id,
     )
 
 
@@ -445,8 +447,8 @@ class Span:
 
 
 def timeline(
-    chart_id: str, title: str, lanes: Sequence[str], spans: Sequence[Span], x_label: str, legend: str = ""
-) -> str:
+    chart_id: str, title: str, lanes: Sequence[str], spans: Sequence[Span], x_label: str, legend: Html | None = None
+) -> Html:
     """Lanes of spans against a time axis (the attempts and the downtime between them; a
     capture's operators)."""
     lane_h, gap = 22, 6
@@ -457,32 +459,31 @@ def timeline(
     parts = []
     for lane, name in enumerate(lanes):
         y = _TOP + lane * (lane_h + gap)
-        parts.append(f'<text class="tick" x="144" y="{y + lane_h - 6}" text-anchor="end">{esc(name)}</text>')
+        parts.append(el("text", name, class_="tick", x=144, y=y + lane_h - 6, text_anchor="end"))
     for span in spans:
         y = _TOP + span.lane * (lane_h + gap)
         left, right = x(span.start), x(span.end)
         parts.append(
-            f'<rect class="span {esc(span.css)}" x="{_c(left)}" y="{y}" width="{_c(max(right - left, 1.0))}" '
-            f'height="{lane_h}"><title>{esc(span.text)}</title></rect>'
-        )
+            el("rect", el("title", span.text), class_=f"span {span.css}", x=_c(left), y=y,
+               width=_c(max(right - left, 1.0)), height=lane_h)
+        )  # fmt: skip
         if span.label and right - left > 7 * len(span.label):
             parts.append(
-                f'<text class="span-label" x="{_c((left + right) / 2)}" y="{y + lane_h - 7}" text-anchor="middle">'
-                f"{esc(span.label)}</text>"
-            )
+                el("text", span.label, class_="span-label", x=_c((left + right) / 2), y=y + lane_h - 7,
+                   text_anchor="middle")
+            )  # fmt: skip
     bottom = height - _BOTTOM
-    parts.append(f'<line class="axis" x1="150" x2="{WIDTH - _RIGHT}" y1="{bottom}" y2="{bottom}"/>')
+    parts.append(el("line", class_="axis", x1=150, x2=WIDTH - _RIGHT, y1=bottom, y2=bottom))
     for value in x.ticks():
-        parts.append(
-            f'<text class="tick" x="{_c(x(value))}" y="{bottom + 16}" text-anchor="middle">{esc(tick(value))}</text>'
-        )
-    parts.append(
-        f'<text class="label" x="{(WIDTH + 150) / 2:.0f}" y="{height - 4}" text-anchor="middle">{esc(x_label)}</text>'
-    )
-    return (
-        f'<figure class="chart timeline" id="{esc(chart_id)}"><figcaption>{esc(title)}</figcaption>'
-        f'<svg class="plot" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{esc(title)}">{"".join(parts)}</svg>'
-        f"{legend}</figure>"
+        parts.append(el("text", tick(value), class_="tick", x=_c(x(value)), y=bottom + 16, text_anchor="middle"))
+    parts.append(el("text", x_label, class_="label", x=f"{(WIDTH + 150) / 2:.0f}", y=height - 4, text_anchor="middle"))
+    return el(
+        "figure",
+        el("figcaption", title),
+        el("svg", parts, class_="plot", viewBox=f"0 0 {WIDTH} {height}", role="img", aria_label=title),
+        legend,
+        class_="chart timeline",
+        id=chart_id,
     )
 
 
@@ -496,10 +497,8 @@ __all__ = [
     "Line",
     "Mark",
     "Span",
-    "esc",
     "fmt",
     "heatmap",
-    "json_block",
     "line_chart",
     "marks_legend",
     "stacked_bars",

@@ -3,17 +3,22 @@
 Sections, in order: the run at a glance (every figure from the JSON report, its exact value
 in a `data-value` attribute), the curves against the step, the job across ranks (the
 verdict, heatmaps of step time and of each section, where each rank's time went), the
-job across attempts, device readings, captures, and the logs read. A Content-Security-Policy
-forbids every fetch: the page cannot load anything, and page_errors.js writes any error or
-blocked request into the page itself, where a test (or a reader) sees it.
+job across attempts, device readings, captures, and the logs read. Every element is built
+with markup.py, which escapes every string on its way in. A Content-Security-Policy forbids
+every fetch and lets only the page's own scripts and stylesheet run, by their SHA-256: the
+page cannot load anything, nor run a script a string of its data smuggled in, and
+page_errors.js writes any error or blocked request into the page itself, where a test (or a
+reader) sees it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,12 +35,14 @@ from otel_mindformers.analysis.html_report.binning import (
     heat_cells,
     thinned,
 )
-from otel_mindformers.analysis.html_report.charts import Bar, HeatScale, Hover, Line, Mark, Span, esc, fmt
+from otel_mindformers.analysis.html_report.charts import Bar, HeatScale, Hover, Line, Mark, Span, fmt
+from otel_mindformers.analysis.html_report.markup import Child, Html, csp_source, el, inline, join
 from otel_mindformers.analysis.html_report.run_data import CURVES, DEVICE_READINGS, Column, RunData
 from otel_mindformers.analysis.logs import local_time
 from otel_mindformers.analysis.report import (
     BUILT_IN_PHASES,
     OTHER_PHASES,
+    STARTUP_FROM,
     TOPIC_ATTEMPTS,
     TOPIC_CURVES,
     TOPIC_LOGS,
@@ -43,7 +50,8 @@ from otel_mindformers.analysis.report import (
     Report,
     findings,
 )
-from otel_mindformers.captures.offline.profile_trace import short_name, trace_operators
+from otel_mindformers.captures.offline.profile_trace import TraceError, short_name, trace_operators
+from otel_mindformers.cluster.offline.attempt_fault import what_ended
 from otel_mindformers.names import straggler_names as sections
 from otel_mindformers.names import training as tm
 from otel_mindformers.stragglers.offline import verdict as stragglers
@@ -51,9 +59,8 @@ from otel_mindformers.stragglers.offline.verdict import COLUMNS, SectionHistory
 from otel_mindformers.stragglers.sections import STEPS_KEY, WINDOW_KEY
 from otel_mindformers.version import __version__
 
-# A Content-Security-Policy that allows the page's own inline styles and scripts and data:
-# images, and nothing else: no fetch of any kind can leave the page.
-CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+_SCRIPTS = ("page_errors.js", "page_hover.js")  # inline, in this order: the error box first
+_STYLE = "page.css"
 CURVE_COLUMNS = 600  # a curve's points: at most two per column
 HEAT_COLUMNS = 150  # steps across a heatmap
 HEAT_ROWS = 64  # ranks down a heatmap (more ranks share a row)
@@ -89,36 +96,50 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
+@functools.cache
+def content_security_policy() -> str:
+    """Nothing fetched, and only the page's own inline scripts and stylesheet run, named by
+    their SHA-256: a script that data smuggled into the page would not run."""
+    scripts = " ".join(csp_source(_asset(name)) for name in _SCRIPTS)
+    return f"default-src 'none'; style-src {csp_source(_asset(_STYLE))}; script-src {scripts}"
+
+
 def build_page(run: RunData) -> str:
     """The whole document."""
     job = run.job
     title = f"Training run {job['job_id']}" if job else "Training run"
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f'<meta name="generator" content="otel-mindformers {esc(__version__)}">',
-        f"<title>{esc(title)}</title>",
-        f"<script>{_asset('page_errors.js')}</script>",
-        f"<style>{_asset('page.css')}</style>",
-        "</head><body>",
-        f'<header><h1>{esc(title)}</h1><p class="sub">{esc(_subtitle(run))}</p>',
-        '<pre id="page-errors" hidden></pre>',
-        _nav(),
-        "</header><main>",
-        _glance(run),
-        _curves(run),
-        _ranks(run),
-        _attempts(job),
-        _devices(run),
-        _captures(run.captures),
-        _logs(run),
-        "</main>",
-        f"<script>{_asset('page_hover.js')}</script>",
-        "</body></html>",
-    ]
-    return "\n".join(parts)
+    head = el(
+        "head",
+        el("meta", charset="utf-8"),
+        el("meta", http_equiv="Content-Security-Policy", content=content_security_policy()),
+        el("meta", name="viewport", content="width=device-width, initial-scale=1"),
+        el("meta", name="generator", content=f"otel-mindformers {__version__}"),
+        el("title", title),
+        inline("script", _asset(_SCRIPTS[0])),
+        inline("style", _asset(_STYLE)),
+    )
+    body = el(
+        "body",
+        el(
+            "header",
+            el("h1", title),
+            el("p", _subtitle(run), class_="sub"),
+            el("pre", id="page-errors", hidden=True),
+            _nav(),
+        ),
+        el(
+            "main",
+            _glance(run),
+            _curves(run),
+            _ranks(run),
+            _attempts(job),
+            _devices(run),
+            _captures(run.captures),
+            _logs(run),
+        ),
+        inline("script", _asset(_SCRIPTS[1])),
+    )
+    return "<!DOCTYPE html>\n" + el("html", head, body, lang="en")
 
 
 def _subtitle(run: RunData) -> str:
@@ -142,23 +163,28 @@ _NAV = (
 )
 
 
-def _nav() -> str:
-    return "<nav>" + "".join(f'<a href="#{key}">{esc(text)}</a>' for key, text in _NAV) + "</nav>"
+def _nav() -> Html:
+    return el("nav", [el("a", text, href=f"#{key}") for key, text in _NAV])
 
 
-def _section(key: str, inner: str) -> str:
-    heading = dict(_NAV)[key]
-    return f'<section id="{key}"><h2>{esc(heading)}</h2>{inner}</section>'
+def _section(key: str, *inner: Child) -> Html:
+    return el("section", el("h2", dict(_NAV)[key]), *inner, id=key)
+
+
+def _note(text: str, **attributes: str) -> Html:
+    return el("p", text, class_="note", **attributes)
 
 
 # --- at a glance ---------------------------------------------------------------------------
 
 
-def _fact(key: str, label: str, shown: str, value: Any = None, link: str | None = None) -> str:
+def _fact(
+    key: str, label: str, shown: str, value: Any = None, link: str | None = None, **row: str | int | None
+) -> Html:
     """One figure of the glance table; `value` (the JSON report's, exactly) in data-value."""
-    data = f' data-value="{esc(json.dumps(value))}"' if value is not None else ""
-    text = f'<a href="#{link}">{esc(shown)}</a>' if link else esc(shown)
-    return f'<tr id="fact-{key}"><th>{esc(label)}</th><td{data}>{text}</td></tr>'
+    data = json.dumps(value) if value is not None else None
+    text = el("a", shown, href=f"#{link}") if link else shown
+    return el("tr", el("th", label), el("td", text, data_value=data), id=f"fact-{key}", **row)
 
 
 def _seconds(value: float | None) -> str:
@@ -175,7 +201,7 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def _glance(run: RunData) -> str:
+def _glance(run: RunData) -> Html:
     body, job, report = run.body, run.job, run.report
     series = body["series"]
     ranks = sorted({s["rank"] for s in series if s["rank"] is not None})
@@ -233,7 +259,7 @@ def _glance(run: RunData) -> str:
                 "ranks",
             )
         )
-    rows.append(_bottleneck_fact(body))
+    rows.append(_bottleneck_fact(body, max(world, len(ranks))))
     if body["first_loss"] is not None:
         loss = f"first {fmt(body['first_loss'])}, last {fmt(body['last_loss'])}, min {fmt(body['min_loss'])} (step {body['min_loss_step']})"
         rows.append(_fact("loss", "loss", loss, body["last_loss"], "chart-loss"))
@@ -266,18 +292,20 @@ def _glance(run: RunData) -> str:
     if run.captures is not None:
         rows.append(_fact("captures", "captures", str(len(run.captures)), len(run.captures), "captures"))
     items = [
-        f'<li class="finding topic-{esc(topic)}"><a href="#{SECTION_OF_TOPIC[topic]}">{esc(text)}</a></li>'
+        el("li", el("a", text, href=f"#{SECTION_OF_TOPIC[topic]}"), class_=f"finding topic-{topic}")
         for topic, text in _grouped_findings(report)
     ]
-    shown = "".join(items[:MAX_FINDINGS])
     more = (
-        f'<details><summary>{len(items) - MAX_FINDINGS} more findings</summary><ul class="findings">'
-        f"{''.join(items[MAX_FINDINGS:])}</ul></details>"
+        el(
+            "details",
+            el("summary", f"{len(items) - MAX_FINDINGS} more findings"),
+            el("ul", items[MAX_FINDINGS:], class_="findings"),
+        )
         if len(items) > MAX_FINDINGS
-        else ""
+        else None
     )
-    found = f'<ul class="findings">{shown}</ul>{more}' if items else '<p class="note">No findings.</p>'
-    return _section("glance", f'<table class="facts">{"".join(rows)}</table><h3>Findings</h3>{found}')
+    found = join(el("ul", items[:MAX_FINDINGS], class_="findings"), more) if items else _note("No findings.")
+    return _section("glance", el("table", rows, class_="facts"), el("h3", "Findings"), found)
 
 
 _TOPIC_ORDER = (TOPIC_RANKS, TOPIC_ATTEMPTS, TOPIC_CURVES, TOPIC_LOGS)
@@ -310,23 +338,35 @@ def _ranks_text(ranks: list[int]) -> str:
     return "ranks " + ", ".join(map(str, ranks))
 
 
-def _bottleneck_fact(body: dict[str, Any]) -> str:
+def _bottleneck_fact(body: dict[str, Any], ranks: int) -> Html:
+    """Who holds the job back: named (class `named`, in red) only when a rank is."""
     verdict = body.get("bottleneck")
     top = verdict.get("bottleneck") if verdict else None
+    label = "holds the job back"
     if top is not None:
         shown = (
             f"{top['label']}, {top['section']}: the job lost {_seconds(top['lost_s'])} "
             f"({top['share_of_job']:.1%} of its wall time) waiting for it"
         )
-        return _fact("bottleneck", "holds the job back", shown, top["lost_s"], "ranks").replace(
-            "<tr ", f'<tr data-rank="{top["rank"]}" data-section="{esc(top["section"])}" ', 1
-        )
+        return _fact(
+            "bottleneck", label, shown, top["lost_s"], "ranks", class_="named", data_rank=top["rank"],
+            data_section=top["section"],
+        )  # fmt: skip
     if body.get("holds_back"):
-        return _fact("bottleneck", "holds the job back", f"{body['holds_back']} (step time)", None, "ranks")
+        return _fact("bottleneck", label, f"{body['holds_back']} (step time)", None, "ranks", class_="named")
+    bound = verdict.get("input_bound") if verdict else None
+    if bound is not None:
+        shown = (
+            f"no rank: every rank is input-bound (each waited for its data at least {_seconds(bound['waited_s'])}, "
+            f"{bound['share_of_job']:.1%} of the job's wall time)"
+        )
+        return _fact("bottleneck", label, shown, None, "ranks", data_input_bound=json.dumps(bound["share_of_job"]))
     if verdict is not None and verdict.get("rises"):
         named = ", ".join(rise["label"] for rise in verdict["rises"])
-        return _fact("bottleneck", "holds the job back", f"none named; in-step time rose on {named}", None, "ranks")
-    return _fact("bottleneck", "holds the job back", "no rank", None, "ranks")
+        return _fact("bottleneck", label, f"none named; in-step time rose on {named}", None, "ranks")
+    if ranks <= 1:
+        return _fact("bottleneck", label, "one rank: no other rank to hold back", None, "ranks")
+    return _fact("bottleneck", label, "no rank", None, "ranks")
 
 
 # --- curves --------------------------------------------------------------------------------
@@ -414,10 +454,10 @@ def _named_rank(run: RunData) -> str | None:
     return holds if isinstance(holds, str) else None
 
 
-def _curves(run: RunData) -> str:
+def _curves(run: RunData) -> Html:
     present = [name for name in CURVES if any(name in one.sink.curves for one in run.series)]
     if not present:
-        return _section("curves", '<p class="note">These logs hold no training values.</p>')
+        return _section("curves", _note("These logs hold no training values."))
     steps = [x for one in run.series for name in present if name in one.sink.curves for x in one.sink.curves[name].xs]
     axis = Axis.over(steps, CURVE_COLUMNS)
     marks = _curve_marks(run)
@@ -447,42 +487,48 @@ def _curves(run: RunData) -> str:
         )
     missing = [name for name in (tm.MFU, tm.GRAD_NORM) if name not in present]
     note = (
-        f'<p class="note">Not in these logs: {esc(", ".join(missing))} (MFU needs `model_flops` or the model '
-        "config; grad norm the optimizer's reading, docs/time.md).</p>"
+        _note(
+            f"Not in these logs: {', '.join(missing)} (MFU needs `model_flops` or the model config; grad norm the "
+            "optimizer's reading, docs/time.md)."
+        )
         if missing
-        else ""
+        else None
     )
-    return _section("curves", charts.marks_legend(kinds) + "".join(figures) + note)
+    return _section("curves", charts.marks_legend(kinds), figures, note)
 
 
 # --- across ranks --------------------------------------------------------------------------
 
 
-def _ranks(run: RunData) -> str:
-    parts = []
+def _ranks(run: RunData) -> Html:
+    parts: list[Child] = []
     verdict_lines = stragglers.lines(run.report.bottleneck)
     if verdict_lines:
-        top = run.report.bottleneck.bottleneck if run.report.bottleneck is not None else None
-        items = "".join(
-            f'<li class="{"verdict-top" if i == 1 and top is not None else ""}">{esc(line.strip())}</li>'
+        verdict = run.report.bottleneck
+        top = verdict.bottleneck if verdict is not None else None
+        headline = 1 + (verdict is not None and verdict.input_bound is not None)  # the line naming a rank
+        items = [
+            el("li", line.strip(), class_="verdict-top" if i == headline and top is not None else None)
             for i, line in enumerate(verdict_lines)
-        )
-        parts.append(f'<div class="verdict"><p>{esc(stragglers.TITLE)}</p><ul>{items}</ul></div>')
+        ]
+        parts.append(el("div", el("p", stragglers.TITLE), el("ul", items), class_="verdict"))
     else:
         parts.append(
-            '<p class="note">No verdict: it needs two or more ranks whose logs carry `sections` over the same '
-            "sampled windows (docs/stragglers.md).</p>"
+            _note(
+                "No verdict: it needs two or more ranks whose logs carry `sections` over the same sampled windows "
+                "(docs/stragglers.md)."
+            )
         )
     parts.append(_heatmaps(run))
     parts.append(_time_bars(run))
-    return _section("ranks", "".join(parts))
+    return _section("ranks", parts)
 
 
-def _heatmaps(run: RunData) -> str:
+def _heatmaps(run: RunData) -> Html | None:
     ranked = [(_rank_of(i, one.rank), one) for i, one in enumerate(run.series)]
     rows = RankRows.of([rank for rank, _ in ranked], HEAT_ROWS)
     if not rows.ranks:
-        return ""
+        return None
     step_times = {
         rank: covering(one.sink.curves[tm.STEP_TIME].xs, one.sink.curves[tm.STEP_TIME].ys)
         for rank, one in ranked
@@ -494,7 +540,7 @@ def _heatmaps(run: RunData) -> str:
     # A column is at least one step wide: a short run is drawn step by step.
     axis = Axis(span.low, span.high, max(1, min(HEAT_COLUMNS, int(span.high - span.low) + 1)))
     named = _named_row(run, rows)
-    figures = []
+    figures: list[Html] = []
     if step_times:
         figures.append(
             charts.heatmap(
@@ -512,9 +558,7 @@ def _heatmaps(run: RunData) -> str:
     for section in HEAT_SECTIONS:
         shares = {rank: by_section[section] for rank, by_section in windows.items()}
         if not any(value > 0 for records in shares.values() for _, _, value in records):
-            figures.append(
-                f'<p class="note" id="heat-{section}-none">No {esc(section)} time in the sampled windows.</p>'
-            )
+            figures.append(_note(f"No {section} time in the sampled windows.", id=f"heat-{section}-none"))
             continue
         cells = [cell for cell in heat_cells(shares, rows, axis) if cell.value > 0]
         figures.append(
@@ -531,10 +575,8 @@ def _heatmaps(run: RunData) -> str:
             )
         )
     if not windows:
-        figures.append(
-            '<p class="note">No `sections` in these logs (written by every rank since sections were added).</p>'
-        )
-    return "".join(figures)
+        figures.append(_note("No `sections` in these logs (written by every rank since sections were added)."))
+    return join(figures)
 
 
 def _named_row(run: RunData, rows: RankRows) -> int | None:
@@ -561,13 +603,13 @@ def _windows(history: SectionHistory) -> dict[str, list[Covered]]:
     return found
 
 
-def _time_bars(run: RunData) -> str:
+def _time_bars(run: RunData) -> Html:
     timed = sorted(
         ((s, s["time"]) for s in run.body["series"] if s.get("time")),
         key=lambda pair: (pair[0]["rank"] is None, pair[0]["rank"] or 0),
     )
     if not timed:
-        return '<p class="note">No `time` objects in these logs: where each rank\'s time went is not known.</p>'
+        return _note("No `time` objects in these logs: where each rank's time went is not known.")
     rows = RankRows.of(range(len(timed)), MAX_BARS)
     bars = []
     for row in range(rows.count):
@@ -595,21 +637,49 @@ def _time_bars(run: RunData) -> str:
         TIME_CATEGORIES,
         "s",
         note="These are the report's per-series ledgers (docs/time.md); a rank that waits for another inside its "
-        "step counts that wait as productive: the verdict above compares the ranks.",
+        f"step counts that wait as productive: the verdict above compares the ranks; {STARTUP_FROM}.",
     )
 
 
 # --- attempts ------------------------------------------------------------------------------
 
 _DOWNTIME_ORDER = ("no_process", "startup", "checkpoint_load", "compile")
+_OUTCOMES = ("completed", "running", "stopped", "killed", "crashed")
 
 
-def _attempts(job: dict[str, Any] | None) -> str:
+def attempt_steps(attempt: dict[str, Any]) -> str:
+    """The steps an attempt ran, `first..last`, from its `report --json` entry ("-": none)."""
+    return f"{attempt['resume_step'] + 1}..{attempt['last_step']}" if attempt["steps"] else "-"
+
+
+def _ended(attempt: dict[str, Any]) -> str:
+    ended = attempt["outcome"] + (f" ({attempt['reason']})" if attempt.get("reason") else "")
+    cluster_fault = what_ended(attempt)  # cluster/: the ClusterD fault that ended it
+    return ended if cluster_fault is None else f"{ended}; ClusterD: {cluster_fault}"
+
+
+# The attempts table: a header and how each attempt's cell reads, in order. A column is one
+# entry here (its cell a class `col-<key>` for tests and styles).
+ATTEMPT_COLUMNS: tuple[tuple[str, str, Callable[[dict[str, Any]], Child]], ...] = (
+    ("attempt", "attempt", lambda a: a["attempt"]),
+    ("ranks", "ranks", lambda a: len(a["ranks"])),
+    ("start", "start", lambda a: local_time(a["start"], "%H:%M:%S")),
+    ("end", "end", lambda a: local_time(a["end"], "%H:%M:%S")),
+    ("ended", "ended", _ended),
+    ("steps", "steps", attempt_steps),
+    ("lost-steps", "lost steps", lambda a: a["lost_steps"]),
+    ("downtime", "downtime before", lambda a: _seconds((a.get("downtime") or {}).get("total"))),
+)
+
+
+def _attempts(job: dict[str, Any] | None) -> Html:
     if job is None:
         return _section(
             "attempts",
-            '<p class="note">No job ledger (*.job.rank_N.ledger) beside these logs: one attempt as far as '
-            "they tell (docs/restarts.md).</p>",
+            _note(
+                "No job ledger (*.job.rank_N.ledger) beside these logs: one attempt as far as they tell "
+                "(docs/restarts.md)."
+            ),
         )
     attempts = job["attempts"]
     origin = min(a["start"] for a in attempts)
@@ -617,16 +687,15 @@ def _attempts(job: dict[str, Any] | None) -> str:
     previous_end: float | None = None
     for attempt in attempts:
         label = f"attempt {attempt['attempt']}"
-        steps = f"steps {attempt['resume_step'] + 1}..{attempt['last_step']}" if attempt["steps"] else "no step"
+        steps = f"steps {attempt_steps(attempt)}" if attempt["steps"] else "no step"
         spans.append(
             Span(
                 0,
                 attempt["start"] - origin,
                 attempt["end"] - origin,
                 f"o-{attempt['outcome']}",
-                f"{label}: {attempt['outcome']}"
-                + (f" ({attempt['reason']})" if attempt.get("reason") else "")
-                + f", {steps}, {attempt['lost_steps']} lost, ranks {','.join(map(str, attempt['ranks']))}",
+                f"{label}: {_ended(attempt)}, {steps}, {attempt['lost_steps']} lost, "
+                f"ranks {','.join(map(str, attempt['ranks']))}",
                 label,
             )
         )
@@ -641,14 +710,11 @@ def _attempts(job: dict[str, Any] | None) -> str:
                     )
                     at += seconds
         previous_end = attempt["end"]
-    legend = (
-        '<div class="legend">'
-        + "".join(
-            f'<span><i class="swatch o-{o}"></i>{o}</span>'
-            for o in ("completed", "running", "stopped", "killed", "crashed")
-        )
-        + "".join(f'<span><i class="swatch d-{c}"></i>downtime: {c}</span>' for c in _DOWNTIME_ORDER)
-        + "</div>"
+    legend = el(
+        "div",
+        [el("span", el("i", class_=f"swatch o-{outcome}"), outcome) for outcome in _OUTCOMES],
+        [el("span", el("i", class_=f"swatch d-{category}"), f"downtime: {category}") for category in _DOWNTIME_ORDER],
+        class_="legend",
     )
     figure = charts.timeline(
         "timeline-attempts",
@@ -658,8 +724,17 @@ def _attempts(job: dict[str, Any] | None) -> str:
         "seconds since the first attempt began",
         legend,
     )
-    header = "<tr><th>attempt</th><th>ranks</th><th>start</th><th>end</th><th>ended</th><th>steps</th><th>lost steps</th><th>downtime before</th></tr>"
-    rows = "".join(_attempt_row(a) for a in attempts)
+    header = el("tr", [el("th", title) for _, title, _ in ATTEMPT_COLUMNS])
+    rows = [
+        el(
+            "tr",
+            [el("td", cell(attempt), class_=f"col-{key}") for key, _, cell in ATTEMPT_COLUMNS],
+            class_="attempt",
+            data_attempt=attempt["attempt"],
+            data_lost_steps=attempt["lost_steps"],
+        )
+        for attempt in attempts
+    ]
     totals = job["totals"]
     wall = totals["wall_seconds"]
     category_bar = charts.stacked_bars(
@@ -669,39 +744,23 @@ def _attempts(job: dict[str, Any] | None) -> str:
         list(totals["seconds"]),
         "s",
         note="Categories map to ml-goodput-measurement's BadputType: "
-        + ", ".join(f"{k} = {v}" for k, v in totals["badput_types"].items() if v),
+        + ", ".join(f"{k} = {v}" for k, v in totals["badput_types"].items() if v)
+        + f"; in each attempt, {STARTUP_FROM}.",
     )
-    summary = (
-        f'<p class="attempts-summary" data-lost-steps="{totals["lost_steps"]}">{len(attempts)} attempt(s), '
-        f"{totals['lost_steps']} steps lost, {esc(_seconds(totals['downtime_seconds']))} of downtime.</p>"
+    summary = el(
+        "p",
+        f"{len(attempts)} attempt(s), {totals['lost_steps']} steps lost, "
+        f"{_seconds(totals['downtime_seconds'])} of downtime.",
+        class_="attempts-summary",
+        data_lost_steps=totals["lost_steps"],
     )
-    return _section("attempts", summary + figure + f'<table class="grid-table">{header}{rows}</table>' + category_bar)
-
-
-def _attempt_row(attempt: dict[str, Any]) -> str:
-    ended = attempt["outcome"] + (f" ({attempt['reason']})" if attempt.get("reason") else "")
-    steps = f"{attempt['resume_step'] + 1}..{attempt['last_step']}" if attempt["steps"] else "-"
-    cells = (
-        attempt["attempt"],
-        len(attempt["ranks"]),
-        local_time(attempt["start"], "%H:%M:%S"),
-        local_time(attempt["end"], "%H:%M:%S"),
-        ended,
-        steps,
-        attempt["lost_steps"],
-        _seconds((attempt.get("downtime") or {}).get("total")),
-    )
-    return (
-        f'<tr class="attempt" data-attempt="{attempt["attempt"]}" data-lost-steps="{attempt["lost_steps"]}">'
-        + "".join(f"<td>{esc(cell)}</td>" for cell in cells)
-        + "</tr>"
-    )
+    return _section("attempts", summary, figure, el("table", header, rows, class_="grid-table"), category_bar)
 
 
 # --- devices -------------------------------------------------------------------------------
 
 
-def _devices(run: RunData) -> str:
+def _devices(run: RunData) -> Html:
     origin = run.first_time_stamp
     figures = []
     for key, title, unit in DEVICE_READINGS:
@@ -728,10 +787,9 @@ def _devices(run: RunData) -> str:
         )
     if not figures:
         return _section(
-            "devices",
-            '<p class="note">No device readings in these logs (`device_monitor: true` writes them: docs/devices.md).</p>',
+            "devices", _note("No device readings in these logs (`device_monitor: true` writes them: docs/devices.md).")
         )
-    return _section("devices", "".join(figures))
+    return _section("devices", figures)
 
 
 def _restarts_in_time(run: RunData, origin: float) -> list[tuple[float, str]]:
@@ -760,24 +818,30 @@ def _since(column: Column, origin: float, restarts: list[tuple[float, str]]) -> 
 # --- captures ------------------------------------------------------------------------------
 
 
-def _captures(captures: list[dict[str, Any]] | None) -> str:
+_CAPTURE_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], Child]], ...] = (
+    ("time", lambda c: local_time(c.get("time_stamp") or 0)),
+    ("rank", lambda c: str(c.get("rank"))),
+    ("step", lambda c: str(c.get("step"))),
+    ("trigger", lambda c: str(c.get("trigger"))),
+    ("kinds", lambda c: ",".join(map(str, c.get("kinds") or [])) or "-"),
+    ("profiled steps", lambda c: _profiled(c)),
+    ("status", lambda c: str(c.get("status"))),
+    ("folder", lambda c: el("code", str(c["folder"]))),
+)
+
+
+def _captures(captures: list[dict[str, Any]] | None) -> Html:
     if captures is None:
         return _section(
-            "captures",
-            '<p class="note">Not looked for: give `--captures DIR` (the job\'s alert_config.capture.path).</p>',
+            "captures", _note("Not looked for: give `--captures DIR` (the job's alert_config.capture.path).")
         )
     if not captures:
-        return _section("captures", '<p class="note">No captures under the folder given.</p>')
-    header = "<tr><th>time</th><th>rank</th><th>step</th><th>trigger</th><th>kinds</th><th>profiled steps</th><th>status</th><th>folder</th></tr>"
-    rows = "".join(
-        f'<tr class="capture"><td>{esc(local_time(c.get("time_stamp") or 0))}</td><td>{esc(c.get("rank"))}</td>'
-        f"<td>{esc(c.get('step'))}</td><td>{esc(c.get('trigger'))}</td><td>{esc(','.join(c.get('kinds') or []) or '-')}</td>"
-        f"<td>{esc(_profiled(c))}</td><td>{esc(c.get('status'))}</td><td><code>{esc(c['folder'])}</code></td></tr>"
-        for c in captures
-    )
+        return _section("captures", _note("No captures under the folder given."))
+    header = el("tr", [el("th", title) for title, _ in _CAPTURE_COLUMNS])
+    rows = [el("tr", [el("td", cell(c)) for _, cell in _CAPTURE_COLUMNS], class_="capture") for c in captures]
     analysed = [c for c in captures if c.get("traces")][-MAX_TIMELINES:]
     figures = [_operator_timeline(c, index) for index, c in enumerate(analysed)]
-    return _section("captures", f'<table class="grid-table">{header}{rows}</table>' + "".join(figures))
+    return _section("captures", el("table", header, rows, class_="grid-table"), figures)
 
 
 def _profiled(capture: dict[str, Any]) -> str:
@@ -785,17 +849,17 @@ def _profiled(capture: dict[str, Any]) -> str:
     return f"{first}-{last}" if first is not None else "-"
 
 
-def _operator_timeline(capture: dict[str, Any], index: int) -> str:
+def _operator_timeline(capture: dict[str, Any], index: int) -> Html:
     trace = Path(capture["traces"][0])
     try:
         size = trace.stat().st_size
         if size > MAX_TRACE_BYTES:
-            return (
-                f'<p class="note">{esc(trace)}: {size / 1e6:.0f} MB, too large to draw here; open it in Perfetto.</p>'
-            )
+            return _note(f"{trace}: {size / 1e6:.0f} MB, too large to draw here; open it in Perfetto.")
         ops = trace_operators(trace)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f'<p class="note">{esc(trace)}: cannot read ({esc(exc)})</p>'
+    except OSError as exc:
+        return _note(f"{trace}: cannot read ({exc.strerror or exc})")
+    except TraceError as exc:
+        return _note(str(exc))
     windows = capture.get("step_windows_ns") or []
     origin = windows[0][1] if windows else (ops[0][0] if ops else 0)
     busy: dict[str, int] = {}
@@ -840,23 +904,18 @@ def _operator_timeline(capture: dict[str, Any], index: int) -> str:
 # --- logs ----------------------------------------------------------------------------------
 
 
-def _logs(run: RunData) -> str:
-    rows = "".join(
-        f"<tr><td>{esc(s.label)}</td><td>{s.records}</td><td>{esc(', '.join(s.files))}</td></tr>"
+def _logs(run: RunData) -> Html:
+    rows = [
+        el("tr", el("td", s.label), el("td", s.records), el("td", ", ".join(s.files)))
         for s in run.report.series[:MAX_BARS]
-    )
+    ]
     more = (
-        f'<p class="note">… and {len(run.report.series) - MAX_BARS} more series.</p>'
-        if len(run.report.series) > MAX_BARS
-        else ""
+        _note(f"… and {len(run.report.series) - MAX_BARS} more series.") if len(run.report.series) > MAX_BARS else None
     )
     notes = [f for f in findings(run.report) if f.topic == TOPIC_LOGS]
-    listed = "".join(f"<li>{esc(f.text)}</li>" for f in notes[:MAX_FINDINGS])
-    return _section(
-        "logs",
-        f'<table class="grid-table"><tr><th>series</th><th>records</th><th>files</th></tr>{rows}</table>{more}'
-        + (f"<ul>{listed}</ul>" if listed else ""),
-    )
+    listed = [el("li", f.text) for f in notes[:MAX_FINDINGS]]
+    header = el("tr", el("th", "series"), el("th", "records"), el("th", "files"))
+    return _section("logs", el("table", header, rows, class_="grid-table"), more, el("ul", listed) if listed else None)
 
 
-__all__ = ["CSP", "build_page"]
+__all__ = ["ATTEMPT_COLUMNS", "attempt_steps", "build_page", "content_security_policy"]

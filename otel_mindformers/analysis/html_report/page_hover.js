@@ -1,5 +1,6 @@
 // Hover read-outs: the value of every series at the step under the pointer (line charts)
-// and the cell under it (heatmaps), from the JSON block beside each chart.
+// and the cell under it (heatmaps), from the JSON block beside each chart. The read-out is
+// built as text nodes (never innerHTML): a label from the data shows as written.
 (function () {
   function fmt(v, unit) {
     if (v === null || v === undefined) return "-";
@@ -19,15 +20,25 @@
     for (var i = 1; i < xs.length; i++) if (Math.abs(xs[i] - x) < Math.abs(xs[best] - x)) best = i;
     return best;
   }
-  function show(readout, html, event, figure) {
-    readout.innerHTML = html;
+  // rows: [css class, text, bold text, text after] each, one <div> a row.
+  function show(readout, rows, event, figure) {
+    readout.textContent = "";
+    rows.forEach(function (row) {
+      var div = document.createElement("div");
+      if (row[0]) div.className = row[0];
+      div.appendChild(document.createTextNode(row[1]));
+      if (row.length > 2) {
+        var bold = document.createElement("b");
+        bold.textContent = row[2];
+        div.appendChild(bold);
+        if (row[3]) div.appendChild(document.createTextNode(row[3]));
+      }
+      readout.appendChild(div);
+    });
     readout.hidden = false;
     var box = figure.getBoundingClientRect();
     readout.style.left = Math.min(event.clientX - box.left + 14, box.width - 260) + "px";
     readout.style.top = (event.clientY - box.top + 14) + "px";
-  }
-  function escape(text) {
-    return String(text).replace(/[&<>"]/g, function (c) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]; });
   }
   document.querySelectorAll("figure.line-chart").forEach(function (figure) {
     var block = figure.querySelector("script.hover-data");
@@ -44,8 +55,8 @@
       var i = nearest(data.x, x0 + (px - px0) / (px1 - px0) * (x1 - x0));
       var gx = px0 + (data.x[i] - x0) / (x1 - x0) * (px1 - px0);
       guide.setAttribute("x1", gx); guide.setAttribute("x2", gx); guide.style.visibility = "visible";
-      var rows = data.s.map(function (s) { return "<div>" + escape(s[0]) + ": <b>" + fmt(s[1][i], data.u) + "</b></div>"; });
-      show(readout, "<div class=\"at\">at " + fmt(data.x[i]) + "</div>" + rows.join(""), event, figure);
+      var rows = data.s.map(function (s) { return ["", String(s[0]) + ": ", fmt(s[1][i], data.u)]; });
+      show(readout, [["at", "at " + fmt(data.x[i])]].concat(rows), event, figure);
     });
     svg.addEventListener("mouseleave", function () { readout.hidden = true; guide.style.visibility = "hidden"; });
   });
@@ -65,8 +76,8 @@
       var from = data.x0 + column * width, to = from + width;
       var value = data.v[row][column];
       var whose = data.r && data.r[row][column] !== null ? " (rank " + data.r[row][column] + ", the highest)" : "";
-      show(readout, "<div class=\"at\">" + escape(data.rows[row]) + ", steps " + fmt(from) + "–" + fmt(to) + "</div><div><b>" +
-        fmt(value, data.u) + "</b>" + whose + "</div>", event, figure);
+      show(readout, [["at", String(data.rows[row]) + ", steps " + fmt(from) + "–" + fmt(to)],
+        ["", "", fmt(value, data.u), whose]], event, figure);
     });
     svg.addEventListener("mouseleave", function () { readout.hidden = true; });
   });

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_mindformers.captures import store
+from otel_mindformers.captures.offline.profile_trace import TraceError
 from otel_mindformers.compat.profiler import CPU_ANALYSIS, ApiNotFound, check_cpu_analysis
 from otel_mindformers.config.extras import MATPLOTLIB_MODULES, is_installed, missing_package, needs_line
 from otel_mindformers.config.limits import MAX_PROFILE_STEPS
@@ -222,7 +223,15 @@ def _plot(root: str, output: str) -> int:
     from otel_mindformers.captures.offline.capture_plot import plot_capture  # matplotlib loads only here
 
     newest = analysed[-1]
-    print(f"wrote {plot_capture(newest, Path(newest['traces'][0]), output)} ({newest['folder']})")
+    trace = Path(newest["traces"][0])
+    try:
+        print(f"wrote {plot_capture(newest, trace, output)} ({newest['folder']})")
+    except TraceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc.filename or trace}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 

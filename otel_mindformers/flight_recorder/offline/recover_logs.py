@@ -1,7 +1,7 @@
 """The offline commands' share of the flight recorder: before `report`, `replay` or
 `hang-report` reads a folder, what a dead run's ring holds past what its outputs wrote goes
-into its JSON log (flight_recorder/recovery.py takes the tail; the ring stays, for its last
-finished step)."""
+into its own JSON log (flight_recorder/recovery.py takes the tail and finds the log; the
+ring stays, for its last finished step)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 from otel_mindformers.analysis.logs import glob_files, walk_files
 from otel_mindformers.core.guarded_log import get_logger
-from otel_mindformers.flight_recorder.recovery import take_tail
+from otel_mindformers.flight_recorder.recovery import own_log, take_tail, write_log
 from otel_mindformers.flight_recorder.ring import SUFFIX
-from otel_mindformers.outputs.jsonl import JsonLinesSink, last_job_id, last_step_line
+from otel_mindformers.outputs.jsonl import last_step_line
 
 _logger = get_logger(__name__)
 
@@ -36,8 +36,9 @@ def recover_dead_runs(inputs: Sequence[str | Path]) -> None:
 
 def recover_rings(rings: Iterable[Path]) -> list[tuple[Path, int]]:
     """Recover the dead ones among `rings` into the JSON logs beside them that they belong
-    to; (log, records appended) for each. A ring whose log now holds another job's lines is
-    left as it is (one warning): its lines are not that job's."""
+    to (recovery.own_log); (log, records appended) for each. A ring whose log is nowhere
+    (another job's or rank's lines at its name and none set aside, or a file that is no
+    JSON log) is left as it is, with one warning: nothing else is written."""
     appended = []
     for path in dict.fromkeys(rings):
         tail = take_tail(path)
@@ -46,22 +47,15 @@ def recover_rings(rings: Iterable[Path]) -> list[tuple[Path, int]]:
         try:
             if not tail.slots:
                 continue
-            log = path.parent / (tail.header.json_name or f"{path.name.split('.')[0]}.json")
-            logged_job = last_job_id(log)
-            if logged_job is not None and logged_job != tail.header.job_id:
+            log, why_not = own_log(path, tail.header)
+            if log is None:
                 _logger.warning_once(
-                    str(path),
-                    "otel_mindformers: the flight ring %s is job %r's, and %s now holds job %r's lines: not recovered into it",
-                    path, tail.header.job_id, log, logged_job,
-                )  # fmt: skip
+                    str(path), "otel_mindformers: the flight ring %s is not recovered: %s", path, why_not
+                )
                 continue
             records = tail.unlogged(last_step_line(log))
             if records:
-                sink = JsonLinesSink(log)
-                try:
-                    sink.write(records)
-                finally:
-                    sink.close()
+                write_log(records, log, tail.header.rank)
                 appended.append((log, len(records)))
             tail.mark_written()
         except OSError as exc:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_mindformers.analysis.logs import local_time
+from otel_mindformers.cluster.offline.attempt_fault import ended_by
 from otel_mindformers.flight_recorder.recovery import Finished, finished_steps
 from otel_mindformers.names import job as names
 from otel_mindformers.outputs.jsonl import last_job_id
@@ -155,6 +156,8 @@ def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
         first["reason"] = worst.get("reason")
         if len(ranked) > 1 and worst.get("reason") and not _inferred(worst.get("reason")):
             first["reason"] = f"on rank {worst_rank}: {worst['reason']}"
+        # ClusterD's fault is in the ledger of the rank that listened (cluster/), whichever it is.
+        first["cluster_fault"] = next((row["cluster_fault"] for _, row in ranked if row.get("cluster_fault")), None)
         first["lost_steps"] = max(row["lost_steps"] for _, row in ranked)
         first["start"] = min(row["start"] for _, row in ranked)
         first["end"] = max(row["end"] for _, row in ranked)
@@ -299,8 +302,15 @@ def render_job(job: dict[str, Any], fmt: str = "text") -> str:
         lines += ["", summary.strip(), "", "| category | time | share | BadputType |", "|---|---|---|---|"]
         lines += [f"| {' | '.join(cells)} |" for cells in _categories(job["totals"])]
         lines += [f"- {line.strip()}" for line in rest[len(job["totals"]["seconds"]) :]]
+        lines += [f"- {line}" for line in _ended_by(job)]
         return "\n".join(lines) + "\n"
-    return "\n".join([header, *_aligned(_rows(job)), *_totals_lines(job)]) + "\n"
+    ended = [f"  {line}" for line in _ended_by(job)]
+    return "\n".join([header, *_aligned(_rows(job)), *ended, *_totals_lines(job)]) + "\n"
+
+
+def _ended_by(job: dict[str, Any]) -> list[str]:
+    """The attempts a ClusterD fault ended, in words (cluster/offline/attempt_fault.py)."""
+    return [line for row in job["attempts"] if (line := ended_by(row)) is not None]
 
 
 def with_job(rendered: str, job: dict[str, Any] | None, fmt: str) -> str:

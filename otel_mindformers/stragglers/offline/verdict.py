@@ -15,9 +15,13 @@ wait. Over the windows every rank logged (the same sampled steps):
   share anyway, the excess is what every rank waited for this one.
 
 The bottleneck is the rank and section with the largest loss, named when it exceeds
-`threshold` of the job's wall time. Without one, a rank whose in-step time per step rose
-against its earlier windows (the individual score) is named, with what host clocks cannot
-tell apart: a slow compute rank and a slow link look alike.
+`threshold` of the job's wall time. When every rank waits for its data (the job's best rank
+itself waited over INPUT_BOUND of the job's wall time), the job is input-bound: whichever
+rank falls slightly behind shows a little more wait, and naming it would send people to a
+node that is not the cause; a rank is named for its data wait then only when its excess is
+larger than what every rank waited. Without a bottleneck, a rank whose in-step time per step
+rose against its earlier windows (the individual score) is named, with what host clocks
+cannot tell apart: a slow compute rank and a slow link look alike.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from otel_mindformers.stragglers.sections import STEPS_KEY, WINDOW_KEY
 DEFAULT_THRESHOLD = 0.05  # of the job's wall time
 RISE = 2.0  # in-step time per step of the last windows against the rank's earlier ones
 LAST_WINDOWS = 3
+# Every rank waited this share of the job's wall time for its data: the job is input-bound
+# (the in-process signal's default `data_share`, so both say "input-bound" alike).
+INPUT_BOUND = 0.2
 _LOSS_SECTIONS = (names.SECTION_DATA_WAIT, names.SECTION_CHECKPOINT, names.SECTION_EVALUATION, names.SECTION_OTHER)
 # A SectionHistory row: seconds by section, then the window's length and its steps.
 COLUMNS = (names.SECTION_DATA_WAIT, names.SECTION_IN_STEP, *_LOSS_SECTIONS[1:], WINDOW_KEY, STEPS_KEY)
@@ -82,6 +89,15 @@ class StepRise:
 
 
 @dataclass
+class InputBound:
+    """Every rank waited for its data: the seconds the job's best rank waited, per window,
+    summed (what no rank can be blamed for), and their share of the job's wall time."""
+
+    waited_s: float
+    share_of_job: float
+
+
+@dataclass
 class Verdict:
     ranks: int
     windows: int
@@ -95,6 +111,7 @@ class Verdict:
     losses: list[RankLoss] = field(default_factory=list)  # every rank's largest loss, largest first
     rises: list[StepRise] = field(default_factory=list)
     note: str | None = None
+    input_bound: InputBound | None = None  # every rank waited for its data
 
     @property
     def named(self) -> list[str]:
@@ -140,8 +157,14 @@ def verdict(
     for loss in sorted(losses, key=lambda one: one.lost_s, reverse=True):
         worst_per_rank.setdefault(loss.label, loss)
     result.losses = list(worst_per_rank.values())
+    shared_wait = sum(least[_DATA] for least in best)
+    if shared_wait / job_wall > INPUT_BOUND:
+        result.input_bound = InputBound(shared_wait, shared_wait / job_wall)
     top = result.losses[0]
-    if top.share_of_job > threshold:
+    # Input-bound, a rank's data wait beyond the best one's names it only when it is more
+    # than every rank waited anyway: less is whichever rank fell behind this time.
+    blamed = result.input_bound is None or top.section != names.SECTION_DATA_WAIT or top.lost_s > shared_wait
+    if top.share_of_job > threshold and blamed:
         result.bottleneck = top
         result.job_median_share = statistics.median(
             loss.rank_share for loss in losses if loss.section == top.section
@@ -177,6 +200,17 @@ def _seconds(value: float) -> str:
     return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
 
 
+def input_bound_text(result: Verdict) -> str | None:
+    """ "every rank is input-bound: ..." when it is."""
+    bound = result.input_bound
+    if bound is None:
+        return None
+    return (
+        f"every rank is input-bound: each waited for its data at least {_seconds(bound.waited_s)} "
+        f"({bound.share_of_job:.1%} of the job's wall time); the data pipeline or its storage sets the job's pace"
+    )
+
+
 def lines(result: Verdict | None) -> list[str]:
     """The verdict in lines people read (text and markdown)."""
     if result is None:
@@ -186,6 +220,9 @@ def lines(result: Verdict | None) -> list[str]:
         f"job useful time {_seconds(result.job_useful_s)} of {_seconds(result.job_wall_s)} "
         f"(useful share {goodput}) over {result.windows} window(s), {result.steps} steps, {result.ranks} ranks"
     ]
+    bound = input_bound_text(result)
+    if bound is not None:
+        out.append(bound)
     top = result.bottleneck
     if top is not None:
         median = "-" if result.job_median_share is None else f"{result.job_median_share:.1%}"
@@ -208,23 +245,48 @@ def lines(result: Verdict | None) -> list[str]:
         out.append(f"in-step time rose against the rank's own earlier windows, no data wait to explain it: {named}")
         out.append(f"cannot tell apart: {result.note}")
         return out
+    if bound is not None:
+        excess = next((loss for loss in result.losses if loss.section == names.SECTION_DATA_WAIT), None)
+        out.append(
+            "no rank holds the others back: "
+            + (
+                f"the largest extra wait, {excess.label}'s {_seconds(excess.lost_s)}, is less than every rank waited"
+                if excess is not None and excess.lost_s > 0
+                else "their waits agree"
+            )
+        )
+        return out
     out.append(f"no rank holds the job back: no rank lost over {result.threshold:.0%} of the job's wall time")
     return out
 
 
 def findings(result: Verdict | None) -> list[str]:
-    """The verdict's findings line, when it names a rank."""
+    """The verdict's findings: the rank it names, or that every rank is input-bound."""
     if result is None:
         return []
+    bound = input_bound_text(result)
+    found = [bound] if bound is not None else []
     if result.bottleneck is not None:
         top = result.bottleneck
         return [
             f"{top.label}: holds the job back in {top.section}, the job lost {_seconds(top.lost_s)} "
-            f"({top.share_of_job:.1%} of its wall time) to it"
+            f"({top.share_of_job:.1%} of its wall time) to it",
+            *found,
         ]
-    return [
+    return found + [
         f"{rise.label}: in-step time rose {rise.ratio:.2f}x against its own earlier windows" for rise in result.rises
     ]
 
 
-__all__ = ["COLUMNS", "DEFAULT_THRESHOLD", "TITLE", "SectionHistory", "Verdict", "findings", "lines", "verdict"]
+__all__ = [
+    "COLUMNS",
+    "DEFAULT_THRESHOLD",
+    "TITLE",
+    "InputBound",
+    "SectionHistory",
+    "Verdict",
+    "findings",
+    "input_bound_text",
+    "lines",
+    "verdict",
+]

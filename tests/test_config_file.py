@@ -1,0 +1,288 @@
+"""OTel's declarative configuration (`OTEL_CONFIG_FILE`, telemetry/config_file.py): through
+each door (zero-code, `instrument()`, `MonitorCallback`) the file's providers, exporters,
+resource and propagators are used, `OTEL_*` of the environment are not; our resource
+attributes join the file's; our options live in the file; a file that cannot be used is one
+error, before training.
+
+The end-to-end tests train in real processes exporting to real OTLP receivers: the file's,
+and the one `OTEL_EXPORTER_OTLP_ENDPOINT` names, which must get nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from otel_mindformers import ConfigError
+from otel_mindformers.names import semconv
+from otel_mindformers.telemetry import config_file
+from tests.support.hidden import absent
+from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT, child_env, instrumented
+from tests.support.jsonl import json_lines
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.paths import PLAIN_TRAIN
+
+DOOR_SCRIPTS = {
+    # `opentelemetry-instrument python examples/plain_train.py`: nothing in the script.
+    "opentelemetry-instrument": None,
+    "instrument()": f"""
+import runpy, sys
+import otel_mindformers
+otel_mindformers.instrument()
+sys.argv = [{str(PLAIN_TRAIN)!r}, "--steps", "4"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+""",
+    "MonitorCallback": """
+import json, logging, sys
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+from mindspore.dataset import GeneratorDataset
+from mindspore.train import Callback, Model
+from otel_mindformers import MonitorCallback
+
+
+class Say(Callback):  # a log record per step, for the log bridge (`logs: true`)
+    def on_train_step_end(self, run_context):
+        logging.getLogger("door").warning("a step ended")
+
+
+callback = MonitorCallback(json.loads(sys.argv[1]))
+rng = np.random.default_rng(0)
+x = rng.standard_normal((16, 8)).astype(np.float32)
+data = GeneratorDataset(list(zip(x, x.sum(axis=1, keepdims=True))), column_names=["x", "y"], shuffle=False).batch(4)
+net = nn.SequentialCell(nn.Dense(8, 16), nn.ReLU(), nn.Dense(16, 1))
+model = Model(net, loss_fn=nn.MSELoss(), optimizer=nn.Momentum(net.trainable_params(), 0.01, 0.9))
+model.train(1, data, callbacks=[callback, Say()], dataset_sink_mode=False)
+""",
+}
+# What the run is told to do: in the file's entry, or (MonitorCallback) in its own config.
+MONITOR = {"interval": 2, "output_type": ["json_file", "otlp"], "json_log_path": "./output/m.json"}
+
+
+def declared_file(
+    folder: Path, endpoint: str, *, service: str | None, entry: dict | None, propagators: str, detectors: list[str] = ()
+) -> Path:
+    """A declarative configuration exporting spans and metrics (no logs) to `endpoint` over
+    OTLP/gRPC, its resource from `service`, `detectors` and an attribute of its own."""
+    resource = [{"name": "deployment.environment.name", "value": "ci"}]
+    if service is not None:
+        resource.append({"name": "service.name", "value": service})
+    document: dict = {
+        "file_format": "1.0",
+        "resource": {"attributes": resource},
+        "propagator": {"composite_list": propagators},
+        "tracer_provider": {
+            "processors": [{"batch": {"schedule_delay": 100, "exporter": {"otlp_grpc": {"endpoint": endpoint}}}}]
+        },
+        "meter_provider": {
+            "readers": [{"periodic": {"interval": 200, "exporter": {"otlp_grpc": {"endpoint": endpoint}}}}]
+        },
+    }
+    if detectors:
+        document["resource"]["detection/development"] = {"detectors": [{name: {}} for name in detectors]}
+    if entry is not None:
+        document["instrumentation/development"] = {"python": {config_file.NAME: entry}}
+    path = folder / "otel-config.yaml"
+    path.write_text(json.dumps(document))  # YAML is a superset of JSON
+    return path
+
+
+def train(door: str, folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    script = DOOR_SCRIPTS[door]
+    if script is None:
+        command = instrumented("python", str(PLAIN_TRAIN), "--steps", "4")
+    else:
+        (folder / "door.py").write_text(script)
+        command = [sys.executable, "door.py", json.dumps({**MONITOR, "service_name": "from-config", "logs": True})]
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
+CASES = [
+    # door, the file's service.name and resource detectors, what the resource says, the file's propagators
+    ("opentelemetry-instrument", "from-file", [], "from-file", "tracecontext,baggage"),
+    # The file's `service` detector reads OTEL_SERVICE_NAME: the file sets it, over our entry's.
+    ("instrument()", None, ["service"], "from-env", "tracecontext,baggage"),
+    ("MonitorCallback", None, [], "from-config", "baggage"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.mindspore_api
+@pytest.mark.parametrize(
+    ("door", "service", "detectors", "named", "propagators"), CASES, ids=[case[0] for case in CASES]
+)
+def test_the_files_sdk_exports_to_its_endpoint_with_its_resource(workdir, door, service, detectors, named, propagators):
+    """The file's exporters, never the environment's endpoint, and nothing for a signal the
+    file leaves out (logs); the file's resource with ours added (a service.name the file sets,
+    or its detectors find, wins over ours); the file's propagators (without tracecontext,
+    TRACEPARENT is not read); our options from the file's entry."""
+    with OtlpReceiver() as declared, OtlpReceiver() as environment:
+        entry = None if door == "MonitorCallback" else {**MONITOR, "service_name": "from-entry", "enabled": True}
+        path = declared_file(
+            workdir, declared.grpc_endpoint, service=service, entry=entry, propagators=propagators, detectors=detectors
+        )
+        env = child_env(
+            environment, OTEL_CONFIG_FILE=str(path), OTEL_SERVICE_NAME="from-env", TRACEPARENT=TRACEPARENT,
+            OTEL_PROPAGATORS="tracecontext", OTEL_PYTHON_MINDFORMERS_CONFIG=str(workdir / "not-read.yaml"),
+        )  # fmt: skip
+        done = train(door, workdir, env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert [line["step"] for line in json_lines(workdir / "output" / "m.json")] == [1, 2, 4]
+
+        steps = declared.spans(semconv.SPAN_STEP)
+        assert sorted(s.attributes[semconv.ATTR_STEP] for s in steps) == [1, 2, 4]
+        (run,) = declared.spans(semconv.SPAN_RUN)
+        resource = run.resource
+        assert resource["service.name"] == named
+        assert resource["deployment.environment.name"] == "ci"  # the file's
+        assert resource[semconv.ATTR_RANK] == 0 and resource[semconv.ATTR_LAUNCHER] == "none"  # ours
+        if "tracecontext" in propagators:
+            assert (run.trace_id, run.parent_span_id) == (TRACE_ID, LAUNCHER_SPAN_ID)
+        else:
+            assert run.trace_id != TRACE_ID and run.parent_span_id == ""
+        assert {p.metric for p in declared.points()} >= {"mindformers.train.step.duration", "mindformers.train.steps"}
+        assert environment.spans() == [] and environment.points() == [] and environment.log_count() == 0
+        assert declared.log_count() == 0  # the file configures no logger provider: no logs, none of ours either
+        ignored = [line for line in done.stderr.splitlines() if "OTEL_PYTHON_MINDFORMERS_CONFIG is ignored" in line]
+        assert len(ignored) == (0 if door == "MonitorCallback" else 1), done.stderr[-3000:]
+
+
+def _refused(done: subprocess.CompletedProcess) -> str:
+    """The one error line of ours; the run was refused before its first step."""
+    assert done.returncode != 0
+    ours = [line for line in done.stderr.splitlines() if line.startswith("otel_mindformers:")]
+    assert len(ours) == 1, done.stderr[-3000:]
+    assert "Failed to auto initialize" not in done.stderr and "Failed to parse" not in done.stderr
+    assert done.stderr.rstrip().splitlines()[-1] == f"otel_mindformers.config.errors.ConfigError: {ours[0]}"
+    return ours[0]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.mindspore_api
+def test_a_bad_key_in_the_files_entry_is_one_error_naming_it_and_refuses_training(workdir):
+    with OtlpReceiver() as declared:
+        entry = {**MONITOR, "intervl": 3}
+        path = declared_file(workdir, declared.grpc_endpoint, service=None, entry=entry, propagators="tracecontext")
+        done = train("opentelemetry-instrument", workdir, child_env(OTEL_CONFIG_FILE=str(path)))
+    line = _refused(done)
+    assert f"OTEL_CONFIG_FILE={path} is invalid, so training is refused before its first step" in line
+    assert line.endswith(
+        "instrumentation/development.python.mindformers.intervl: unknown key (did you mean 'interval'?)"
+    )
+    assert not (workdir / "output").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.mindspore_api
+def test_without_opentelemetry_configuration_one_error_names_the_extra_and_refuses_training(workdir):
+    path = declared_file(workdir, "http://127.0.0.1:1", service=None, entry=MONITOR, propagators="tracecontext")
+    env = child_env(OTEL_CONFIG_FILE=str(path))
+    env["PYTHONPATH"] = f"{absent(workdir / 'shim', config_file.MODULE)}:{env['PYTHONPATH']}"
+    line = _refused(train("opentelemetry-instrument", workdir, env))
+    assert line.endswith(
+        f"OTEL_CONFIG_FILE={path}: OpenTelemetry's declarative configuration needs opentelemetry-configuration, "
+        "which is not installed: pip install 'otel-mindformers[file-configuration]'"
+    )
+
+
+# --- in process: the file's problems, one ConfigError each ---------------------------------
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """config_file's process state, as in a process that has not read a file yet."""
+    monkeypatch.setattr(config_file, "_applied", None)
+    monkeypatch.setattr(config_file, "_problem", None)
+    return monkeypatch
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            'file_format: "1.0"\ntracer_provider: {processors: [{batch: {exporter: {otlp_grpc: {endpointt: x}}}}]}\n',
+            "Configuration does not match schema: Additional properties are not allowed ('endpointt' was unexpected)",
+        ),
+        ('file_format: "1.0"\ntracer_provider: [\n', "Failed to parse YAML: while parsing a flow node"),
+        ('file_format: "2.0"\n', "Unsupported file_format '2.0'"),
+        (None, "Configuration file not found"),
+        (
+            'file_format: "1.0"\ninstrumentation/development: {python: {mindformers: [1]}}\n',
+            "[1] is not of type 'object' (at instrumentation/development -> python -> mindformers)",
+        ),
+    ],
+)
+def test_a_file_that_does_not_load_is_one_config_error_naming_it(tmp_path, fresh, caplog, text, problem):
+    path = tmp_path / "otel.yaml"
+    if text is not None:
+        path.write_text(text)
+    fresh.setenv(config_file.VARIABLE, str(path))
+    with caplog.at_level(logging.DEBUG), pytest.raises(ConfigError) as raised:
+        config_file.configure()
+    (message,) = raised.value.problems
+    assert message.startswith(f"OTEL_CONFIG_FILE={path}: ") and problem in message, message
+    assert "\n" not in message
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")], "the package's own traceback"
+    with pytest.raises(ConfigError) as again:  # kept: every door reports the same one
+        config_file.configure()
+    assert again.value is raised.value
+
+
+def test_monitor_callback_without_the_package_raises_at_construction_naming_the_extra(tmp_path, fresh):
+    path = tmp_path / "otel.yaml"
+    path.write_text('file_format: "1.0"\n')
+    fresh.setenv(config_file.VARIABLE, str(path))
+    fresh.setitem(sys.modules, config_file.MODULE, None)
+    from otel_mindformers.runtime.callback import MonitorCallback
+
+    with pytest.raises(ConfigError) as raised:
+        MonitorCallback({"output_type": ["json_file"], "json_log_path": str(tmp_path / "m.json")})
+    assert str(raised.value) == (
+        f"OTEL_CONFIG_FILE={path}: OpenTelemetry's declarative configuration needs opentelemetry-configuration, "
+        "which is not installed: pip install 'otel-mindformers[file-configuration]'"
+    )
+    # Providers of the caller's own: the file is not needed.
+    from tests.support.in_memory import Capture
+
+    assert Capture().callback({"output_type": ["json_file"], "json_log_path": str(tmp_path / "m.json")})
+
+
+@pytest.mark.slow
+@pytest.mark.mindspore_api
+@pytest.mark.parametrize("enabled", [True, False])
+def test_instrument_with_its_own_providers_takes_only_its_options_from_the_file(workdir, fresh, enabled):
+    """The caller's providers are used, the SDK's globals are left alone, and the file's
+    entry configures the run; `enabled: false` there leaves training unpatched."""
+    from mindspore.train import Model
+    from opentelemetry import trace
+
+    import otel_mindformers
+    from tests.support import training
+    from tests.support.in_memory import Capture
+
+    entry = {"interval": 3, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"), "enabled": enabled}
+    path = declared_file(workdir, "http://127.0.0.1:1", service=None, entry=entry, propagators="tracecontext")
+    fresh.setenv(config_file.VARIABLE, str(path))
+    capture = Capture()
+    try:
+        otel_mindformers.instrument(**capture.providers())
+        assert hasattr(Model.__dict__["train"], "__wrapped__") == enabled
+        training.train([], steps=6)
+    finally:
+        otel_mindformers.uninstrument()
+    assert config_file.applied() is None and type(trace.get_tracer_provider()).__module__.startswith(
+        "opentelemetry.trace"
+    )
+    if enabled:
+        assert [line["step"] for line in json_lines(workdir / "m.json")] == [1, 3, 6]
+        assert sorted(s.attributes[semconv.ATTR_STEP] for s in capture.finished(semconv.SPAN_STEP)) == [1, 3, 6]
+    else:
+        assert capture.finished() == [] and not (workdir / "m.json").exists()

@@ -1,0 +1,84 @@
+"""Docs and docstrings name files that exist.
+
+A path that names this project's layout — its top folders (`docs/`, `tests/`, ...), the
+package's folders (`runtime/parts.py`, `otel_mindformers/outputs/jsonl.py`), a page of docs
+(`stragglers.md`) or a module of the package (`parts.py`) — must name a tracked file. Paths of
+other projects (MindSpore's `dataset_helper.py`, a user's `train.py`, an output such as
+`train_metric.json`) are not this project's layout and are left alone: a `.py` or `.md` name
+that is not ours must say whose it is, by being in FOREIGN_NAMES with its project, and a path in
+another repository is written `REPOSITORY:PATH` (`mind-cluster:docs/en/...`).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import PurePosixPath
+
+import pytest
+
+from tests.support.paths import REPO
+
+TRACKED = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+TOP_FOLDERS = {path.split("/")[0] for path in TRACKED if "/" in path}
+PACKAGE_FOLDERS = {part for path in TRACKED if path.startswith("otel_mindformers/") for part in path.split("/")[1:-1]}
+NAMES = {PurePosixPath(path).name for path in TRACKED}
+
+# `.py` / `.md` names the docs quote from other projects, with whose they are.
+FOREIGN_NAMES = {
+    "dataset_helper.py": "MindSpore (mindspore/train/dataset_helper.py)",
+    "npu_info_parser.py": "MindCluster's fault diagnosis",
+    "loader.py": "a user's data loader, in an example stall message",
+    "train.py": "a user's training script",
+    "config.py": "a user's module",
+}
+
+PATH = re.compile(r"(?<![\w./:-])((?:[\w.-]+/)*[\w-][\w.-]*\.(?:py|md|sh|toml|yaml|yml|css|js|proto))(?![\w/])")
+
+
+def _ours(token: str) -> bool:
+    """Whether a path-like token names this project's layout."""
+    parts = token.lstrip("./").split("/")
+    if len(parts) == 1:
+        return token.endswith((".py", ".md")) and token not in FOREIGN_NAMES
+    return parts[0] in TOP_FOLDERS | PACKAGE_FOLDERS | {"otel_mindformers"}
+
+
+def _exists(token: str) -> bool:
+    path = token.lstrip("./")
+    if "/" not in path:
+        return path in NAMES
+    return any(tracked == path or tracked.endswith("/" + path) for tracked in TRACKED)
+
+
+def _sources() -> list[str]:
+    return sorted(
+        path
+        for path in TRACKED
+        if path == "README.md"
+        or (path.startswith("docs/") and path.endswith(".md"))
+        or (path.startswith("otel_mindformers/") and path.endswith(".py"))
+    )
+
+
+def _missing(source: str) -> list[str]:
+    text = (REPO / source).read_text(encoding="utf-8")
+    return [
+        f"{source}:{number}: {token}"
+        for number, line in enumerate(text.splitlines(), 1)
+        for token in PATH.findall(line)
+        if _ours(token) and not _exists(token)
+    ]
+
+
+@pytest.mark.parametrize("source", _sources())
+def test_every_path_a_page_or_docstring_names_exists(source):
+    assert _missing(source) == []
+
+
+def test_the_check_finds_a_file_that_does_not_exist(tmp_path):
+    assert _ours("runtime/attempt.py") and not _exists("runtime/attempt.py")
+    assert _ours("environment.md") and not _exists("environment.md")
+    assert _ours("runtime/parts.py") and _exists("runtime/parts.py")
+    assert not _ours("mindformers/trainer/trainer.py")
+    assert PATH.findall("`mind-cluster:docs/en/x.md`") == []
