@@ -5,14 +5,29 @@ the no-progress count."""
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
+import os
+import shutil
+import socket
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_mindformers.job.identity import detect_identity, launcher_restart_count
-from otel_mindformers.restarts.goodput import job_timeline, no_progress_streak
-from otel_mindformers.restarts.ledger_file import ledger_path, new_ledger, read_ledger, update_ledger
+from otel_mindformers.config import load_monitor_config
+from otel_mindformers.core.clock import StepClock, WallClock
+from otel_mindformers.job.identity import Identity, detect_identity, launcher_restart_count
+from otel_mindformers.outputs.runs import folder_beside, paths_in
+from otel_mindformers.restarts.attempt_tracker import AttemptTracker, _set_aside
+from otel_mindformers.restarts.goodput import is_alive, job_timeline, no_progress_streak
+from otel_mindformers.restarts.ledger_file import MAX_LEDGER_BYTES, ledger_path, new_ledger, read_ledger, update_ledger
+from otel_mindformers.restarts.processes import process_gone, started_at
+from otel_mindformers.restarts.run_attempt import JobGauges, begin_attempt
+from otel_mindformers.telemetry.observables import RunObservables
 
 
 def _append_entries(path: str, writer: int, count: int) -> None:
@@ -162,3 +177,225 @@ def test_the_jobs_totals_come_from_a_rank_that_saw_every_attempt(tmp_path):
     assert [(row["attempt"], row["ranks"]) for row in job["attempts"]] == [(1, [0]), (2, [0, 1])]
     assert job["totals"]["rank"] == 0
     assert job["totals"]["wall_seconds"] == 51.0
+
+
+def test_an_attempts_process_is_gone_when_its_pid_is_free_or_reused_on_this_host():
+    """On its own host an attempt's heartbeat is not the last word: the process table is."""
+    here, began = socket.gethostname(), started_at()
+    assert began is not None and began <= time.time()
+    assert not process_gone({"pid": os.getpid(), "host": here, "process_start": began})
+    # A later run in the same process records its own start, after the process's.
+    assert not process_gone({"pid": os.getpid(), "host": here, "process_start": began + 30})
+    # The process with that pid began a minute after the attempt's did: the pid was reused.
+    assert process_gone({"pid": os.getpid(), "host": here, "process_start": began - 60})
+    free = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids stay below it
+    assert process_gone({"pid": free, "host": here, "process_start": began})
+    # Another host's process cannot be looked up: its heartbeat says.
+    assert not process_gone({"pid": free, "host": f"not-{here}", "process_start": began})
+
+
+# --- a run beside a live run of another job: it writes elsewhere ----------------------------
+
+
+def test_a_run_beside_a_live_one_moves_every_path_into_one_folder_beside_the_logs():
+    moved = folder_beside("/data/run/out/train_metric.json", "exp-B")
+    assert moved == Path("/data/run/out.exp-B")
+    # The TensorBoard folder keeps its place below the log's folder, or goes in by its name.
+    assert paths_in(moved, "/data/run/out/train_metric.json", "/data/run/out/logs/board") == (
+        "/data/run/out.exp-B/train_metric.json", "/data/run/out.exp-B/logs/board"
+    )  # fmt: skip
+    assert paths_in(moved, "/data/run/out/train_metric.json", "/data/board") == (
+        "/data/run/out.exp-B/train_metric.json", "/data/run/out.exp-B/board"
+    )  # fmt: skip
+
+
+def _live_ledger(json_log_path: Path, job_id: str) -> Path:
+    """A ledger whose last attempt is another job's and alive: this test's parent process,
+    its heartbeat fresh."""
+    parent = os.getppid()
+    entry = {
+        "attempt": 1, "attempt_id": "live", "pid": parent, "host": socket.gethostname(),
+        "process_start": started_at(parent), "last_heartbeat": time.time(), "heartbeat_interval": 60.0,
+        "outcome": None,
+    }  # fmt: skip
+    path = ledger_path(str(json_log_path), 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**new_ledger(job_id), "attempts": [entry]}))
+    return path
+
+
+def _begin_beside(settings: dict, caplog) -> tuple:
+    """begin_attempt for a run from step 0; (tracker, config it goes on with, its warnings)."""
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        tracker, config = begin_attempt(load_monitor_config(settings), Identity(), 0, StepClock(), WallClock(), [])
+    tracker.end("completed", None, 0)
+    return tracker, config, [r.getMessage() for r in caplog.records]
+
+
+def test_a_run_without_a_job_id_beside_a_live_one_writes_in_a_folder_named_after_its_pid(tmp_path, caplog):
+    out = tmp_path / "out"
+    live = _live_ledger(out / "train_metric.json", "exp-A")
+    before = live.read_bytes()
+    settings = {"json_log_path": str(out / "train_metric.json"), "tensorboard_path": str(tmp_path / "board")}
+    tracker, config, warnings = _begin_beside(settings, caplog)
+    elsewhere = tmp_path / f"out.pid{os.getpid()}"
+    assert (config.json_log_path, config.tensorboard_path) == (
+        str(elsewhere / "train_metric.json"), str(elsewhere / "board")
+    )  # fmt: skip
+    assert tracker.path == elsewhere / "train_metric.job.rank_0.ledger" and tracker.path.exists()
+    assert live.read_bytes() == before
+    assert [w for w in warnings if "instead" in w] == warnings and len(warnings) == 1
+    assert f"is running and writing {live}: this run writes its files in {elsewhere} instead" in warnings[0]
+
+
+@pytest.mark.parametrize("beside", ["a live run's", "a file"])
+def test_a_folder_beside_that_cannot_be_used_sends_the_run_to_a_new_temporary_folder(tmp_path, caplog, beside):
+    """The job id names the folder beside (made safe for a file name); a live run there too
+    (another job's) is not taken over either, and a file of that name is no folder."""
+    _live_ledger(tmp_path / "out" / "train_metric.json", "exp-A")
+    if beside == "a file":
+        (tmp_path / "out.exp_B_1").write_text("not a folder")
+    else:
+        _live_ledger(tmp_path / "out.exp_B_1" / "train_metric.json", "exp-C")
+    settings = {
+        "json_log_path": str(tmp_path / "out" / "train_metric.json"),
+        "tensorboard_path": str(tmp_path / "out" / "logs" / "board"), "job_id": "exp/B 1",
+    }  # fmt: skip
+    tracker, config, warnings = _begin_beside(settings, caplog)
+    folder = Path(config.json_log_path).parent
+    try:
+        assert folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith("otel_mindformers.exp_B_1.")
+        assert config.tensorboard_path == str(folder / "logs" / "board")
+        assert tracker.path.parent == folder and tracker.job_id == "exp/B 1"
+        assert len(warnings) == 1 and f"this run writes its files in {folder} instead" in warnings[0]
+    finally:
+        shutil.rmtree(folder)
+
+
+# --- what the attempt arithmetic promises (issue 51) ------------------------------------------
+
+
+def test_the_jobs_goodput_is_absent_not_zero_until_an_attempt_timed_its_steps():
+    """Attempt 1 was killed before its first step; attempt 2 has finished one step (no time
+    between two steps yet): no productive time to divide, so no goodput, not a 0.0 that dips
+    every dashboard as an attempt starts. Ten steps later it is the productive share."""
+    killed = {
+        "attempt": 1, "attempt_id": "a", "process_start": 100.0, "train_begin": 101.0, "resume_step": 0,
+        "last_step": 0, "last_heartbeat": 130.0, "heartbeat_interval": 5.0, "outcome": "killed",
+    }  # fmt: skip
+    running = {
+        "attempt": 2, "attempt_id": "b", "process_start": 140.0, "train_begin": 141.0, "resume_step": 0,
+        "first_step_begin": 150.0, "first_step_end": 152.0, "last_step": 1, "last_step_time": 152.0,
+        "last_heartbeat": 153.0, "heartbeat_interval": 5.0, "outcome": None,
+    }  # fmt: skip
+    assert job_timeline([killed], now=135.0)["totals"]["goodput"] is None
+    assert job_timeline([killed, running], now=155.0, live_attempt_id="b")["totals"]["goodput"] is None
+    later = {**running, "last_step": 11, "last_step_time": 162.0, "last_heartbeat": 163.0}
+    totals = job_timeline([killed, later], now=170.0, live_attempt_id="b")["totals"]
+    # Productive: steps 2..11, 10 s. Wall: 100..130, 130..140 without a process, 140..170.
+    assert totals["wall_seconds"] == pytest.approx(70.0)
+    assert totals["goodput"] == pytest.approx(10.0 / 70.0)
+
+
+def _tracker(tmp_path: Path, clock: StepClock, wall: WallClock | None = None) -> AttemptTracker:
+    """An attempt whose process began 10 s ago."""
+    return AttemptTracker.begin(
+        path=ledger_path(str(tmp_path / "train_metric.json"), 0), job_id="job", continues=False, rank=0,
+        resume_step=0, process_start=time.time() - 10, checkpoint_load_seconds=0.0, clock=clock,
+        wall_clock=wall or WallClock(), heartbeat_interval=60.0,
+    )  # fmt: skip
+
+
+def test_a_new_attempt_writes_no_goodput_in_its_line_and_reports_no_gauge_point(tmp_path):
+    reader = InMemoryMetricReader()
+    observables = RunObservables(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    clock, wall = StepClock(), WallClock()
+    tracker = _tracker(tmp_path, clock, wall)
+    JobGauges(observables, tracker, {"training.rank": 0})
+
+    def reported() -> dict[str, float]:
+        data = reader.get_metrics_data()
+        return {
+            metric.name: point.value
+            for resource in data.resource_metrics for scope in resource.scope_metrics for metric in scope.metrics
+            for point in metric.data.data_points
+        }  # fmt: skip
+
+    assert tracker.line_fields() == {"id": "job", "attempt": 1}
+    assert reported() == {"mindformers.job.attempt": 1, "mindformers.job.no_progress_attempts": 0}
+    # Steps 2..5 timed (4 s of the 10 since the process began): the job's goodput is known,
+    # in the line and as a point.
+    now = time.perf_counter()
+    tracker.first_step(now - 6.0, now - 5.0)
+    clock.step, clock.last_step_end = 5, now - 1.0
+    tracker.end("completed", None, 5)
+    goodput = tracker.job_goodput
+    assert goodput == pytest.approx(0.4, abs=0.05)
+    assert tracker.line_fields() == {"id": "job", "attempt": 1, "goodput": round(goodput, 6)}
+    assert reported()["mindformers.job.goodput"] == goodput
+    observables.close()
+
+
+def test_an_attempts_end_never_lowers_its_last_step_with_a_stale_one(tmp_path):
+    """The run's end hands over the step it knows; the clock may be further (the pipeline
+    lags it): the ledger keeps the furthest."""
+    clock = StepClock()
+    tracker = _tracker(tmp_path, clock)
+    clock.step, clock.last_step_end = 20, time.perf_counter()
+    tracker.end("crashed", "RuntimeError: boom", 5)
+    (entry,) = read_ledger(tracker.path)["attempts"]
+    assert (entry["last_step"], entry["outcome"]) == (20, "crashed")
+    # A later step handed over than the clock's is kept too.
+    later = _tracker(tmp_path / "later", StepClock())
+    later.end("completed", None, 7)
+    assert read_ledger(later.path)["attempts"][-1]["last_step"] == 7
+
+
+def test_a_ledger_past_the_size_limit_is_kept_aside_never_read(tmp_path, caplog):
+    path = ledger_path(str(tmp_path / "train_metric.json"), 0)
+    body = json.dumps(new_ledger("job")).encode()
+    path.write_bytes(body + b" " * (MAX_LEDGER_BYTES - len(body)))  # at the limit: JSON with trailing blanks
+    assert read_ledger(path)["job_id"] == "job"
+    path.write_bytes(body + b" " * (MAX_LEDGER_BYTES - len(body) + 1))
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        assert read_ledger(path) is None
+    assert not path.exists() and path.with_name(path.name + ".corrupt").stat().st_size == MAX_LEDGER_BYTES + 1
+    assert len(caplog.records) == 1 and "corrupt or truncated" in caplog.records[0].getMessage()
+
+
+def test_an_attempt_is_alive_while_its_heartbeat_is_within_three_intervals_and_a_second():
+    """Three missed heartbeats (and a second of slack for the write) before a run is taken
+    for dead: a loaded machine delays a beat, never two more."""
+    entry = {"attempt": 1, "last_heartbeat": 1000.0, "heartbeat_interval": 5.0, "outcome": None}
+    assert is_alive(entry, now=1000.0 + 15.9)
+    assert not is_alive(entry, now=1000.0 + 16.1)
+    assert not is_alive({**entry, "end": 1001.0}, now=1002.0)  # ended: never alive
+    assert not is_alive({**entry, "outcome": "completed"}, now=1002.0)
+    assert is_alive({k: v for k, v in entry.items() if k != "heartbeat_interval"}, now=1015.9)  # 5 s by default
+
+
+def test_an_attempt_loses_at_most_the_steps_it_did():
+    """Attempt 3 resumes from an older checkpoint (step 50) than attempt 2 started from
+    (100): attempt 2 computed 20 steps, and loses those 20, not the 70 between 50 and its
+    last step (steps 51..100 were attempt 1's)."""
+
+    def attempt(number: int, resume: int, last: int, start: float) -> dict:
+        return {
+            "attempt": number, "attempt_id": str(number), "process_start": start, "resume_step": resume,
+            "first_step_begin": start + 1, "first_step_end": start + 2, "last_step": last,
+            "last_step_time": start + 2 + (last - resume - 1), "last_heartbeat": start + 3 + (last - resume),
+            "outcome": "killed",
+        }  # fmt: skip
+
+    rows = job_timeline([attempt(1, 0, 100, 0.0), attempt(2, 100, 120, 200.0), attempt(3, 50, 60, 300.0)])["attempts"]
+    assert [row["lost_steps"] for row in rows] == [0, 20, 0]
+    assert rows[1]["seconds"]["lost_progress"] == pytest.approx(19.0)  # all of its timed steps, at 1 s each
+
+
+def test_a_ledger_gone_before_it_is_set_aside_is_not_counted_as_a_job(tmp_path):
+    """A run of another job found a ledger to set aside, and another process moved it first:
+    the jobs set aside so far are the files there, and the next job's local id follows them."""
+    path = ledger_path(str(tmp_path / "train_metric.json"), 0)
+    path.with_name(path.name + ".job1").write_text("{}")
+    assert _set_aside(path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name + ".job1"]

@@ -37,6 +37,7 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 from otel_mindformers.config import ConfigError, MonitorConfig
 from otel_mindformers.core import measurements
 from otel_mindformers.core.clock import StepClock, WallClock
+from otel_mindformers.core.file_lock import FileLocked
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import Remaining, RunPart
 from otel_mindformers.core.step_record import StepRecord
@@ -168,6 +169,9 @@ def _hand_on(tail: Tail, config: MonitorConfig, identity: Identity, tracer: Any,
         return
     try:
         _write_outputs(records, config, identity)
+    except FileLocked:  # a frozen writer holds the log: kept, and the run's own json_file says so once
+        tail.release()
+        return
     except (OSError, ConfigError) as exc:
         _logger.warning("otel_mindformers: cannot write the records recovered from %s: %s", tail.path, exc)
         tail.release()  # kept: the next process tries again

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from otel_mindformers.config import ConfigError, OutputsConfig
 from otel_mindformers.config.extras import TENSORBOARD_MODULES, install_hint, output_off_warning
+from otel_mindformers.core.file_lock import FileLocked
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
-from otel_mindformers.outputs import jsonl, tensorboard
+from otel_mindformers.outputs import tensorboard
 from otel_mindformers.outputs.jsonl import JsonLinesSink, rank_path
 from otel_mindformers.outputs.paths import JSON_LOG_KEY, TENSORBOARD_KEY
-from otel_mindformers.outputs.runs import is_resumed
+from otel_mindformers.outputs.runs import is_resumed, set_previous_run_aside
 from otel_mindformers.outputs.sink import OutputSink, SinkFanout
 from otel_mindformers.outputs.stdout import StdoutSink
 from otel_mindformers.outputs.tensorboard import TensorBoardSink, rank_dir
@@ -38,11 +39,9 @@ def build_sinks(
         if "stdout" in kinds and reports_training and not recovered:
             sinks.append(StdoutSink())
         if "json_file" in kinds:
-            path = rank_path(config.json_log_path, identity)
-            if not resumed:
-                jsonl.set_previous_run_aside(path)
-            with _naming(JSON_LOG_KEY, path):
-                sinks.append(JsonLinesSink(path, config.log_rotation))
+            json_sink = _json_sink(config, identity, resumed, recovered)
+            if json_sink is not None:
+                sinks.append(json_sink)
         if "tensorboard" in kinds:
             tensorboard_sink = _tensorboard_sink(config, identity, resumed, first_step, recovered)
             if tensorboard_sink is not None:
@@ -52,6 +51,25 @@ def build_sinks(
             sink.close()
         raise
     return sinks
+
+
+def _json_sink(config: OutputsConfig, identity: Identity, resumed: bool, recovered: bool) -> JsonLinesSink | None:
+    """The JSON log's sink, or None with one warning when another process holds the log's
+    lock past the bounded wait (a writer frozen while writing): telemetry, so training goes
+    on. For `recovered` records FileLocked is raised: their ring stays for a later reader."""
+    path = rank_path(config.json_log_path, identity)
+    try:
+        if not resumed:
+            set_previous_run_aside(path)
+        with _naming(JSON_LOG_KEY, path):
+            return JsonLinesSink(path, config.log_rotation)
+    except FileLocked as exc:
+        if recovered:
+            raise
+        _logger.warning(
+            "otel_mindformers: the json_file output (monitor_config.output_type) is off for this run: %s", exc
+        )
+        return None
 
 
 def _tensorboard_sink(
@@ -91,6 +109,8 @@ def _naming(key: str, path: Path) -> Iterator[None]:
     read-only mount, /proc): the ConfigError that names the key, before the first step."""
     try:
         yield
+    except FileLocked:
+        raise  # not the path: a process that holds its lock
     except OSError as exc:
         raise ConfigError(f"{key}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
 

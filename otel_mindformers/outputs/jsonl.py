@@ -11,10 +11,15 @@ lock: `x.json` becomes `x.json.1`, older backups shift up to `x.json.{backup_cou
 oldest is dropped. A writer that finds the path now names another file (someone else
 rolled it over) reopens it before writing.
 
-A new run sets the previous run's lines aside first (`set_previous_run_aside`, see
-outputs/runs.py), so the file at `json_log_path` holds one run.
-A resumed run writes on in the file; a half line a killed writer left at its end is cut
-off first (`_cut_a_half_line`), so the new lines start on a line of their own.
+A new run sets the previous run's lines aside first (outputs/runs.py), so the file at
+`json_log_path` holds one run. A resumed run writes on in the file; a half line a killed
+writer left at its end is cut off first (`_cut_a_half_line`), so the new lines start on a
+line of their own.
+
+At start-up the lock is waited for a bounded time (core/file_lock.py): a writer frozen
+while it held it (SIGSTOP, a suspended job, a hung NFS mount) makes the sink raise
+FileLocked, and the run goes on without `json_file` (outputs/__init__.py says so once). At
+run time the pipeline worker waits for it, never the training thread.
 """
 
 from __future__ import annotations
@@ -22,16 +27,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
-import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
+from otel_mindformers.core.file_lock import LOCK_WAIT_SECONDS, FileLocked, lock_within
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.job.identity import Identity
-from otel_mindformers.outputs.runs import free_name, stamp
 
 _logger = get_logger(__name__)
 
@@ -42,58 +46,6 @@ def rank_path(json_log_path: str, identity: Identity) -> Path:
     if not identity.distributed:
         return path
     return path.with_name(f"{path.stem}_rank_{identity.rank}{path.suffix}")
-
-
-def set_previous_run_aside(path: Path) -> Path | None:
-    """Keep the lines a previous run left at `path` as `{stem}.{when}{suffix}` (its rotated
-    backups `.N` follow it) and start `path` empty; the new name, or None if there was nothing.
-
-    The current file is copied and emptied in place, not renamed: a custom monitor that
-    opened `path` before the run started (the monitor_config article's opens it in its constructor) keeps
-    writing into this run's file. A failure (a full disk while copying) is one warning and
-    leaves the file as it was: the run then appends to it."""
-    try:
-        return _copy_aside_and_empty(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        _logger.warning(
-            "otel_mindformers: cannot set the previous run's %s aside (%s); this run appends to it", path, exc.strerror
-        )
-        return None
-
-
-def _copy_aside_and_empty(path: Path) -> Path | None:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # released by close
-        backups = _backups_of(path)
-        if os.fstat(fd).st_size == 0 and not backups:
-            return None
-        last_write = max([os.fstat(fd).st_mtime] + [b.stat().st_mtime for _, b in backups])
-        target = free_name(lambda when: path.with_name(f"{path.stem}.{when}{path.suffix}"), stamp(last_write))
-        try:
-            shutil.copyfile(path, target)
-        except OSError:
-            target.unlink(missing_ok=True)  # no half copy beside a file left whole
-            raise
-        for index, backup in backups:
-            os.replace(backup, target.with_name(f"{target.name}.{index}"))
-        os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)
-    _logger.info("otel_mindformers: the previous run's %s is kept as %s", path, target.name)
-    return target
-
-
-def _backups_of(path: Path) -> list[tuple[int, Path]]:
-    """The rotated backups `path.N` beside `path`."""
-    pattern = re.compile(re.escape(path.name) + r"\.(\d+)")
-    return [
-        (int(match[1]), Path(entry.path))
-        for entry in os.scandir(path.parent)
-        if (match := pattern.fullmatch(entry.name)) and entry.is_file()
-    ]
 
 
 _TAIL_BYTES = 64 * 1024  # a few step lines: the last one naming the job is among them
@@ -151,7 +103,11 @@ class JsonLinesSink:
         self._rotation = rotation or LogRotationConfig()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = self._open()
-        self._lock_current_file()
+        try:
+            self._lock_current_file(LOCK_WAIT_SECONDS)
+        except FileLocked:
+            os.close(self._fd)
+            raise
         try:
             self._cut_a_half_line()
         finally:
@@ -228,10 +184,15 @@ class JsonLinesSink:
             os.ftruncate(self._fd, os.fstat(self._fd).st_size - written + whole)
             raise OSError(28, "No space left on device")
 
-    def _lock_current_file(self) -> None:
-        """Lock the file `path` names now: while we waited, another writer may have rolled it over."""
+    def _lock_current_file(self, wait: float | None = None) -> None:
+        """Lock the file `path` names now: while we waited, another writer may have rolled it
+        over. `wait`: at most that many seconds in all (then FileLocked); None: as long as it takes."""
+        until = None if wait is None else time.monotonic() + wait
         while True:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if wait is None:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            else:
+                lock_within(self._fd, self.path, wait, until=until)
             try:
                 if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
                     return

@@ -14,6 +14,9 @@ last fault MindCluster's ClusterD reported during it, cluster/: time, node, devi
 codes, and `cleared` once ClusterD said the faults were gone), and, once it ended,
 `outcome` (completed, stopped, crashed), `reason` and `end`. An entry that never got its
 end is `killed`, ended at its last heartbeat: the next attempt writes that down.
+Every reader takes a field with `.get`: a new optional field (say, the fault that ended an
+attempt) is one more key set on `entry`, and a ledger written before it stays valid
+(`LEDGER_VERSION` unchanged).
 
 Cost on the training thread: nothing per step. A background thread reads the step clock
 every `heartbeat_interval` seconds and rewrites this rank's ledger (its heartbeat: a few
@@ -46,6 +49,7 @@ from otel_mindformers.restarts.ledger_file import (
     update_ledger,
     write_ledger,
 )
+from otel_mindformers.restarts.processes import process_gone
 
 _logger = get_logger(__name__)
 
@@ -90,14 +94,19 @@ def _ended_attempts_of_other_ranks(path: Path, job_id: str, before: float) -> in
 
 
 class LedgerInUse(RuntimeError):
-    """Another job's attempt is alive and writing the ledger at this path: the message names it."""
+    """Another job's attempt is alive and writing the ledger at `path`: `job_id`, and `live`,
+    its attempt's entry (pid, host)."""
+
+    def __init__(self, path: Path, job_id: str, live: dict[str, Any]) -> None:
+        self.path, self.job_id, self.live = path, job_id, live
+        super().__init__(f"job {job_id!r} (pid {live.get('pid')} on {live.get('host')}) is running and writing {path}")
 
 
 def _live_attempt_of_another_process(attempts: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
-    """The ledger's last attempt, when it has no end, its heartbeat is fresh and it is not
-    this process: a run that still writes there."""
+    """The ledger's last attempt, when it has no end, its heartbeat is fresh, it is not this
+    process and its process is not known to be gone: a run that still writes there."""
     last = attempts[-1] if attempts else None
-    if last is None or not goodput.is_alive(last, now):
+    if last is None or not goodput.is_alive(last, now) or process_gone(last):
         return None
     if last.get("pid") == os.getpid() and last.get("host") == socket.gethostname():
         return None
@@ -202,10 +211,7 @@ class AttemptTracker:
             if data is not None and live is not None:
                 # Setting it aside would freeze that run's entry mid-run ("killed"), and the
                 # two would then overwrite each other's ledger: that run keeps it.
-                raise LedgerInUse(
-                    f"job {data['job_id']!r} (pid {live.get('pid')} on {live.get('host')}) is running and writing "
-                    f"{path}: two runs share this output folder; give each its own json_log_path"
-                )
+                raise LedgerInUse(path, data["job_id"], live)
             if data is not None and not same_job:
                 generation = _set_aside(path) + 1
                 data = None

@@ -16,16 +16,15 @@ ledger starts: never a crash.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from otel_mindformers.core.bounded_read import read_small_file
+from otel_mindformers.core.file_lock import LOCK_WAIT_SECONDS, lock_within
 from otel_mindformers.core.guarded_log import get_logger
 
 _logger = get_logger(__name__)
@@ -102,37 +101,16 @@ def write_ledger(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
-# How long a writer waits for the ledger's lock. A holder is another rank's or attempt's
-# write (milliseconds), or a process frozen while writing (SIGSTOP, a suspended job, a hung
-# NFS mount): the ledger is telemetry, so past this the write is given up, never training.
-LOCK_WAIT_SECONDS = 1.0
-_LOCK_RETRY_SECONDS = 0.02
-
-
-class LedgerLocked(OSError):
-    """Another process held the ledger's lock for longer than LOCK_WAIT_SECONDS."""
-
-
 @contextlib.contextmanager
 def locked(path: Path, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
     """Exclusive use of the ledger at `path` between processes (`flock` on `path.lock`),
-    waited for at most `wait` seconds (then LedgerLocked)."""
+    waited for at most `wait` seconds (then FileLocked, core/file_lock.py: a holder frozen
+    while writing costs the run its ledger, never its training)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lock_path = path.with_name(path.name + ".lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LedgerLocked(
-                        f"{lock_path} is held by another process for more than {wait:g} s "
-                        "(a frozen or suspended earlier attempt?)"
-                    ) from None
-                time.sleep(_LOCK_RETRY_SECONDS)
+        lock_within(fd, lock_path, wait)
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -151,9 +129,7 @@ def new_ledger(job_id: str) -> dict[str, Any]:
 
 
 __all__ = [
-    "LOCK_WAIT_SECONDS",
     "LEDGER_SUFFIX",
-    "LedgerLocked",
     "ledger_path",
     "locked",
     "new_ledger",

@@ -12,15 +12,19 @@
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-from otel_mindformers.config import MonitorConfig
+from otel_mindformers.config import ConfigError, MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.process_start import process_start
@@ -30,8 +34,9 @@ from otel_mindformers.flight_recorder.recovery import finished_steps_of
 from otel_mindformers.job.identity import Identity, launcher_restart_count
 from otel_mindformers.names import job as names
 from otel_mindformers.names import phase_names
-from otel_mindformers.outputs.runs import is_resumed
-from otel_mindformers.restarts.attempt_tracker import AttemptTracker
+from otel_mindformers.outputs.paths import prepare_output_paths
+from otel_mindformers.outputs.runs import folder_beside, is_resumed, paths_in
+from otel_mindformers.restarts.attempt_tracker import AttemptTracker, LedgerInUse
 from otel_mindformers.restarts.ledger_file import ledger_path
 from otel_mindformers.telemetry.observables import RunObservables
 
@@ -56,31 +61,98 @@ def begin_attempt(
     clock: StepClock,
     wall_clock: WallClock,
     before: list[PhaseInterval],
-) -> AttemptTracker | None:
+) -> tuple[AttemptTracker | None, MonitorConfig]:
     """This run's entry in the job's ledger, or None (`restarts.enable: false`, or the
-    ledger cannot be written: one warning)."""
+    ledger cannot be written: one warning); and the config the run goes on with: its own,
+    or, when another job's run lives at its paths, one that writes elsewhere (one warning)."""
     if not config.enable or not config.restarts.enable:
-        return None
-    restarts = launcher_restart_count()
+        return None, config
+
+    def begin(at: MonitorConfig) -> AttemptTracker:
+        return _begin(at, identity, first_step, clock, wall_clock, before)
+
     try:
-        flown = finished_steps_of(config.json_log_path, identity.rank)
-        return AttemptTracker.begin(
-            path=ledger_path(config.json_log_path, identity.rank),
-            job_id=config.job_id or identity.job_id,
-            continues=is_resumed(first_step) or bool(restarts),
-            rank=identity.rank,
-            resume_step=first_step,
-            process_start=_process_start(),
-            checkpoint_load_seconds=sum(p.seconds for p in before if p.name == phase_names.PHASE_CHECKPOINT_LOAD),
-            clock=clock,
-            wall_clock=wall_clock,
-            heartbeat_interval=config.restarts.heartbeat_interval,
-            finished={attempt_id: (far.step, far.last_sample) for attempt_id, far in flown.items()},
-            running=frozenset(attempt_id for attempt_id, far in flown.items() if far.alive),
-        )
+        try:
+            return begin(config), config
+        except LedgerInUse as busy:
+            return _begin_elsewhere(config, identity, busy, begin)
     except Exception as exc:  # the ledger is telemetry: the run goes on without it
-        _logger.warning("otel_mindformers: cannot keep the job's ledger (%s); attempts are not tracked", exc)
-        return None
+        _no_ledger(exc)
+        return None, config
+
+
+def _begin(
+    config: MonitorConfig,
+    identity: Identity,
+    first_step: int,
+    clock: StepClock,
+    wall_clock: WallClock,
+    before: list[PhaseInterval],
+) -> AttemptTracker:
+    flown = finished_steps_of(config.json_log_path, identity.rank)
+    return AttemptTracker.begin(
+        path=ledger_path(config.json_log_path, identity.rank),
+        job_id=config.job_id or identity.job_id,
+        continues=is_resumed(first_step) or bool(launcher_restart_count()),
+        rank=identity.rank,
+        resume_step=first_step,
+        process_start=_process_start(),
+        checkpoint_load_seconds=sum(p.seconds for p in before if p.name == phase_names.PHASE_CHECKPOINT_LOAD),
+        clock=clock,
+        wall_clock=wall_clock,
+        heartbeat_interval=config.restarts.heartbeat_interval,
+        finished={attempt_id: (far.step, far.last_sample) for attempt_id, far in flown.items()},
+        running=frozenset(attempt_id for attempt_id, far in flown.items() if far.alive),
+    )
+
+
+def _begin_elsewhere(
+    config: MonitorConfig, identity: Identity, busy: LedgerInUse, begin: Callable[[MonitorConfig], AttemptTracker]
+) -> tuple[AttemptTracker | None, MonitorConfig]:
+    """Another job's run lives at the run's paths: its files (ledger, JSON log, TensorBoard
+    folder, flight ring, diagnosis file) are never taken over. The run writes in a folder
+    beside the log's, named after its job id (every rank of the job finds the same) or its
+    pid, or, where that cannot be (not writable, or a live run's too), in a new temporary
+    folder; one warning names it."""
+    job_id = config.job_id or identity.job_id
+    token = re.sub(r"[^A-Za-z0-9._-]+", "_", job_id)[:64] if job_id else f"pid{os.getpid()}"
+
+    def moved_into(folder: Path) -> MonitorConfig:
+        json_log_path, tensorboard_path = paths_in(folder, config.json_log_path, config.tensorboard_path)
+        moved = config.with_overrides(json_log_path=json_log_path, tensorboard_path=tensorboard_path)
+        prepare_output_paths(moved, identity)
+        return moved
+
+    def fresh() -> tuple[Path, MonitorConfig]:
+        folder = Path(tempfile.mkdtemp(prefix=f"otel_mindformers.{token}."))
+        return folder, moved_into(folder)
+
+    folder = folder_beside(config.json_log_path, token)
+    try:
+        moved = moved_into(folder)
+    except ConfigError:  # not writable there
+        folder, moved = fresh()
+    tracker: AttemptTracker | None = None
+    try:
+        tracker = begin(moved)
+    except LedgerInUse:  # a live run's too
+        folder, moved = fresh()
+        try:
+            tracker = begin(moved)
+        except Exception as exc:
+            _no_ledger(exc)
+    except Exception as exc:  # its ledger cannot be kept there: its outputs still go there
+        _no_ledger(exc)
+    _logger.warning(
+        "otel_mindformers: %s: this run writes its files in %s instead (two runs share this output "
+        "folder; give each its own json_log_path)",
+        busy, folder,
+    )  # fmt: skip
+    return tracker, moved
+
+
+def _no_ledger(exc: Exception) -> None:
+    _logger.warning("otel_mindformers: cannot keep the job's ledger (%s); attempts are not tracked", exc)
 
 
 def previous_attempt_link(tracker: AttemptTracker | None) -> list[Link]:

@@ -97,8 +97,12 @@ class Closes(RunPart):
 
 
 def start_ledger_entry(ctx: RunContext) -> RunPart | None:
-    """restarts/: the run's entry in the job's ledger; the identity takes its job and attempt."""
-    tracker = run_attempt.begin_attempt(ctx.config, ctx.identity, ctx.first_step, ctx.clock, ctx.wall_clock, [])
+    """restarts/: the run's entry in the job's ledger; the identity takes its job and attempt,
+    and the config the paths it writes at (another folder when another job's run lives there)."""
+    # The config may come back writing elsewhere: another job's run lives at its paths.
+    tracker, ctx.config = run_attempt.begin_attempt(
+        ctx.config, ctx.identity, ctx.first_step, ctx.clock, ctx.wall_clock, []
+    )
     if tracker is None:
         return None
     ctx.ledger_entry = entry = run_attempt.LedgerEntry(tracker)
