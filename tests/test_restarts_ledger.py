@@ -20,12 +20,13 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_mindformers.config import load_monitor_config
 from otel_mindformers.core.clock import StepClock, WallClock
+from otel_mindformers.core.process_start import started_at
 from otel_mindformers.job.identity import Identity, detect_identity, launcher_restart_count
 from otel_mindformers.outputs.runs import folder_beside, paths_in
 from otel_mindformers.restarts.attempt_tracker import AttemptTracker, _set_aside
 from otel_mindformers.restarts.goodput import is_alive, job_timeline, no_progress_streak
 from otel_mindformers.restarts.ledger_file import MAX_LEDGER_BYTES, ledger_path, new_ledger, read_ledger, update_ledger
-from otel_mindformers.restarts.processes import process_gone, started_at
+from otel_mindformers.restarts.processes import process_gone
 from otel_mindformers.restarts.run_attempt import JobGauges, begin_attempt
 from otel_mindformers.telemetry.observables import RunObservables
 
