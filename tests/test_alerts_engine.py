@@ -22,8 +22,8 @@ from opentelemetry.trace import StatusCode
 
 from otel_mindformers.config import load_monitor_config
 from otel_mindformers.core.step_record import StepRecord
-from otel_mindformers.hangs import diagnosis_file as records
 from otel_mindformers.job.identity import Identity
+from otel_mindformers.outputs import diagnosis_file as records
 from otel_mindformers.runtime.custom_monitors import BaseMonitor
 from otel_mindformers.telemetry.providers import build_telemetry
 from tests.support.alert_engine import engine_for

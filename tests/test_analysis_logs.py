@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from otel_mindformers.analysis.logs import LogReadError, as_records, discover, read_logs
+from otel_mindformers.outputs.jsonl_reader import LogReadError, as_records, discover, read_logs
 from tests.support.jsonl import json_lines as _lines
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 

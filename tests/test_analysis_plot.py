@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from otel_mindformers.analysis.logs import read_logs
 from otel_mindformers.analysis.plot import ALERT_COLOR, NONFINITE_COLOR, ema, plot
+from otel_mindformers.outputs.jsonl_reader import read_logs
 from tests.support.cli import cli
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 from tests.support.plot_pixels import count, load, panels, spread

@@ -8,11 +8,11 @@ import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import StatusCode
 
-from otel_mindformers.analysis.logs import as_records, read_logs
 from otel_mindformers.analysis.replay import build_metrics, build_spans, replay_otlp
 from otel_mindformers.config import OtlpConfig
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
+from otel_mindformers.outputs.jsonl_reader import as_records, read_logs
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 
 pytestmark = pytest.mark.analysis

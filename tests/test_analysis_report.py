@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from otel_mindformers.analysis.logs import read_logs
 from otel_mindformers.analysis.report import build_report, render
+from otel_mindformers.outputs.jsonl_reader import read_logs
 from tests.support.cli import cli
 from tests.support.jsonl import json_lines as _lines
 from tests.support.paths import LOG_FIXTURES as FIXTURES

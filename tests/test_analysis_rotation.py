@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers import MonitorCallback
-from otel_mindformers.analysis.logs import discover, read_logs
+from otel_mindformers.outputs.jsonl_reader import discover, read_logs
 from tests.support import training
 from tests.support.paths import EXAMPLES
 

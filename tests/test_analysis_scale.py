@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from otel_mindformers.analysis import logs
-from otel_mindformers.analysis.logs import discover, read_logs
 from otel_mindformers.analysis.report import build_report, report_logs
+from otel_mindformers.outputs import jsonl_reader as logs
+from otel_mindformers.outputs.jsonl_reader import discover, read_logs
 from tests.support.cli import cli
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 

@@ -340,7 +340,7 @@ def test_a_step_skipped_by_step_spans_keeps_its_span_when_an_alert_fires(workdir
 
 
 def test_alerts_that_fire_are_named_in_the_step_line_and_read_back_as_marks(workdir):
-    from otel_mindformers.analysis.logs import read_logs
+    from otel_mindformers.outputs.jsonl_reader import read_logs
 
     cb = MonitorCallback(config(workdir, interval=1, alert_config={"enable_alert": True, "loss_threshold": 50.0}))
     training.train([cb], steps=6, shape="tuple5", faults=Faults(spike_at={3: 30.0}))

@@ -218,10 +218,10 @@ def _lines_of(path) -> list[dict]:
 
 
 def test_plain_training_has_grad_norm_in_every_output(workdir, monkeypatch, otlp_receiver):
-    from otel_mindformers.analysis.logs import read_logs
     from otel_mindformers.analysis.plot import plot
     from otel_mindformers.names import semconv
     from otel_mindformers.names import training as tm
+    from otel_mindformers.outputs.jsonl_reader import read_logs
     from tests.support.plot_pixels import count, load, panels
 
     monkeypatch.setenv("RANK_ID", "0")

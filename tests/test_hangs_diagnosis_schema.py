@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_mindformers.analysis.report import render, report_logs
-from otel_mindformers.hangs.offline.diagnosis_schema import problem
 from otel_mindformers.hangs.offline.hang_report import build_hang_report, render_text, to_json
+from otel_mindformers.outputs.diagnosis_schema import problem
 
 GOOD_FRAME = {"file": "/job/train.py", "line": 12, "function": "step", "source": "loss = net(x)"}
 

@@ -18,9 +18,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_mindformers.hangs import Heartbeat, StackDumper, dump_stacks, stacks
-from otel_mindformers.hangs import diagnosis_file as records
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.nonfinite.first_nonfinite import FirstNonFinite
+from otel_mindformers.outputs import diagnosis_file as records
 from otel_mindformers.telemetry.observables import RunObservables
 from tests.support.in_memory import Capture
 from tests.support.metrics import counter_values

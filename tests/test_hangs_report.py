@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from otel_mindformers.hangs import diagnosis_file as records
 from otel_mindformers.hangs.offline.hang_report import build_hang_report, ranks_text, render_text
+from otel_mindformers.outputs import diagnosis_file as records
 from tests.support import fault_log
 from tests.support.instrumented import BIN, child_env, free_port
 from tests.support.paths import REPO

@@ -47,6 +47,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("alerts",),
     ("runtime",),
     ("integration",),
+    # Each feature's offline readers and command (`<feature>/offline/`), over the JSON-lines
+    # reader (outputs/jsonl_reader.py) below them; `report`, `plot` and the page on top.
+    (OFFLINE := "offline",),
     ("analysis",),
     ("cli", ""),  # the command line and the package's public API module
 )
@@ -113,13 +116,10 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-OFFLINE = "offline"  # a feature's `offline/` subpackage: its readers, on the analysis layer
-
-
 def layer_of(module: str) -> int:
     top = module.split(".")[1] if module.count(".") else ""
     if OFFLINE in module.split(".")[2:]:
-        top = "analysis"
+        top = OFFLINE
     for index, layer in enumerate(LAYERS):
         if top in layer:
             return index
@@ -137,6 +137,36 @@ def test_no_import_cycle():
     graph = import_graph()
     for module in graph:
         assert module not in reachable(graph, module), f"{module} imports itself back"
+
+
+def folder_of(module: str) -> str:
+    """The folder a module is drawn in: its top folder, a feature's `offline/` apart from
+    its live part (`restarts.offline`), a root module itself (`cli`)."""
+    parts = module.split(".")[1:] or [""]
+    if len(parts) > 2 and parts[1] == OFFLINE:
+        return f"{parts[0]}.{OFFLINE}"
+    return parts[0]
+
+
+def test_no_folder_imports_another_that_imports_it_back():
+    """Folder by folder, every import counted (inside functions and under TYPE_CHECKING too):
+    no two folders depend on each other, however long the loop."""
+    folders: dict[str, set[str]] = {}
+    for module, targets in import_graph(module_level_only=False).items():
+        edges = folders.setdefault(folder_of(module), set())
+        edges.update(folder_of(target) for target in targets)
+    for folder, edges in folders.items():
+        edges.discard(folder)
+    loops = sorted(folder for folder in folders if folder in reachable(folders, folder))
+    assert not loops, f"folders in an import loop: {loops}"
+
+
+def test_the_folder_check_sees_a_loop():
+    assert folder_of(f"{ROOT}.restarts.offline.attempts_report") == "restarts.offline"
+    assert folder_of(f"{ROOT}.restarts.run_attempt") == "restarts"
+    assert folder_of(f"{ROOT}.cli") == "cli"
+    loop = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert "a" in reachable(loop, "a") and "d" not in reachable(loop, "d")
 
 
 def test_no_module_cycle_in_outputs_even_through_a_function_level_import():

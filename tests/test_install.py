@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers.config.extras import EXTRA_OF_MODULE
-from otel_mindformers.hangs.diagnosis_file import diagnosis_path
 from otel_mindformers.hangs.dumps import StackDumper
 from otel_mindformers.job.identity import Identity
+from otel_mindformers.outputs.diagnosis_file import diagnosis_path
 from tests.support.backends import unavailable
 from tests.support.hidden import hiding
 from tests.support.otlp_receiver import OtlpReceiver

@@ -201,8 +201,8 @@ def test_unsampled_steps_do_no_readback_of_the_seven_tuple(workdir, monkeypatch)
 
 
 def test_replay_reproduces_the_live_model_state_series(workdir, otlp_receiver):
-    from otel_mindformers.analysis.logs import as_records, read_logs
     from otel_mindformers.core import measurements as recording
+    from otel_mindformers.outputs.jsonl_reader import as_records, read_logs
 
     cb = MonitorCallback(
         {"interval": 2, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"), "target": ["layers.0."]}
@@ -232,9 +232,9 @@ def test_replay_reproduces_the_live_model_state_series(workdir, otlp_receiver):
 def test_report_and_plot_show_the_layers_and_parameters_with_the_largest_norms(workdir):
     from PIL import Image
 
-    from otel_mindformers.analysis.logs import read_logs
     from otel_mindformers.analysis.plot import plot
     from otel_mindformers.analysis.report import render, report_logs
+    from otel_mindformers.outputs.jsonl_reader import read_logs
 
     cb = MonitorCallback(
         {"interval": 1, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"), "target": ["layers.3."]}

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from otel_mindformers.analysis.logs import read_logs
 from otel_mindformers.analysis.replay import replay_otlp
 from otel_mindformers.config import OtlpConfig
 from otel_mindformers.names import semconv
+from otel_mindformers.outputs.jsonl_reader import read_logs
 from otel_mindformers.runtime.callback import MonitorCallback
 from tests.support import training
 from tests.support.otlp_receiver import OtlpReceiver

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from otel_mindformers.analysis.logs import read_logs
+from otel_mindformers.outputs.jsonl_reader import read_logs
 from tests.support.paths import EXAMPLES, REPO
 from tests.support.reliability_worker import spawn
 

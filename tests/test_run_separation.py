@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers import MonitorCallback
-from otel_mindformers.analysis.logs import read_logs
+from otel_mindformers.outputs.jsonl_reader import read_logs
 from tests.support import training
 from tests.support.cli import cli, cli_output
 from tests.support.jsonl import json_lines as lines

@@ -9,15 +9,15 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from otel_mindformers.analysis.logs import (
+from otel_mindformers.config import OTLP_PROTOCOLS
+from otel_mindformers.config.extras import MATPLOTLIB_MODULES, TENSORBOARD_MODULES, missing_package
+from otel_mindformers.outputs.jsonl_reader import (
     AnalysisError,
     Location,
     Series,
     read_logs,
     replay_problems,
 )
-from otel_mindformers.config import OTLP_PROTOCOLS
-from otel_mindformers.config.extras import MATPLOTLIB_MODULES, TENSORBOARD_MODULES, missing_package
 
 _LOGS_HELP = (
     "JSON-lines logs: files, globs or folders (a folder finds every *_rank_*.json under it, or, "

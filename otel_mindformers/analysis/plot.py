@@ -10,9 +10,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from otel_mindformers.analysis.logs import Series, StepPoint
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.model_state import ADAM_V_NORM, GRAD_NORM
+from otel_mindformers.outputs.jsonl_reader import Series, StepPoint
 
 # (metric, title, y scale). Step time is on a log scale: the first step carries graph
 # compilation and would otherwise flatten every later step, and stragglers, to the floor.

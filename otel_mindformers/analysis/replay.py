@@ -52,7 +52,6 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 
-from otel_mindformers.analysis.logs import AlertMark, AnalysisError, Series, as_records
 from otel_mindformers.config import OtlpConfig
 from otel_mindformers.core import measurements
 from otel_mindformers.core.step_record import StepRecord
@@ -61,6 +60,7 @@ from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 from otel_mindformers.names.spec import Kind, MetricSpec
+from otel_mindformers.outputs.jsonl_reader import AlertMark, AnalysisError, Series, as_records
 from otel_mindformers.outputs.runs import set_aside_stamp
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.telemetry.providers import otlp_exporters

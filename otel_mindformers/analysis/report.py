@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from otel_mindformers.analysis.logs import Location, Scanned, Series, StepPoint, scan_logs
 from otel_mindformers.analysis.top_norms import Peak, TopNorms
 from otel_mindformers.names import phase_names
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.phase_names import PHASE_CHECKPOINT_LOAD, PHASE_COMPILE, PHASE_STARTUP
 from otel_mindformers.nonfinite.offline.first_bad_rank import report_findings as first_bad_rank_findings
+from otel_mindformers.outputs.jsonl_reader import Location, Scanned, Series, StepPoint, scan_logs
 from otel_mindformers.restarts.offline.attempts_report import job_report
 from otel_mindformers.stragglers.offline import verdict as stragglers
 from otel_mindformers.stragglers.offline.verdict import Verdict

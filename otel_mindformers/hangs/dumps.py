@@ -3,7 +3,7 @@
 A dump is taken by the stall watchdog (at `stall_timeout`, and again at twice it, where
 the comparison says "stuck" or "slow"), on `SIGUSR1`, or on demand with `dump_stacks()`.
 Each dump becomes a span event on the run span, an OTel log record, one warning line, and
-a line in the rank's diagnosis file beside the JSON log (hangs/diagnosis_file.py), which
+a line in the rank's diagnosis file beside the JSON log (outputs/diagnosis_file.py), which
 `otel-mindformers hang-report` merges across ranks. It runs on the asking thread, never
 on the training thread, and never raises.
 """
@@ -22,13 +22,13 @@ from opentelemetry.trace import Span
 
 from otel_mindformers.core.clock import WallClock
 from otel_mindformers.core.guarded_log import get_logger
-from otel_mindformers.hangs import diagnosis_file as records
 from otel_mindformers.hangs.heartbeat_gauges import Progress
 from otel_mindformers.hangs.signals import SignalTrigger
 from otel_mindformers.hangs.stacks import Snapshot, capture, phase_of
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import diagnosis as names
 from otel_mindformers.names import phase_names, semconv
+from otel_mindformers.outputs import diagnosis_file as records
 
 _logger = get_logger(__name__)
 

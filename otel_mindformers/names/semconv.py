@@ -79,10 +79,10 @@ ATTR_EPOCH = "training.epoch"
 ATTR_STEPS_IN_WINDOW = "training.steps_in_window"
 # On a step span a later process recovered from a dead run's flight ring (flight_recorder/).
 ATTR_RECOVERED = "training.step.recovered"
-# On the log record that says how many records of a logger the rate limit dropped (logs.py).
+# On the log record that says how many records of a logger the rate limit dropped (telemetry/log_bridge.py).
 ATTR_LOGS_DROPPED = "training.logs.dropped"
 # On a shipped log record whose body or attributes were cut to the bridge's bounds: the
-# characters left out in all (logs.py).
+# characters left out in all (telemetry/log_bridge.py).
 ATTR_LOG_TRUNCATED = "training.logs.truncated_chars"
 
 # --- span names ------------------------------------------------------------------------

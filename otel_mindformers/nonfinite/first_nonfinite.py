@@ -23,11 +23,11 @@ from opentelemetry.trace import Span
 
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.step_record import counted_nonfinite
-from otel_mindformers.hangs import diagnosis_file as records
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import diagnosis as names
 from otel_mindformers.names import semconv
 from otel_mindformers.names.training import ATTR_METRIC, OVERFLOW
+from otel_mindformers.outputs import diagnosis_file as records
 from otel_mindformers.telemetry.events import record_event
 from otel_mindformers.telemetry.training_instruments import create_instrument
 

@@ -38,7 +38,6 @@ from otel_mindformers.config import GradNorm
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import Remaining, RunEnding, RunPart
 from otel_mindformers.flight_recorder import recorder as flight_recorder
-from otel_mindformers.hangs.diagnosis_file import diagnosis_path
 from otel_mindformers.hangs.dumps import StackDumper
 from otel_mindformers.hangs.heartbeat_gauges import Heartbeat
 from otel_mindformers.model_state.grad_norm_probe import install_probes, remove_probes
@@ -47,6 +46,7 @@ from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.names import semconv
 from otel_mindformers.nonfinite.first_nonfinite import FirstNonFinite
 from otel_mindformers.outputs import SinkFanout, build_sinks
+from otel_mindformers.outputs.diagnosis_file import diagnosis_path
 from otel_mindformers.outputs.runs import set_aside_unless_resumed
 from otel_mindformers.restarts import run_attempt
 from otel_mindformers.runtime.extract import watch_lr_schedulers

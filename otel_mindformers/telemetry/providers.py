@@ -58,7 +58,7 @@ class Telemetry:
     meter: metrics.Meter
     logger: Any  # opentelemetry._logs.Logger
     resource: Resource
-    logger_provider: Any = None  # where shipped Python logging goes too (logs.py)
+    logger_provider: Any = None  # where shipped Python logging goes too (telemetry/log_bridge.py)
     _owned: list[Any] = field(default_factory=list)  # providers we built and must shut down
     _borrowed: list[Any] = field(default_factory=list)  # global providers: flush only
     _on_close: list[Callable[[], None]] = field(default_factory=list)

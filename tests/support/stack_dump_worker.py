@@ -11,9 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from otel_mindformers.hangs import diagnosis_file as records
 from otel_mindformers.hangs import dumps
 from otel_mindformers.job.identity import Identity
+from otel_mindformers.outputs import diagnosis_file as records
 
 
 class _Progress:

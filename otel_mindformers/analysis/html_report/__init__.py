@@ -17,7 +17,7 @@ from pathlib import Path
 
 from otel_mindformers.analysis.html_report.page import build_page
 from otel_mindformers.analysis.html_report.run_data import RunData, read_run
-from otel_mindformers.analysis.logs import AnalysisError
+from otel_mindformers.outputs.jsonl_reader import AnalysisError
 
 
 @dataclass(frozen=True)

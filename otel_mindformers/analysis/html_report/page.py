@@ -38,7 +38,6 @@ from otel_mindformers.analysis.html_report.binning import (
 from otel_mindformers.analysis.html_report.charts import Bar, HeatScale, Hover, Line, Mark, Span, fmt
 from otel_mindformers.analysis.html_report.markup import Child, Html, csp_source, el, inline, join
 from otel_mindformers.analysis.html_report.run_data import CURVES, DEVICE_READINGS, Column, RunData
-from otel_mindformers.analysis.logs import local_time
 from otel_mindformers.analysis.report import (
     BUILT_IN_PHASES,
     OTHER_PHASES,
@@ -54,6 +53,7 @@ from otel_mindformers.captures.offline.profile_trace import TraceError, short_na
 from otel_mindformers.cluster.offline.attempt_fault import what_ended
 from otel_mindformers.names import straggler_names as sections
 from otel_mindformers.names import training as tm
+from otel_mindformers.outputs.jsonl_reader import local_time
 from otel_mindformers.stragglers.offline import verdict as stragglers
 from otel_mindformers.stragglers.offline.verdict import COLUMNS, SectionHistory
 from otel_mindformers.stragglers.sections import STEPS_KEY, WINDOW_KEY

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_mindformers.analysis.logs import Scanned, StepPoint, scan_logs
 from otel_mindformers.analysis.report import Report, SeriesStats, json_body, read_job, report_scanned
 from otel_mindformers.captures import store
 from otel_mindformers.names import training as tm
+from otel_mindformers.outputs.jsonl_reader import Scanned, StepPoint, scan_logs
 
 # The training values drawn against the step, in the order the page shows them.
 CURVES = (tm.LOSS, tm.LEARNING_RATE, tm.GRAD_NORM, tm.STEP_TIME, tm.SAMPLES_PER_SECOND, tm.TOKENS_PER_SECOND, tm.MFU)

@@ -9,11 +9,11 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from otel_mindformers.analysis.logs import glob_files, walk_files
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.flight_recorder.recovery import own_log, take_tail, write_log
 from otel_mindformers.flight_recorder.ring import SUFFIX
 from otel_mindformers.outputs.jsonl import last_step_line
+from otel_mindformers.outputs.jsonl_reader import glob_files, walk_files
 
 _logger = get_logger(__name__)
 

@@ -19,9 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_mindformers.analysis.logs import GLOB_CHARS, local_time
-from otel_mindformers.hangs import diagnosis_file as records
-from otel_mindformers.hangs.offline.diagnosis_schema import find_files, read_records
 from otel_mindformers.hangs.stacks import Frame, ThreadStack
 from otel_mindformers.nonfinite.offline.first_bad_rank import (
     FirstBad,
@@ -29,6 +26,9 @@ from otel_mindformers.nonfinite.offline.first_bad_rank import (
     from_diagnosis,
     oldest_line_step,
 )
+from otel_mindformers.outputs import diagnosis_file as records
+from otel_mindformers.outputs.diagnosis_schema import find_files, read_records
+from otel_mindformers.outputs.jsonl_reader import GLOB_CHARS, local_time
 
 FORMATS = ("text", "json")
 
@@ -121,7 +121,7 @@ def build_hang_report(inputs: Sequence[str | Path]) -> HangReport:
 
 def _logged_series(inputs: Sequence[str | Path]) -> list[Any]:
     """The JSON step logs found under the inputs, a folder's latest run only."""
-    from otel_mindformers.analysis.logs import AnalysisError, read_logs
+    from otel_mindformers.outputs.jsonl_reader import AnalysisError, read_logs
 
     series = []
     for item in inputs:
@@ -295,8 +295,8 @@ def add_command(commands: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from otel_mindformers.analysis.logs import AnalysisError
     from otel_mindformers.flight_recorder.offline.recover_logs import recover_dead_runs
+    from otel_mindformers.outputs.jsonl_reader import AnalysisError
 
     try:
         recover_dead_runs(args.paths)

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_mindformers.hangs import diagnosis_file as records
-from otel_mindformers.hangs.offline.diagnosis_schema import DiagnosisRecords, read_records
+from otel_mindformers.outputs import diagnosis_file as records
+from otel_mindformers.outputs.diagnosis_schema import DiagnosisRecords, read_records
 from otel_mindformers.outputs.runs import is_set_aside
 
 
@@ -74,7 +74,7 @@ def oldest_line_step(first_step: int | None, first_nonfinite_step: int) -> bool:
 
 
 def from_diagnosis(read: DiagnosisRecords) -> Iterable[tuple[int, int, list[str]]]:
-    """(rank, step, metrics) of the valid `nonfinite` records (hangs/offline/diagnosis_schema.py)."""
+    """(rank, step, metrics) of the valid `nonfinite` records (outputs/diagnosis_schema.py)."""
     for record in read.of_kind(records.KIND_NONFINITE):
         yield record["rank"], record["step"], list(record.get("metrics", []))
 
@@ -83,7 +83,7 @@ def report_findings(series: Iterable[Any]) -> list[str]:
     """The `report` command's line naming the first bad rank: `series` are its summaries
     (`rank`, `files`, `nonfinite_steps`, and `first_step` where known); diagnosis files are
     looked for beside their files."""
-    # `report` reads a folder's latest run (analysis/logs.py `discover`); the diagnosis files
+    # `report` reads a folder's latest run (outputs/jsonl_reader.py `discover`); the diagnosis files
     # beside it are the current ones, unless that run's logs were set aside (outputs/runs.py).
     series = list(series)
     only_kept = all(is_set_aside(f) for s in series for f in s.files)

@@ -19,11 +19,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from otel_mindformers.analysis.logs import local_time
 from otel_mindformers.cluster.offline.attempt_fault import ended_by
 from otel_mindformers.flight_recorder.recovery import Finished, finished_steps
 from otel_mindformers.names import job as names
 from otel_mindformers.outputs.jsonl import last_job_id
+from otel_mindformers.outputs.jsonl_reader import local_time
 from otel_mindformers.outputs.runs import is_set_aside
 from otel_mindformers.restarts.goodput import as_finished, is_alive, job_timeline
 from otel_mindformers.restarts.ledger_file import LEDGER_SUFFIX, read_ledger

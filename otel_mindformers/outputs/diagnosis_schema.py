@@ -3,7 +3,7 @@
 A record that is valid JSON but has wrong fields (a missing or null `rank`, `step: "12.5"`,
 `threads` as a string, frames without `line`, `metrics: 5`) is skipped with a note naming
 its file and line, as an unparseable line is, so one bad record never hides the other
-ranks. What a record must hold (hangs/diagnosis_file.py writes it):
+ranks. What a record must hold (outputs/diagnosis_file.py writes it):
 
 - every record: `kind` (a string), `rank` (an integer >= 0), `step` (an integer), and
   `time_stamp` (a finite number) when present;
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from otel_mindformers.analysis.logs import walk_files
-from otel_mindformers.hangs import diagnosis_file as records
+from otel_mindformers.outputs import diagnosis_file as records
+from otel_mindformers.outputs.jsonl_reader import walk_files
 
 _INT64 = 2**63  # steps and ranks past 64 bits are no step or rank (a corrupted record)
 
