@@ -82,3 +82,33 @@ def test_the_check_finds_a_file_that_does_not_exist(tmp_path):
     assert _ours("runtime/parts.py") and _exists("runtime/parts.py")
     assert not _ours("mindformers/trainer/trainer.py")
     assert PATH.findall("`mind-cluster:docs/en/x.md`") == []
+
+
+# A measured time in the package's text: any µs / us figure, or a cost / measurement in ms or s.
+TIMING = re.compile(
+    r"\d[\d.,]*(?:[-–]\d[\d.,]*)?\s?(?:µs|us)\b"
+    r"|\b(?:costs?|costing|measured|took|takes)\b[^.\n]{0,40}?\d[\d.,]*(?:[-–]\d[\d.,]*)?\s?(?:ms|s)\b"
+)
+
+
+def _timings(source: str) -> list[str]:
+    text = (REPO / source).read_text(encoding="utf-8")
+    return [
+        f"{source}:{number}: {match.group(0)}"
+        for number, line in enumerate(text.splitlines(), 1)
+        for match in TIMING.finditer(line)
+    ]
+
+
+@pytest.mark.parametrize("source", [s for s in _sources() if s.endswith(".py")])
+def test_timings_live_in_the_performance_page_not_in_the_code(source):
+    """A figure measured on one machine goes stale where code quotes it: it belongs in
+    docs/performance.md (or the feature's page), with how it was measured."""
+    assert _timings(source) == []
+
+
+def test_the_timing_check_finds_a_quoted_figure():
+    assert TIMING.search("measured at ~25 us per step")
+    assert TIMING.search("it costs about 1.5 ms of CPU")
+    assert TIMING.search("start 2-13 ms") is None  # a bare figure in ms is a bound or a setting
+    assert TIMING.search("a sampled step every 50 ms") is None

@@ -3,8 +3,8 @@
 `mindspore.profiler.profile` with a one-shot schedule (active = N) and
 `tensorboard_trace_handler`: the N `step()` calls after `start()` are captured, and the
 last one hands the analysis to a process of its own (`async_mode`), or leaves the raw data
-(`analyse_flag=False`, `analysis: deferred`). Measured on CPU (docs/captures.md): start
-2-13 ms, the last step() 8-33 ms with async analysis (~1 s if it were synchronous).
+(`analyse_flag=False`, `analysis: deferred`). What start and the last step() cost, with
+async analysis and without: docs/captures.md.
 
 The profiler is process-wide state: the caller runs one session at a time.
 """

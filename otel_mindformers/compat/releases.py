@@ -25,7 +25,7 @@ LABELS = {MINDSPORE: "MindSpore", MINDFORMERS: "MindFormers"}
 _warned = threading.Event()
 
 
-@functools.cache  # parsing a package's METADATA costs ~5 ms; it does not change in a process
+@functools.cache  # parsing a package's METADATA is slow (docs/performance.md); it does not change in a process
 def installed(package: str) -> str | None:
     """The installed version of `package`, or None."""
     try:

@@ -46,7 +46,7 @@ class BoundedWorker(Generic[T]):
         max_quiet: float = float("inf"),
     ) -> None:
         # SimpleQueue: a put is one C call (queue.Queue takes a lock and notifies a
-        # condition, ~5 us on the training thread); the bound is checked before the put.
+        # condition on the training thread); the bound is checked before the put.
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._max_queue = max_queue
         self._batch_interval = batch_interval

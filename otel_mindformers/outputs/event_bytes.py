@@ -2,8 +2,8 @@
 messages tensorboardX would serialize, byte for byte (tests/test_event_bytes.py compares).
 
 MindSpore forces protobuf's pure-Python implementation on the process, where building an
-`Event` of ten scalars and serializing it costs ~180 µs of the pipeline worker's CPU, with
-the GIL held; these few lines of framing cost a tenth of that (docs/performance.md).
+`Event` of ten scalars and serializing it costs the pipeline worker's CPU with the GIL
+held; these few lines of framing cost a tenth of that (docs/performance.md).
 
     Event:   wall_time (1, double) · step (2, int64) · summary (5, Summary)
     Summary: value (1, repeated Value)

@@ -38,8 +38,8 @@ def to_host(value: Any) -> float:
     if hasattr(value, "asnumpy"):
         if value.size == 1 and not value.has_init:
             # Tensor.item() syncs and reads the one element; asnumpy() also builds an
-            # ndarray and checks numpy's version: 12 us warm and 76-139 us inside
-            # Model.train for the loss, against 1 and 14-27 (docs/performance.md).
+            # ndarray and checks numpy's version, several times slower inside Model.train
+            # (docs/performance.md, the readback).
             return float(value.item())
         value = value.asnumpy()
     array = np.asarray(value, dtype=np.float64)
@@ -50,8 +50,8 @@ def to_host(value: Any) -> float:
 
 def _is_scalar_tensor(value: Any) -> bool:
     """A one-element value the read plan can read: a MindSpore tensor, read with `read_scalar`,
-    the C method that `Tensor.item()` wraps in a Python frame (a cold frame costs 3-5 us
-    inside Model.train; compat/mindspore_tensor.py), or a rate a scheduler noted (`_Rate`)."""
+    the C method that `Tensor.item()` wraps in a Python frame (inside Model.train every frame
+    is cold: docs/performance.md; compat/mindspore_tensor.py), or a rate a scheduler noted (`_Rate`)."""
     return (mindspore_tensor.readable(value) or value.__class__ is _Rate) and value.size == 1 and not value.has_init
 
 

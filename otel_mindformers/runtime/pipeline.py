@@ -52,9 +52,9 @@ _logger = get_logger(__name__)
 BATCH_INTERVAL = 0.05
 MAX_BATCH = 64  # records taken off the queue at once (the queue's bound, plus this)
 # A record that arrives alone, within MAX_DELAY of the previous one, waits for company at
-# most MAX_DELAY seconds (outputs and alert rules see it that much later): at interval 10 on
-# 5 ms steps a lone record cost the worker 1.1 ms of CPU, one in a batch of eight 0.4 ms.
-# Records further apart (slow steps) go at once.
+# most MAX_DELAY seconds (outputs and alert rules see it that much later): a lone record costs
+# the worker about three times the CPU of one in a batch of eight (docs/performance.md, the
+# pipeline worker). Records further apart (slow steps) go at once.
 MIN_BATCH = 8
 MAX_DELAY = 0.5
 MAX_QUIET = 0.1  # nothing queued for this long: training paused (a hang, a save, a kill coming)

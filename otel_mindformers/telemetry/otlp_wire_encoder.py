@@ -3,7 +3,7 @@
 MindSpore forces protobuf's pure-Python implementation on the whole process. There, every
 message object the SDK's encoders (`encode_spans`, `encode_logs`) build costs Python calls
 per field set, per presence check and per serialization pass, on the exporters' threads,
-where they hold the GIL and a core the training needs: about 1 ms of CPU per step span.
+where they hold the GIL and a core the training needs (docs/performance.md has the cost).
 This module writes the same bytes directly (`tests/test_otlp_wire_encoder.py` compares them
 with the SDK's request, field for field and byte for byte) and hands them to the SDK's gRPC
 exporter through a stub that sends bytes as they are. Retries, timeouts, TLS, headers,

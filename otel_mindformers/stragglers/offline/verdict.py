@@ -141,8 +141,8 @@ def verdict(
     )  # fmt: skip
     if job_wall <= 0:
         return result
-    # Each window's best rank per column, once: per rank and column again, 64 ranks over
-    # 1,300 windows took 9 s.
+    # Each window's best rank per column, once, not again per rank and column: that is
+    # quadratic in the ranks (docs/analysis.md has the 64-rank benchmark).
     best = [[min(row[column] for row in rows) for column in range(len(COLUMNS))] for rows in windows]
     losses = []
     for index, (label, rank, _) in enumerate(tables):
