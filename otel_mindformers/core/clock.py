@@ -5,7 +5,6 @@ read (the stall watchdog, the heartbeat gauges), and `WallClock`, which turns th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 
 class StepClock:
@@ -21,9 +20,8 @@ class StepClock:
     The training thread's own: `step_begin`, `data_wait` and `phases` (timing/timeline.py),
     `step_offset` (the job's step after a resume, job/resume.py) and `next_sample`
     (runtime/cadence.py); `finished`, the int64 the step hook stores the job's step into
-    (`finished[0] = step`), and `keep()`, which writes it into the flight ring's file, which
-    outlives the process (flight_recorder/: C calls, no Python frame); without a ring, a
-    buffer of its own and a call that does nothing."""
+    (`finished[0] = step`): the flight ring's shared memory, which outlives the process
+    (flight_recorder/), or a buffer of its own when the run keeps no ring."""
 
     __slots__ = (
         "step",
@@ -36,7 +34,6 @@ class StepClock:
         "wake",
         "phases",
         "finished",
-        "keep",
     )
 
     def __init__(self) -> None:
@@ -49,7 +46,6 @@ class StepClock:
         self.wake = False
         self.phases = 0.0  # seconds of the phases charged this window (evaluation, saves): not step time
         self.finished = memoryview(bytearray(8)).cast("q")
-        self.keep: Callable[[], object] = tuple  # a C callable that does nothing
 
 
 class WallClock:
