@@ -57,7 +57,7 @@ from tests.support.jsonl import json_lines
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.permissions import obey_file_permissions
 from tests.support.reliability_worker import finish, spawn
-from tests.support.shm_segments import segments, set_owner
+from tests.support.shm_segments import in_own_namespace, segments, set_owner, without_shared_memory
 from tests.support.tensorboard_events import loss_steps
 from tests.support.waiting import wait_until
 
@@ -831,7 +831,9 @@ def _cli_report(folder: Path) -> dict:
     return json.loads(cli_output("report", str(folder), "--json", cwd=folder))
 
 
-def _die_at(tmp_path: Path, step: int, how: str, interval: int, steps: int = 200, **extra) -> subprocess.Popen:
+def _die_at(
+    tmp_path: Path, step: int, how: str, interval: int, steps: int = 200, popen: dict | None = None, **extra
+) -> subprocess.Popen:
     spec = {
         "config": {
             "interval": interval,
@@ -845,7 +847,7 @@ def _die_at(tmp_path: Path, step: int, how: str, interval: int, steps: int = 200
         "at": {str(step): [["die", how]]},
         **extra,
     }
-    return spawn(spec, tmp_path)
+    return spawn(spec, tmp_path, **(popen or {}))
 
 
 def _sampled_steps(interval: int, last: int) -> list[int]:
@@ -871,11 +873,18 @@ def _check_recovered_log(log: Path, interval: int, killed_at: int) -> list[dict]
     [(1, 23), (1, 133), (10, 11), (10, 57), (10, 60)],  # 11: right after a sampled step; 57: mid-window
 )
 def test_sigkill_the_log_ends_at_the_last_sampled_step_and_report_gives_the_step(tmp_path, interval, killed_at):
+    """The exact tail and step come from the dead run's shared memory, which `report` writes
+    into the ring's file and removes."""
+    before = set(segments())
     process = _die_at(tmp_path, killed_at, "SIGKILL", interval)
     finish(process)
     assert process.returncode == -signal.SIGKILL
     log = tmp_path / "out" / "train_metric.json"
+    (ring,) = (tmp_path / "out").glob("*.flight")
+    (left,) = set(segments()) - before
+    assert left == _segment_of(ring) and segments()[left].attached == 0
     report = _cli_report(tmp_path / "out")
+    assert set(segments()) == before and _segment_of(ring) == -1
     _check_recovered_log(log, interval, killed_at)
     (attempt,) = report["job"]["attempts"]
     assert (attempt["outcome"], attempt["last_step"]) == ("killed", killed_at)
@@ -883,6 +892,57 @@ def test_sigkill_the_log_ends_at_the_last_sampled_step_and_report_gives_the_step
     before = log.read_bytes()
     assert _cli_report(tmp_path / "out")["job"]["attempts"][0]["last_step"] == killed_at
     assert log.read_bytes() == before
+
+
+@pytest.mark.slow  # real trainings, killed
+@pytest.mark.parametrize("gone", ["removed after the kill", "with its IPC namespace"])
+def test_after_a_sigkill_without_its_segment_the_file_gives_the_ring_as_of_the_last_batch(tmp_path, gone):
+    """The dead run's segment removed (`ipcrm`, kernel.shm_rmid_forced: one warning), or gone
+    with the IPC namespace it ran in (a container that ended: not looked for, no warning):
+    the ring's file holds what the worker copied after its last batch, and `report` gives
+    that: its last step and its records, every line whole."""
+    before = set(segments())
+    popen = {"preexec_fn": in_own_namespace} if gone == "with its IPC namespace" else {}
+    process = _die_at(tmp_path, 57, "SIGKILL", 10, popen=popen)
+    finish(process)
+    assert process.returncode == -signal.SIGKILL
+    out = tmp_path / "out"
+    (ring,) = out.glob("*.flight")
+    in_file = ring_format.parse_ring(ring.read_bytes())
+    segment = in_file.header.segment
+    if gone == "removed after the kill":
+        assert finished_steps_of(str(out / "train_metric.json"), 0)[in_file.header.attempt_id].step == 57
+        assert set(segments()) - before == {segment.id}
+        shm.remove(segment.id)
+    else:
+        assert set(segments()) == before and segment.namespace != shm.namespace()[1]
+    last_slot = in_file.slots[-1].step
+    done = cli("report", str(out), "--json", cwd=out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (attempt,) = json.loads(done.stdout)["job"]["attempts"]
+    assert attempt["last_step"] == max(in_file.header.finished_step, last_slot) <= 57
+    assert [line["step"] for line in json_lines(out / "train_metric.json")] == _sampled_steps(10, last_slot)
+    warned = done.stderr.count("names shared memory that cannot be taken as its own")
+    assert warned == (1 if gone == "removed after the kill" else 0), done.stderr[-3000:]
+
+
+@pytest.mark.slow  # a real training refused shared memory, killed
+def test_without_shared_memory_a_kill_loses_only_the_steps_after_the_last_sampled_one(tmp_path):
+    """The kernel refuses every segment (kernel.shmmni = 0 in the training's own IPC
+    namespace): one warning, the training runs, its ring is its file, each sampled step
+    written as it is taken. Killed at 57, its log ends at 50, and its last step is 50 or the
+    step the worker's last copy saw."""
+    process = _die_at(tmp_path, 57, "SIGKILL", 10, popen={"preexec_fn": without_shared_memory})
+    _, err = finish(process)
+    assert process.returncode == -signal.SIGKILL
+    assert err.count("no shared memory for the flight ring") == 1, err[-3000:]
+    out = tmp_path / "out"
+    (ring,) = out.glob("*.flight")
+    in_file = ring_format.parse_ring(ring.read_bytes())
+    assert in_file.header.segment.id == -1 and in_file.slots[-1].step == 50
+    report = _cli_report(out)
+    _check_recovered_log(out / "train_metric.json", 10, 57)
+    assert report["job"]["attempts"][0]["last_step"] == max(50, in_file.header.finished_step)
 
 
 @pytest.mark.slow  # real trainings, dying
@@ -903,9 +963,11 @@ def test_the_next_attempt_recovers_the_tail_into_tensorboard_too(tmp_path):
     the dead run's files aside, so TensorBoard's own reader finds every step."""
     board = tmp_path / "board"
     config = {"job_id": "tb-job", "output_type": ["json_file", "tensorboard"], "tensorboard_path": str(board)}
+    before = set(segments())
     killed = _die_at(tmp_path, 150, "SIGKILL", 1, config=config)
     finish(killed)
     assert killed.returncode == -signal.SIGKILL
+    assert len(set(segments()) - before) == 1, "the killed run's shared memory stays"
     next_attempt = spawn(
         {"config": {"interval": 1, "json_log_path": str(tmp_path / "out" / "train_metric.json"), **config},
          "steps": 3, "report": str(tmp_path / "next.json")},
@@ -914,6 +976,7 @@ def test_the_next_attempt_recovers_the_tail_into_tensorboard_too(tmp_path):
     _, err = finish(next_attempt)
     assert next_attempt.returncode == 0, err[-3000:]
     assert "recovered" in err
+    assert set(segments()) == before, "the next attempt removed it; its own went at its end"
     (dead_run,) = [folder for folder in (board / "rank_0").iterdir() if folder.is_dir()]  # set aside
     assert loss_steps(dead_run) == list(range(1, 151))
 
@@ -1006,10 +1069,12 @@ def _header_or_none(path: Path) -> ring_format.Header | None:
 
 @pytest.mark.slow  # a real training whose ring another process cuts, twice
 def test_a_ring_cut_by_another_process_never_stops_the_training(tmp_path):
-    """`: > out/*`, logrotate's copytruncate, a size-based cleaner (issue 46): the ring cut
-    to half at step 20 and to nothing at step 40, the training writing on after each. It
-    finishes (a store into a shrunk mapping was a SIGBUS, rc -7), says so once, and its
-    ring is whole again at step 60, as the next attempt would read it."""
+    """`: > out/*`, logrotate's copytruncate, a size-based cleaner (issue 46): the ring's
+    file cut to half at step 20 and to nothing at step 40, the training storing on after
+    each. It finishes (a store into a shrunk file mapping was a SIGBUS, rc -7), says so once,
+    its ring's file is whole again at step 60, as the next attempt would read it, and its
+    shared memory is gone at its end."""
+    before = set(segments())
     out = tmp_path / "out"
     marks = {step: (tmp_path / f"at-{step}", tmp_path / f"go-{step}") for step in (20, 40, 60)}
     spec = {
@@ -1039,6 +1104,7 @@ def test_a_ring_cut_by_another_process_never_stops_the_training(tmp_path):
     assert err.count("was cut or overwritten by another process") == 1, err[-3000:]
     assert [line["step"] for line in json_lines(out / "train_metric.json")] == list(range(1, 81))
     assert list(out.glob("*.flight*")) == []
+    assert set(segments()) == before
 
 
 @pytest.mark.slow  # the commands and a real training beside planted rings

@@ -68,16 +68,19 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # process shrank the file): 560 -> 449 / 672 -> 528 / 619 -> 497 bytecodes (no loop turn
     # per value), +2 C calls (the pack, the pwrite; the values' view) 13 -> 15 / 19 -> 21 / 16 -> 18.
     # The slot holds the step: the step hook's own write is for the steps it does not sample.
-    # The slot packed into the ring's shared memory (one `Struct.pack_into`, its number stored
-    # into its first word after: a death half way leaves an empty slot), no pwrite: 15 -> 14 /
-    # 21 -> 20 / 18 -> 17 C calls, 449 -> 452 / 528 -> 531 / 497 -> 500 bytecodes (the
-    # pwrite's call less, the store of the slot's number more).
-    "scalar": {"python_calls": 7, "c_calls": 14, "opcodes": 452},
-    "tuple5": {"python_calls": 7, "c_calls": 20, "opcodes": 531},
-    "probe": {"python_calls": 8, "c_calls": 17, "opcodes": 500},
+    # The slot stored word by word into the ring's shared memory, no pack and no pwrite (a
+    # `Struct.pack_into` of the slot there measured 8-18 us in the loop, these stores 2-10 us,
+    # the mapping's 4-7: docs/flight_recorder.md): the mapped version's C calls, 15 -> 13 /
+    # 21 -> 19 / 18 -> 16, and 449 -> 605 / 528 -> 717 / 497 -> 664 bytecodes: 45 over the
+    # mapped version's (560 / 672 / 619), whose stores of the window's readings were written
+    # out one by one; here they are a loop over SampledStep's readings, so the slot's layout
+    # stays derived from its fields.
+    "scalar": {"python_calls": 7, "c_calls": 13, "opcodes": 605},
+    "tuple5": {"python_calls": 7, "c_calls": 19, "opcodes": 717},
+    "probe": {"python_calls": 8, "c_calls": 16, "opcodes": 664},
     # The scalar loss with MindCluster heard and told (cluster/, a ClusterD on 127.0.0.1):
     # its subscription, verdicts and teller are other threads'; the step hooks count the same.
-    "cluster": {"python_calls": 7, "c_calls": 14, "opcodes": 452},
+    "cluster": {"python_calls": 7, "c_calls": 13, "opcodes": 605},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's

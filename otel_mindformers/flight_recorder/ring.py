@@ -56,7 +56,6 @@ import errno
 import fcntl
 import glob
 import math
-import operator
 import os
 import re
 import struct
@@ -123,8 +122,11 @@ _HEAD_FORMAT = "<qqqq" + "q" * (len(SLOT_FIELDS) - len(READINGS)) + "d" * len(RE
 _HEAD_WORDS = struct.calcsize(_HEAD_FORMAT) // 8
 MAX_VALUES = SLOT_BYTES // 8 - _HEAD_WORDS - 1
 _EPOCH, _IS_LAST, _VALUES = (_FIELDS.index(name) for name in ("epoch", "is_last", "values"))
-# SLOT_FIELDS after the epoch, as one C call on a SampledStep.
-_KEPT = operator.itemgetter(*(_FIELDS.index(name) for name in SLOT_FIELDS[1:]))
+# Where the writer finds SLOT_FIELDS after the epoch in a SampledStep, and the slot's words.
+_FIRST_WHOLE, _SECOND_WHOLE = (_FIELDS.index(name) for name in SLOT_FIELDS[1 : 1 + len(_WHOLE)])
+_READINGS_AT = tuple(_FIELDS.index(name) for name in READINGS)
+_SLOT_WORDS = SLOT_BYTES // 8
+_SLOTS_AT = HEADER_BYTES // 8
 _BOOL = 0x80  # on an index: the value was a bool (overflow)
 _KEYS = tuple(BY_KEY)
 # What a reader must agree on to read a slot: the fields in their order, the values' table.
@@ -224,7 +226,7 @@ def _text(value: str) -> bytes:
     return struct.pack("<H", len(data)) + data
 
 
-_Layout = tuple[struct.Struct, int, int, int, tuple[str, ...] | None]
+_Layout = tuple[int, int, int, tuple[str, ...] | None]
 
 
 class RingWriter:
@@ -304,6 +306,7 @@ class RingWriter:
         self._segment = segment
         self._image = image  # the segment's memory, or the private buffer the file is written from
         self._words = image.cast("q")
+        self._floats = image.cast("d")
         self.finished = self._words[FINISHED_OFFSET // 8 : FINISHED_OFFSET // 8 + 1]
         self.write: Callable[[tuple], None] = self._store if segment is not None else self._store_and_write
         self._seq = 0
@@ -316,24 +319,37 @@ class RingWriter:
         self._layouts: dict[tuple[str, ...], _Layout] = {}
 
     def _store(self, sampled: tuple) -> None:
-        """Store a sampled step (MonitorRun.sample's SampledStep) in the next slot: one
-        `pack_into`, its first word 0, then the slot's number into its first word. A death
-        between the two leaves an empty slot, never a half-written one that reads as whole;
-        the worker copies slots holding the GIL, which this holds from the pack to the store
-        but for the one bytecode between them (a slot it copies then reads as empty)."""
+        """Store a sampled step (MonitorRun.sample's SampledStep) in the next slot, word by
+        word: no struct and no call (inside Model.train a `Struct.pack_into` of the slot
+        cost twice these stores). The slot's first word is zeroed first and its number
+        stored there last: a death between leaves an empty slot, never a half-written one
+        that reads as whole. The worker copies slots holding the GIL, between two of these
+        stores at worst: a slot it copies reads as empty or whole."""
         values = sampled[_VALUES]
-        packer, flags, keys_low, keys_high, kept = self._layouts.get(tuple(values)) or self._layout(values)
+        flags, keys_low, keys_high, kept = self._layouts.get(tuple(values)) or self._layout(values)
         seq = self._seq + 1
-        offset = HEADER_BYTES + seq % SLOT_COUNT * SLOT_BYTES
+        base = _SLOTS_AT + seq % SLOT_COUNT * _SLOT_WORDS
+        words, floats = self._words, self._floats
+        words[base] = 0
         try:
-            packer.pack_into(
-                self._image, offset, 0, flags | sampled[_IS_LAST], keys_low, keys_high, sampled[_EPOCH] or 0,
-                *_KEPT(sampled), *(values.values() if kept is None else map(values.__getitem__, kept)), seq,
-            )  # fmt: skip
-        except (struct.error, TypeError, ValueError) as exc:  # a value that is no number
+            words[base + 1] = flags | sampled[_IS_LAST]
+            words[base + 2] = keys_low
+            words[base + 3] = keys_high
+            words[base + 4] = sampled[_EPOCH] or 0
+            words[base + 5] = sampled[_FIRST_WHOLE]
+            words[base + 6] = sampled[_SECOND_WHOLE]
+            at = base + 7
+            for index in _READINGS_AT:
+                floats[at] = sampled[index]
+                at += 1
+            for value in values.values() if kept is None else map(values.__getitem__, kept):
+                floats[at] = value
+                at += 1
+        except (TypeError, ValueError) as exc:  # a value that is no number: the step is not kept
             self._refused(exc)
             return
-        self._words[offset >> 3] = seq
+        words[base + _SLOT_WORDS - 1] = seq
+        words[base] = seq
         self._seq = seq
         self._last_step = sampled[0]
 
@@ -353,14 +369,13 @@ class RingWriter:
             _logger.warning("otel_mindformers: the flight ring %s cannot keep a step: %s", self.path, exc)
 
     def _layout(self, values: dict) -> _Layout:
-        """How a key set is stored: the slot's packer, the count (shifted past is_last), its
-        table indexes (bool values marked) as two words of bytes, and the keys kept when some
-        are left out (keys outside the table, and any past MAX_VALUES)."""
+        """How a key set is stored: the count (shifted past is_last), its table indexes (bool
+        values marked) as two words of bytes, and the keys kept when some are left out (keys
+        outside the table, and any past MAX_VALUES)."""
         keys = tuple(values)
         kept = tuple(key for key in keys if key in ORDER)[:MAX_VALUES]
         indexes = bytes(ORDER[key] | (_BOOL if type(values[key]) is bool else 0) for key in kept).ljust(16, b"\0")
         layout = (
-            struct.Struct(f"{_HEAD_FORMAT}{len(kept)}d{(MAX_VALUES - len(kept)) * 8}xq"),
             len(kept) << 8,
             int.from_bytes(indexes[:8], "little", signed=True),
             int.from_bytes(indexes[8:], "little", signed=True),
@@ -442,6 +457,7 @@ class RingWriter:
         finally:
             self.finished.release()
             self._words.release()
+            self._floats.release()
             self._image.release()
             if segment is not None:
                 if not kept:
