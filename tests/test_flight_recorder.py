@@ -242,6 +242,7 @@ def _field(path: Path, offset: int, fmt: str, value) -> None:
 
 REFUSED = {
     "another ring's": "is not this ring's: its header is another ring's",
+    "a damaged one": "is not this ring's: its header is no run's: flags 0x80",
     "another user's": f"is not this ring's: owned by uid 12345, created by uid {os.geteuid()}, not the file's "
     f"{os.geteuid()}",
     "open to others": "is not this ring's: mode 644: others may use it",
@@ -262,6 +263,10 @@ def test_a_segment_that_is_not_the_rings_own_is_left_alone_and_the_file_read(tmp
     theirs = _dead(_ring(others, attempt_id="b1"), range(1, 8))
     if case == "another ring's":
         _field(path, ring_format.SEGMENT_OFFSET, "<i", _segment_of(theirs))
+    elif case == "a damaged one":  # the segment's own header, not the file's: an unknown flag
+        attachment = shm.Attachment(own, FILE_BYTES)
+        attachment.view[32] = 0x80
+        attachment.detach()
     elif case == "another user's":
         set_owner(own, uid=12345)
     elif case == "open to others":
@@ -370,6 +375,28 @@ def test_every_field_the_ring_keeps_comes_back_by_its_name(tmp_path):
     assert first.is_last is True and first.values == {tm.LOSS: 2.5, tm.OVERFLOW: True, tm.LOSS_SCALE: 1024.0}
     assert type(first.values[tm.OVERFLOW]) is bool and type(first.values[tm.LOSS_SCALE]) is float
     assert (second.step, second.epoch, second.is_last, second.values) == (42, 0, False, {})
+
+
+def test_a_step_that_cannot_be_kept_leaves_an_empty_slot_never_a_mixed_one(tmp_path, caplog):
+    """A value that is no number, found half way through the slot's stores: the slot reads as
+    empty (its number is zeroed first, stored last), not as the step it held a lap before
+    with this one's fields in it. One warning; the next step is kept."""
+    writer = _ring(tmp_path)
+
+    def in_memory() -> list[int]:
+        return [slot.step for slot in ring_format.parse_ring(shm.read(_segment_of(writer.path), FILE_BYTES)).slots]
+
+    for step in range(1, SLOT_COUNT + 1):
+        writer.write(_sampled(step))
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        writer.write(_sampled(SLOT_COUNT + 1, learning_rate="not a number"))  # into the slot of step 1
+        assert in_memory() == list(range(2, SLOT_COUNT + 1))
+        writer.write(_sampled(SLOT_COUNT + 2))
+        assert in_memory() == [*range(2, SLOT_COUNT + 1), SLOT_COUNT + 2]
+    assert [w for w in _warnings(caplog) if "cannot keep a step" in w] == [
+        f"otel_mindformers: the flight ring {writer.path} cannot keep a step: memoryview: invalid type for format 'd'"
+    ]
+    writer.close(remove=True)
 
 
 def test_a_ring_that_wrapped_keeps_its_last_slots_in_order(tmp_path):

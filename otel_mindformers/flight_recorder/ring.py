@@ -618,8 +618,11 @@ def segment_of(header: Header, file: os.stat_result) -> Held | None:
     """What the segment named by `header` (of the ring whose open file is `file`) holds; None
     where it names none here (none at all, or one of another host, boot or IPC namespace:
     the file is all there is). NotItsSegment when the segment named here is gone or is not
-    the ring's: another owner than the file's, another size or creator, not only its owner's
-    to use, another token or header, or the file is a copy of the ring that named it."""
+    the ring's: another owner or creator than the file's owner, open to others, another
+    size, another token or header, or the file is a copy of the ring that named it. (Not
+    its creator's pid, which another PID namespace, a restarted container's, sees as 0;
+    nor whether a process is attached: readers attach too, and the ring's lock says
+    whether its writer lives.)"""
     ref = header.segment
     if ref.id < 0 or (ref.boot, ref.namespace) != shm.namespace():
         return None
@@ -634,7 +637,6 @@ def segment_of(header: Header, file: os.stat_result) -> Held | None:
         if not info.uid == info.cuid == file.st_uid
         else f"mode {info.mode:o}: others may use it" if info.mode != 0o600
         else f"{info.size} bytes" if info.size != FILE_BYTES
-        else f"created by pid {info.creator_pid}, not {header.pid}" if info.creator_pid != header.pid
         else None
     )  # fmt: skip
     if problem is None:

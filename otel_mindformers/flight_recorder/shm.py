@@ -31,10 +31,9 @@ _SHM_RDONLY = 0o10000
 _PyBUF_READ, _PyBUF_WRITE = 0x100, 0x200
 
 # struct shmid_ds on 64-bit Linux (glibc and musl, x86-64 and aarch64): ipc_perm's key, uid,
-# gid, cuid, cgid, then the mode's low 16 bits (little-endian); shm_segsz at 48, shm_cpid at
-# 80, shm_nattch at 88; 112 bytes in all.
+# gid, cuid, cgid, then the mode's low 16 bits (little-endian); shm_segsz at 48; 112 bytes in all.
 _PERM = struct.Struct("<iIIIIH")
-_SEGSZ, _CPID, _NATTCH, _SHMID_DS = 48, 80, 88, 112
+_SEGSZ, _SHMID_DS = 48, 112
 
 _SUPPORTED = sys.platform == "linux" and sys.byteorder == "little" and platform.machine() in ("x86_64", "aarch64")
 
@@ -83,8 +82,6 @@ class SegmentInfo:
     cuid: int  # its creator
     mode: int  # its permission bits
     size: int
-    creator_pid: int
-    attached: int  # processes attached now
 
 
 def stat(segment_id: int) -> SegmentInfo:
@@ -95,9 +92,7 @@ def stat(segment_id: int) -> SegmentInfo:
     data = buffer.raw
     _key, uid, _gid, cuid, _cgid, mode = _PERM.unpack_from(data, 0)
     (size,) = struct.unpack_from("<Q", data, _SEGSZ)
-    (creator_pid,) = struct.unpack_from("<i", data, _CPID)
-    (attached,) = struct.unpack_from("<Q", data, _NATTCH)
-    return SegmentInfo(uid, cuid, mode & 0o777, size, creator_pid, attached)
+    return SegmentInfo(uid, cuid, mode & 0o777, size)
 
 
 def remove(segment_id: int) -> None:
