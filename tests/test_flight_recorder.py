@@ -1066,6 +1066,8 @@ def test_two_ranks_one_killed_the_others_log_and_ring_are_untouched(tmp_path):
 
 @pytest.mark.slow  # a real training in a folder it may not write
 def test_a_ring_in_a_read_only_folder_is_one_warning_and_training_goes_on(tmp_path):
+    """The segment made before the file was refused goes with it: nothing is left in memory."""
+    before = set(segments())
     folder = tmp_path / "read-only"
     folder.mkdir()
     folder.chmod(0o555)
@@ -1080,6 +1082,7 @@ def test_a_ring_in_a_read_only_folder_is_one_warning_and_training_goes_on(tmp_pa
         assert process.returncode == 0, err[-3000:]
         assert err.count("cannot keep a flight ring") == 1, err[-3000:]
         assert list(folder.iterdir()) == []
+        assert set(segments()) == before
     finally:
         folder.chmod(0o755)
 
