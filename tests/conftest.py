@@ -17,8 +17,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.fast_guard import guard  # noqa: E402
 from tests.support.paths import FAKE_BIN  # noqa: E402
+from tests.support.shm_segments import own_ipc_namespace  # noqa: E402
 
 FAST_TEST_TIMEOUT_S = 60  # a fast test runs in well under a second; a minute means it hangs
+
+
+def pytest_configure(config):
+    """The session in an IPC namespace of its own, where it may be (root): the flight rings'
+    shared memory that the trainings it kills leave (docs/flight_recorder.md) goes with its
+    last process, and no test sees another session's."""
+    own_ipc_namespace()
 
 
 def _fast(item) -> bool:

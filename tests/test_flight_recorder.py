@@ -3,17 +3,21 @@
 step it finished survive in the ring beside its JSON log; the next attempt, `report`,
 `hang-report` and `replay` recover them, once, into the log they belong to and nothing else.
 
-The fast tests drive the ring's files directly (real files, real locks, rings made by the
-package's own writer or byte by byte); the slow ones kill real MindSpore trainings with real
-signals, cut a live run's ring, and run the commands on hostile rings.
+The fast tests drive the rings directly (real files, real locks, real shared-memory
+segments, rings made by the package's own writer or byte by byte; a death is what the kernel
+does at one: the lock dropped, the segment detached and left); the slow ones kill real
+MindSpore trainings with real signals, cut a live run's ring, remove its segment or end its
+IPC namespace, refuse it shared memory, and run the commands on hostile rings.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -25,7 +29,7 @@ import pytest
 from otel_mindformers.config import load_monitor_config
 from otel_mindformers.core.clock import StepClock, WallClock
 from otel_mindformers.core.sampled_step import SampledStep
-from otel_mindformers.flight_recorder import recorder
+from otel_mindformers.flight_recorder import recorder, recovery, shm
 from otel_mindformers.flight_recorder import ring as ring_format
 from otel_mindformers.flight_recorder.offline.recover_logs import recover_rings
 from otel_mindformers.flight_recorder.recovery import dead_rings, finished_steps_of, take_tail
@@ -54,6 +58,7 @@ from tests.support.jsonl import json_lines
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.permissions import obey_file_permissions
 from tests.support.reliability_worker import finish, spawn
+from tests.support.shm_segments import in_own_namespace, segments, set_owner, without_shared_memory
 from tests.support.tensorboard_events import loss_steps
 from tests.support.waiting import wait_until
 
@@ -88,17 +93,34 @@ def _sampled(step: int, **values: float | bool) -> SampledStep:
     )  # fmt: skip
 
 
+def _die(writer: RingWriter) -> Path:
+    """What the kernel does when the ring's process dies, however it dies: its files close
+    (the lock goes) and its segments are detached, left for the next process."""
+    os.close(writer._fd)
+    if writer._segment is not None:
+        writer._segment.detach()
+    return writer.path
+
+
 def _dead(writer: RingWriter, steps: range, written: int = 0) -> Path:
-    """A run that sampled `steps`, whose outputs wrote up to `written`, killed: as a death
-    leaves it, the file stays and its lock goes with the process."""
+    """A run that sampled `steps`, whose outputs wrote up to `written`, killed."""
     for step in steps:
         writer.finished[0] = step
-        writer.keep()
         writer.write(_sampled(step))
     if written:
         writer.written(written)
-    writer.close(remove=False)
-    return writer.path
+    return _die(writer)
+
+
+def _in_file_alone(path: Path) -> Path:
+    """A dead ring as a reader before left it: its segment read into its file and removed."""
+    take_tail(path).release()
+    assert parse_header(path.read_bytes()).segment.id == -1
+    return path
+
+
+def _segment_of(path: Path) -> int:
+    return parse_header(path.read_bytes()).segment.id
 
 
 def _log(path: Path, steps, job: dict | None = JOB, rank: int = 0) -> bytes:
@@ -129,14 +151,12 @@ def test_a_dead_rings_tail_is_what_the_outputs_had_not_written_and_is_recovered_
     writer = _ring(tmp_path)
     for step in range(1, 31):
         writer.finished[0] = step
-        writer.keep()
         writer.write(_sampled(step))
     writer.written(20)
     writer.finished[0] = 33  # three more steps finished, none sampled
-    writer.keep()
     path = writer.path
     assert take_tail(path) is None, "a ring whose writer lives is not recovered"
-    writer.close(remove=False)  # as a death leaves it: the lock goes with the process
+    _die(writer)
 
     tail = take_tail(path)
     assert tail is not None and [slot.step for slot in tail.slots] == list(range(21, 31))
@@ -156,17 +176,177 @@ def test_a_dead_rings_tail_is_what_the_outputs_had_not_written_and_is_recovered_
     again.release()
 
 
+# --- the ring's shared memory -------------------------------------------------------------
+
+
+def _a_run_killed_at_33(folder: Path) -> RingWriter:
+    """Sampled every 5 steps; the outputs' last batch wrote up to 10 at step 12 (the worker
+    copied the ring into its file then); steps 13..33 went into memory only."""
+    writer = _ring(folder)
+    for step in range(1, 34):
+        writer.finished[0] = step
+        if step % 5 == 0:
+            writer.write(_sampled(step))
+        if step == 12:
+            writer.written(10)
+    return writer
+
+
+@pytest.mark.parametrize("segment", ["there", "removed after the death"])
+def test_a_dead_runs_segment_holds_the_exact_tail_and_step_and_its_file_those_of_the_last_batch(
+    tmp_path, caplog, segment
+):
+    """The training thread's stores go to shared memory (no system call); the file holds the
+    ring as of the worker's last copy. After a death the segment is there: a reader gets
+    the exact tail and last step from it, writes them into the file and removes it. Where it
+    was removed (`ipcrm`, kernel.shm_rmid_forced), the file gives what it holds, one warning."""
+    before = set(segments())
+    writer = _a_run_killed_at_33(tmp_path)
+    log = str(tmp_path / "train_metric.json")
+    in_file = ring_format.parse_ring(writer.path.read_bytes())
+    assert [slot.step for slot in in_file.slots] == [5, 10]
+    assert (in_file.header.finished_step, in_file.header.written_step) == (12, 10)
+    assert finished_steps_of(log, 0)["a1"] == recovery.Finished(33, 1_800_000_000.0 + 30, alive=True)
+    (segment_id,) = set(segments()) - before
+    assert segment_id == _segment_of(_die(writer)) and segments()[segment_id].attached == 0
+    assert finished_steps_of(log, 0)["a1"].step == 33, "read from the dead run's segment, which stays"
+    if segment == "removed after the death":
+        shm.remove(segment_id)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        tail = take_tail(writer.path)
+        tail.release()
+        take_tail(writer.path).release()
+    assert set(segments()) == before
+    now_in_file = ring_format.parse_ring(writer.path.read_bytes())
+    warned = [w for w in _warnings(caplog) if "names shared memory" in w]
+    if segment == "there":
+        assert [slot.step for slot in tail.slots] == [15, 20, 25, 30]
+        assert tail.header.finished_step == now_in_file.header.finished_step == 33
+        assert [slot.step for slot in now_in_file.slots] == [5, 10, 15, 20, 25, 30]
+        assert now_in_file.header.segment.id == -1 and warned == []
+    else:
+        assert tail.slots == [] and now_in_file == in_file
+        assert finished_steps_of(log, 0)["a1"].step == 12
+        assert warned == [
+            f"otel_mindformers: the flight ring {writer.path} names shared memory that cannot be taken as its "
+            f"own (segment {segment_id} is gone or not ours to read (shmctl({segment_id}, IPC_STAT): Invalid "
+            "argument)); recovered from its "
+            "file alone, as of its outputs' last batch"
+        ]
+
+
+def _field(path: Path, offset: int, fmt: str, value) -> None:
+    with open(path, "r+b") as stream:
+        stream.seek(offset)
+        stream.write(struct.pack(fmt, value))
+
+
+REFUSED = {
+    "another ring's": "is not this ring's: its header is another ring's",
+    "a damaged one": "is not this ring's: its header is no run's: flags 0x80",
+    "another user's": f"is not this ring's: owned by uid 12345, created by uid {os.geteuid()}, not the file's "
+    f"{os.geteuid()}",
+    "open to others": "is not this ring's: mode 644: others may use it",
+    "a copy of the ring": "is the ring's this file was copied from",
+}
+
+
+@pytest.mark.parametrize("case", [*REFUSED, "of another namespace"])
+def test_a_segment_that_is_not_the_rings_own_is_left_alone_and_the_file_read(tmp_path, caplog, case):
+    """A planted ring naming someone else's segment, an id the kernel gave to another
+    segment, a file copied elsewhere: the segment is not read into anything nor removed (one
+    warning); the ring is what its file holds. A segment of another boot or IPC namespace
+    (another host, a container that ended) is not looked for: no warning."""
+    writer = _a_run_killed_at_33(tmp_path)
+    path, own = _die(writer), _segment_of(writer.path)
+    others = tmp_path / "others"
+    others.mkdir()
+    theirs = _dead(_ring(others, attempt_id="b1"), range(1, 8))
+    if case == "another ring's":
+        _field(path, ring_format.SEGMENT_OFFSET, "<i", _segment_of(theirs))
+    elif case == "a damaged one":  # the segment's own header, not the file's: an unknown flag
+        attachment = shm.Attachment(own, FILE_BYTES)
+        attachment.view[32] = 0x80
+        attachment.detach()
+    elif case == "another user's":
+        set_owner(own, uid=12345)
+    elif case == "open to others":
+        set_owner(own, mode=0o644)
+    elif case == "a copy of the ring":
+        copies = tmp_path / "copies"
+        copies.mkdir()
+        path = Path(shutil.copy(path, copies))
+    else:
+        _field(path, ring_format.SEGMENT_OFFSET + 40, "<Q", shm.namespace()[1] + 1)
+    named = _segment_of(path)
+    before = {key: (row.uid, row.mode) for key, row in segments().items()}
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        tail = take_tail(path)
+        tail.release()
+        take_tail(path).release()
+    assert [slot.step for slot in tail.slots] == [] and tail.header.finished_step == 12  # the file's: as of step 12
+    assert {key: (row.uid, row.mode) for key, row in segments().items()} == before, "no segment removed or changed"
+    warned = [w for w in _warnings(caplog) if "names shared memory" in w]
+    if case == "of another namespace":
+        assert warned == []
+    else:
+        assert len(warned) == 1 and f"(segment {named} {REFUSED[case]}" in warned[0], warned
+    if case in ("another user's", "open to others"):
+        set_owner(own, uid=os.geteuid(), mode=0o600)
+    if case == "a copy of the ring":  # the ring itself still reads its own segment
+        tail = take_tail(writer.path)
+        assert [slot.step for slot in tail.slots] == [15, 20, 25, 30]
+        tail.release()
+    for ring in (writer.path, theirs):  # nothing left in memory after the test
+        take_tail(ring).release()
+
+
+def test_without_shared_memory_the_ring_is_its_file_written_at_sampled_steps(tmp_path, caplog, monkeypatch):
+    """shmget refused (a sandbox, kernel.shmmni reached): one warning, the ring kept in its
+    file. The step hook's store is still a memory store (no system call, the file does not
+    change); each sampled step's slot goes into the file as it is taken, and the worker's
+    copy brings the header's step. After a death the last step is the last sampled one, or
+    the step of the last copy when later."""
+
+    def refused(size: int) -> shm.Attachment:
+        raise OSError(errno.ENOSPC, "shmget: No space left on device")
+
+    monkeypatch.setattr(shm, "create", refused)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        writer = _ring(tmp_path)
+    assert [w for w in _warnings(caplog) if "no shared memory" in w] == [
+        f"otel_mindformers: no shared memory for the flight ring {writer.path} (shmget: No space left on device); "
+        "it is kept in its file alone, each sampled step written as it is taken: a death of this process loses "
+        "the steps after the last sampled one (the last finished step it tells is the last sampled step, or the "
+        "step the outputs' last batch saw)"
+    ]
+    log = str(tmp_path / "train_metric.json")
+    assert _segment_of(writer.path) == -1
+    writer.write(_sampled(5))
+    empty = writer.path.read_bytes()
+    writer.finished[0] = 7
+    assert writer.path.read_bytes() == empty, "no write for a step that is not sampled"
+    assert finished_steps_of(log, 0)["a1"].step == 5
+    writer.written(5)
+    assert finished_steps_of(log, 0)["a1"].step == 7
+    writer.write(_sampled(10))
+    assert finished_steps_of(log, 0)["a1"].step == 10
+    writer.finished[0] = 13
+    tail = take_tail(_die(writer))
+    assert [slot.step for slot in tail.slots] == [10] and tail.header.finished_step == 7
+    tail.release()
+    assert finished_steps_of(log, 0)["a1"].step == 10
+
+
 def test_a_sampled_steps_slot_holds_its_step(tmp_path):
-    """The step hook writes the step into the header on the steps it does not sample; a
-    sampled step's slot holds it (one write a step, not two)."""
+    """A sampled step's slot holds its step: how far a run got is the later of the header's
+    step and the last slot's (without shared memory the slot is in the file first)."""
     writer = _ring(tmp_path)
     log = str(tmp_path / "train_metric.json")
     writer.finished[0] = 9
-    writer.keep()
     writer.write(_sampled(10))
     assert finished_steps_of(log, 0)["a1"].step == 10
     writer.finished[0] = 11
-    writer.keep()
     assert finished_steps_of(log, 0)["a1"].step == 11
     writer.close(remove=False)
 
@@ -198,6 +378,28 @@ def test_every_field_the_ring_keeps_comes_back_by_its_name(tmp_path):
     assert (second.step, second.epoch, second.is_last, second.values) == (42, 0, False, {})
 
 
+def test_a_step_that_cannot_be_kept_leaves_an_empty_slot_never_a_mixed_one(tmp_path, caplog):
+    """A value that is no number, found half way through the slot's stores: the slot reads as
+    empty (its number is zeroed first, stored last), not as the step it held a lap before
+    with this one's fields in it. One warning; the next step is kept."""
+    writer = _ring(tmp_path)
+
+    def in_memory() -> list[int]:
+        return [slot.step for slot in ring_format.parse_ring(shm.read(_segment_of(writer.path), FILE_BYTES)).slots]
+
+    for step in range(1, SLOT_COUNT + 1):
+        writer.write(_sampled(step))
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        writer.write(_sampled(SLOT_COUNT + 1, learning_rate="not a number"))  # into the slot of step 1
+        assert in_memory() == list(range(2, SLOT_COUNT + 1))
+        writer.write(_sampled(SLOT_COUNT + 2))
+        assert in_memory() == [*range(2, SLOT_COUNT + 1), SLOT_COUNT + 2]
+    assert [w for w in _warnings(caplog) if "cannot keep a step" in w] == [
+        f"otel_mindformers: the flight ring {writer.path} cannot keep a step: memoryview: invalid type for format 'd'"
+    ]
+    writer.close(remove=True)
+
+
 def test_a_ring_that_wrapped_keeps_its_last_slots_in_order(tmp_path):
     writer = _ring(tmp_path)
     for step in range(1, SLOT_COUNT + 101):
@@ -216,7 +418,7 @@ def test_an_empty_slot_is_left_out_and_a_damaged_one_gives_one_warning(tmp_path,
     """A slot is written whole by one write, its number first and last: a slot whose two
     numbers disagree (a write cut short, a damaged disk), whose flags or value indexes are
     out of range, is damaged: skipped, counted, one warning; never an IndexError."""
-    path = _dead(_ring(tmp_path), range(1, 10))
+    path = _in_file_alone(_dead(_ring(tmp_path), range(1, 10)))
     keys_at, last_at = 16, SLOT_BYTES - 8
     field_at = {name: 32 + 8 * index for index, name in enumerate(ring_format.SLOT_FIELDS)}
     with open(path, "r+b") as stream:
@@ -372,12 +574,14 @@ def test_a_ring_is_recovered_only_into_its_own_runs_log(tmp_path, caplog, case):
     if case == "a ring under another name":  # whose log is it? its name would have said
         _log(log, range(1, 3))
         path = path.rename(tmp_path / "planted.flight")
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p != path}
     with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
         assert recover_rings([path]) == []
         assert recover_rings([path]) == []
-    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p != path} == before
     assert len([w for w in _warnings(caplog) if "is not recovered" in w]) == 1, _warnings(caplog)
+    # The ring itself took its segment's bytes (the segment is gone: nothing left in memory).
+    assert _segment_of(path) == -1
     tail = take_tail(path)
     assert [slot.step for slot in tail.slots] == [1, 2, 3, 4, 5]  # still there for its run
     tail.release()
@@ -523,25 +727,32 @@ def test_report_sees_from_the_rings_lock_that_an_attempt_lives(tmp_path):
     }]  # fmt: skip
     write_ledger(tmp_path / "train_metric.job.rank_0.ledger", ledger)
     writer = _ring(tmp_path)
-    writer.finished[0] = 12
-    writer.keep()
+    writer.finished[0] = 12  # the live run's memory: read, never taken
     assert finished_steps_of(str(tmp_path / "train_metric.json"), 0)["a1"].alive is True
     (row,) = job_report([tmp_path], now=now)["attempts"]
     assert (row["outcome"], row["last_step"]) == ("running", 12)
-    writer.close(remove=False)
+    _die(writer)
     assert finished_steps_of(str(tmp_path / "train_metric.json"), 0)["a1"].alive is False
     (row,) = job_report([tmp_path], now=now)["attempts"]
     assert (row["outcome"], row["last_step"]) == ("killed", 12)
 
 
 def test_at_its_end_a_run_removes_its_ring_when_its_outputs_wrote_all_and_keeps_it_otherwise(tmp_path):
+    """Either way its segment goes: a ring kept holds it all in its file, which names none."""
+    before = set(segments())
     for written, kept in [(5, False), (4, True)]:
         flight, _ = _start(tmp_path / str(written), "job-a", 1)
         for step in range(1, 6):
             flight.write(_sampled(step))
         flight.written(written)
+        flight.finished[0] = 7
         flight.close(lambda: 1.0)
-        assert bool(list((tmp_path / str(written)).glob("*.flight"))) is kept, written
+        rings = list((tmp_path / str(written)).glob("*.flight"))
+        assert bool(rings) is kept, written
+        assert set(segments()) == before
+    in_file = ring_format.parse_ring(rings[0].read_bytes())
+    assert [slot.step for slot in in_file.slots] == [1, 2, 3, 4, 5]
+    assert (in_file.header.finished_step, in_file.header.written_step, in_file.header.segment.id) == (7, 4, -1)
 
 
 def test_a_ring_named_for_this_rank_that_another_wrote_is_left_alone(tmp_path):
@@ -553,7 +764,7 @@ def test_a_ring_named_for_this_rank_that_another_wrote_is_left_alone(tmp_path):
 
 
 def test_one_damaged_slot_is_one_warning(tmp_path, caplog):
-    path = _dead(_ring(tmp_path), range(1, 4))
+    path = _in_file_alone(_dead(_ring(tmp_path), range(1, 4)))
     with open(path, "r+b") as stream:
         stream.seek(_slot_offset(2) + 8)
         stream.write(b"\xff")
@@ -568,10 +779,10 @@ def test_one_damaged_slot_is_one_warning(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("cut_to", [0, FILE_BYTES // 2, 100])
-def test_a_ring_another_process_cuts_gets_its_header_back_with_one_warning(tmp_path, caplog, cut_to):
-    """`: > out/*`, logrotate's copytruncate: every write is a pwrite, which grows the file
-    again (a store into a shrunk mapping would have been a SIGBUS); the worker's next mark
-    finds the cut and writes the header back, and what comes after is recovered as ever."""
+def test_a_ring_another_process_cuts_is_written_whole_again_with_one_warning(tmp_path, caplog, cut_to):
+    """`: > out/*`, logrotate's copytruncate: the file is cut, the ring's memory is not (a
+    segment's size is fixed; a store into a shrunk file mapping was a SIGBUS). The worker's
+    next copy finds the cut and writes the ring whole again: nothing it held is lost."""
     writer = _ring(tmp_path)
     for step in range(1, 11):
         writer.write(_sampled(step))
@@ -580,41 +791,60 @@ def test_a_ring_another_process_cuts_gets_its_header_back_with_one_warning(tmp_p
         os.truncate(writer.path, cut_to)
         for step in range(11, 21):
             writer.finished[0] = step
-            writer.keep()
             writer.write(_sampled(step))
         writer.written(15)
         os.truncate(writer.path, cut_to)
         writer.written(15)
     assert len([w for w in _warnings(caplog) if "cut or overwritten by another process" in w]) == 1
     assert writer.path.stat().st_size == FILE_BYTES
+    in_file = ring_format.parse_ring(writer.path.read_bytes())
+    assert [slot.step for slot in in_file.slots] == list(range(1, 21))
+    assert (in_file.header.finished_step, in_file.header.written_step) == (20, 15)
     writer.finished[0] = 21
-    writer.keep()
-    writer.close(remove=False)
-    tail = take_tail(writer.path)
-    assert parse_header(writer.path.read_bytes()).finished_step == 21
-    assert [slot.step for slot in tail.slots] == (
-        [16, 17, 18, 19, 20] if cut_to > HEADER_BYTES + 20 * SLOT_BYTES else []
-    )
+    tail = take_tail(_die(writer))
+    assert [slot.step for slot in tail.slots] == [16, 17, 18, 19, 20]
+    assert tail.header.finished_step == 21, "the last step from the segment: the file had 20"
     tail.release()
 
 
-def test_after_its_end_the_rings_writes_are_none(tmp_path):
-    """The descriptor's number is another file's once closed: the step hook's write and the
-    worker's mark after the end touch nothing."""
+def test_a_ring_overwritten_at_its_size_is_written_whole_again(tmp_path, caplog):
+    """Another run's ring copied over this one (same size, another header): the worker's
+    next copy writes this ring back whole, slots included, with the same one warning."""
+    writer = _ring(tmp_path)
+    for step in range(1, 6):
+        writer.write(_sampled(step))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = _in_file_alone(_dead(_ring(elsewhere, attempt_id="o1"), range(1, 50)))
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
+        writer.path.write_bytes(other.read_bytes())
+        writer.written(5)
+    assert len([w for w in _warnings(caplog) if "cut or overwritten by another process" in w]) == 1
+    in_file = ring_format.parse_ring(writer.path.read_bytes())
+    assert in_file.header.attempt_id == "a1" and [slot.step for slot in in_file.slots] == [1, 2, 3, 4, 5]
+    writer.close(remove=True)
+
+
+def test_after_its_end_the_rings_memory_is_gone_and_stores_touch_nothing(tmp_path):
+    """At its end the run's segment is removed and let go: the step hook's store lands in
+    a buffer of its own, the worker's mark and a late sampled step touch nothing (no file,
+    no memory that is gone)."""
+    before = set(segments())
     flight, _ = _start(tmp_path, "job-a", 1)
     clock = StepClock()
     flight.attach(clock)
     clock.finished[0] = 5
-    clock.keep()
     (path,) = tmp_path.glob("*.flight")
-    assert parse_header(path.read_bytes()).finished_step == 5
+    assert finished_steps_of(str(tmp_path / "train_metric.json"), 0)["next1"].step == 5
+    (segment,) = set(segments()) - before
+    assert segment == _segment_of(path)
     flight.close(lambda: 1.0)
+    assert set(segments()) == before
     other = tmp_path / "other"
     fd = os.open(other, os.O_RDWR | os.O_CREAT)  # likely the ring's old number
     try:
         os.write(fd, bytes(100))
         clock.finished[0] = 6
-        clock.keep()
         flight.written(6)
     finally:
         os.close(fd)
@@ -629,7 +859,9 @@ def _cli_report(folder: Path) -> dict:
     return json.loads(cli_output("report", str(folder), "--json", cwd=folder))
 
 
-def _die_at(tmp_path: Path, step: int, how: str, interval: int, steps: int = 200, **extra) -> subprocess.Popen:
+def _die_at(
+    tmp_path: Path, step: int, how: str, interval: int, steps: int = 200, popen: dict | None = None, **extra
+) -> subprocess.Popen:
     spec = {
         "config": {
             "interval": interval,
@@ -643,7 +875,7 @@ def _die_at(tmp_path: Path, step: int, how: str, interval: int, steps: int = 200
         "at": {str(step): [["die", how]]},
         **extra,
     }
-    return spawn(spec, tmp_path)
+    return spawn(spec, tmp_path, **(popen or {}))
 
 
 def _sampled_steps(interval: int, last: int) -> list[int]:
@@ -669,11 +901,18 @@ def _check_recovered_log(log: Path, interval: int, killed_at: int) -> list[dict]
     [(1, 23), (1, 133), (10, 11), (10, 57), (10, 60)],  # 11: right after a sampled step; 57: mid-window
 )
 def test_sigkill_the_log_ends_at_the_last_sampled_step_and_report_gives_the_step(tmp_path, interval, killed_at):
+    """The exact tail and step come from the dead run's shared memory, which `report` writes
+    into the ring's file and removes."""
+    before = set(segments())
     process = _die_at(tmp_path, killed_at, "SIGKILL", interval)
     finish(process)
     assert process.returncode == -signal.SIGKILL
     log = tmp_path / "out" / "train_metric.json"
+    (ring,) = (tmp_path / "out").glob("*.flight")
+    (left,) = set(segments()) - before
+    assert left == _segment_of(ring) and segments()[left].attached == 0
     report = _cli_report(tmp_path / "out")
+    assert set(segments()) == before and _segment_of(ring) == -1
     _check_recovered_log(log, interval, killed_at)
     (attempt,) = report["job"]["attempts"]
     assert (attempt["outcome"], attempt["last_step"]) == ("killed", killed_at)
@@ -681,6 +920,57 @@ def test_sigkill_the_log_ends_at_the_last_sampled_step_and_report_gives_the_step
     before = log.read_bytes()
     assert _cli_report(tmp_path / "out")["job"]["attempts"][0]["last_step"] == killed_at
     assert log.read_bytes() == before
+
+
+@pytest.mark.slow  # real trainings, killed
+@pytest.mark.parametrize("gone", ["removed after the kill", "with its IPC namespace"])
+def test_after_a_sigkill_without_its_segment_the_file_gives_the_ring_as_of_the_last_batch(tmp_path, gone):
+    """The dead run's segment removed (`ipcrm`, kernel.shm_rmid_forced: one warning), or gone
+    with the IPC namespace it ran in (a container that ended: not looked for, no warning):
+    the ring's file holds what the worker copied after its last batch, and `report` gives
+    that: its last step and its records, every line whole."""
+    before = set(segments())
+    popen = {"preexec_fn": in_own_namespace} if gone == "with its IPC namespace" else {}
+    process = _die_at(tmp_path, 57, "SIGKILL", 10, popen=popen)
+    finish(process)
+    assert process.returncode == -signal.SIGKILL
+    out = tmp_path / "out"
+    (ring,) = out.glob("*.flight")
+    in_file = ring_format.parse_ring(ring.read_bytes())
+    segment = in_file.header.segment
+    if gone == "removed after the kill":
+        assert finished_steps_of(str(out / "train_metric.json"), 0)[in_file.header.attempt_id].step == 57
+        assert set(segments()) - before == {segment.id}
+        shm.remove(segment.id)
+    else:
+        assert set(segments()) == before and segment.namespace != shm.namespace()[1]
+    last_slot = in_file.slots[-1].step
+    done = cli("report", str(out), "--json", cwd=out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (attempt,) = json.loads(done.stdout)["job"]["attempts"]
+    assert attempt["last_step"] == max(in_file.header.finished_step, last_slot) <= 57
+    assert [line["step"] for line in json_lines(out / "train_metric.json")] == _sampled_steps(10, last_slot)
+    warned = done.stderr.count("names shared memory that cannot be taken as its own")
+    assert warned == (1 if gone == "removed after the kill" else 0), done.stderr[-3000:]
+
+
+@pytest.mark.slow  # a real training refused shared memory, killed
+def test_without_shared_memory_a_kill_loses_only_the_steps_after_the_last_sampled_one(tmp_path):
+    """The kernel refuses every segment (kernel.shmmni = 0 in the training's own IPC
+    namespace): one warning, the training runs, its ring is its file, each sampled step
+    written as it is taken. Killed at 57, its log ends at 50, and its last step is 50 or the
+    step the worker's last copy saw."""
+    process = _die_at(tmp_path, 57, "SIGKILL", 10, popen={"preexec_fn": without_shared_memory})
+    _, err = finish(process)
+    assert process.returncode == -signal.SIGKILL
+    assert err.count("no shared memory for the flight ring") == 1, err[-3000:]
+    out = tmp_path / "out"
+    (ring,) = out.glob("*.flight")
+    in_file = ring_format.parse_ring(ring.read_bytes())
+    assert in_file.header.segment.id == -1 and in_file.slots[-1].step == 50
+    report = _cli_report(out)
+    _check_recovered_log(out / "train_metric.json", 10, 57)
+    assert report["job"]["attempts"][0]["last_step"] == max(50, in_file.header.finished_step)
 
 
 @pytest.mark.slow  # real trainings, dying
@@ -701,9 +991,11 @@ def test_the_next_attempt_recovers_the_tail_into_tensorboard_too(tmp_path):
     the dead run's files aside, so TensorBoard's own reader finds every step."""
     board = tmp_path / "board"
     config = {"job_id": "tb-job", "output_type": ["json_file", "tensorboard"], "tensorboard_path": str(board)}
+    before = set(segments())
     killed = _die_at(tmp_path, 150, "SIGKILL", 1, config=config)
     finish(killed)
     assert killed.returncode == -signal.SIGKILL
+    assert len(set(segments()) - before) == 1, "the killed run's shared memory stays"
     next_attempt = spawn(
         {"config": {"interval": 1, "json_log_path": str(tmp_path / "out" / "train_metric.json"), **config},
          "steps": 3, "report": str(tmp_path / "next.json")},
@@ -712,6 +1004,7 @@ def test_the_next_attempt_recovers_the_tail_into_tensorboard_too(tmp_path):
     _, err = finish(next_attempt)
     assert next_attempt.returncode == 0, err[-3000:]
     assert "recovered" in err
+    assert set(segments()) == before, "the next attempt removed it; its own went at its end"
     (dead_run,) = [folder for folder in (board / "rank_0").iterdir() if folder.is_dir()]  # set aside
     assert loss_steps(dead_run) == list(range(1, 151))
 
@@ -774,6 +1067,8 @@ def test_two_ranks_one_killed_the_others_log_and_ring_are_untouched(tmp_path):
 
 @pytest.mark.slow  # a real training in a folder it may not write
 def test_a_ring_in_a_read_only_folder_is_one_warning_and_training_goes_on(tmp_path):
+    """The segment made before the file was refused goes with it: nothing is left in memory."""
+    before = set(segments())
     folder = tmp_path / "read-only"
     folder.mkdir()
     folder.chmod(0o555)
@@ -788,6 +1083,7 @@ def test_a_ring_in_a_read_only_folder_is_one_warning_and_training_goes_on(tmp_pa
         assert process.returncode == 0, err[-3000:]
         assert err.count("cannot keep a flight ring") == 1, err[-3000:]
         assert list(folder.iterdir()) == []
+        assert set(segments()) == before
     finally:
         folder.chmod(0o755)
 
@@ -804,10 +1100,12 @@ def _header_or_none(path: Path) -> ring_format.Header | None:
 
 @pytest.mark.slow  # a real training whose ring another process cuts, twice
 def test_a_ring_cut_by_another_process_never_stops_the_training(tmp_path):
-    """`: > out/*`, logrotate's copytruncate, a size-based cleaner (issue 46): the ring cut
-    to half at step 20 and to nothing at step 40, the training writing on after each. It
-    finishes (a store into a shrunk mapping was a SIGBUS, rc -7), says so once, and its
-    ring is whole again at step 60, as the next attempt would read it."""
+    """`: > out/*`, logrotate's copytruncate, a size-based cleaner (issue 46): the ring's
+    file cut to half at step 20 and to nothing at step 40, the training storing on after
+    each. It finishes (a store into a shrunk file mapping was a SIGBUS, rc -7), says so once,
+    its ring's file is whole again at step 60, as the next attempt would read it, and its
+    shared memory is gone at its end."""
+    before = set(segments())
     out = tmp_path / "out"
     marks = {step: (tmp_path / f"at-{step}", tmp_path / f"go-{step}") for step in (20, 40, 60)}
     spec = {
@@ -837,6 +1135,7 @@ def test_a_ring_cut_by_another_process_never_stops_the_training(tmp_path):
     assert err.count("was cut or overwritten by another process") == 1, err[-3000:]
     assert [line["step"] for line in json_lines(out / "train_metric.json")] == list(range(1, 81))
     assert list(out.glob("*.flight*")) == []
+    assert set(segments()) == before
 
 
 @pytest.mark.slow  # the commands and a real training beside planted rings

@@ -30,15 +30,18 @@ MEASURED = {6, 7, 8, 16, 17, 20}  # unsampled, and sampled 20, with tracemalloc
 # folded into one `wake` flag beside `next_sample` and `step_offset`).
 # 45 -> 50 at step end: the job's step stored into the flight ring's mapped page
 # (`clock.finished[0] = step`, a memoryview store, no call: ~15 ns over an attribute store).
-# 50 -> 57, and one system call the profile does not count: the ring is written with pwrite,
-# not through a shared mapping that another process can shrink under the run (a SIGBUS):
-# `clock.keep()`, a functools.partial of os.pwrite (C only, no Python frame; a call through
-# a partial is no C call to the profile). docs/flight_recorder.md has its cost.
+# 50 -> 57, and one system call the profile did not count: the ring was written with pwrite
+# (`clock.keep()`, a functools.partial of os.pwrite), not through a shared file mapping that
+# another process can shrink under the run (a SIGBUS). 57 -> 50 and no system call again: the
+# ring is a System V shared-memory segment, whose size no other process can change
+# (`clock.finished[0] = step` stores into it, as into the mapped page before).
+# `io_calls`: the kernel's count of the training thread's read and write system calls over the
+# hook (what the profile cannot see): none on any step. docs/flight_recorder.md has the cost.
 # 24 -> 30 at step begin: `clock.step >= clock.arm_after`, two attribute reads and a compare
 # (no call): the gradient-norm reader may ask for its probes' call counts before a sampled
 # step, where a cell does not update on every step (model_state/grad_norm_reader.py).
 STEP_BEGIN = {"python_calls": 1, "c_calls": 1, "opcodes": 30}
-UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 57}
+UNSAMPLED_END = {"python_calls": 1, "c_calls": 1, "opcodes": 50}
 SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # +16 bytecodes over 333 / 427: the unsampled step's 7, the batch-note and the attempt's
     # first-step checks (attributes read, no call: a call would cost far more cold); +10 for
@@ -68,18 +71,19 @@ SAMPLED_END = {  # by step-output shape: a scalar loss; MindFormers' 5-tuple
     # process shrank the file): 560 -> 449 / 672 -> 528 / 619 -> 497 bytecodes (no loop turn
     # per value), +2 C calls (the pack, the pwrite; the values' view) 13 -> 15 / 19 -> 21 / 16 -> 18.
     # The slot holds the step: the step hook's own write is for the steps it does not sample.
-    # `_item` through compat/mindspore_tensor.py's `read_scalar` (the same C method, taken
-    # unbound and looked up on the adapter's module at each read, where the readback-counting
-    # tests replace it) and the learning rate a scheduler noted taken as it is: +9 bytecodes.
-    # The probe: its call count read back beside its norm, and whether this step applied
-    # gradients, decided from the counts (model_state/grad_norm_reader.py; one frame, as
-    # before): +1 C call, +114 bytecodes.
-    "scalar": {"python_calls": 7, "c_calls": 15, "opcodes": 458},
-    "tuple5": {"python_calls": 7, "c_calls": 21, "opcodes": 537},
-    "probe": {"python_calls": 8, "c_calls": 19, "opcodes": 611},
+    # The slot stored word by word into the ring's shared memory, no pack and no pwrite
+    # (docs/flight_recorder.md has the cost of each way): the mapped version's C calls, and
+    # 45 bytecodes over the mapped version's, whose stores of the window's readings were
+    # written out one by one; here they are a loop over SampledStep's readings, so the slot's
+    # layout stays derived from its fields. The gradient-norm probe: its call count read back
+    # beside its norm, and whether this step applied gradients, decided from the counts
+    # (model_state/grad_norm_reader.py; one frame, as before): +1 C call.
+    "scalar": {"python_calls": 7, "c_calls": 13, "opcodes": 614},
+    "tuple5": {"python_calls": 7, "c_calls": 19, "opcodes": 726},
+    "probe": {"python_calls": 8, "c_calls": 17, "opcodes": 778},
     # The scalar loss with MindCluster heard and told (cluster/, a ClusterD on 127.0.0.1):
     # its subscription, verdicts and teller are other threads'; the step hooks count the same.
-    "cluster": {"python_calls": 7, "c_calls": 15, "opcodes": 458},
+    "cluster": {"python_calls": 7, "c_calls": 13, "opcodes": 614},
 }
 # A user's hook that is one `with phase("upload"): pass`, in a run (the hook's frame is one of
 # the Python calls). Its span, histogram point and ledger charge are the pipeline worker's
@@ -145,6 +149,7 @@ def test_unsampled_step_does_nothing_more(counted):
         assert not _within(end, UNSAMPLED_END), f"step {step}: {end}"
         for count in (begin, end):
             assert count.with_blocks == count.lock_calls == count.sdk_calls == 0, f"step {step}: {count}"
+            assert count.io_calls == 0, f"step {step}: {count}"  # no read or write system call
 
 
 def test_sampled_step_stays_within_its_counts(counted):
@@ -152,8 +157,9 @@ def test_sampled_step_stays_within_its_counts(counted):
     for step in (10, 15):
         end = counts["on_train_step_end"][step]
         assert not _within(end, SAMPLED_END[shape]), f"step {step}: {end}"
-        # No lock taken, no `with`, nothing of the SDK: spans and instruments are the worker's.
-        assert end.with_blocks == end.lock_calls == end.sdk_calls == 0, f"step {step}: {end}"
+        # No lock taken, no `with`, nothing of the SDK: spans and instruments are the worker's;
+        # no read or write system call: the flight ring's slot is a store into shared memory.
+        assert end.with_blocks == end.lock_calls == end.sdk_calls == end.io_calls == 0, f"step {step}: {end}"
 
 
 class _OnePhase(Callback):

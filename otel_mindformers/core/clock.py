@@ -28,9 +28,8 @@ class StepClock:
     (runtime/cadence.py); `arm_after` and `arm`: the step begin after the step `arm_after`
     calls `arm()` (the gradient-norm probes' counts before a sampled step,
     model_state/grad_norm_reader.py; never by default); `finished`, the int64 the step hook
-    stores the job's step into (`finished[0] = step`), and `keep()`, which writes it into the
-    flight ring's file, which outlives the process (flight_recorder/: C calls, no Python
-    frame); without a ring, a buffer of its own and a call that does nothing."""
+    stores the job's step into (`finished[0] = step`): the flight ring's shared memory, which
+    outlives the process (flight_recorder/), or a buffer of its own when the run keeps no ring."""
 
     __slots__ = (
         "step",
@@ -45,7 +44,6 @@ class StepClock:
         "arm",
         "phases",
         "finished",
-        "keep",
     )
 
     def __init__(self) -> None:
@@ -60,7 +58,6 @@ class StepClock:
         self.arm: Callable[[], None] = _nothing
         self.phases = 0.0  # seconds of the phases charged this window (evaluation, saves): not step time
         self.finished = memoryview(bytearray(8)).cast("q")
-        self.keep: Callable[[], object] = tuple  # a C callable that does nothing
 
 
 class WallClock:

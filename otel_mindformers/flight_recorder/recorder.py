@@ -14,10 +14,11 @@ on this rank are recovered, oldest first:
 
 Each ring is then marked written and removed. Then the run opens its own ring.
 
-While the run lives: the step hook stores the job's step into `finished[0]` and `keep()`s
-it (every step), `write(sampled)` writes a sampled step (training thread), `written(step)`
-notes what the outputs wrote (pipeline worker). At the end the ring is removed when its
-outputs wrote everything, and kept for the next process otherwise.
+While the run lives: the step hook stores the job's step into `finished[0]` (every step),
+`write(sampled)` stores a sampled step (training thread): memory stores into the ring;
+`written(step)` notes what the outputs wrote and copies the ring into its file (pipeline
+worker). At the end the ring is removed when its outputs wrote everything, and kept (in
+its file) for the next process otherwise.
 
 A ring that cannot be created (a read-only folder, a full disk) gives one warning: the run
 goes on without one (`NoRecorder`). Nothing in a dead ring can stop the run from starting:
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -81,28 +81,19 @@ class FlightRecorder(RunPart):
         self.write = ring.write
 
     def attach(self, clock: StepClock) -> None:
-        """The step hook's store of the job's step, and its write into the ring."""
+        """The step hook's store of the job's step: into the ring's memory."""
         self._clock = clock
-        clock.finished, clock.keep = self._ring.finished, self._ring.keep
+        clock.finished = self._ring.finished
 
     def written(self, step: int) -> None:
         """The outputs wrote every record up to `step` (pipeline worker, after each batch)."""
         self._ring.written(step)
 
-    def stop_keeping(self, exc: OSError) -> Callable[[], object]:
-        """The step hook's write failed (training thread): one warning; what it calls instead."""
-        _logger.warning(
-            "otel_mindformers: the flight ring %s cannot keep the finished step (%s); a death of this process "
-            "now loses how far it got",
-            self._ring.path, exc.strerror or exc,
-        )  # fmt: skip
-        return tuple  # a C callable that does nothing
-
     def close(self, remaining: Remaining) -> None:
         """After the pipeline's end (core/run_part.py: every part ends before any closes):
         removed when the outputs wrote all it holds; kept for the next process otherwise."""
         if self._clock is not None:
-            self._clock.keep = tuple  # the ring's descriptor closes now
+            self._clock.finished = memoryview(bytearray(8)).cast("q")  # the ring's memory goes now
         self._ring.close(remove=self._ring.all_written)
 
 

@@ -10,6 +10,13 @@ ring); `report`, `hang-report` and `replay` recover into the JSON log before the
 (flight_recorder/offline/recover_logs.py; the ring stays: its last finished step is the
 report's for that attempt until a next attempt writes it into the ledger).
 
+Where the ring's header names a shared-memory segment on this host (the same boot and IPC
+namespace) that is its own (ring.segment_of), the segment holds the exact tail and last
+step: the recovering process writes it into the ring's file first, then removes it, so the
+file alone holds the ring from then on. A segment that is gone or not the ring's leaves the
+file as it is (one warning); one on another host or in a container that ended is not looked
+for: the file holds the ring as of its run's last batch.
+
 A ring is whoever planted it's: its records go only into the JSON log its own run wrote, in
 the ring's own folder (`own_log`), never into a file its header merely names. A ring that
 cannot be read as one (another format version, truncated, a header no run of this package
@@ -28,6 +35,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from otel_mindformers.config import ConfigError, LogRotationConfig, OutputsConfig
 from otel_mindformers.core.guarded_log import get_logger
@@ -38,11 +46,16 @@ from otel_mindformers.flight_recorder.ring import (
     SUFFIX,
     WRITTEN_OFFSET,
     Header,
+    Held,
+    NotItsSegment,
+    RingContents,
     RingError,
     Slot,
+    fold,
     name_parts,
     parse_ring,
     rings_beside,
+    segment_of,
 )
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import training as tm
@@ -229,9 +242,11 @@ def _set_aside(path: Path, reason: str) -> None:
     )
 
 
-def take_tail(path: Path) -> Tail | None:
-    """The tail of the ring at `path`, locked, when its writer is gone; None when it lives (or
-    another process recovers it now), or the ring cannot be read (one warning)."""
+def take_tail(path: Path, rank: int | None = None) -> Tail | None:
+    """The tail of the ring at `path`, locked, when its writer is gone (and it is `rank`'s,
+    when given); None when it lives (or another process recovers it now), is another rank's
+    (left as it is), or cannot be read (one warning). A ring with a segment here that is its
+    own is read from it, and its file takes the segment's bytes (the segment is removed)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
     except FileNotFoundError:
@@ -248,6 +263,13 @@ def take_tail(path: Path) -> Tail | None:
                 return None
             raise
         contents = parse_ring(_read(fd))
+        if rank is not None and contents.header.rank != rank:  # named for this rank, written by another
+            os.close(fd)
+            return None
+        held = _segment_held(path, fd, contents.header)
+        if held is not None:
+            fold(fd, held)
+            contents = held.contents
     except RingError as exc:
         os.close(fd)
         _set_aside(path, str(exc))
@@ -269,6 +291,24 @@ def take_tail(path: Path) -> Tail | None:
     return Tail(path, contents.header, [s for s in contents.slots if s.step > written], fd)
 
 
+def _segment_held(path: Path, fd: int, header: Header) -> Held | None:
+    """The segment of the dead ring at `path` (its file open and locked at `fd`), when it
+    names one here that is its own: the exact tail and last step (the file holds them as of
+    the worker's last batch). None otherwise, with one warning when the segment named here
+    is gone or not its own."""
+    try:
+        return segment_of(header, os.fstat(fd))
+    except NotItsSegment as exc:
+        _logger.warning_once(
+            f"{path} segment",
+            "otel_mindformers: the flight ring %s names shared memory that cannot be taken as its own (%s); "
+            "recovered from its file alone, as of its outputs' last batch",
+            path,
+            exc,
+        )
+        return None
+
+
 def dead_rings(json_log_path: str, rank: int, own: Path | None = None) -> list[Tail]:
     """The dead rings of `rank` beside `json_log_path` (every job's), each locked, oldest
     run first. Another rank's ring is not touched: its tail is its rank's."""
@@ -276,13 +316,9 @@ def dead_rings(json_log_path: str, rank: int, own: Path | None = None) -> list[T
     for path in rings_beside(json_log_path, rank):
         if path == own:
             continue
-        tail = take_tail(path)
-        if tail is None:
-            continue
-        if tail.header.rank != rank:  # named for this rank, written by another: not ours
-            tail.release()
-            continue
-        tails.append(tail)
+        tail = take_tail(path, rank)
+        if tail is not None:
+            tails.append(tail)
     tails.sort(key=lambda tail: (tail.header.created, tail.header.attempt))
     return tails
 
@@ -300,13 +336,14 @@ class Finished:
 
 def finished_steps(folder: Path, pattern: str = f"*{SUFFIX}") -> dict[tuple[int, str], Finished]:
     """(rank, attempt id) -> how far the run of each readable ring in `folder` got (a read,
-    no lock: the step is one 8-byte write): the header's step, or its last slot's, which a
-    sampled step writes instead."""
+    no lock: the step is one 8-byte store), from its segment where it has one here, else
+    from its file: the header's step, or its last slot's (a sampled step's slot holds its
+    step; without a segment, the header's is as of the worker's last copy)."""
     found: dict[tuple[int, str], Finished] = {}
     for path in sorted(folder.glob(pattern)):
         try:
             with open(path, "rb") as stream:
-                contents = parse_ring(stream.read(FILE_BYTES + 1))
+                contents = _as_held(stream)
                 alive = _locked(stream.fileno())
         except (OSError, RingError):
             continue
@@ -318,6 +355,18 @@ def finished_steps(folder: Path, pattern: str = f"*{SUFFIX}") -> dict[tuple[int,
             alive,
         )
     return found
+
+
+def _as_held(stream: BinaryIO) -> RingContents:
+    """A ring as its segment holds it (a live run's too: read, never removed), or as its
+    file does; the file read again where its segment is gone (a recovery folded it in just now)."""
+    contents = parse_ring(stream.read(FILE_BYTES + 1))
+    try:
+        held = segment_of(contents.header, os.fstat(stream.fileno()))
+    except NotItsSegment:
+        stream.seek(0)
+        return parse_ring(stream.read(FILE_BYTES + 1))
+    return contents if held is None else held.contents
 
 
 def _locked(fd: int) -> bool:

@@ -156,14 +156,9 @@ class MonitorCallback(Callback):
         step = cb_params["cur_step_num"] + clock.step_offset  # the job's step (job/resume.py)
         previous_end = clock.last_step_end
         clock.step, clock.last_step_end = step, now
-        clock.finished[0] = step
-        if step < clock.next_sample:  # a sampled step's slot in the flight ring holds its step
-            try:
-                clock.keep()  # the step into the flight ring's file: a kill cannot lose it (flight_recorder/)
-            except OSError as exc:  # the file refused it (a disk error): one warning, and no more tries
-                clock.keep = self._run.ctx.flight.stop_keeping(exc)  # type: ignore[union-attr]  # set with self._hot
-            if not clock.wake:
-                return
+        clock.finished[0] = step  # into the flight ring's shared memory: a kill cannot lose it (flight_recorder/)
+        if step < clock.next_sample and not clock.wake:
+            return
         # A sampled step, or one that custom monitors, a stop or a capture want (in this
         # frame: a call of its own would cost a sampled step a cold frame).
         run: MonitorRun = self._run  # type: ignore[assignment]  # set with self._hot

@@ -1,8 +1,9 @@
 """Counting what a callback's hook does inside a real training loop, deterministically:
 Python calls and C calls (sys.setprofile), bytecodes executed and `with` blocks entered
 (sys.settrace with opcode events), calls into the OpenTelemetry SDK, lock acquisitions
-called as functions, and memory allocated (tracemalloc's peak over the hook). Counts, not
-times: they do not depend on how loaded the machine is.
+called as functions, read and write system calls (the kernel's count for the thread: what
+the profile cannot see, a C function calling `pwrite`), and memory allocated (tracemalloc's
+peak over the hook). Counts, not times: they do not depend on how loaded the machine is.
 
 Tracing and tracemalloc run on alternate calls (a tracer allocates), on the training
 thread only; `counts[hook]` maps each counted step to a `HookCount`.
@@ -11,6 +12,7 @@ thread only; `counts[hook]` maps each counted step to a `HookCount`.
 from __future__ import annotations
 
 import dis
+import os
 import sys
 import tracemalloc
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ class HookCount:
     with_blocks: int = 0
     lock_calls: int = 0
     sdk_calls: int = 0  # Python calls into opentelemetry's own code
+    io_calls: int = -1  # read and write system calls of the training thread (-1: not measured)
     allocated_bytes: int = -1  # peak traced memory over the hook less before it (-1: not measured)
     kept_bytes: int = -1  # traced memory after the hook less before it
 
@@ -79,6 +82,8 @@ def _traced(method: Any, run_context: Any, count: HookCount) -> None:
                 count.lock_calls += 1
 
     saved_trace, saved_profile = sys.gettrace(), sys.getprofile()
+    reading = _io_calls()
+    before = _io_calls()
     sys.settrace(tracer)
     sys.setprofile(profiler)
     try:
@@ -86,7 +91,20 @@ def _traced(method: Any, run_context: Any, count: HookCount) -> None:
     finally:
         sys.setprofile(saved_profile)
         sys.settrace(saved_trace)
+        after = _io_calls()
     count.c_calls -= 1  # the setprofile call that ends the count
+    count.io_calls = (after - before) - (before - reading)  # less what one reading costs
+
+
+def _io_calls() -> int:
+    """The calling thread's read and write system calls so far (/proc/thread-self/io)."""
+    fd = os.open("/proc/thread-self/io", os.O_RDONLY)
+    try:
+        text = os.read(fd, 4096).decode()
+    finally:
+        os.close(fd)
+    fields = dict(line.split(": ") for line in text.splitlines())
+    return int(fields["syscr"]) + int(fields["syscw"])
 
 
 def _measured(method: Any, run_context: Any, count: HookCount) -> None:
