@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from otel_mindformers.captures.controller import NO_CAPTURES, CaptureController, NoCaptures
@@ -54,7 +55,7 @@ class MonitorRun:
         # `nonfinite_check: all_ranks`: the ranks that do not report still read their own
         # loss and grad norm on sampled steps, only to name the first rank that goes bad, and
         # the overflow flag, which says when an infinite grad norm is loss scaling at work.
-        self._local_reader = (
+        self._local_reader: Any = (
             OutputReader([tm.LOSS, tm.GRAD_NORM, tm.OVERFLOW], GradNorm.IF_RETURNED)
             if config.nonfinite_check == "all_ranks" and not reports_training
             else None
@@ -87,7 +88,7 @@ class MonitorRun:
         self._checkpoint_hooks: list[RunPart] = []
         self._epoch_span: Any = None
         # What the sampled step reads, once the parts started: its own attributes, no hop.
-        self._reader = self.inputs.reader
+        self._reader: Any = self.inputs.reader  # an OutputReader, or the run API's LoggedReader
         self._state_reader: Any = None
         self._first_nonfinite: Any = None
         self._run_span: Any = None  # the run span, once started (phases before it have no parent)
@@ -133,6 +134,14 @@ class MonitorRun:
         for outside in releases.first_warning():
             _logger.warning("otel_mindformers: %s", outside)
         return run
+
+    def read_with(self, make_reader: Callable[[frozenset[str], bool], Any]) -> None:
+        """The run API's door: sampled steps read what `run.log` was given, through readers
+        `make_reader(wanted, local)` builds for the keys the callback's readers would read
+        (`local`: the first bad rank's reader of a rank that does not report)."""
+        self._reader = make_reader(self._reader.wanted, False)
+        if self._local_reader is not None:
+            self._local_reader = make_reader(self._local_reader.wanted, True)
 
     # --- epochs (training thread, once per epoch) ---------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
@@ -199,6 +208,12 @@ class MonitorRun:
             step = int(self.loop.step_view.get("cur_step_num") or 0) + self.loop.step_offset
             for part in self._checkpoint_hooks:
                 part.on_checkpoint(step, seconds)
+
+    def checkpoint_saved(self, step: int, seconds: float) -> None:
+        """A checkpoint holding job step `step` was saved (the run API says so; the callback
+        hears it as a save phase): the parts that count lost steps from it hear of it."""
+        for part in self._checkpoint_hooks:
+            part.on_checkpoint(step, seconds)
 
     def _request_stop(self, reason: str) -> None:
         """A rule asked to stop (worker thread): honoured at the next step boundary."""
