@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -241,7 +242,10 @@ def test_a_misbehaving_clusterd_is_one_warning_each_and_training_completes_witho
     for problem in ("ClusterD unreachable", "does not parse", "broke the fault stream", "no answer within the timeout"):
         assert sum(problem in line for line in warnings) == 1, (problem, warnings)
     assert len(warnings) == 4 and all("training is not affected" in line for line in warnings)
-    assert "trained to step" in log and "Traceback" not in log
+    assert "trained to step" in log
+    # No traceback through the package. (MindSpore 2.10 under numpy 2 prints numpy's "compiled
+    # using NumPy 1.x" notice as a traceback of its own, from the network's first call.)
+    assert not re.findall(r'File "[^"]*/otel_mindformers/', log), log[-6000:]
     (threads,) = [line for line in log.splitlines() if line.startswith("threads after training: ")]
     assert "otel-mindformers" not in threads, threads
     # The pre-flight check asked for on a CPU host: one clear line, training went on.

@@ -173,7 +173,11 @@ def test_faults_links_clocks_energy_and_job_reach_the_receiver_from_fixtures(wor
         **NPU1_IDENTITY,
     }
     code = otlp_receiver.points(semconv.HW_NPU_ERROR_CODE)[-1]
-    assert code.value == 1 and code.attributes == {**chip, semconv.ATTR_HW_NPU_ERROR_CODE: "0x80E18005"}
+    assert code.value == 1 and code.attributes == {
+        **chip,
+        semconv.ATTR_HW_NPU_ERROR_CODE: "0x80E18005",
+        semconv.ATTR_CLUSTER_FAULT_LEVEL: "RestartNPU",  # MindCluster's level for the code (cluster/)
+    }
     ecc = [p for p in otlp_receiver.points(semconv.HW_ERRORS) if p.attributes[semconv.ATTR_HW_ID] == "npu-1"]
     assert {(p.attributes[semconv.ATTR_ERROR_TYPE], p.value) for p in ecc} == {("corrected", 17), ("uncorrected", 0)}
     assert ecc[-1].unit == "{error}"

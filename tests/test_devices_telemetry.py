@@ -329,7 +329,9 @@ def test_devices_command_prints_one_block_per_device_with_the_tool_of_each_readi
         assert f"[{device}-roce] hw.network.up" in block  # the chip's RoCE port sits in its block
     assert "40448 MiB  npu-smi info" in line_with(out, "hw.npu.memory.usage{hw.npu.memory.type=hbm}", "40448")
     assert line_with(out, "hw.power", "85.6 W").endswith("npu-smi info -t common")  # the A3 second chip
-    assert line_with(out, "hw.npu.error_code{hw.npu.error_code=0x80E01809}").endswith("npu-smi info -t health")
+    assert line_with(
+        out, "hw.npu.error_code{hw.npu.error_code=0x80E01809,mindcluster.fault.level=NotHandleFault}"
+    ).endswith("npu-smi info -t health")
     assert line_with(out, "hw.errors{error.type=uncorrected,hw.npu.memory.type=hbm}", " 2 {error}").endswith(
         "npu-smi info -t ecc"
     )
