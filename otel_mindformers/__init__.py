@@ -42,6 +42,7 @@ from typing import Any
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
+from otel_mindformers.integration.environment_variables import OTEL_PYTHON_MINDFORMERS_CONFIG
 from otel_mindformers.integration.instrumentor import MindFormersInstrumentor, instrumentation_disabled
 from otel_mindformers.integration.propagation import trace_environment
 from otel_mindformers.runtime.custom_monitors import BaseMonitor
@@ -65,6 +66,28 @@ def instrument(config: Any = None, **kwargs: Any) -> None:
     `meter_provider`, `logger_provider`.
     """
     MindFormersInstrumentor().instrument(config=config, **kwargs)
+
+
+def start(config: Any = None, **kwargs: Any) -> Any:
+    """Monitor a custom training loop (the run API, runtime/run_api.py; docs/custom_loops.md)::
+
+        run = otel_mindformers.start("train_config.yaml", optimizer=optimizer)
+        for step, (x, y) in enumerate(dataset.create_tuple_iterator(), start=1):
+            with run.step(step):
+                loss, grads = train_step(x, y)
+                run.log(loss=loss, grads=grads)
+            if run.should_stop:
+                break
+        run.end()
+
+    `config`: a YAML path, a mapping or a MonitorConfig; None: `OTEL_PYTHON_MINDFORMERS_CONFIG`'s
+    file when set (zero-code), else the defaults. The keyword arguments: `run_api.start`'s.
+    """
+    from otel_mindformers.runtime.run_api import start as start_run
+
+    if config is None:
+        config = os.environ.get(OTEL_PYTHON_MINDFORMERS_CONFIG) or None
+    return start_run(config, **kwargs)
 
 
 def uninstrument() -> None:
@@ -97,6 +120,7 @@ __all__ = [
     "instrument",
     "load_monitor_config",
     "phase",
+    "start",
     "trace_environment",
     "uninstrument",
 ]

@@ -6,6 +6,7 @@ fails here, whatever the machine's load; raise a budget only with a reason in th
 The same for one `otel_mindformers.phase()` entered and exited in a user's hook."""
 
 import tracemalloc
+from typing import Any
 
 import mindspore as ms
 import pytest
@@ -178,3 +179,56 @@ def test_a_phase_enter_and_exit_stays_within_its_counts(workdir):
     for step, count in counter.counts["on_train_step_end"].items():  # unsampled 4, 12; sampled 5
         assert not _within(count, PHASE), f"step {step}: {count}"
         assert count.lock_calls == 0, f"step {step}: {count}"
+
+
+# The run API (runtime/run_api.py) in a real PyNative custom loop: `run.step(n)`, entering and
+# leaving its `with`, and `run.log(loss=..., grads=...)`, each counted as the callback's hooks
+# are (tests/support/hook_counts.py `traced`: each count holds the harness's lambda, one
+# Python call, one C call and its bytecodes). An unsampled step: two clock reads, stores, no
+# readback, no norm, no allocation kept; a sampled one: the norm's graph launched, the values
+# read back, one SampledStep handed over (runtime/logged_values.py).
+# The sampled step's end is mostly MindSpore's own `jit` call of the norm's graph (its Python
+# wrapper, mindspore/common/api.py, and `mutable`): the norm's own cost, which
+# docs/performance.md measures apart.
+RUN_API_SAMPLED_EXIT = {"python_calls": 130, "c_calls": 209, "opcodes": 3651}
+RUN_API_UNSAMPLED = {
+    "step": {"python_calls": 2, "c_calls": 1, "opcodes": 20},
+    "enter": {"python_calls": 2, "c_calls": 2, "opcodes": 40},
+    "log": {"python_calls": 2, "c_calls": 1, "opcodes": 49},
+    "exit": {"python_calls": 2, "c_calls": 2, "opcodes": 70},
+}
+
+
+def test_the_run_api_counts_like_the_callback(workdir):
+    from tests.support import custom_loop
+    from tests.support.hook_counts import traced
+
+    loop = custom_loop.build()
+    config = {
+        "interval": INTERVAL,
+        "output_type": ["json_file", "tensorboard"],
+        "json_log_path": str(workdir / "m.json"),
+    }
+    counts: dict[int, dict[str, Any]] = {}
+    with otel_mindformers.start(config, optimizer=loop.optimizer) as run:
+        for step, (x, y) in enumerate(custom_loop.Data(25).batches(), start=1):
+            if step not in TRACED:
+                with run.step(step):
+                    loss, grads = loop.train_step(x, y)
+                    run.log(loss=loss, grads=grads)
+                continue
+            counted = counts[step] = {}
+            counted["step"], scope = traced(run.step, step)
+            counted["enter"], _ = traced(scope.__enter__)
+            loss, grads = loop.train_step(x, y)
+            counted["log"], _ = traced(run.log, loss=loss, grads=grads)
+            counted["exit"], _ = traced(scope.__exit__, None, None, None)
+    for step in (2, 3, 22):
+        for part, budget in RUN_API_UNSAMPLED.items():
+            count = counts[step][part]
+            assert not _within(count, budget), f"step {step} {part}: {count}"
+            assert count.with_blocks == count.lock_calls == count.sdk_calls == count.io_calls == 0, f"{step}: {count}"
+    for step in (10, 15):
+        count = counts[step]["exit"]
+        assert not _within(count, RUN_API_SAMPLED_EXIT), f"step {step}: {count}"
+        assert count.with_blocks == count.lock_calls == count.sdk_calls == count.io_calls == 0, f"step {step}: {count}"

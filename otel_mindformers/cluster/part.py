@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,14 @@ from otel_mindformers.cluster.heard import HeardFaults
 from otel_mindformers.cluster.listener import FaultListener
 from otel_mindformers.cluster.teller import PublicFaultTeller, Where
 from otel_mindformers.cluster.verdicts import OCCUR, RECOVER, SdcVerdict, SlowNodeVerdict
+from otel_mindformers.config import MonitorConfig
+from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import Remaining, RunEnding, RunPart
 from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.hangs.stall_watchdog import StallWatchdog
 from otel_mindformers.job.asd import asd_attributes
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import cluster_names as names
 from otel_mindformers.telemetry.events import record_event
 from otel_mindformers.telemetry.training_instruments import create_instrument
@@ -91,21 +95,46 @@ class ClusterPart(RunPart):
             self.watcher.stop(remaining())
 
 
-def start_cluster(ctx: Any, env: Mapping[str, str] | None = None) -> RunPart | None:
-    """cluster/: the pre-flight check, ClusterD heard and told, MindSpore's SDC lines."""
+@dataclass(frozen=True)
+class _RunHandles:
+    """What the cluster's threads record through: the run's parts they use."""
+
+    config: MonitorConfig
+    identity: Identity
+    telemetry: Any
+    run_span: Any
+    alerts: Any
+    clock: StepClock
+
+    def point_attributes(self) -> dict[str, Any]:
+        return self.identity.point_attributes()
+
+
+def start_cluster(
+    monitor_config: MonitorConfig,
+    identity: Identity,
+    telemetry: Any,
+    run_span: Any,
+    attempt: Any,
+    alerts: Any,
+    clock: StepClock,
+    env: Mapping[str, str] | None = None,
+) -> RunPart | None:
+    """cluster/: the pre-flight check, ClusterD heard and told, MindSpore's SDC lines; after
+    the run span and the attempt (`attempt`: its AttemptTracker, or None), which hear of faults."""
     env = os.environ if env is None else env
-    config = ctx.config.cluster
-    identity = ctx.identity
+    ctx = _RunHandles(monitor_config, identity, telemetry, run_span, alerts, clock)
+    config = monitor_config.cluster
     points = ctx.point_attributes()
     if config.preflight:
-        preflight.run_preflight(ctx.telemetry.tracer, ctx.run_span, points, identity.device_target)
+        preflight.run_preflight(telemetry.tracer, run_span, points, identity.device_target)
     part = ClusterPart()
     where = endpoint.resolve(config, env)
     if where.why_not:
         _logger.warning("otel_mindformers: cluster.listen is on but ClusterD cannot be heard: %s", where.why_not)
     elif where.listen and identity.rank == config.listen_rank:
         assert where.target is not None and where.job_id is not None
-        heard = HeardFaults(ctx.telemetry, ctx.run_span, ctx.attempt, points)
+        heard = HeardFaults(telemetry, run_span, attempt, points)
         part.listener = FaultListener(
             where.target, where.job_id, config.role, heard, timeout=config.timeout, retry_max=config.retry_max
         ).start()
@@ -115,7 +144,7 @@ def start_cluster(ctx: Any, env: Mapping[str, str] | None = None) -> RunPart | N
     return part if part.started else None
 
 
-def _start_teller(ctx: Any, part: ClusterPart, where: endpoint.Endpoint, env: Mapping[str, str]) -> None:
+def _start_teller(ctx: _RunHandles, part: ClusterPart, where: endpoint.Endpoint, env: Mapping[str, str]) -> None:
     config, identity = ctx.config.cluster, ctx.identity
     node = endpoint.node_name(config, env)
     missing = [
@@ -171,7 +200,7 @@ def _start_teller(ctx: Any, part: ClusterPart, where: endpoint.Endpoint, env: Ma
         part._watchdog = StallWatchdog(clock, stall_timeout, stalled, resumed).start()
 
 
-def _start_watcher(ctx: Any, part: ClusterPart, env: Mapping[str, str]) -> None:
+def _start_watcher(ctx: _RunHandles, part: ClusterPart, env: Mapping[str, str]) -> None:
     config, rank = ctx.config.cluster, ctx.identity.rank
     named = [Path(p.replace("{rank}", str(rank))).expanduser() for p in config.asd_logs]
     if not named and not asd_attributes(env)[names.ATTR_ASD_ENABLED]:
@@ -199,7 +228,7 @@ class _AsdRecorder:
     """A detection as telemetry (watcher thread): event, log record, counter; an alert from a
     strike-out on, through the alert engine when alerts are on."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: _RunHandles) -> None:
         self._span, self._logger, self._alerts = ctx.run_span, ctx.telemetry.logger, ctx.alerts
         self._points = ctx.point_attributes()
         self._counter = create_instrument(ctx.telemetry.meter, names.ASD_DETECTIONS)

@@ -1,7 +1,7 @@
 """The one lifecycle of a run's parts (telemetry, devices, alerts, stacks, captures, restarts,
 logs, the model-state reader, the pipeline...).
 
-MonitorRun starts its parts in one ordered list (runtime/parts.py) and keeps the ones that
+MonitorRun starts its parts in their order (runtime/assembly.py) and keeps the ones that
 started. At the run's end it calls every part's `end`, last started first, while everything
 is still up (the run's outcome written down: the pipeline drained, the attempt closed, the run
 span ended, the notice sent); then every part's `close`, in the same order, which releases

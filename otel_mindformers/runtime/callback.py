@@ -23,9 +23,11 @@ from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs.paths import prepare_output_paths
-from otel_mindformers.runtime.custom_monitors import BaseMonitor, build_monitor, load_monitor_class
-from otel_mindformers.runtime.extract import LazyLearningRate, OutputReader, StepTensor, optimizer_of
+from otel_mindformers.runtime.custom_monitors import BaseMonitor, MonitorCalls, build_monitor, load_monitor_class
+from otel_mindformers.runtime.extract import LazyLearningRate, OutputReader, StepTensor
+from otel_mindformers.runtime.parts import Providers
 from otel_mindformers.runtime.run import MonitorRun
+from otel_mindformers.runtime.training_loop import TrainingLoop
 from otel_mindformers.telemetry import config_file
 
 _logger = get_logger(__name__)
@@ -78,11 +80,9 @@ class MonitorCallback(Callback):
         self.config: MonitorConfig = load_monitor_config(config)
         if overrides:
             self.config = self.config.with_overrides(**overrides)
-        self._providers = {
-            "tracer_provider": tracer_provider,
-            "meter_provider": meter_provider,
-            "logger_provider": logger_provider,
-        }
+        self._providers = Providers(
+            tracer_provider=tracer_provider, meter_provider=meter_provider, logger_provider=logger_provider
+        )
         if tracer_provider is None and self.config.enable:
             # OTEL_CONFIG_FILE: the process's SDK from that file, now, before training (a
             # file that cannot be used raises its ConfigError here); telemetry/config_file.py.
@@ -95,11 +95,11 @@ class MonitorCallback(Callback):
         self.custom_monitors: list[BaseMonitor] = [build_monitor(monitor_cls, self.config)] if monitor_cls else []
         self._run: MonitorRun | None = None
         self._clock: Any = None
-        self._custom_failures: dict[str, int] = {}
+        self._monitor_calls = MonitorCalls(self.custom_monitors)
         self._lazy_lr: LazyLearningRate | None = None
         self._loss_view, self._lr_view = StepTensor(), StepTensor()  # what custom monitors read
         self._handles = OutputReader([], GradNorm.IF_RETURNED)
-        # Model.train hands every hook of a run the same RunContext and cb_params: the step
+        # Model.train hands every hook of a run the same run_context and cb_params: the step
         # hook compares the context and reuses them (no method call on unsampled steps).
         self._run_context: Any = None
         self._cb_params: Any = None
@@ -118,13 +118,13 @@ class MonitorCallback(Callback):
         if not self.config.enable or self._run is not None:
             return
         cb_params = run_context.original_args()
-        self._run = run = MonitorRun.start(self.config, cb_params, self._providers)
+        self._run = run = MonitorRun.start(self.config, TrainingLoop.of_model_train(cb_params), self._providers)
         self._run_context, self._cb_params = run_context, cb_params
         self._clock = self._hot = run.clock
         self.identity, self.stop_reason = run.identity, None
-        optimizer = optimizer_of(cb_params) if self.custom_monitors else None
+        optimizer = run.loop.optimizer if self.custom_monitors else None
         self._lazy_lr = (
-            LazyLearningRate(optimizer, run.ctx.reader.scheduled, cb_params) if optimizer is not None else None
+            LazyLearningRate(optimizer, run.inputs.reader.scheduled, cb_params) if optimizer is not None else None
         )
         for monitor in self.custom_monitors:
             monitor.alert_engine = run.alerts
@@ -222,22 +222,7 @@ class MonitorCallback(Callback):
             cb_params.learning_rate = lr
 
     def _call_custom(self, hook: str, run_context: Any) -> None:
-        """Custom monitors are isolated: one that raises is reported once per hook (with the
-        count at train end) and training goes on; its later calls still run."""
-        for monitor in self.custom_monitors:
-            try:
-                getattr(monitor, hook)(run_context)
-            except Exception as exc:
-                key = f"{type(monitor).__name__}.{hook}"
-                count = self._custom_failures[key] = self._custom_failures.get(key, 0) + 1
-                if count == 1:
-                    _logger.warning(
-                        "otel_mindformers: custom monitor %s raised %s: %s; training continues "
-                        "(further failures of this hook are counted, not logged)",
-                        key,
-                        type(exc).__name__,
-                        exc,
-                    )
+        self._monitor_calls.call(hook, run_context)
 
     # --- shutdown ----------------------------------------------------------------------------------
     def _finish(self, cb_params: Any, error: BaseException | None) -> None:
@@ -245,10 +230,7 @@ class MonitorCallback(Callback):
         atexit.unregister(self._finish_at_exit)
         if run is None:
             return
-        for key, count in self._custom_failures.items():
-            if count > 1:
-                _logger.warning("otel_mindformers: custom monitor %s failed %d times in this run", key, count)
-        self._custom_failures.clear()
+        self._monitor_calls.report_failures()
         try:
             run.finish(cb_params, error)
         finally:

@@ -32,11 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from otel_mindformers.config import ConfigError, MonitorConfig
+from otel_mindformers.core.guarded_log import get_logger
 
 if TYPE_CHECKING:
     from otel_mindformers.alerts import AlertEngine
 
 CUSTOM_MONITOR_KEY = "monitor_config.custom_monitor_callback"
+
+_logger = get_logger(__name__)
 
 
 class BaseMonitor:
@@ -111,6 +114,39 @@ def load_monitor_class(config: MonitorConfig) -> type[BaseMonitor] | None:
         # hooks: a class that is not a BaseMonitor fails at run time, so it is refused here.
         raise ConfigError(f"{CUSTOM_MONITOR_KEY}: {dotted!r} is not a subclass of otel_mindformers.BaseMonitor")
     return cls
+
+
+class MonitorCalls:
+    """The run's custom monitors, isolated: one that raises is reported once per hook (with
+    the count at the run's end) and training goes on; its later calls still run. Both doors
+    (the callback, the run API) call their hooks through it."""
+
+    def __init__(self, monitors: list[BaseMonitor]) -> None:
+        self.monitors = monitors
+        self._failures: dict[str, int] = {}
+
+    def call(self, hook: str, run_context: Any) -> None:
+        for monitor in self.monitors:
+            try:
+                getattr(monitor, hook)(run_context)
+            except Exception as exc:
+                key = f"{type(monitor).__name__}.{hook}"
+                count = self._failures[key] = self._failures.get(key, 0) + 1
+                if count == 1:
+                    _logger.warning(
+                        "otel_mindformers: custom monitor %s raised %s: %s; training continues "
+                        "(further failures of this hook are counted, not logged)",
+                        key,
+                        type(exc).__name__,
+                        exc,
+                    )
+
+    def report_failures(self) -> None:
+        """At the run's end: the hooks that failed more than once, with their counts."""
+        for key, count in self._failures.items():
+            if count > 1:
+                _logger.warning("otel_mindformers: custom monitor %s failed %d times in this run", key, count)
+        self._failures.clear()
 
 
 def build_monitor(cls: type[BaseMonitor], config: MonitorConfig) -> BaseMonitor:

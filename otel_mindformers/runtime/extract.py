@@ -246,6 +246,11 @@ class OutputReader:
         # (runtime/parts.py): read when the outputs carry no norm.
         self.grad_norm_probe: Any = None
 
+    @property
+    def wanted(self) -> frozenset[str]:
+        """The metric keys this reader reads back (the run API reads the same from `run.log`)."""
+        return frozenset(self._wanted)
+
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
             self._warned.add(key)

@@ -21,24 +21,29 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, StatusCode
 
 from otel_mindformers.core import measurements
+from otel_mindformers.core.clock import WallClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.sampled_step import SampledStep
 from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.core.workers import BoundedWorker
+from otel_mindformers.flight_recorder.recorder import FlightRecorder, NoRecorder
+from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import job as job_names
 from otel_mindformers.names import semconv
 from otel_mindformers.names.phase_names import PHASE_DATA_WAIT
 from otel_mindformers.outputs.sink import SinkFanout
-from otel_mindformers.runtime.run_context import RunContext
+from otel_mindformers.runtime.cadence import Cadence
 from otel_mindformers.stragglers.rank_signal import RankSections
+from otel_mindformers.telemetry.export_ranks import RankExports
 from otel_mindformers.telemetry.lazy_span import LazySpan
+from otel_mindformers.telemetry.providers import Telemetry
 from otel_mindformers.telemetry.step_ids import StepSpanIds
 from otel_mindformers.telemetry.training_instruments import TrainingInstruments
 from otel_mindformers.timing.accounting import StepAccounting
@@ -78,7 +83,7 @@ class _RunEnd(NamedTuple):
 
 
 class SampledStepPipeline(BoundedWorker[object]):
-    """The run's sampled-step worker. From the RunContext: the tracer, the run span, the
+    """The run's sampled-step worker. From the started parts: the tracer, the run span, the
     device readings' cache (`snapshot()` never polls), the alerts (an AlertEngine or None),
     the captures, the phase recorder, and `request_stop(reason)`, called (worker thread)
     the first time a rule asks training to stop. `record_hooks`: the run's parts that take
@@ -86,49 +91,59 @@ class SampledStepPipeline(BoundedWorker[object]):
 
     def __init__(
         self,
-        ctx: RunContext,
         *,
+        telemetry: Telemetry,
+        identity: Identity,
+        wall_clock: WallClock,
+        cadence: Cadence,
+        exports: RankExports,
+        step_ids: StepSpanIds | None,
+        run_span: Span,
+        devices: Any,
+        alerts: Any,
+        captures: Any,
+        phases: PhaseRecorder,
+        flight: FlightRecorder | NoRecorder,
+        request_stop: Callable[[str], None],
+        epoch_steps: int,
         accounting: StepAccounting,
         sinks: SinkFanout,
         sections: RankSections | None = None,
         max_queue: int = 1024,
     ) -> None:
-        telemetry = ctx.telemetry
         self._tracer = telemetry.tracer
         self._instruments = TrainingInstruments(telemetry.meter)
-        self._run_span = ctx.run_span
-        self._run_link = [Link(ctx.run_span.get_span_context())]
+        self._run_span = run_span
+        self._run_link = [Link(run_span.get_span_context())]
         self._accounting = accounting
-        self._devices = ctx.devices.snapshot if ctx.devices is not None else None
-        self._point_attributes = ctx.point_attributes()
-        exports = ctx.exports
+        self._devices = devices.snapshot if devices is not None else None
+        self._point_attributes = identity.point_attributes()
         # `export_ranks`: a rank outside `spans` makes a step span only for an anomaly
         # (LazySpan); one outside `metrics` applies no training measurement.
         self._sends_spans = exports.spans
-        self._wants_span = ctx.cadence.wants_span if exports.spans else _no_span
+        self._wants_span = cadence.wants_span if exports.spans else _no_span
         self._sends_metrics = exports.metrics
-        self._alerts = ctx.alerts
+        self._alerts = alerts
         self._sinks = sinks
-        self._on_stop_request = ctx.request_stop
-        self._phases: PhaseRecorder = ctx.timeline.recorder
-        self._step_ids: StepSpanIds | None = ctx.step_ids
+        self._on_stop_request = request_stop
+        self._phases: PhaseRecorder = phases
+        self._step_ids: StepSpanIds | None = step_ids
         # This rank emits the job step's root span (telemetry/step_ids.py, export_ranks.py).
-        self._emits_root = bool(exports.job_root and ctx.step_ids is not None and ctx.step_ids.job_key is not None)
-        identity = ctx.identity
-        self._root_attributes = {
+        self._emits_root = bool(exports.job_root and step_ids is not None and step_ids.job_key is not None)
+        self._root_attributes: dict[str, Any] = {
             semconv.ATTR_JOB_ID: identity.job_id or "",
             job_names.ATTR_ATTEMPT: identity.attempt or 0,
             semconv.ATTR_WORLD_SIZE: identity.world_size,
         }
-        self._captures = ctx.captures
+        self._captures = captures
         self._sections = sections  # RankSections (stragglers/rank_signal.py) or None
-        self._rank = ctx.identity.rank
-        self._world_size = ctx.identity.world_size
-        self._wall = ctx.wall_clock.wall
-        self._epoch_steps = int(ctx.cb_params.get("batch_num") or 0)
+        self._rank = identity.rank
+        self._world_size = identity.world_size
+        self._wall = wall_clock.wall
+        self._epoch_steps = epoch_steps
         self.record_hooks: list[Callable[[StepRecord], None]] = []
         # The outputs wrote up to this step: the flight ring's mark (flight_recorder/).
-        self._written: Callable[[int], None] = ctx.flight.written
+        self._written: Callable[[int], None] = flight.written
         self._stop_requested = False
         self._unwritten: list[StepRecord] = []  # this batch's records, for the outputs at its end
         self.dropped = 0

@@ -1,11 +1,12 @@
 """`MonitorRun`: one monitored training run, from its first step to its end.
 
-It exists only while a run does (MonitorCallback creates it at train begin and drops it at
-train end), so no hook asks "is a run going on?" beyond one `None` check. It starts the
-run's parts in the order of runtime/parts.py from one shared RunContext, tears down what
-started if a later one fails, hands each sampled step's readings to the pipeline worker (the
-readback, the window's clock readings, one put: the StepRecord is built on the worker), and
-at the end ends and closes its parts within one deadline (core/run_part.py).
+It exists only while a run does (a door creates it at the run's begin and drops it at its
+end: MonitorCallback at train begin and end, the run API at `start()` and `end()`), so no hook
+asks "is a run going on?" beyond one `None` check. It starts the run's parts through the
+composition root (runtime/assembly.py) from the door's TrainingLoop, tears down what started
+if a later one fails, hands each sampled step's readings to the pipeline worker (the readback,
+the window's clock readings, one put: the StepRecord is built on the worker), and at the end
+ends and closes its parts within one deadline (core/run_part.py).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from otel_mindformers.captures.controller import NO_CAPTURES
+from otel_mindformers.captures.controller import NO_CAPTURES, CaptureController, NoCaptures
 from otel_mindformers.compat import releases
 from otel_mindformers.config import GradNorm, MonitorConfig
 from otel_mindformers.core.clock import StepClock, WallClock
@@ -24,14 +26,17 @@ from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import RunEnding, RunPart, defines
 from otel_mindformers.core.sampled_step import SampledStep
 from otel_mindformers.job.identity import detect_identity
-from otel_mindformers.job.resume import step_offset
 from otel_mindformers.names import phase_names, semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs.paths import prepare_output_paths
+from otel_mindformers.runtime.assembly import RunInputs, StartedRun, assemble
 from otel_mindformers.runtime.cadence import Cadence
 from otel_mindformers.runtime.extract import OutputReader
-from otel_mindformers.runtime.parts import PARTS, launcher_context
-from otel_mindformers.runtime.run_context import RunContext
+from otel_mindformers.runtime.parts import Providers, launcher_context
+from otel_mindformers.runtime.training_loop import TrainingLoop
+
+if TYPE_CHECKING:
+    from otel_mindformers.alerts import AlertEngine
 
 _logger = get_logger(__name__)
 
@@ -40,7 +45,7 @@ class MonitorRun:
     """Start with `MonitorRun.start(...)`; the training thread reads `clock`, `cadence` and
     `stop_pending` on every step and calls `sample` on sampled ones."""
 
-    def __init__(self, config: MonitorConfig, providers: dict[str, Any], cb_params: Any) -> None:
+    def __init__(self, config: MonitorConfig, providers: Providers, loop: TrainingLoop) -> None:
         """What the run knows before any part starts; `start` brings them up."""
         identity = detect_identity()
         if config.job_id:
@@ -50,7 +55,7 @@ class MonitorRun:
         # `nonfinite_check: all_ranks`: the ranks that do not report still read their own
         # loss and grad norm on sampled steps, only to name the first rank that goes bad, and
         # the overflow flag, which says when an infinite grad norm is loss scaling at work.
-        self._local_reader = (
+        self._local_reader: Any = (
             OutputReader([tm.LOSS, tm.GRAD_NORM, tm.OVERFLOW], GradNorm.IF_RETURNED)
             if config.nonfinite_check == "all_ranks" and not reports_training
             else None
@@ -61,22 +66,21 @@ class MonitorRun:
             alerts_config.enable_alert and alerts_config.nonfinite and alerts_config.stop_on_nonfinite
         )
         # The job's step: MindSpore's count starts again at 1 after a resume (job/resume.py).
-        offset = step_offset(cb_params)
-        first_step = int(cb_params.get("cur_step_num") or 0) + offset
+        first_step = loop.first_step
         # One clock for the hot path; wall time derived from it only on sampled steps.
         wall_clock, clock = WallClock(), StepClock()
         clock.step, clock.last_step_end = first_step, wall_clock.perf0
-        clock.step_begin, clock.step_offset = wall_clock.perf0, offset
+        clock.step_begin, clock.step_offset = wall_clock.perf0, loop.step_offset
         self.clock = clock
+        self.loop = loop
         self.cadence = Cadence(config.interval, config.step_spans, first_step, wall_clock.perf0, clock)
-        self.ctx = RunContext(
-            config=config, identity=identity, cb_params=cb_params, clock=clock, wall_clock=wall_clock,
-            cadence=self.cadence,
+        self.inputs = RunInputs(
+            config=config, identity=identity, loop=loop, clock=clock, wall_clock=wall_clock, cadence=self.cadence,
             reader=OutputReader(config.monitored_metrics if reports_training else [], config.grad_norm),
-            first_step=first_step, step_offset=offset, reports_training=reports_training, providers=providers,
+            reports_training=reports_training, providers=providers, launcher=launcher_context(),
             request_stop=self._request_stop, phase_parent=self._phase_parent, phase_charged=self._phase_charged,
-            run_context=launcher_context(),  # phases parent on it until the run span exists
         )  # fmt: skip
+        self.config = config
         self.stop_pending: str | None = None  # set by the pipeline's worker thread (with clock.wake)
         self.stop_reason: str | None = None
         self.parts: list[RunPart] = []  # the started ones, in start order
@@ -84,55 +88,72 @@ class MonitorRun:
         self._checkpoint_hooks: list[RunPart] = []
         self._epoch_span: Any = None
         # What the sampled step reads, once the parts started: its own attributes, no hop.
-        self._reader = self.ctx.reader
+        self._reader: Any = self.inputs.reader  # an OutputReader, or the run API's LoggedReader
         self._state_reader: Any = None
         self._first_nonfinite: Any = None
-        self._run_span: Any = None
+        self._run_span: Any = None  # the run span, once started (phases before it have no parent)
         self._submit: Any = None  # the pipeline's submit_sample
         self._keep: Any = None  # the flight recorder's write (flight_recorder/)
-        # What the callback reads: `captures` on sampled steps, the rest at train or eval begin.
-        self.captures: Any = NO_CAPTURES
-        self.identity, self.alerts = identity, None
+        # What the doors read: `captures` on sampled steps, the rest at train or eval begin.
+        self.captures: CaptureController | NoCaptures = NO_CAPTURES
+        self.identity = identity
+        self.alerts: AlertEngine | None = None
         self.timeline: Any = None
+        self.started: StartedRun | None = None
+
+    @property
+    def parts_started(self) -> StartedRun:
+        """The started parts (after `start`)."""
+        assert self.started is not None, "MonitorRun.start has not finished"
+        return self.started
 
     @classmethod
-    def start(cls, config: MonitorConfig, cb_params: Any, providers: dict[str, Any]) -> MonitorRun:
+    def start(cls, config: MonitorConfig, loop: TrainingLoop, providers: Providers) -> MonitorRun:
         """Bring every part up. A bad setting raises ConfigError (before the first step);
         anything else that fails ends and closes what started and is raised to the caller."""
-        run = cls(config, providers, cb_params)
-        ctx = run.ctx
+        run = cls(config, providers, loop)
         try:
-            for start_part in PARTS:
-                part = start_part(ctx)
-                if part is not None:
-                    run.parts.append(part)
+            started = assemble(run.inputs, run.parts)
         except BaseException:
             run._close(error=None, timeout=1.0, ended_at=None)
             raise
+        run.started = started
         run._first_step_hooks = [part for part in run.parts if defines(part, "on_first_step")]
         run._checkpoint_hooks = [part for part in run.parts if defines(part, "on_checkpoint")]
-        ctx.pipeline.record_hooks = [part.on_record for part in run.parts if defines(part, "on_record")]
-        run.captures, run.identity, run.alerts, run.timeline = ctx.captures, ctx.identity, ctx.alerts, ctx.timeline
-        run._state_reader, run._first_nonfinite, run._run_span = ctx.state_reader, ctx.first_nonfinite, ctx.run_span
-        run._submit, run._keep = ctx.pipeline.submit_sample, ctx.flight.write
+        started.pipeline.record_hooks = [part.on_record for part in run.parts if defines(part, "on_record")]
+        run.config, run.identity = started.config, started.identity
+        run.captures, run.alerts, run.timeline = started.captures, started.alerts, started.timeline
+        run._state_reader, run._first_nonfinite, run._run_span = (
+            started.state_reader, started.first_nonfinite, started.run_span
+        )  # fmt: skip
+        run._submit, run._keep = started.pipeline.submit_sample, started.flight.write
         if run._local_reader is not None:  # the first bad rank's grad norm, where it is measured
-            run._local_reader.grad_norm_probe = ctx.grad_norm_probe
+            run._local_reader.grad_norm_probe = started.grad_norm_probe
         run.clock.phase = "step"
         _logger.info("otel_mindformers: rank %d monitoring on %s", run.identity.rank, releases.found())
         for outside in releases.first_warning():
             _logger.warning("otel_mindformers: %s", outside)
         return run
 
+    def read_with(self, make_reader: Callable[[frozenset[str], bool], Any]) -> None:
+        """The run API's door: sampled steps read what `run.log` was given, through readers
+        `make_reader(wanted, local)` builds for the keys the callback's readers would read
+        (`local`: the first bad rank's reader of a rank that does not report)."""
+        self._reader = make_reader(self._reader.wanted, False)
+        if self._local_reader is not None:
+            self._local_reader = make_reader(self._local_reader.wanted, True)
+
     # --- epochs (training thread, once per epoch) ---------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
-        self._epoch_span = self.ctx.telemetry.tracer.start_span(
-            semconv.SPAN_EPOCH, context=self.ctx.run_context, attributes={semconv.ATTR_EPOCH: epoch}
+        started = self.parts_started
+        self._epoch_span = started.telemetry.tracer.start_span(
+            semconv.SPAN_EPOCH, context=started.run_span_context, attributes={semconv.ATTR_EPOCH: epoch}
         )
 
     def _phase_parent(self) -> Any:
         """Phases are children of the epoch span while one is open, else of the run span."""
         epoch = self._epoch_span
-        return epoch if epoch is not None else self.ctx.run_span
+        return epoch if epoch is not None else self._run_span
 
     def end_epoch(self) -> None:
         if self._epoch_span is not None:
@@ -184,9 +205,15 @@ class MonitorRun:
         worker's ledger through the timeline); a checkpoint save is the parts' to hear of."""
         if phase == phase_names.PHASE_CHECKPOINT_SAVE and self._checkpoint_hooks:
             # The step the checkpoint holds: the callback saving it may run before ours.
-            step = int(self.ctx.cb_params.get("cur_step_num") or 0) + self.ctx.step_offset
+            step = int(self.loop.step_view.get("cur_step_num") or 0) + self.loop.step_offset
             for part in self._checkpoint_hooks:
                 part.on_checkpoint(step, seconds)
+
+    def checkpoint_saved(self, step: int, seconds: float) -> None:
+        """A checkpoint holding job step `step` was saved (the run API says so; the callback
+        hears it as a save phase): the parts that count lost steps from it hear of it."""
+        for part in self._checkpoint_hooks:
+            part.on_checkpoint(step, seconds)
 
     def _request_stop(self, reason: str) -> None:
         """A rule asked to stop (worker thread): honoured at the next step boundary."""
@@ -200,7 +227,7 @@ class MonitorRun:
         if self.stop_reason is not None or reason is None:
             return
         self.stop_reason = reason
-        run_span = self.ctx.run_span
+        run_span = self._run_span
         run_span.add_event("early_stop", {"reason": reason, semconv.ATTR_STEP: self.clock.step})
         run_span.set_attribute(semconv.ATTR_STOP_REASON, reason)
         _logger.warning("otel_mindformers: stopping training at step %d: %s", self.clock.step, reason)
@@ -217,14 +244,14 @@ class MonitorRun:
                 # Taken now, after what ran since the last step (Model.fit's last evaluation,
                 # a save at train end): its time breakdown holds them, so its wall does too;
                 # its window ends at the last step, without them.
-                self.ctx.timeline.leave_out_trailing()
+                self.timeline.leave_out_trailing()
                 self.sample(
                     cb_params, step, self.cadence.window_start, self.clock.last_step_end, is_last=True,
                     breakdown_at=time.perf_counter(),
                 )  # fmt: skip
             except Exception as exc:  # the last record is telemetry: never fail the run's end
                 _logger.warning("otel_mindformers: could not sample the last step %d: %s", step, exc)
-        self._close(error, self.ctx.config.shutdown_timeout, ended_at=time.perf_counter())
+        self._close(error, self.config.shutdown_timeout, ended_at=time.perf_counter())
 
     def _close(self, error: BaseException | None, timeout: float, ended_at: float | None) -> None:
         """Every started part's `end`, then its `close`, last started first, within one

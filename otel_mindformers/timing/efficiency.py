@@ -171,9 +171,9 @@ def _cells(network: Any, depth: int = 4) -> Iterator[Any]:
         frontier = next_frontier
 
 
-def model_config(cb_params: Any) -> Any:
-    """The first wrapped cell's `config` that looks like a transformer's, or None."""
-    for cell in _cells(cb_params.get("train_network") or cb_params.get("network")):
+def model_config(network: Any) -> Any:
+    """The first cell's `config` under `network` that looks like a transformer's, or None."""
+    for cell in _cells(network):
         config = getattr(cell, "config", None)
         if config is not None and shape_of(config) is not None:
             return config
@@ -229,7 +229,11 @@ class StepEfficiency:
     """Goodput, MFU, TFLOPS and ETA of a sampled window, for the keys `monitored` asks for
     (training thread; a few float operations)."""
 
-    def __init__(self, monitored: list[str], config: Any, cb_params: Any, device_target: str | None) -> None:
+    def __init__(
+        self, monitored: list[str], config: Any, network: Any, total_steps: int, device_target: str | None
+    ) -> None:
+        """`network`: the cell a step runs, or the model's (its config gives FLOPs per token);
+        `total_steps`: the run's length in steps, 0 when unknown (no ETA)."""
         from otel_mindformers.names import training as tm
 
         self._goodput, self._eta_key = tm.GOODPUT in monitored, tm.ETA in monitored
@@ -238,7 +242,7 @@ class StepEfficiency:
         # The model config gives FLOPs per token and, on every rank, the tokens per sample that
         # tokens per second and TFLOPS share: the one place `tokens_per_sample` defaults.
         wants_tokens = tm.TOKENS_PER_SECOND in config.monitored_metrics and not config.tokens_per_sample
-        model = model_config(cb_params) if (self._mfu or self._tflops or wants_tokens) else None
+        model = model_config(network) if (self._mfu or self._tflops or wants_tokens) else None
         shape = shape_of(model) if model is not None else None
         self.flops_per_token: float | None = config.flops_per_token or (
             shape.training_flops_per_token() if shape is not None else None
@@ -248,7 +252,7 @@ class StepEfficiency:
         self.peak_tflops: float | None = config.peak_tflops or (
             peak_tflops(device_name(device_target), dtype) if (self._mfu and self.flops_per_token) else None
         )
-        self._eta = Eta(int(cb_params.get("epoch_num") or 0) * int(cb_params.get("batch_num") or 0))
+        self._eta = Eta(total_steps)
 
     def add(
         self,

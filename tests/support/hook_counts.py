@@ -62,6 +62,16 @@ class HookCounter:
         return counted
 
 
+def traced(method: Any, *args: Any, **kwargs: Any) -> tuple[HookCount, Any]:
+    """One call of `method(*args, **kwargs)` counted as a hook's; the count and its result.
+    The count holds this harness's own lambda: one Python call, one C call (the append) and
+    its bytecodes, the same on every call (budgets are set with them in)."""
+    count = HookCount()
+    result: list[Any] = []
+    _traced(lambda _: result.append(method(*args, **kwargs)), None, count)
+    return count, result[0]
+
+
 def _traced(method: Any, run_context: Any, count: HookCount) -> None:
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         if event == "call":

@@ -1,0 +1,168 @@
+"""What `run.log` was given (the run API, runtime/run_api.py) → a sampled step's host values.
+
+Runs on sampled steps only, on the training thread, where OutputReader (extract.py) runs for
+the callback: the only device readback of the run API's values. The gradients' global norm is
+computed on the device here, and only here: one compiled graph (`mindspore.jit`), one launch,
+whatever the number of gradients (one operation each in PyNative would be one launch each).
+Then every value is read back one after the other: the first readback waits for the device,
+the others copy what is ready, so a sampled step synchronises once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from otel_mindformers.compat import mindspore_tensor
+from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.names import training as tm
+from otel_mindformers.runtime.extract import LearningRateSource, to_host
+
+_logger = get_logger(__name__)
+
+
+class Logged(Protocol):
+    """What one step logged (the run API's step scope holds it: no object per step)."""
+
+    loss: Any
+    grads: Any
+    grad_norm: Any
+    lr: Any
+    overflow: Any
+    loss_scale: Any
+    scalars: dict[str, Any] | None
+    logged_at: int  # the step whose `log` set them
+
+
+_GLOBAL_NORM: list[Any] = []  # the process's one compiled graph (a second would compile again)
+
+
+def _global_norm_graph() -> Any:
+    if _GLOBAL_NORM:
+        return _GLOBAL_NORM[0]
+    import mindspore
+    from mindspore import ops
+
+    @mindspore.jit
+    def global_norm(grads: Any) -> Any:
+        return ops.sqrt(ops.addn([ops.square(grad.astype(mindspore.float32)).sum() for grad in grads]))
+
+    _GLOBAL_NORM.append(global_norm)
+    return global_norm
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "asnumpy")
+
+
+class LoggedReader:
+    """A sampled step's values from what `run.log` was given: the keys `wanted` names (the
+    monitored metrics of a reporting rank, or the first bad rank's loss, norm and overflow),
+    and every custom scalar. A value that cannot be read is left out with one warning naming
+    it; training goes on."""
+
+    def __init__(self, wanted: frozenset[str], optimizer: Any, *, custom_scalars: bool = True) -> None:
+        self._wanted = wanted
+        self._optimizer = optimizer
+        self._custom = custom_scalars
+        self.reads_anything = bool(wanted) or custom_scalars
+        self._learning_rate: LearningRateSource | None = None
+        self._norm: Any = None  # the compiled global norm, built at its first use
+        from mindspore import mutable
+
+        self._mutable = mutable
+        self._warned: set[str] = set()
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            _logger.warning("otel_mindformers: " + message, *args)
+
+    def read(self, view: Any, step: int) -> dict[str, float | bool]:
+        """The host values of step `step` (the view's `net_outputs` is what was logged)."""
+        logged: Logged | None = view.get("net_outputs")
+        if logged is None or logged.logged_at != step:
+            return {}
+        wanted = self._wanted
+        handles: list[tuple[str, Any]] = []
+        for key, value in (
+            (tm.LOSS, logged.loss), (tm.GRAD_NORM, logged.grad_norm), (tm.LEARNING_RATE, logged.lr),
+            (tm.OVERFLOW, logged.overflow), (tm.LOSS_SCALE, logged.loss_scale),
+        ):  # fmt: skip
+            if value is not None and key in wanted:
+                handles.append((key, value))
+        if tm.GRAD_NORM in wanted and logged.grad_norm is None and logged.grads is not None:
+            norm = self._grads_norm(logged.grads)
+            if norm is not None:
+                handles.append((tm.GRAD_NORM, norm))
+        if tm.LEARNING_RATE in wanted and logged.lr is None and self._optimizer is not None:
+            rate = self._optimizer_rate(step)
+            if rate is not None:
+                handles.append((tm.LEARNING_RATE, rate))
+        if self._custom and logged.scalars:
+            handles.extend((str(key), value) for key, value in logged.scalars.items())
+        values: dict[str, float | bool] = {}
+        for key, handle in handles:
+            value = self._host(key, handle)
+            if value is not None:
+                values[key] = bool(value) if key == tm.OVERFLOW and math.isfinite(value) else value
+        return values
+
+    def _host(self, key: str, handle: Any) -> float | None:
+        """One value read back; a non-scalar tensor is left out (one warning)."""
+        try:
+            if isinstance(handle, (bool, int, float)):
+                return float(handle)
+            if _is_tensor(handle):
+                if handle.size != 1:
+                    self._warn_once(
+                        f"shape:{key}", "run.log(%s=...) takes a scalar (a one-element tensor or a number); "
+                        "got a tensor of shape %s: %s is left out of the records", key, tuple(handle.shape), key,
+                    )  # fmt: skip
+                    return None
+                if mindspore_tensor.readable(handle) and not handle.has_init:
+                    return float(mindspore_tensor.read_scalar(handle))
+            return to_host(handle)
+        except Exception as exc:  # any value of any kind: left out, never raised
+            self._warn_once(f"read:{key}", "run.log(%s=...): cannot read %r: %s", key, type(handle).__name__, exc)
+            return None
+
+    def _grads_norm(self, grads: Any) -> Any:
+        """The global L2 norm of `grads` on the device (a tensor), or None with one warning
+        when `grads` is not a sequence of tensors."""
+        if not isinstance(grads, Sequence) or not grads or not all(_is_tensor(grad) for grad in grads):
+            self._warn_once(
+                "grads", "run.log(grads=...) takes the sequence of gradient tensors value_and_grad returns; got %s: "
+                "grad_norm is not reported from it", _describe(grads),
+            )  # fmt: skip
+            return None
+        try:
+            if self._norm is None:
+                self._norm = _global_norm_graph()
+            # `mutable`: the gradients are the graph's inputs, not constants (one compile).
+            return self._norm(self._mutable(tuple(grads)))
+        except Exception as exc:  # a graph MindSpore cannot compile here: no norm, the run goes on
+            self._warn_once("norm", "cannot compute the gradients' global norm: %s", exc)
+            return None
+
+    def _optimizer_rate(self, step: int) -> Any:
+        """The rate the optimizer used at this step (extract.py's LearningRateSource)."""
+        try:
+            if self._learning_rate is None:
+                self._learning_rate = LearningRateSource(self._optimizer)
+            source = self._learning_rate
+            return source.constant if source.constant is not None else source.tensor(step - 1)
+        except Exception as exc:  # an exotic schedule: no lr, not a failed run
+            self._warn_once(tm.LEARNING_RATE, "cannot evaluate the optimizer's learning rate: %s", exc)
+            return None
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        kinds = sorted({type(item).__name__ for item in value})
+        return f"a {type(value).__name__} of {len(value)} ({', '.join(kinds) or 'nothing'})"
+    return f"a {type(value).__name__}"
+
+
+__all__ = ["Logged", "LoggedReader"]

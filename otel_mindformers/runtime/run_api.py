@@ -1,0 +1,338 @@
+"""The run API: the door into a monitored run for a training loop of its own (a custom loop).
+
+    run = otel_mindformers.start("train_config.yaml", optimizer=optimizer)
+    for step, (x, y) in enumerate(dataset.create_tuple_iterator(), start=1):
+        with run.step(step):                 # the step's clock and span; between steps: data wait
+            loss, grads = train_step(x, y)
+            run.log(loss=loss, grads=grads)  # references only, unless the step is sampled
+        if run.should_stop:
+            break
+    run.end()                                # also at exit, and on an exception (`with ... as run:`)
+
+The same run as MonitorCallback's (runtime/run.py: one MonitorRun, its parts started by
+runtime/assembly.py from a TrainingLoop), the same hot path on the same StepClock: a step's
+begin and end read one clock each; a sampled step reads back what `log` was given
+(runtime/logged_values.py) and hands one SampledStep to the pipeline. docs/custom_loops.md
+says what each feature does through this door.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import time
+from typing import Any
+
+from otel_mindformers.config import MonitorConfig, load_monitor_config
+from otel_mindformers.core.clock import StepClock
+from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.outputs.paths import prepare_output_paths
+from otel_mindformers.runtime.custom_monitors import BaseMonitor, MonitorCalls, build_monitor, load_monitor_class
+from otel_mindformers.runtime.extract import LazyLearningRate, StepTensor
+from otel_mindformers.runtime.logged_values import LoggedReader
+from otel_mindformers.runtime.parts import Providers
+from otel_mindformers.runtime.run import MonitorRun
+from otel_mindformers.runtime.training_loop import TrainingLoop, batch_size_of
+from otel_mindformers.telemetry import config_file
+
+_logger = get_logger(__name__)
+
+_perf_counter = time.perf_counter  # bound once: the step's two clock reads
+
+_active: Run | None = None  # the process's one run (start twice: a ValueError)
+
+
+class StepView(dict):  # MindSpore's cb_params is an untyped dict too
+    """The run API's `cb_params`: the keys MonitorRun and custom monitors read (`cur_step_num`,
+    `net_outputs`: what `log` was given, `train_loss`, `learning_rate`, ...), also as attributes
+    (`cb_params.train_loss`, as MindSpore's `_InternalCallbackParam` has them)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+class LoopRunContext:
+    """What custom monitors' hooks are handed (MindSpore's `run_context` shape):
+    `original_args()` is the StepView, `request_stop()` sets `run.should_stop`."""
+
+    def __init__(self, view: StepView) -> None:
+        self._view = view
+        self.stop_requested = False
+
+    def original_args(self) -> StepView:
+        return self._view
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+
+class Step:
+    """`with run.step(n):` (one object per run, re-pointed at each step: no allocation). Its
+    attributes are what `run.log` was given in this step (runtime/logged_values.py `Logged`)."""
+
+    __slots__ = (
+        "_owner", "number", "open", "loss", "grads", "grad_norm", "lr", "overflow", "loss_scale", "scalars",
+        "logged_at",
+    )  # fmt: skip
+
+    def __init__(self, owner: Run) -> None:
+        self._owner = owner
+        self.number = 0
+        self.open = False
+        self.loss = self.grads = self.grad_norm = self.lr = self.overflow = self.loss_scale = None
+        self.scalars: dict[str, Any] | None = None
+        self.logged_at = -1
+
+    def __enter__(self) -> Step:
+        clock = self._owner._hot
+        self.open = True
+        if clock is not None:
+            # The data wait: a clock read and an addition, as the callback's step begin.
+            clock.step_begin = now = _perf_counter()
+            clock.data_wait += now - clock.last_step_end
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        now = _perf_counter()
+        self.open = False
+        owner = self._owner
+        clock = owner._hot
+        if clock is None or exc is not None:  # no run, or the step failed: it did not finish
+            self.grads = None
+            return
+        step = self.number
+        if step <= clock.step:
+            owner._backwards(step, clock.step)
+            self.grads = None
+            return
+        previous_end = clock.last_step_end
+        clock.step, clock.last_step_end = step, now
+        clock.finished[0] = step  # into the flight ring's shared memory (flight_recorder/)
+        owner._view["cur_step_num"] = step  # a checkpoint saved now holds this step
+        if step < clock.next_sample and not clock.wake:
+            self.grads = None  # the gradients' memory is the training's again
+            return
+        owner._sampled(step, previous_end, now)
+        self.grads = None
+
+
+class Run:
+    """A monitored custom-loop run; `otel_mindformers.start(...)` makes it. Use `step`, `log`,
+    `should_stop`, `checkpoint_saved` and `end` (or `with ... as run:`)."""
+
+    def __init__(
+        self, config: MonitorConfig, loop: TrainingLoop, providers: Providers, monitors: list[BaseMonitor]
+    ) -> None:
+        self.config = config
+        self._view: StepView = loop.step_view  # type: ignore[assignment]  # start() builds a StepView
+        self._scope = Step(self)
+        self._view["net_outputs"] = self._scope  # what a sampled step reads (LoggedReader)
+        self._run_context = LoopRunContext(self._view)
+        self._monitors = MonitorCalls(monitors)
+        self._loss_view, self._lr_view = StepTensor(), StepTensor()  # what custom monitors read
+        # The optimizer's rate for custom monitors, evaluated only when one reads it.
+        self._lazy_lr = LazyLearningRate(loop.optimizer) if monitors and loop.optimizer is not None else None
+        self._warned: set[str] = set()
+        self._ended = False
+        self._run: MonitorRun | None = None
+        self._hot: StepClock | None = None
+        if config.enable:
+            optimizer = loop.optimizer
+            self._run = run = MonitorRun.start(config, loop, providers)
+            run.read_with(lambda wanted, local: LoggedReader(wanted, optimizer, custom_scalars=not local))
+            self._hot = run.clock
+            for monitor in monitors:
+                monitor.alert_engine = run.alerts
+
+    # --- the loop's calls ----------------------------------------------------------------------
+    def step(self, step: int) -> Step:
+        """The context of training step `step` (the job's step, counted from 1; a resumed
+        loop goes on from its checkpoint's). Its begin and end are the step's clock."""
+        scope = self._scope
+        scope.number = step
+        return scope
+
+    def log(
+        self,
+        loss: Any = None,
+        grads: Any = None,
+        grad_norm: Any = None,
+        lr: Any = None,
+        overflow: Any = None,
+        loss_scale: Any = None,
+        **scalars: Any,
+    ) -> None:
+        """What this step produced, as it comes (tensors or numbers): kept by reference, read
+        back on sampled steps only. `grads`: the gradients `value_and_grad` returns (their
+        global norm is computed on the device on sampled steps, unless `grad_norm` is given);
+        `lr`: else the optimizer's, read on sampled steps; `overflow` / `loss_scale`: MindSpore
+        AMP's (`all_finite`, `DynamicLossScaler.scale_value`); any other keyword: a custom
+        scalar, written to the local outputs under its name."""
+        scope = self._scope
+        if not scope.open:
+            self._warn_once("log", "run.log(...) was called outside `with run.step(step):`; its values are dropped")
+            return
+        scope.loss, scope.grads, scope.grad_norm, scope.lr = loss, grads, grad_norm, lr
+        scope.overflow, scope.loss_scale, scope.scalars, scope.logged_at = overflow, loss_scale, scalars, scope.number
+
+    @property
+    def should_stop(self) -> bool:
+        """True once the monitor asks the loop to stop (an alert with `stop`, `stop_on_nonfinite`,
+        a custom monitor's `request_stop`): break out of the loop, then `end()`."""
+        return self._run_context.stop_requested
+
+    @property
+    def stop_reason(self) -> str | None:
+        run = self._run
+        return run.stop_reason if run is not None else None
+
+    def checkpoint_saved(self, step: int | None = None, seconds: float = 0.0) -> None:
+        """A checkpoint of job step `step` (default: the last finished step) was saved, taking
+        `seconds`: a later attempt counts its lost steps from it (docs/restarts.md)."""
+        run = self._run
+        if run is not None:
+            run.checkpoint_saved(run.clock.step if step is None else step, seconds)
+
+    def end(self, error: BaseException | None = None) -> None:
+        """End the run: its last step sampled, every output flushed and closed. `error`: the
+        exception that ended training (the crash reason). Called at exit if not before."""
+        if self._ended:
+            self._warn_once("end", "run.end() was called again; the run had already ended")
+            return
+        self._finish(error)
+
+    # --- with otel_mindformers.start(...) as run: ---------------------------------------------
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self._ended:
+            self._finish(exc)
+
+    # --- inside -----------------------------------------------------------------------------------
+    def _sampled(self, step: int, previous_end: float, now: float) -> None:
+        """A sampled step, or one that custom monitors, a stop or a capture want (the
+        callback's step end does the same, in its own frame)."""
+        run: MonitorRun = self._run  # type: ignore[assignment]  # set with self._hot
+        clock: StepClock = self._hot  # type: ignore[assignment]
+        clock.wake = False
+        if self._monitors.monitors:  # they see every step end
+            clock.wake = True
+            self._feed_custom_monitors()
+            self._monitors.call("on_train_step_end", self._run_context)
+        if step >= clock.next_sample:
+            run.sample(self._view, step, previous_end, now)
+        if run.stop_pending is not None:
+            run.honour_stop(self._run_context)
+        captures = run.captures
+        if captures.active:  # a profile capture starts or steps at this boundary
+            captures.on_step_end(step)
+            if captures.active:
+                clock.wake = True
+
+    def _feed_custom_monitors(self) -> None:
+        scope, view = self._scope, self._view
+        if scope.loss is not None:
+            view["train_loss"] = self._loss_view.at(scope.loss)
+        if scope.lr is not None:
+            view["learning_rate"] = self._lr_view.at(scope.lr)
+        elif self._lazy_lr is not None:
+            view["learning_rate"] = self._lazy_lr.at(max(0, scope.number - 1))
+
+    def _backwards(self, step: int, last: int) -> None:
+        self._warn_once(
+            "backwards", "run.step(%d) follows step %d: a step number must grow; step %d is not recorded "
+            "(the first of these is said, the others are dropped too)", step, last, step,
+        )  # fmt: skip
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            _logger.warning("otel_mindformers: " + message, *args)
+
+    def _finish(self, error: BaseException | None) -> None:
+        global _active
+        self._ended = True
+        atexit.unregister(self._at_exit)
+        if _active is self:
+            _active = None
+        run, self._run, self._hot = self._run, None, None
+        if run is None:
+            return
+        self._monitors.call("on_train_end", self._run_context)
+        self._monitors.report_failures()
+        run.finish(self._view if error is None else None, error)
+
+    def _at_exit(self) -> None:
+        if not self._ended:
+            # An uncaught exception's, where the interpreter kept it; else the exit itself.
+            error = getattr(sys, "last_value", None) or RuntimeError("the process exited before run.end()")
+            self._finish(error)
+
+
+def start(
+    config: Any = None,
+    *,
+    optimizer: Any = None,
+    network: Any = None,
+    dataset: Any = None,
+    batch_size: int | None = None,
+    epochs: int = 0,
+    steps_per_epoch: int = 0,
+    initial_step: int = 0,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
+    logger_provider: Any = None,
+    **overrides: Any,
+) -> Run:
+    """Start monitoring a custom training loop; returns the `Run` its steps go through.
+
+    `config`: what MonitorCallback takes (a YAML path, a mapping, a MonitorConfig), or None:
+    the defaults (`otel_mindformers.start` reads `OTEL_PYTHON_MINDFORMERS_CONFIG` first); keyword overrides of
+    `monitor_config` keys as MonitorCallback's. `optimizer`: the learning rate (when `log` is
+    given none) and what needs the optimizer; `network`: the model (MFU's model config);
+    `dataset` or `batch_size`: samples per step; `epochs` × `steps_per_epoch`: the run's
+    length (ETA); `initial_step`: the steps done before this run (a resumed loop's checkpoint
+    step). A bad key raises ConfigError, a second `start()` while a run is going ValueError,
+    both before training."""
+    global _active
+    if _active is not None:
+        raise ValueError(
+            "otel_mindformers.start() was called while another run of this process is going: end() it first "
+            "(or use `with otel_mindformers.start(...) as run:`)"
+        )
+    monitor_config = load_monitor_config(config)
+    if overrides:
+        monitor_config = monitor_config.with_overrides(**overrides)
+    if tracer_provider is None and monitor_config.enable:
+        config_file.configure_for(monitor_config)  # OTEL_CONFIG_FILE, as MonitorCallback does
+    monitor_cls = load_monitor_class(monitor_config)
+    if monitor_cls is not None:
+        prepare_output_paths(monitor_config)  # a custom monitor may open its files when built
+    monitors = [build_monitor(monitor_cls, monitor_config)] if monitor_cls else []
+    view = StepView(
+        cur_step_num=initial_step, cur_epoch_num=None, epoch_num=epochs, batch_num=steps_per_epoch,
+        optimizer=optimizer, network=network, train_network=None, train_dataset=dataset,
+    )  # fmt: skip
+    loop = TrainingLoop(
+        network=network, train_network=None, optimizer=optimizer, dataset=dataset,
+        batch_size=batch_size if batch_size is not None else batch_size_of(dataset), epochs=epochs,
+        steps_per_epoch=steps_per_epoch, steps_done=initial_step, step_offset=0, callbacks=(), step_view=view,
+    )  # fmt: skip
+    providers = Providers(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, logger_provider=logger_provider
+    )
+    run = Run(monitor_config, loop, providers, monitors)
+    _active = run
+    atexit.register(run._at_exit)
+    run._monitors.call("on_train_begin", run._run_context)
+    return run
+
+
+__all__ = ["Run", "Step", "start"]

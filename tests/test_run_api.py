@@ -1,0 +1,176 @@
+"""The run API (`otel_mindformers.start`, runtime/run_api.py) in real MindSpore custom loops,
+quick-start shaped (tests/support/custom_loop.py): one PyNative, one under `mindspore.jit`.
+One training per mode is shared by the tests that only read its outputs."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import otel_mindformers
+from tests.support import custom_loop
+from tests.support.in_memory import Capture
+from tests.support.jsonl import json_lines
+from tests.support.tensorboard_events import loss_steps
+
+pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training
+
+STEPS, INTERVAL = 12, 5
+SAMPLED = [1, 5, 10, 12]  # the first, every 5th, the last
+
+
+def _config(folder: Path, **more: Any) -> dict[str, Any]:
+    return {
+        "interval": INTERVAL,
+        "output_type": ["json_file", "tensorboard"],
+        "json_log_path": str(folder / "metrics.json"),
+        "tensorboard_path": str(folder / "tb"),
+        "monitored_metrics": ["loss", "learning_rate", "grad_norm", "train_per_step_time"],
+        **more,
+    }
+
+
+class Trained:
+    def __init__(self, folder: Path, capture: Capture, norms: dict[int, float], losses: dict[int, float]) -> None:
+        self.folder, self.capture, self.norms, self.losses = folder, capture, norms, losses
+        self.lines = {line["step"]: line for line in json_lines(folder / "metrics.json")}
+
+
+@pytest.fixture(scope="module", params=["pynative", "jit"])
+def trained(request, tmp_path_factory) -> Trained:
+    folder = tmp_path_factory.mktemp(request.param)
+    capture = Capture()
+    loop = custom_loop.build(jit=request.param == "jit")
+    norms: dict[int, float] = {}
+    losses: dict[int, float] = {}
+    with otel_mindformers.start(_config(folder), optimizer=loop.optimizer, batch_size=4, **capture.providers()) as run:
+        for step, (x, y) in enumerate(custom_loop.Data(STEPS).batches(), start=1):
+            with run.step(step):
+                loss, grads = loop.train_step(x, y)
+                run.log(loss=loss, grads=grads, tokens_seen=step * 32)
+            # What the monitor must report, computed here on the host.
+            norms[step] = float(np.sqrt(sum(float((g.asnumpy() ** 2).sum()) for g in grads)))
+            losses[step] = float(loss.asnumpy())
+    return Trained(folder, capture, norms, losses)
+
+
+def test_sampled_steps_reach_the_json_lines_with_loss_norm_lr_and_custom_scalars(trained):
+    assert sorted(trained.lines) == SAMPLED
+    for step in SAMPLED:
+        line = trained.lines[step]
+        assert line["loss"] == pytest.approx(trained.losses[step], rel=1e-5)
+        assert line["learning_rate"] == pytest.approx(0.01)
+        assert line["tokens_seen"] == step * 32
+        assert line["train_per_step_time"] > 0
+    for step in (1, 5, 10):  # the global norm of what value_and_grad returned, on the device
+        assert trained.lines[step]["grad_norm"] == pytest.approx(trained.norms[step], rel=1e-4)
+    # The last step, sampled at the end though the cadence did not: its gradients were let go.
+    assert "grad_norm" not in trained.lines[12]
+
+
+def test_the_same_steps_reach_tensorboard_and_the_spans(trained):
+    assert loss_steps(trained.folder / "tb" / "rank_0") == SAMPLED
+    steps = trained.capture.finished("mindformers.train.step")
+    assert sorted(span.attributes["training.step"] for span in steps) == SAMPLED
+    (run_span,) = trained.capture.finished("mindformers.train")
+    assert run_span.attributes["training.step"] == STEPS
+    assert all(span.links[0].context.span_id == run_span.context.span_id for span in steps)
+
+
+def _short_run(folder: Path, body, **config: Any) -> list[dict]:
+    """Three steps of a real loop whose step body is `body(run, step, loss, grads)`."""
+    loop = custom_loop.build()
+    with otel_mindformers.start(_config(folder, interval=1, output_type=["json_file"], **config)) as run:
+        for step, (x, y) in enumerate(custom_loop.Data(3).batches(), start=1):
+            body(run, loop, step, x, y)
+    return json_lines(folder / "metrics.json")
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "run." in r.getMessage()]
+
+
+def test_log_outside_a_step_is_said_once_and_dropped(workdir, caplog):
+    def body(run, loop, step, x, y):
+        loss, grads = loop.train_step(x, y)
+        run.log(loss=loss)  # outside
+        with run.step(step):
+            pass
+
+    lines = _short_run(workdir, body)
+    assert [line["step"] for line in lines] == [1, 2, 3] and all("loss" not in line for line in lines)
+    assert _warnings(caplog) == [
+        "otel_mindformers: run.log(...) was called outside `with run.step(step):`; its values are dropped"
+    ]
+
+
+def test_a_step_going_backwards_is_said_once_and_not_recorded(workdir, caplog):
+    def body(run, loop, step, x, y):
+        with run.step(1 if step == 3 else step):  # 1, 2, 1
+            loss, grads = loop.train_step(x, y)
+            run.log(loss=loss)
+
+    lines = _short_run(workdir, body)
+    assert [line["step"] for line in lines] == [1, 2]  # nothing recorded twice
+    (said,) = _warnings(caplog)
+    assert "run.step(1) follows step 2: a step number must grow; step 1 is not recorded" in said
+
+
+def test_a_non_scalar_loss_and_grads_that_are_no_tensors_are_said_once_each(workdir, caplog):
+    def body(run, loop, step, x, y):
+        with run.step(step):
+            loss, grads = loop.train_step(x, y)
+            run.log(loss=loss.broadcast_to((2, 2)), grads=[1.0, "g"])
+
+    lines = _short_run(workdir, body)
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    assert all("loss" not in line and "grad_norm" not in line for line in lines)
+    said = sorted(_warnings(caplog))
+    assert len(said) == 2, said
+    assert (
+        "run.log(grads=...) takes the sequence of gradient tensors value_and_grad returns; got a list of 2" in said[0]
+    )
+    assert (
+        "run.log(loss=...) takes a scalar (a one-element tensor or a number); got a tensor of shape (2, 2)" in said[1]
+    )
+
+
+def test_start_twice_is_refused_and_end_twice_is_said(workdir, caplog):
+    run = otel_mindformers.start(_config(workdir, output_type=["json_file"]))
+    try:
+        with pytest.raises(ValueError, match=r"start\(\) was called while another run of this process is going"):
+            otel_mindformers.start(_config(workdir))
+    finally:
+        run.end()
+    run.end()
+    assert _warnings(caplog) == ["otel_mindformers: run.end() was called again; the run had already ended"]
+    otel_mindformers.start(_config(workdir, output_type=["json_file"])).end()  # after end(): a new run
+
+
+def test_an_exception_in_the_loop_ends_the_run_with_the_crash_reason(workdir):
+    capture = Capture()
+    loop = custom_loop.build()
+    run = otel_mindformers.start(_config(workdir), **capture.providers())
+    with pytest.raises(RuntimeError, match="the data went away"), run:
+        for step, (x, y) in enumerate(custom_loop.Data(3).batches(), start=1):
+            with run.step(step):
+                loss, grads = loop.train_step(x, y)
+                run.log(loss=loss)
+        raise RuntimeError("the data went away")
+    (run_span,) = capture.finished("mindformers.train")
+    assert run_span.status.description == "RuntimeError: the data went away"
+    assert run_span.attributes["training.step"] == 3
+
+
+def test_a_nonfinite_loss_stops_the_loop_at_that_step(workdir):
+    config = {"alert_config": {"enable_alert": True, "stop_on_nonfinite": True}}
+    with otel_mindformers.start(_config(workdir, interval=1, **config)) as run:
+        last = custom_loop.train(run, steps=10, nan_at={4})
+        assert run.should_stop and "non-finite loss" in run.stop_reason
+    assert last == 4
+    lines = json_lines(workdir / "metrics.json")
+    assert lines[-1]["step"] == 4 and lines[-1]["nonfinite"] == ["loss", "grad_norm"]
