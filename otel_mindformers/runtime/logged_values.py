@@ -2,8 +2,9 @@
 
 Runs on sampled steps only, on the training thread, where OutputReader (extract.py) runs for
 the callback: the only device readback of the run API's values. The gradients' global norm is
-computed on the device here, and only here: one compiled graph (`mindspore.jit`), one launch,
-whatever the number of gradients (one operation each in PyNative would be one launch each).
+computed on the device here, and only here: one compiled graph, one launch, whatever the
+number of gradients (one operation each in PyNative would be one launch each), run from its
+compiled phase without `jit`'s per-call wrapper (compat/mindspore_graph.py).
 Then every value is read back one after the other: the first readback waits for the device,
 the others copy what is ready, so a sampled step synchronises once.
 """
@@ -14,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from otel_mindformers.compat import mindspore_tensor
+from otel_mindformers.compat import mindspore_graph, mindspore_tensor
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names import training as tm
 from otel_mindformers.runtime.extract import LearningRateSource, to_host
@@ -44,12 +45,11 @@ def _global_norm_graph() -> Any:
     import mindspore
     from mindspore import ops
 
-    @mindspore.jit
-    def global_norm(grads: Any) -> Any:
+    def global_norm(grads: Any) -> Any:  # compiled: no import inside
         return ops.sqrt(ops.addn([ops.square(grad.astype(mindspore.float32)).sum() for grad in grads]))
 
-    _GLOBAL_NORM.append(global_norm)
-    return global_norm
+    _GLOBAL_NORM.append(mindspore_graph.compiled(global_norm))
+    return _GLOBAL_NORM[0]
 
 
 def _is_tensor(value: Any) -> bool:
@@ -69,9 +69,6 @@ class LoggedReader:
         self.reads_anything = bool(wanted) or custom_scalars
         self._learning_rate: LearningRateSource | None = None
         self._norm: Any = None  # the compiled global norm, built at its first use
-        from mindspore import mutable
-
-        self._mutable = mutable
         self._warned: set[str] = set()
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
@@ -140,8 +137,7 @@ class LoggedReader:
         try:
             if self._norm is None:
                 self._norm = _global_norm_graph()
-            # `mutable`: the gradients are the graph's inputs, not constants (one compile).
-            return self._norm(self._mutable(tuple(grads)))
+            return self._norm(grads)
         except Exception as exc:  # a graph MindSpore cannot compile here: no norm, the run goes on
             self._warn_once("norm", "cannot compute the gradients' global norm: %s", exc)
             return None
