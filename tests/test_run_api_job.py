@@ -15,11 +15,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import mindspore as ms
+import numpy as np
 import pytest
 
 import otel_mindformers
 from otel_mindformers.captures import store as capture_store
 from otel_mindformers.names import capture_names, semconv
+from otel_mindformers.names import model_state as specs
 from otel_mindformers.names import straggler_names as sections
 from otel_mindformers.names import training as tm
 from tests.support import custom_loop
@@ -48,8 +50,8 @@ def _slow_data(steps: int) -> Iterator[tuple[Any, Any]]:
 
 
 class Trained:
-    def __init__(self, folder: Path, capture: Capture) -> None:
-        self.folder, self.capture = folder, capture
+    def __init__(self, folder: Path, capture: Capture, norms: dict[str, float]) -> None:
+        self.folder, self.capture, self.norms = folder, capture, norms
         self.lines = {line["step"]: line for line in json_lines(folder / "metrics.json")}
 
 
@@ -68,7 +70,10 @@ def trained(tmp_path_factory) -> Iterator[Trained]:
         "peak_tflops": PEAK_TFLOPS,
         "device_monitor": True,
         "logs": {"enable": True, "level": "WARNING"},
+        "local_norm_format": "log",  # MindFormers' keys: per-parameter gradient norms,
+        "target": ["body.2."],  # and the parameters with series of their own
     }
+    norms: dict[str, float] = {}  # the last step's gradients' norms, by parameter, on the host
 
     try:
         with otel_mindformers.start(
@@ -79,13 +84,16 @@ def trained(tmp_path_factory) -> Iterator[Trained]:
                     loss, grads = loop.train_step(x, y)
                     run.log(loss=loss, grads=grads)
                     script_log.warning("step %d trained", step, extra={"loop_step": step})
+                if step == STEPS:
+                    names = [p.name for p in loop.optimizer.parameters]
+                    norms = {n: float(np.sqrt((g.asnumpy() ** 2).sum())) for n, g in zip(names, grads, strict=True)}
                 if step == SAVE_AT:
                     with otel_mindformers.phase("checkpoint.save"):
                         ms.save_checkpoint(loop.network, str(folder / "loop.ckpt"))
                 if step == EVAL_AT:
                     with otel_mindformers.phase("eval"):
                         time.sleep(EVAL_SECONDS)  # an evaluation of the loop's own, between steps
-        yield Trained(folder, capture)
+        yield Trained(folder, capture, norms)
     finally:
         script_log.setLevel(logging.NOTSET)
 
@@ -131,6 +139,21 @@ def test_host_gauges_are_read_off_the_training_thread(trained):
     (rss,) = points[semconv.PROCESS_MEMORY_USAGE]
     assert rss.value > 0 and rss.attributes[semconv.ATTR_RANK] == 0
     assert trained.lines[STEPS]["host_rss_mb"] > 0
+
+
+# --- model state ------------------------------------------------------------------------------------
+def test_per_parameter_gradient_norms_come_from_the_logged_grads_named_by_the_optimizer(trained):
+    """Sampled on the last step: the squared norms come from the same graph as the global
+    norm, the names from the optimizer's parameters."""
+    state = trained.lines[STEPS]["model_state"][specs.GRAD_NORM]
+    selected = {name: norm for name, norm in trained.norms.items() if name.startswith("body.2.")}
+    assert state["parameter"] == pytest.approx(selected, rel=1e-4)
+    largest = max(trained.norms, key=trained.norms.__getitem__)
+    assert state["max"]["parameter"] == largest
+    assert state["max"]["value"] == pytest.approx(trained.norms[largest], rel=1e-4)
+    total = float(np.sqrt(sum(norm * norm for norm in trained.norms.values())))
+    assert sum(v * v for v in state["kind"].values()) ** 0.5 == pytest.approx(total, rel=1e-4)
+    assert trained.lines[STEPS][tm.GRAD_NORM] == pytest.approx(total, rel=1e-4)
 
 
 # --- log correlation --------------------------------------------------------------------------------

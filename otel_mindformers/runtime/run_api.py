@@ -145,7 +145,13 @@ class Run:
         if config.enable:
             optimizer = loop.optimizer
             self._run = run = MonitorRun.start(config, loop, providers)
-            run.read_with(lambda wanted, local: LoggedReader(wanted, optimizer, custom_scalars=not local))
+            # Per-parameter gradient norms where MindFormers' key for them asks (model state).
+            per_parameter = bool(config.mindformers_native.get("local_norm_format"))
+            run.read_with(
+                lambda wanted, local: LoggedReader(
+                    wanted, optimizer, custom_scalars=not local, per_parameter=per_parameter and not local
+                )
+            )
             self._hot = run.clock
             for monitor in monitors:
                 monitor.alert_engine = run.alerts
