@@ -75,12 +75,12 @@ class _Norm:
         from otel_mindformers.compat import mindspore_graph
         from otel_mindformers.runtime import logged_values
 
-        self._slot = logged_values._GLOBAL_NORM
-        self.compiled = logged_values._global_norm_graph()
+        self._slots = logged_values._NORM_GRAPHS
+        self.compiled = logged_values._global_norm_graph(False)
         self.through_jit = mindspore_graph._JitCall(self.compiled._fn)
 
     def use(self, norm: Any) -> None:
-        self._slot[0] = norm
+        self._slots[False] = norm
 
 
 def _loop(args: argparse.Namespace) -> tuple[Any, Any, list[tuple[Any, Any]]]:

@@ -14,6 +14,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 MATRIX_DIR="${MATRIX_DIR:-.matrix}"
+# Absolute from here on: the row's venv goes first on PATH (msrun's workers start the
+# `python` found there), which a relative path, or "$PWD/" before an absolute one, misses.
+[[ "$MATRIX_DIR" = /* ]] || MATRIX_DIR="$PWD/$MATRIX_DIR"
 
 # row -> the pins installed beside the package's `test-tools` extra. The main pair (also the
 # README's test venv) is ms2.9.0-mf1.9.0; MindSpore before 2.10 is built against numpy 1.x.
@@ -71,7 +74,7 @@ run_row() {  # row: install, test; the row's times and outcome go to .matrix/<ro
   "$venv/bin/python" -m pip list 2>/dev/null | grep -iE "^(mindspore|mindformers|numpy) "
   echo "== $row: pytest -m \"$selection\""
   # The row's venv first on PATH: msrun starts workers with the `python` it finds there.
-  PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest -q -m "$selection" 2>&1 | tee "$log"
+  PATH="$venv/bin:$PATH" "$venv/bin/python" -m pytest -q -m "$selection" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   # pytest's summary line ("1 failed, 214 passed, 1222 deselected in 574.47s"; framed by `=`
   # without -q), less its time: the row's outcome.
@@ -83,7 +86,8 @@ run_row() {  # row: install, test; the row's times and outcome go to .matrix/<ro
 main() {
   local rows=("$@") row failed=0
   [ ${#rows[@]} -eq 0 ] && rows=("${ROWS[@]}")
-  for row in "${rows[@]}"; do [ -n "${PINS[$row]:-}" ] || usage; done
+  # An empty name is no row (bash refuses it as an array subscript).
+  for row in "${rows[@]}"; do [ -n "$row" ] && [ -n "${PINS[$row]:-}" ] || usage; done
   for row in "${rows[@]}"; do
     rm -f "$MATRIX_DIR/$row/result"
     run_row "$row" || failed=1

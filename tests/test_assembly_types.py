@@ -8,7 +8,6 @@ own check runs it (pyproject's `[tool.mypy]`), before anything runs.
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 from mypy import api as mypy_api
@@ -46,27 +45,40 @@ _NONE_FOR_A_PART = """
 """
 
 
-def _mypy(tmp_path: Path, body: str) -> tuple[str, int]:
-    snippet = tmp_path / "wiring.py"
-    snippet.write_text(textwrap.dedent(_PROLOGUE) + textwrap.indent(textwrap.dedent(body), "    "))
-    stdout, stderr, status = mypy_api.run(
-        ["--config-file", str(REPO / "pyproject.toml"), "--no-incremental", str(snippet)]
+_SNIPPETS = {"right": _RIGHT, "stacks_after_alerts": _STACKS_AFTER_ALERTS, "none_for_a_part": _NONE_FOR_A_PART}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict[str, str]:
+    """One mypy run over the three wirings (one module each): each module's own lines."""
+    folder = tmp_path_factory.mktemp("wirings")
+    for name, body in _SNIPPETS.items():
+        (folder / f"{name}.py").write_text(textwrap.dedent(_PROLOGUE) + textwrap.indent(textwrap.dedent(body), "    "))
+    stdout, stderr, _ = mypy_api.run(
+        [
+            "--config-file",
+            str(REPO / "pyproject.toml"),
+            "--no-incremental",
+            *(str(folder / f"{n}.py") for n in _SNIPPETS),
+        ]
     )
-    return stdout + stderr, status
+    lines = (stdout + stderr).splitlines()
+    # Nothing but the two wrong wirings' errors (a broken config or import would add more).
+    assert lines[-1] == "Found 3 errors in 2 files (checked 3 source files)", stdout + stderr
+    return {
+        name: "\n".join(line for line in lines if line.startswith(str(folder / f"{name}.py"))) for name in _SNIPPETS
+    }
 
 
-def test_the_parts_in_their_order_type_check(tmp_path: Path) -> None:
-    report, status = _mypy(tmp_path, _RIGHT)
-    assert status == 0, report
+def test_the_parts_in_their_order_type_check(reports) -> None:
+    assert reports["right"] == ""
 
 
-def test_a_part_used_before_it_started_fails_type_checking(tmp_path: Path) -> None:
-    report, status = _mypy(tmp_path, _STACKS_AFTER_ALERTS)
-    assert status == 1, report
+def test_a_part_used_before_it_started_fails_type_checking(reports) -> None:
+    report = reports["stacks_after_alerts"]
     assert 'Name "stacks" is used before definition' in report, report
 
 
-def test_a_missing_part_fails_type_checking(tmp_path: Path) -> None:
-    report, status = _mypy(tmp_path, _NONE_FOR_A_PART)
-    assert status == 1, report
+def test_a_missing_part_fails_type_checking(reports) -> None:
+    report = reports["none_for_a_part"]
     assert 'Argument 6 to "start_run_span" has incompatible type "None"; expected "StackDumper"' in report, report

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -25,7 +26,8 @@ from tests.support.capture_trace import manifest, ops_by_step, wait_for_trace
 from tests.support.in_memory import Capture
 from tests.support.instrumented import BIN, REPO, child_env, free_port
 from tests.support.permissions import obey_file_permissions
-from tests.support.training import Faults, train
+from tests.support.training import BATCH, FEATURES, Faults, train
+from tests.support.waiting import wait_until
 from tests.support.webhook_receiver import WebhookReceiver
 
 pytestmark = [pytest.mark.slow, pytest.mark.mindspore_api]  # real training runs
@@ -179,6 +181,37 @@ def test_max_captures_bounds_a_run(workdir):
     )
     train([run.callback], steps=6)
     assert [manifest(f)["step"] for f in run.folders()] == [1, 2]
+
+
+def test_a_rule_firing_exactly_cooldown_steps_after_a_capture_is_captured(workdir):
+    """`cooldown_steps: 3`: the rule fires on every step; captures at 1, 4, 7, 10 (a step
+    exactly 3 after the last capture is allowed, as docs/captures.md says)."""
+    run = Run(
+        workdir,
+        {"alert_interval": 1, "loss_threshold": 0.0, "loss_spike": {"enable": False}},
+        {"rules": ["loss_threshold"], "kinds": ["batch"], "cooldown_steps": 3, "max_captures": 100},
+    )
+    train([run.callback], steps=10)
+    assert [manifest(f)["step"] for f in run.folders()] == [1, 4, 7, 10]
+
+
+def test_on_demand_captures_neither_count_toward_max_captures_nor_restart_the_cooldown(workdir):
+    """A person's captures (asked at steps 2 and 7) around two rule-triggered ones (cooldown
+    4, at most 2): the rule still captures at 1 and 5, and the person's second capture, past
+    `max_captures`, is not refused."""
+    run = Run(
+        workdir,
+        {"alert_interval": 1, "loss_threshold": 0.0, "loss_spike": {"enable": False}},
+        {"rules": ["loss_threshold"], "kinds": ["batch"], "cooldown_steps": 4, "max_captures": 2, "on_demand": True},
+    )
+    asked = {step: {"steps": 1, "kinds": ["stacks"]} for step in (2, 7)}
+    train([run.callback, Requests(run.captures, asked)], steps=12)
+    taken = [manifest(f) for f in run.folders()]
+    assert [m["step"] for m in taken if m["trigger"] == "loss_threshold"] == [1, 5], taken
+    # Taken by the first sampled step that ended after the request (the same step, where the
+    # request's time stamp and the step's end fall in one clock tick).
+    on_demand = [m["step"] for m in taken if m["trigger"] == names.TRIGGER_ON_DEMAND]
+    assert len(on_demand) == 2 and on_demand[0] in (2, 3) and on_demand[1] in (7, 8), taken
 
 
 def _child(workdir, capture_path, *flags, writable=True, alerts=None, capture=None):
@@ -395,12 +428,18 @@ class RequestAt(Callback):
 
 
 def test_on_demand_request_is_taken_at_the_next_sampled_step_and_recorded_on_its_span(workdir):
+    """The second request (for rank 3) comes one step after the first, before the worker,
+    which takes records in batches, has read the first: it used to replace the first in the
+    one-request file, and rank 0 took nothing (the matrix row's "no capture folder")."""
     run = Run(workdir, {"loss_spike": {"enable": False}}, {"on_demand": True, "rules": []})
-    train([run.callback, RequestAt(run.captures, 5, [0]), RequestAt(run.captures, 12, [3])], steps=20)
+    train([run.callback, RequestAt(run.captures, 5, [0]), RequestAt(run.captures, 6, [3])], steps=20)
     (folder,) = run.folders()  # the second request was for rank 3 only
     info = manifest(folder)
     assert info["trigger"] == names.TRIGGER_ON_DEMAND and 5 <= info["step"] <= 7, info
     assert sorted(info["kinds"]) == ["batch", "profile"] and info["last_step"] - info["first_step"] == 1
+    # The batch of the step that took it, noted by the training thread (not the step alone).
+    batch = json.loads((folder / names.BATCH_FILE).read_text())
+    assert batch["step"] == info["step"] and batch["inputs"][0]["shape"] == [BATCH, FEATURES], batch
     (event,) = [e for e in run.step_span(info["step"]).events if e.name == names.EVENT_CAPTURE]
     assert event.attributes[names.ATTR_CAPTURE_PATH] == str(folder)
     assert event.attributes[names.ATTR_CAPTURE_TRIGGER] == names.TRIGGER_ON_DEMAND
@@ -413,24 +452,67 @@ class Requests(Callback):
         self.root, self.at = root, at
 
     def on_train_step_end(self, run_context):
-        request = self.at.get(run_context.original_args()["cur_step_num"])
-        if request is not None:
+        requests = self.at.get(run_context.original_args()["cur_step_num"], [])
+        for request in [requests] if isinstance(requests, dict) else requests:
             capture_store.write_request(self.root, ranks=None, **request)
 
 
-def test_capture_cancel_stops_the_profile_in_flight_and_the_next_request_is_served(workdir):
-    """A profile of 1,000 steps (a typo of 10) is cancelled at step 10: its folder says so and
-    keeps the steps it took; the stacks asked at step 14 are then taken (before, nothing
-    could cancel it and every later request waited for the end of the job). Slow steps: the
-    worker reads the one request file before the next request replaces it."""
-    run = Run(workdir, {"loss_spike": {"enable": False}}, {"on_demand": True, "rules": []})
-    at = {3: {"steps": 1000, "kinds": ["profile"]}, 10: {"cancel": True}, 14: {"steps": 2, "kinds": ["stacks"]}}
-    train([run.callback, Requests(run.captures, at), SlowSteps(set(range(4, 20)), 0.2)], steps=20)
+class AnsweredBy(Callback):
+    """Holds the training thread at `step` until the rank answered a request (the worker
+    is asynchronous): what the test asserts next happens after the answer, not by luck."""
+
+    def __init__(self, root, step):
+        self.root, self.step = root, step
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args()["cur_step_num"] == self.step:
+            wait_until(lambda: capture_store.read_answers(self.root), "the rank's answer to the cancel")
+
+
+def test_capture_cancel_then_a_new_request_at_once_both_are_served(workdir):
+    """Interval 50: a profile of 1,000 steps (a typo of 10) runs from step 50; at step 60 a
+    cancel and, at once, a new request. The new request used to replace the cancel in the
+    one-request file before a sampled step read it: the profile went on and the request was
+    never answered (issue 46, item 12). Now both are queued: the profile stops, keeps the
+    steps it took and says who cancelled it; the stacks are taken at a later sampled step."""
+    run = Run(workdir, {"loss_spike": {"enable": False}}, {"on_demand": True, "rules": []}, interval=50)
+    at = {3: [{"steps": 1000, "kinds": ["profile"]}], 60: [{"cancel": True}, {"steps": 2, "kinds": ["stacks"]}]}
+    train([run.callback, Requests(run.captures, at), AnsweredBy(run.captures, 110)], steps=200)
     profiled, stacks = run.folders()
     info = manifest(profiled)
-    assert info["status"] == "cancelled" and info["reason"].startswith("cancelled by request "), info
-    assert 3 < info["first_step"] <= info["last_step"] < 14, info
-    assert manifest(stacks)["kinds"] == ["stacks"] and manifest(stacks)["step"] >= 14
+    (cancel,) = capture_store.read_answers(run.captures)
+    assert info["status"] == "cancelled" and info["reason"] == f"cancelled by request {cancel['id']}", info
+    assert (cancel["answer"], cancel["folder"], cancel["step"]) == ("cancelled", str(profiled), 100)
+    assert 50 < info["first_step"] <= info["last_step"] <= 110, info
+    assert manifest(stacks)["kinds"] == ["stacks"] and manifest(stacks)["step"] in (150, 200), manifest(stacks)
+
+
+class RemoveThenAsk(Callback):
+    """At `removed`, someone deletes the capture folder of the live run; at `asks`, once the
+    run has made it again, a person asks for stacks with the command."""
+
+    def __init__(self, root, removed, asks):
+        self.root, self.removed, self.asks, self.said = root, removed, asks, None
+
+    def on_train_step_end(self, run_context):
+        step = run_context.original_args()["cur_step_num"]
+        if step == self.removed:
+            shutil.rmtree(self.root)
+        elif step == self.asks:
+            wait_until(self.root.is_dir, "the run to make its capture folder again")
+            self.said = cli_main(["capture", "--kinds", "stacks", str(self.root)])
+
+
+def test_a_live_runs_deleted_capture_folder_is_made_again_and_requests_reach_it(workdir):
+    """`capture` refuses a folder that does not exist (a typo); after a cleaner removed a
+    live run's folder it refused that run too, which still watched it (issue 46, item 21)."""
+    run = Run(workdir, {"loss_spike": {"enable": False}}, {"on_demand": True, "rules": []})
+    person = RemoveThenAsk(run.captures, 4, 8)
+    train([run.callback, person], steps=20)
+    assert person.said == 0
+    (folder,) = run.folders()
+    info = manifest(folder)
+    assert info["trigger"] == names.TRIGGER_ON_DEMAND and info["kinds"] == ["stacks"] and info["step"] >= 8, info
 
 
 class Grow(Callback):

@@ -157,17 +157,17 @@ def test_the_issues_yaml_shape_loads():
 def test_watcher_ignores_an_old_request_and_sees_each_new_one_once(tmp_path):
     old = capture_store.write_request(tmp_path, steps=5, ranks=None, kinds=["stacks"])
     watcher = capture_store.RequestWatcher(tmp_path)
-    assert watcher.poll() is None  # there before the run: answered, or another run's
+    assert watcher.poll() == []  # there before the run: answered, or another run's
     os.utime(tmp_path / names.CONTROL_FILE, ns=(10**9, 10**9))  # touched (a copy, a sync): still old
-    assert watcher.poll() is None
+    assert watcher.poll() == []
     new = capture_store.write_request(tmp_path, steps=3, ranks=[1], kinds=["profile"])
     assert new["id"] != old["id"]
-    seen = watcher.poll()
-    assert seen == new and watcher.poll() is None
+    (seen,) = watcher.poll()
+    assert seen == new and watcher.poll() == []
     assert capture_store.wanted_by(seen, 1) and not capture_store.wanted_by(seen, 0)
     (tmp_path / names.CONTROL_FILE).write_text("{not json")
     os.utime(tmp_path / names.CONTROL_FILE, ns=(1, 1))
-    assert watcher.poll() is None
+    assert watcher.poll() == []
 
 
 def test_a_request_is_taken_by_the_first_sampled_step_that_ended_after_it(tmp_path):
@@ -194,6 +194,97 @@ def test_a_request_is_taken_by_the_first_sampled_step_that_ended_after_it(tmp_pa
     controller.on_sampled_step(5, None, ended_at=request["requested_at"] + 0.5)
     (folder,) = capture_store.capture_folders(tmp_path / "rank_0")
     assert json.loads((folder / names.MANIFEST_FILE).read_text())["step"] == 5
+    controller.close()
+
+
+def _controller(tmp_path, **capture):
+    config = load_monitor_config(
+        {"alert_config": {"enable_alert": True, "capture": {"path": str(tmp_path), **capture}}}
+    )
+    providers = Capture().providers()
+    telemetry = SimpleNamespace(
+        logger=providers["logger_provider"].get_logger("t"), meter=providers["meter_provider"].get_meter("t")
+    )
+    return CaptureController.start(
+        config.alert_config.capture, Identity(rank=0, world_size=1), telemetry, {}, StepClock()
+    )
+
+
+def _manifests(tmp_path):
+    return [
+        json.loads((f / names.MANIFEST_FILE).read_text()) for f in capture_store.capture_folders(tmp_path / "rank_0")
+    ]
+
+
+def test_requests_written_back_to_back_all_reach_the_watcher_in_order(tmp_path):
+    """A cancel and a new request written before a rank's next sampled step: the second
+    replaced the first in the one-request file, so the cancel was lost (issue 46, item 12)."""
+    watcher = capture_store.RequestWatcher(tmp_path)
+    cancel = capture_store.write_request(tmp_path, ranks=None, cancel=True)
+    stacks = capture_store.write_request(tmp_path, steps=2, ranks=[0], kinds=["stacks"])
+    assert watcher.poll() == [cancel, stacks] and watcher.poll() == []
+    for _ in range(capture_store.REQUESTS_KEPT + 3):  # the file keeps the last ones only
+        capture_store.write_request(tmp_path, steps=2, ranks=[0], kinds=["batch"])
+    body = json.loads((tmp_path / names.CONTROL_FILE).read_text())
+    assert len(body["requests"]) == capture_store.REQUESTS_KEPT
+    assert len(watcher.poll()) == capture_store.REQUESTS_KEPT
+
+
+def test_a_cancel_and_the_request_after_it_are_both_served(tmp_path):
+    """A profile of 1,000 steps in flight; a cancel and a stacks request arrive together. The
+    profile stops at the training thread's next step end, the stacks are taken at the next
+    sampled step, a request made before the cancel is dropped, and each is answered."""
+    controller = _controller(tmp_path, on_demand=True)
+    profile = capture_store.write_request(tmp_path, steps=1000, ranks=None, kinds=["profile"])
+    controller.on_sampled_step(50, None, ended_at=profile["requested_at"] + 1)
+    (waiting,) = _manifests(tmp_path)
+    assert waiting["status"] == "waiting" and waiting["request_id"] == profile["id"]
+    early = capture_store.write_request(tmp_path, steps=2, ranks=None, kinds=["batch"])
+    cancel = capture_store.write_request(tmp_path, ranks=None, cancel=True)
+    stacks = capture_store.write_request(tmp_path, steps=2, ranks=None, kinds=["stacks"])
+    controller.on_sampled_step(100, None, ended_at=stacks["requested_at"] + 1)
+    assert len(_manifests(tmp_path)) == 1, "a request was taken while the profile was in flight"
+    controller.on_step_end(101)  # the training thread honours the cancel
+    controller.on_sampled_step(150, None, ended_at=stacks["requested_at"] + 2)
+    for thread in controller._finishers:
+        thread.join(10)
+    by_request = {m["request_id"]: m for m in _manifests(tmp_path)}
+    assert by_request[profile["id"]]["status"] == "cancelled"
+    assert by_request[profile["id"]]["reason"] == f"cancelled by request {cancel['id']}"
+    assert by_request[stacks["id"]]["step"] == 150 and by_request[stacks["id"]]["kinds"] == ["stacks"]
+    assert early["id"] not in by_request
+    answers = {a["id"]: a for a in capture_store.read_answers(tmp_path)}
+    assert answers[cancel["id"]]["answer"] == "cancelled" and answers[cancel["id"]]["step"] == 100
+    assert answers[cancel["id"]]["folder"] == str(capture_store.capture_folders(tmp_path / "rank_0")[0])
+    assert answers[early["id"]]["answer"] == f"dropped by cancel {cancel['id']}"
+    assert stacks["id"] not in answers
+    controller.close()
+
+
+def test_capture_cancel_waits_for_and_prints_each_ranks_answer(tmp_path, capsys):
+    """`--cancel` printed no confirmation: with `--wait` it prints what each rank did."""
+    import threading
+
+    controller = _controller(tmp_path, on_demand=True)
+    done = threading.Event()
+
+    def rank_0():  # the run's pipeline worker, on its sampled steps
+        step = 0
+        while not done.is_set() and not capture_store.read_answers(tmp_path):
+            step += 1
+            controller.on_sampled_step(step, None, ended_at=float("inf"))
+            done.wait(0.02)
+
+    worker = threading.Thread(target=rank_0, daemon=True)
+    worker.start()
+    try:
+        assert cli_main(["capture", "--cancel", "--ranks", "0", "--wait", "20", str(tmp_path)]) == 0
+    finally:
+        done.set()
+        worker.join(10)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("request ") and "rank 0 stop the capture in flight" in out[0]
+    assert out[1].startswith("rank 0: step ") and out[1].endswith(": no capture in flight to cancel"), out
     controller.close()
 
 
@@ -258,7 +349,7 @@ def test_the_notification_carries_the_capture_path():
 
 def test_capture_command_writes_a_request_and_lists(tmp_path, capsys):
     assert cli_main(["capture", "--steps", "4", "--ranks", "3,0", "--kinds", "profile,batch", str(tmp_path)]) == 0
-    request = json.loads((tmp_path / names.CONTROL_FILE).read_text())
+    (request,) = json.loads((tmp_path / names.CONTROL_FILE).read_text())["requests"]
     assert (request["steps"], request["ranks"], request["kinds"]) == (4, [0, 3], ["profile", "batch"])
     assert f"request {request['id']}" in capsys.readouterr().out
     assert cli_main(["capture", "--list", str(tmp_path)]) == 0
@@ -271,7 +362,7 @@ def test_capture_command_writes_a_request_and_lists(tmp_path, capsys):
 
 def test_capture_cancel_writes_a_cancel_request_for_the_ranks_asked(tmp_path, capsys):
     assert cli_main(["capture", "--cancel", "--ranks", "1", str(tmp_path)]) == 0
-    request = json.loads((tmp_path / names.CONTROL_FILE).read_text())
+    (request,) = json.loads((tmp_path / names.CONTROL_FILE).read_text())["requests"]
     assert (request["cancel"], request["ranks"]) == (True, [1]) and "steps" not in request
     assert capture_store.request_problem(request) is None
     assert f"request {request['id']}" in capsys.readouterr().out
@@ -311,14 +402,14 @@ def test_a_request_with_a_mistyped_field_is_dropped_with_one_warning_naming_it(t
     watcher = capture_store.RequestWatcher(tmp_path)
     capture_store.write_json(tmp_path / names.CONTROL_FILE, {"id": "bad", **fields})
     with caplog.at_level("WARNING", logger="otel_mindformers"):
-        assert watcher.poll() is None
-        assert watcher.poll() is None  # once: the same file is not read again
+        assert watcher.poll() == []
+        assert watcher.poll() == []  # once: the same file is not read again
     (warning,) = [r.getMessage() for r in caplog.records]
     assert str(tmp_path / names.CONTROL_FILE) in warning and f"{named}:" in warning
     capture_store.write_json(
         tmp_path / names.CONTROL_FILE, {"id": "good", "steps": 3, "ranks": [0], "kinds": ["stacks"]}
     )
-    assert watcher.poll()["id"] == "good"
+    assert [request["id"] for request in watcher.poll()] == ["good"]
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,32 @@ def test_a_release_outside_the_range_is_warned_once_naming_it(monkeypatch):
     assert releases.first_warning() == []
 
 
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [
+        ("2.9.0-ascend-b050", None),  # a vendor's build of 2.9.0: inside, nothing to say
+        ("2.7.0rc1.ascend", "outside"),  # before 2.7.0
+        ("2.12.0-ascend-b050", "outside"),
+        ("ascend-dev", "unrecognised"),
+    ],
+)
+def test_a_vendor_suffixed_version_is_read_by_its_release_numbers(monkeypatch, version, said):
+    """'2.9.0-ascend-b050' is no PEP 440 version: it was called outside the tested range
+    (issue 46, item 19). Its leading numbers are the release; only a version with none is
+    unrecognised, and the line says so."""
+    monkeypatch.setattr(releases, "installed", lambda package: version if package == "mindspore" else None)
+    lines = releases.outside_tested_range()
+    if said is None:
+        assert lines == []
+    elif said == "outside":
+        (line,) = lines
+        assert line.startswith(f"MindSpore {version} is outside the tested range (MindSpore >= 2.7.0, < 2.11)"), line
+    else:
+        (line,) = lines
+        assert line.startswith(f"MindSpore {version}: unrecognised version, so whether it is in the tested range"), line
+        assert "outside" not in line
+
+
 def test_validate_names_the_versions_found_and_the_tested_range(tmp_path, capsys):
     from otel_mindformers.cli import main as cli_main
 

@@ -1009,6 +1009,34 @@ def test_the_next_attempt_recovers_the_tail_into_tensorboard_too(tmp_path):
     assert loss_steps(dead_run) == list(range(1, 151))
 
 
+@pytest.mark.slow  # a real training killed between its outputs' writes, then the job's next attempt
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_death_between_the_outputs_writes_shows_each_tensorboard_step_once(tmp_path, when):
+    """The outputs write a batch one after the other, and the ring's mark moves after all of
+    them. Killed after the JSON log wrote a batch and before TensorBoard did, the JSON log
+    held steps TensorBoard lacked, and the next attempt recovered only what the JSON log
+    lacked: TensorBoard lost up to a batch (64 steps) in the middle (issue 46 item 4: steps
+    66-129 of 150 on a loaded CI row). Killed after TensorBoard wrote it too, before the
+    mark moved, the batch must not show twice."""
+    board = tmp_path / "board"
+    config = {"job_id": "tb-job", "output_type": ["json_file", "tensorboard"], "tensorboard_path": str(board)}
+    killed = _die_at(
+        tmp_path, 10_000, "SIGKILL", 1, config=config, at={"40": [["die_writing", "tensorboard", when, "SIGKILL"]]}
+    )
+    finish(killed)
+    assert killed.returncode == -signal.SIGKILL
+    next_attempt = spawn(
+        {"config": {"interval": 1, "json_log_path": str(tmp_path / "out" / "train_metric.json"), **config},
+         "steps": 3, "report": str(tmp_path / "next.json")},
+        tmp_path,
+    )  # fmt: skip
+    _, err = finish(next_attempt)
+    assert next_attempt.returncode == 0, err[-3000:]
+    (dead_run,) = [folder for folder in (board / "rank_0").iterdir() if folder.is_dir()]  # set aside
+    steps = loss_steps(dead_run)
+    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] >= 40, steps
+
+
 @pytest.mark.slow  # a real training, killed from outside
 def test_a_sigkill_from_outside_as_the_oom_killer_sends_it(tmp_path):
     """This machine's cgroup v2 has no memory controller (and the v1 memory cgroup is the
@@ -1098,6 +1126,11 @@ def _header_or_none(path: Path) -> ring_format.Header | None:
         return None
 
 
+def _written_past(path: Path, step: int) -> bool:
+    header = _header_or_none(path)
+    return header is not None and header.written_step > step
+
+
 @pytest.mark.slow  # a real training whose ring another process cuts, twice
 def test_a_ring_cut_by_another_process_never_stops_the_training(tmp_path):
     """`: > out/*`, logrotate's copytruncate, a size-based cleaner (issue 46): the ring's
@@ -1123,11 +1156,16 @@ def test_a_ring_cut_by_another_process_never_stops_the_training(tmp_path):
             (ring,) = out.glob("*.flight")
             if cut_to is not None:
                 os.truncate(ring, cut_to)
-            else:  # the worker finds the cut at its next batch and writes the header back
-                wait_until(lambda ring=ring: _header_or_none(ring) is not None, "the ring's header back", process)
-                header = _header_or_none(ring)
-                assert header is not None and header.written_step > 40
-                assert [far.step for far in finished_steps_of(str(out / "train_metric.json"), 0).values()] == [60]
+            else:  # the worker finds the cut at its next batch and writes the whole ring back
+                # Waited for, not read once: the worker may put the ring back at the end of a
+                # batch of steps up to 40 it handled after the cut (its header then says so
+                # until its next batch), and a reader may meet its 300 KB write half done.
+                wait_until(lambda ring=ring: _written_past(ring, 40), "the ring back, with steps past the cut", process)
+                wait_until(
+                    lambda: [far.step for far in finished_steps_of(str(out / "train_metric.json"), 0).values()] == [60],
+                    "the ring read whole, at step 60",
+                    process,
+                )
             go.touch()
     finally:
         _, err = finish(process)

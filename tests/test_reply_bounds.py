@@ -115,14 +115,14 @@ def test_a_capture_request_that_is_a_fifo_or_huge_is_not_read(tmp_path):
         os.close(os.open(request, os.O_WRONLY | os.O_NONBLOCK))
         poller.join(5)
         raise AssertionError("the watcher blocked on a FIFO")
-    assert seen == [None]
+    assert seen == [[]]
     request.unlink()
     with open(request, "wb") as stream:  # valid JSON, 16 MiB of it
         stream.write(b'{"id": "big", "kinds": ["stacks"], "pad": "' + b"x" * (16 << 20) + b'"}')
-    assert watcher.poll() is None
+    assert watcher.poll() == []
     request.unlink()
     fresh = capture_store.write_request(tmp_path, steps=1, ranks=None, kinds=["stacks"])
-    assert watcher.poll() == fresh
+    assert watcher.poll() == [fresh]
 
 
 def test_a_ledger_that_is_a_fifo_or_huge_is_kept_aside_not_read(tmp_path):

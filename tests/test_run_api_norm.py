@@ -31,16 +31,19 @@ def _sum_of_squares_root(grads):
 
 def test_the_executor_the_norm_runs_on_is_on_this_release():
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    norm = logged_values._global_norm_graph()
+    norm = logged_values._global_norm_graph(False)
     assert isinstance(norm, mindspore_graph.CompiledGraph)
     grads = _grads((3, 4), (4,), (2, 2, 2))
     assert float(norm(grads).asnumpy()) == pytest.approx(_expected(grads), rel=1e-5)
     assert float(norm(list(grads)).asnumpy()) == pytest.approx(_expected(grads), rel=1e-5)  # any sequence
+    total, squares = logged_values._global_norm_graph(True)(grads)  # with each gradient's squared norm
+    assert float(total.asnumpy()) == pytest.approx(_expected(grads), rel=1e-5)
+    assert squares.asnumpy() == pytest.approx([_expected([g]) ** 2 for g in grads], rel=1e-5)
 
 
 def test_new_shapes_or_dtypes_compile_again_and_read_right():
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    norm = logged_values._global_norm_graph()
+    norm = logged_values._global_norm_graph(False)
     for grads in (
         _grads((3, 4), (4,)),
         _grads((5, 4), (4,), seed=1),  # bigger: the phase of (3, 4) would read 12 values

@@ -140,7 +140,8 @@ class CaptureController:
             except ProfilerUnavailable as exc:
                 self._warn_once("profiler", "otel_mindformers: profile captures are off: %s", exc)
         self._watcher = store.RequestWatcher(self._root) if config.on_demand else None
-        self._waiting: dict[str, Any] | None = None  # a request newer than the record in hand
+        self._pending: list[dict[str, Any]] = []  # on-demand requests not taken yet, oldest first
+        self._answers: list[dict[str, Any]] = []  # to requests that took no capture, newest last
         self._size_checked = 0.0  # monotonic seconds: the profile's disk use, measured at most every SIZE_CHECK_SECONDS
 
     # --- where a rule fired ------------------------------------------------------------------
@@ -152,10 +153,12 @@ class CaptureController:
 
     # --- pipeline worker, sampled steps -------------------------------------------------------
     def on_sampled_step(self, step: int, span: Span | None, ended_at: float) -> None:
-        """One stat of the request file; a new request for this rank is taken by the first
-        sampled step that ended (`ended_at`, wall seconds) after it was made: the worker may
-        be handling an older step's record when the request appears. While a profile runs,
-        its folder's size against `max_bytes` (at most every SIZE_CHECK_SECONDS)."""
+        """One stat of the request file; the new requests for this rank queue in the order
+        they were made. A cancel acts at once; a capture request is taken by the first
+        sampled step that ended (`ended_at`, wall seconds) after it was made (the worker may
+        be handling an older step's record when the request appears) and no capture is in
+        flight. While a profile runs, its folder's size against `max_bytes` (at most every
+        SIZE_CHECK_SECONDS)."""
         if self._profile is not None:
             self._stop_past_max_bytes()
         notes = self._batch_notes
@@ -163,25 +166,24 @@ class CaptureController:
             notes.pop(older, None)
         if self._watcher is None:
             return
-        request, self._waiting = self._waiting, None
-        if request is None:
-            try:
-                request = self._watcher.poll()
-            except Exception as exc:  # a vanished share: keep training, say it once
-                self._warn_once("watch", "otel_mindformers: cannot read capture requests: %s", exc)
-                return
-        if request is None or not store.wanted_by(request, self._identity.rank):
-            return
-        if request.get("cancel"):
-            self._cancel(request["id"], step)
-            return
-        requested_at = request.get("requested_at")
-        if isinstance(requested_at, (int, float)) and requested_at > ended_at:
-            self._waiting = request
-            return
-        if self._profile is not None:  # one capture at a time: this request is taken after it
-            self._waiting = request
-            return
+        try:
+            fresh = self._watcher.poll()
+        except Exception as exc:  # a vanished share: keep training, say it once
+            self._warn_once("watch", "otel_mindformers: cannot read capture requests: %s", exc)
+            fresh = []
+        pending = self._pending
+        pending += [request for request in fresh if store.wanted_by(request, self._identity.rank)]
+        if any(request.get("cancel") for request in pending):
+            self._cancel_through_last(step)
+        while pending and self._profile is None:  # one capture in flight at a time
+            request = pending[0]
+            requested_at = request.get("requested_at")
+            if isinstance(requested_at, (int, float)) and requested_at > ended_at:
+                return  # made after this step ended: a later sampled step takes it
+            pending.pop(0)
+            self._take(request, step, span)
+
+    def _take(self, request: dict[str, Any], step: int, span: Span | None) -> None:
         kinds = [k for k in request.get("kinds") or self._kinds if k in names.KINDS] or self._kinds
         steps = int(request.get("steps") or self._config.profile_steps)
         _logger.warning(
@@ -194,21 +196,56 @@ class CaptureController:
         )
         self._request(names.TRIGGER_ON_DEMAND, step, span, kinds, steps, request_id=request["id"])
 
-    def _cancel(self, request_id: str, step: int) -> None:
+    def _cancel_through_last(self, step: int) -> None:
         """`capture --cancel`: the profile in flight stops at the training thread's next step
-        end (its folder says `cancelled`); a request waiting behind it is dropped."""
-        self._waiting = None
-        if self._ask_stop("cancelled", f"cancelled by request {request_id}"):
-            _logger.warning(
-                "otel_mindformers: rank %d cancels its capture in flight at step %d (request %s)",
-                self._identity.rank, step, request_id,
-            )  # fmt: skip
-        else:
-            _logger.warning(
-                "otel_mindformers: rank %d has no capture in flight to cancel (request %s)",
-                self._identity.rank,
-                request_id,
-            )
+        end (its folder says `cancelled`); the requests queued before the cancel are dropped,
+        those after it stay. Each of them is answered (`store.write_answers`)."""
+        last = max(i for i, request in enumerate(self._pending) if request.get("cancel"))
+        handled = self._pending[: last + 1]
+        del self._pending[: last + 1]  # in place: the caller goes on with the list
+        dropped: list[str] = []
+        for request in handled:
+            if not request.get("cancel"):
+                dropped.append(request["id"])
+                continue
+            cancel_id = request["id"]
+            folder = self._ask_stop("cancelled", f"cancelled by request {cancel_id}")
+            if folder is not None:
+                _logger.warning(
+                    "otel_mindformers: rank %d cancels its capture in flight at step %d (request %s): %s",
+                    self._identity.rank, step, cancel_id, folder,
+                )  # fmt: skip
+            else:
+                _logger.warning(
+                    "otel_mindformers: rank %d has no capture in flight to cancel (request %s)",
+                    self._identity.rank,
+                    cancel_id,
+                )
+            self._answer(cancel_id, step, "cancelled" if folder is not None else "nothing in flight", folder)
+            for request_id in dropped:
+                self._answer(request_id, step, f"dropped by cancel {cancel_id}", None)
+            dropped = []
+        self._write_answers()
+
+    def _answer(self, request_id: str, step: int, answer: str, folder: Path | None) -> None:
+        self._answers.append(
+            {
+                "id": request_id,
+                "rank": self._identity.rank,
+                "world_size": self._identity.world_size,
+                "step": step,
+                "answer": answer,
+                "folder": None if folder is None else str(folder),
+                "time_stamp": round(time.time(), 3),
+            }
+        )
+        del self._answers[: -store.ANSWERS_KEPT]
+
+    def _write_answers(self) -> None:
+        try:
+            store.write_answers(self._rank_root, self._answers)
+        except (OSError, ValueError) as exc:
+            self._warn_once("answers", "otel_mindformers: cannot write the answers to capture requests: %s", exc)
 
     def _stop_past_max_bytes(self) -> None:
         """A profile longer than its folder's budget stops (status `stopped`) instead of
@@ -218,21 +255,24 @@ class CaptureController:
             return
         self._size_checked = now
         used = store.folder_bytes(self._rank_root)
-        if used > self._config.max_bytes and self._ask_stop(
-            "stopped", f"its folder passed max_bytes ({used} > {self._config.max_bytes} bytes)"
+        if (
+            used > self._config.max_bytes
+            and self._ask_stop("stopped", f"its folder passed max_bytes ({used} > {self._config.max_bytes} bytes)")
+            is not None
         ):
             self._warn_once(
                 "max-bytes", "otel_mindformers: stopping the profile in flight: captures use %d bytes, max_bytes is %d",
                 used, self._config.max_bytes,
             )  # fmt: skip
 
-    def _ask_stop(self, status: str, reason: str) -> bool:
+    def _ask_stop(self, status: str, reason: str) -> Path | None:
+        """The folder of the profile in flight, asked to stop; None where none is."""
         with self._lock:
             profile = self._profile
             if profile is None:
-                return False
+                return None
             profile.stop = (status, reason)
-        return True
+        return profile.folder
 
     # --- training thread ------------------------------------------------------------------------
     def note_batch(self, cb_params: Any, step: int) -> None:

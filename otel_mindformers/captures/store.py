@@ -2,7 +2,8 @@
 
 Layout under `alert_config.capture.path` (a folder every rank can reach, shared or not):
 
-    <path>/capture_request.json                   the on-demand request (`otel-mindformers capture`)
+    <path>/capture_request.json                   the on-demand requests, the last REQUESTS_KEPT
+    <path>/rank_<r>/request_answers.json          this rank's answers to requests that took no capture
     <path>/rank_<r>/<UTC time>-step<k>-<trigger>/  one capture
         capture.json      the manifest: rank, trigger, kinds, the steps profiled and their
                           wall-clock windows, status
@@ -28,6 +29,7 @@ from typing import Any
 
 from otel_mindformers.config.limits import MAX_PROFILE_STEPS
 from otel_mindformers.core.bounded_read import read_small_file
+from otel_mindformers.core.file_lock import lock_within
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.names import capture_names as names
 
@@ -169,7 +171,18 @@ def manifest_problem(manifest: Any) -> str | None:
 _LATEST_TIME_STAMP = 1e11  # Unix seconds in the year 5138: past it, a time stamp is garbage
 
 
-# --- the on-demand request ---------------------------------------------------------------
+# --- the on-demand requests --------------------------------------------------------------
+# The request file keeps the last requests, oldest first, so a request written right after
+# another (a cancel, then a new request) never replaces one a rank has not read yet. A rank
+# more than this many requests behind loses the oldest.
+REQUESTS_KEPT = 16
+# `capture` waits this long for another `capture` to finish adding its request.
+REQUEST_LOCK_SECONDS = 5.0
+# This rank's answers to requests that took no capture (a cancel, a request a cancel
+# dropped), newest last: what `capture --cancel --wait` prints.
+ANSWERS_KEPT = 32
+
+
 def write_request(
     root: str | os.PathLike[str],
     *,
@@ -178,9 +191,10 @@ def write_request(
     kinds: list[str] | None = None,
     cancel: bool = False,
 ) -> dict[str, Any]:
-    """What `otel-mindformers capture` writes: every watching rank listed in `ranks` (None:
-    every rank) takes one capture of `kinds`, profiling `steps` steps; with `cancel`, those
-    ranks stop the capture they have in flight instead."""
+    """What `otel-mindformers capture` adds to the request file: every watching rank listed
+    in `ranks` (None: every rank) takes one capture of `kinds`, profiling `steps` steps; with
+    `cancel`, those ranks stop the capture they have in flight and drop the requests before
+    it instead. Raises FileLocked when another writer holds the file past REQUEST_LOCK_SECONDS."""
     request: dict[str, Any] = {"id": uuid.uuid4().hex[:12], "ranks": ranks, "requested_at": round(time.time(), 3)}
     if cancel:
         request["cancel"] = True
@@ -188,53 +202,103 @@ def write_request(
         request.update(steps=steps, kinds=kinds)
     folder = Path(root)
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / names.CONTROL_FILE, request)
+    lock_path = folder / names.REQUEST_LOCK_FILE
+    with open(lock_path, "a") as lock:  # two `capture` commands at once: both requests stay
+        lock_within(lock.fileno(), lock_path, REQUEST_LOCK_SECONDS)
+        queued = queued_requests(_read_json(folder / names.CONTROL_FILE, _MAX_REQUEST_BYTES))
+        write_json(folder / names.CONTROL_FILE, {"requests": [*queued, request][-REQUESTS_KEPT:]})
     return request
+
+
+def queued_requests(body: Any) -> list[dict[str, Any]]:
+    """The requests a request file holds, oldest first: its `requests` list, or the file
+    itself where it is one request (written by hand, or by an earlier `capture`)."""
+    if not isinstance(body, dict):
+        return []
+    if "requests" in body:
+        listed = body["requests"]
+        return [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
+    return [body]
+
+
+def write_answers(rank_root: Path, answers: list[dict[str, Any]]) -> None:
+    rank_root.mkdir(parents=True, exist_ok=True)
+    write_json(rank_root / names.ANSWERS_FILE, {"answers": answers[-ANSWERS_KEPT:]})
+
+
+def read_answers(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every rank's answers to requests that took no capture (`write_answers`)."""
+    found = []
+    for rank_root in sorted(Path(root).glob("rank_*")):
+        body = _read_json(rank_root / names.ANSWERS_FILE, _MAX_REQUEST_BYTES)
+        listed = body.get("answers") if isinstance(body, dict) else None
+        found += [a for a in listed if isinstance(a, dict)] if isinstance(listed, list) else []
+    return found
 
 
 class RequestWatcher:
     """Watches `<root>/capture_request.json` with one stat per `poll()`; the file is read
-    only when its stat changed. A request already there when the run starts is old (it was
-    answered, or meant for another run): it is taken as seen."""
+    only when its stat changed. The requests already there when the run starts are old
+    (answered, or meant for another run): they are taken as seen. While the file is missing,
+    the watched folder is made again if someone removed it: `capture` refuses a folder
+    that does not exist, and this run still reads requests there."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.path = Path(root) / names.CONTROL_FILE
+        self.root = Path(root)
+        self.path = self.root / names.CONTROL_FILE
         # The folder exists while a run watches it, so `otel-mindformers capture` can tell a
         # path no run watches (a typo) from one whose runs took no capture yet.
-        try:
-            Path(root).mkdir(parents=True, exist_ok=True)
-        except OSError:  # an unwritable path is the capture's own warning, when it is taken
-            pass
+        self._make_folder()
         self._signature = self._stat()
-        first = self._read() if self._signature is not None else None
-        self._seen_id = first.get("id") if first else None
+        self._seen = {r.get("id") for r in self._read() if isinstance(r.get("id"), str)}
+
+    def _make_folder(self) -> None:
+        try:
+            os.mkdir(self.root)  # one system call where the folder is there (EEXIST)
+        except FileExistsError:
+            return
+        except FileNotFoundError:  # its parent went too
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                return
+        except OSError:  # an unwritable path is the capture's own warning, when it is taken
+            return
+        _logger.info("otel_mindformers: made the capture folder %s (again): requests are read there", self.root)
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
             stat = os.stat(self.path)
+        except FileNotFoundError:
+            self._make_folder()
+            return None
         except OSError:
             return None
         return stat.st_mtime_ns, stat.st_size, stat.st_ino
 
-    def _read(self) -> dict[str, Any] | None:
-        body = _read_json(self.path, _MAX_REQUEST_BYTES)
-        return body if isinstance(body, dict) else None
+    def _read(self) -> list[dict[str, Any]]:
+        return queued_requests(_read_json(self.path, _MAX_REQUEST_BYTES))
 
-    def poll(self) -> dict[str, Any] | None:
-        """A request not seen before, or None."""
+    def poll(self) -> list[dict[str, Any]]:
+        """The requests not seen before, oldest first."""
         signature = self._stat()
         if signature is None or signature == self._signature:
-            return None
+            return []
         self._signature = signature
-        request = self._read()
-        if request is None or request.get("id") in (None, self._seen_id):
-            return None
-        self._seen_id = request["id"]
-        problem = request_problem(request)
-        if problem is not None:  # a hand-written file: said once, never a failed step
-            _logger.warning("otel_mindformers: ignoring capture request %s: %s", self.path, problem)
-            return None
-        return request
+        fresh, queued = [], self._read()
+        for request in queued:
+            request_id = request.get("id")
+            if not isinstance(request_id, str) or request_id in self._seen:
+                continue
+            self._seen.add(request_id)
+            problem = request_problem(request)
+            if problem is not None:  # a hand-written file: said once, never a failed step
+                _logger.warning("otel_mindformers: ignoring capture request %s: %s", self.path, problem)
+                continue
+            fresh.append(request)
+        if len(self._seen) > 64 * REQUESTS_KEPT:  # a long run's ids: only the file's can come back
+            self._seen = {r.get("id") for r in queued if isinstance(r.get("id"), str)}
+        return fresh
 
 
 def request_problem(request: dict[str, Any]) -> str | None:

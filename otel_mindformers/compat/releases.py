@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import re
 import threading
 
 from packaging.specifiers import SpecifierSet
@@ -51,18 +52,41 @@ def found() -> str:
     return f"{', '.join(release(package) for package in TESTED)} (tested: {tested})"
 
 
+def comparable(version: str) -> Version | None:
+    """The version a vendor's build is of: PEP 440 as it stands, or the leading release
+    numbers of a vendor-suffixed one ('2.9.0-ascend-b050' is 2.9.0, '2.7.0rc1.ascend' is
+    2.7.0rc1); None where no version can be read ('dev', '')."""
+    try:
+        return Version(version)
+    except InvalidVersion:
+        pass
+    leading = _LEADING_RELEASE.match(version)
+    if leading is None:
+        return None
+    try:
+        return Version(leading.group(0))
+    except InvalidVersion:
+        return None
+
+
+_LEADING_RELEASE = re.compile(r"v?\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?", re.IGNORECASE)
+
+
 def outside_tested_range() -> list[str]:
-    """One line per installed package outside its tested range."""
+    """One line per installed package outside its tested range, or whose version cannot be read."""
     lines = []
     for package in TESTED:
         version = installed(package)
         if version is None:
             continue
-        try:
-            inside = Version(version) in SpecifierSet(tested_range(package))
-        except InvalidVersion:
-            inside = False
-        if not inside:
+        parsed = comparable(version)
+        if parsed is None:
+            lines.append(
+                f"{release(package)}: unrecognised version, so whether it is in the tested range "
+                f"({LABELS[package]} {tested_range(package)}) is not known: it may work; anything that does not "
+                "is turned off with a message naming it"
+            )
+        elif parsed not in SpecifierSet(tested_range(package)):
             lines.append(
                 f"{release(package)} is outside the tested range ({LABELS[package]} {tested_range(package)}): "
                 "it may work; anything that does not is turned off with a message naming it"

@@ -6,7 +6,8 @@ on this rank are recovered, oldest first:
 - the same job's (an earlier attempt): their tails go to this run's outputs, built as the
   run builds them (outputs/build_sinks), so they come before the new attempt's lines, and
   a resumed run's TensorBoard restart marker hides those it computes again, as it hides
-  what the dead run did write; and as step spans with their original times, linked to
+  what the dead run did write (TensorBoard takes the whole unwritten tail behind a marker of
+  its own: `_write_outputs`); and as step spans with their original times, linked to
   their own attempt's run span (which the next attempt records: restarts/run_attempt.py);
 - another job's (a run killed, then a new one started from scratch in its folder): their
   tails go to that run's own JSON log (flight_recorder/recovery.py `own_log`: still at its
@@ -49,6 +50,7 @@ from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs import build_sinks
 from otel_mindformers.outputs.jsonl import last_step_line, rank_path
+from otel_mindformers.outputs.tensorboard import TensorBoardSink
 from otel_mindformers.telemetry.step_ids import job_step_context, job_trace_key
 
 _logger = get_logger(__name__)
@@ -153,13 +155,14 @@ def _hand_on(tail: Tail, config: MonitorConfig, identity: Identity, tracer: Any,
     if not tail.slots:
         tail.release(remove=True)
         return
+    unwritten = tail.records()
     records = tail.unlogged(last_step_line(rank_path(config.json_log_path, identity)))
-    if not records:
+    if not records and "tensorboard" not in config.outputs.output_type:  # the JSON log holds them all
         tail.mark_written()
         tail.release(remove=True)
         return
     try:
-        _write_outputs(records, config, identity)
+        written = _write_outputs(unwritten, records, config, identity)
     except FileLocked:  # a frozen writer holds the log: kept, and the run's own json_file says so once
         tail.release()
         return
@@ -174,7 +177,7 @@ def _hand_on(tail: Tail, config: MonitorConfig, identity: Identity, tracer: Any,
         )
     except Exception as exc:  # telemetry: the lines are out
         _logger.warning("otel_mindformers: cannot export the records recovered from %s: %s", tail.path, exc)
-    _done(tail, records)
+    _done(tail, written)
 
 
 def _to_own_log(tail: Tail) -> None:
@@ -215,14 +218,31 @@ def _done(tail: Tail, records: list[StepRecord]) -> None:
         )  # fmt: skip
 
 
-def _write_outputs(records: list[StepRecord], config: MonitorConfig, identity: Identity) -> None:
+def _write_outputs(
+    unwritten: list[StepRecord], unlogged: list[StepRecord], config: MonitorConfig, identity: Identity
+) -> list[StepRecord]:
     """Into the run's own outputs, as the run builds them: its JSON log and TensorBoard
-    folder, written on (nothing set aside, no restart marker)."""
+    folder, written on (nothing set aside); the longest list of records written.
+
+    The JSON log takes `unlogged`, the records past its last line (a line is whole or
+    absent). The JSON log's last line says nothing of TensorBoard's: the outputs write a
+    batch one after the other, and a run killed between the two left the batch in its JSON
+    log only (TensorBoard lost up to a batch, 64 steps, in the middle of the run). So
+    TensorBoard takes every record past the ring's written mark (`unwritten`: what some
+    output may lack) behind its restart marker at the first of them, which hides whatever
+    of them the dead run's event file does hold: each step shows once."""
+    written: list[StepRecord] = []
     for sink in build_sinks(config.outputs, identity, reports_training=False, recovered=True):
+        records = unwritten if isinstance(sink, TensorBoardSink) else unlogged
         try:
-            sink.write(records)
+            if records:
+                if isinstance(sink, TensorBoardSink):
+                    sink.mark_restart(records[0].step)
+                sink.write(records)
+                written = max(written, records, key=len)
         finally:
             sink.close()
+    return written
 
 
 def _run_span_of(attempt_id: str, history: list[dict[str, Any]]) -> list[Link]:

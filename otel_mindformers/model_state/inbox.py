@@ -1,10 +1,12 @@
-"""Where MindFormers' own monitors hand us their readings.
+"""Where MindFormers' own monitors (and the run API's gradients) hand us their readings.
 
 MindFormers' `TrainingStateMonitor` writes every reading through one method,
 `_output(tag, data, step, formats)`, which dispatches to its per-format writers (log,
 TensorBoard). The instrumentor wraps that method (model_state/mindformers_hooks.py) so each
 reading is also put here, with its tag and step: MindFormers' numbers, not recomputed. The
-MoE callbacks' expert loads and drop rates arrive the same way.
+MoE callbacks' expert loads and drop rates arrive the same way; so do the per-parameter
+gradient norms of a custom loop's `run.log(grads=...)` (runtime/logged_values.py), as one
+family of readings.
 
 `put` runs on the training thread inside MindFormers' callback and only stores a reference
 (latest per tag); the active run `take`s them on its sampled steps. With no run open,
@@ -51,6 +53,7 @@ class StateInbox:
         self._micro: dict[str, tuple[int, list[Any]]] = {}
         self._expert_loads: dict[str, tuple[int, list[float]]] = {}
         self._drop_rates: dict[str, tuple[int, float]] = {}
+        self._families: dict[str, tuple[int, FamilyReadings]] = {}
         # True once MindFormers wrote since the last take: an attribute, not a method, because
         # the run reads it on every sampled step, where each call is a cold frame.
         self.written = False
@@ -72,6 +75,7 @@ class StateInbox:
         self._micro.clear()
         self._expert_loads.clear()
         self._drop_rates.clear()
+        self._families.clear()
         self.written = False
 
     # --- MindFormers' side (training thread) ---------------------------------------------
@@ -102,6 +106,12 @@ class StateInbox:
             self._drop_rates[match.group(1)] = (step, float(match.group(2)))
             self.written = True
 
+    def put_family(self, family: str, readings: FamilyReadings, step: int) -> None:
+        """A whole family of per-parameter squared norms at once (the run API's gradients)."""
+        if self._runs:
+            self._families[family] = (step, readings)
+            self.written = True
+
     # --- the run's side (training thread, sampled steps) ------------------------------------
     def take(self, after_step: int) -> tuple[dict[str, float], ModelState]:
         """Readings written for steps after `after_step`: the scalar training metrics, and the
@@ -110,6 +120,7 @@ class StateInbox:
         micro = {tag: data for tag, (step, data) in self._micro.items() if step > after_step}
         loads = {k: v for k, (step, v) in self._expert_loads.items() if step > after_step}
         drops = {k: v for k, (step, v) in self._drop_rates.items() if step > after_step}
+        families = {k: v for k, (step, v) in self._families.items() if step > after_step}
         self._clear()
         scalars = {}
         for tag, key in SCALAR_TAGS.items():
@@ -120,6 +131,7 @@ class StateInbox:
                     latest.pop(tag, None)
         state = ModelState(expert_loads={k: [_float(x) for x in v] for k, v in loads.items()}, drop_rates=drops)
         state.families.update(_families(latest))
+        state.families.update(families)
         for values in micro.values():
             state.local_losses += [_float(v) for v in values]
         for tag, data in latest.items():

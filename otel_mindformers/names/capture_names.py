@@ -63,6 +63,8 @@ ATTR_CAPTURE_OUTCOME = "training.capture.outcome"  # taken, skipped, failed
 # --- files --------------------------------------------------------------------------------
 MANIFEST_FILE = "capture.json"
 CONTROL_FILE = "capture_request.json"
+REQUEST_LOCK_FILE = ".capture_request.lock"  # held while `capture` adds a request
+ANSWERS_FILE = "request_answers.json"
 PROFILE_DIR = "profile"
 STACKS_FILE = "stacks.txt"
 BATCH_FILE = "batch.json"

@@ -30,8 +30,8 @@ def build_sinks(
     (the monitor_config article's policy). Files hold one run: a run starting at step 0 sets the previous
     run's aside, a resumed one (`first_step` > 0) writes on after it (outputs/runs.py).
     `recovered`: the files of a run that died, for the records its flight ring kept
-    (flight_recorder/): written on after what they hold, with no restart marker, no stdout,
-    and no second warning for an output the run itself turns off."""
+    (flight_recorder/): written on after what they hold, with no restart marker (the recovery
+    writes its own), no stdout, and no second warning for an output the run itself turns off."""
     kinds = config.output_type
     resumed = recovered or is_resumed(first_step)
     sinks: list[OutputSink] = []

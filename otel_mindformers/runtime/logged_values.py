@@ -6,7 +6,10 @@ computed on the device here, and only here: one compiled graph, one launch, what
 number of gradients (one operation each in PyNative would be one launch each), run from its
 compiled phase without `jit`'s per-call wrapper (compat/mindspore_graph.py).
 Then every value is read back one after the other: the first readback waits for the device,
-the others copy what is ready, so a sampled step synchronises once.
+the others copy what is ready, so a sampled step synchronises once. The same graph gives each
+gradient's squared norm; where they are asked for (`local_norm_format`, MindFormers' key for
+its per-parameter norms), the run reads model state and the optimizer names the gradients,
+they go to the model-state inbox as per-parameter gradient norms.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from typing import Any, Protocol
 
 from otel_mindformers.compat import mindspore_graph, mindspore_tensor
 from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.model_state.inbox import INBOX
+from otel_mindformers.model_state.state import FamilyReadings
 from otel_mindformers.names import training as tm
+from otel_mindformers.names.model_state import GRAD_NORM
 from otel_mindformers.runtime.extract import LearningRateSource, to_host
 
 _logger = get_logger(__name__)
@@ -36,20 +42,31 @@ class Logged(Protocol):
     logged_at: int  # the step whose `log` set them
 
 
-_GLOBAL_NORM: list[Any] = []  # the process's one compiled graph (a second would compile again)
+# The process's compiled graphs (another would compile again): the global norm, and the
+# global norm with each gradient's squared norm (per-parameter norms asked for).
+_NORM_GRAPHS: dict[bool, Any] = {}
 
 
-def _global_norm_graph() -> Any:
-    if _GLOBAL_NORM:
-        return _GLOBAL_NORM[0]
+def _global_norm_graph(with_squares: bool) -> Any:
+    graph = _NORM_GRAPHS.get(with_squares)
+    if graph is not None:
+        return graph
     import mindspore
     from mindspore import ops
 
-    def global_norm(grads: Any) -> Any:  # compiled: no import inside
-        return ops.sqrt(ops.addn([ops.square(grad.astype(mindspore.float32)).sum() for grad in grads]))
+    if with_squares:
 
-    _GLOBAL_NORM.append(mindspore_graph.compiled(global_norm))
-    return _GLOBAL_NORM[0]
+        def norms(grads: Any) -> Any:  # compiled: no import inside
+            squares = ops.stack([ops.square(grad.astype(mindspore.float32)).sum() for grad in grads])
+            return ops.sqrt(squares.sum()), squares
+
+    else:
+
+        def norms(grads: Any) -> Any:
+            return ops.sqrt(ops.addn([ops.square(grad.astype(mindspore.float32)).sum() for grad in grads]))
+
+    compiled = _NORM_GRAPHS[with_squares] = mindspore_graph.compiled(norms)
+    return compiled
 
 
 def _is_tensor(value: Any) -> bool:
@@ -62,13 +79,16 @@ class LoggedReader:
     and every custom scalar. A value that cannot be read is left out with one warning naming
     it; training goes on."""
 
-    def __init__(self, wanted: frozenset[str], optimizer: Any, *, custom_scalars: bool = True) -> None:
+    def __init__(
+        self, wanted: frozenset[str], optimizer: Any, *, custom_scalars: bool = True, per_parameter: bool = False
+    ) -> None:
         self._wanted = wanted
+        self._per_parameter_norms = per_parameter
         self._optimizer = optimizer
         self._custom = custom_scalars
         self.reads_anything = bool(wanted) or custom_scalars
         self._learning_rate: LearningRateSource | None = None
-        self._norm: Any = None  # the compiled global norm, built at its first use
+        self._names: tuple[str, ...] | None = None  # the optimizer's parameters: the gradients' names
         self._warned: set[str] = set()
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
@@ -89,10 +109,17 @@ class LoggedReader:
         ):  # fmt: skip
             if value is not None and key in wanted:
                 handles.append((key, value))
+        squares = None
         if tm.GRAD_NORM in wanted and logged.grad_norm is None and logged.grads is not None:
-            norm = self._grads_norm(logged.grads)
-            if norm is not None:
-                handles.append((tm.GRAD_NORM, norm))
+            if self._per_parameter_norms and INBOX.open:  # open: this rank reads model state
+                norms = self._grads_norm(logged.grads, with_squares=True)
+                if norms is not None:
+                    handles.append((tm.GRAD_NORM, norms[0]))
+                    squares = norms[1]
+            else:
+                norm = self._grads_norm(logged.grads)
+                if norm is not None:
+                    handles.append((tm.GRAD_NORM, norm))
         if tm.LEARNING_RATE in wanted and logged.lr is None and self._optimizer is not None:
             rate = self._optimizer_rate(step)
             if rate is not None:
@@ -104,7 +131,26 @@ class LoggedReader:
             value = self._host(key, handle)
             if value is not None:
                 values[key] = bool(value) if key == tm.OVERFLOW and math.isfinite(value) else value
+        if squares is not None:
+            self._per_parameter(squares, step)
         return values
+
+    def _per_parameter(self, squares: Any, step: int) -> None:
+        """The gradients' squared norms, named by the optimizer's parameters, into the inbox."""
+        if self._names is None:
+            parameters = getattr(self._optimizer, "parameters", None) or ()
+            self._names = tuple(str(getattr(p, "name", p)) for p in parameters)
+        if len(self._names) != squares.size:
+            if self._names:  # no optimizer: nothing to say
+                self._warn_once(
+                    "names", "run.log(grads=...) has %d gradients but the optimizer %d parameters: per-parameter "
+                    "gradient norms are not reported", squares.size, len(self._names),
+                )  # fmt: skip
+            return
+        try:
+            INBOX.put_family(GRAD_NORM, FamilyReadings(self._names, squares.asnumpy()), step)
+        except Exception as exc:  # a readback that fails: no per-parameter norms, the run goes on
+            self._warn_once("squares", "cannot read the gradients' per-parameter norms: %s", exc)
 
     def _host(self, key: str, handle: Any) -> float | None:
         """One value read back; a non-scalar tensor is left out (one warning)."""
@@ -125,9 +171,10 @@ class LoggedReader:
             self._warn_once(f"read:{key}", "run.log(%s=...): cannot read %r: %s", key, type(handle).__name__, exc)
             return None
 
-    def _grads_norm(self, grads: Any) -> Any:
-        """The global L2 norm of `grads` on the device (a tensor), or None with one warning
-        when `grads` is not a sequence of tensors."""
+    def _grads_norm(self, grads: Any, with_squares: bool = False) -> Any:
+        """The global L2 norm of `grads` on the device (a tensor; with `with_squares`, and
+        each one's squared norm: two tensors), or None with one warning when `grads` is not a
+        sequence of tensors."""
         if not isinstance(grads, Sequence) or not grads or not all(_is_tensor(grad) for grad in grads):
             self._warn_once(
                 "grads", "run.log(grads=...) takes the sequence of gradient tensors value_and_grad returns; got %s: "
@@ -135,9 +182,7 @@ class LoggedReader:
             )  # fmt: skip
             return None
         try:
-            if self._norm is None:
-                self._norm = _global_norm_graph()
-            return self._norm(grads)
+            return _global_norm_graph(with_squares)(grads)
         except Exception as exc:  # a graph MindSpore cannot compile here: no norm, the run goes on
             self._warn_once("norm", "cannot compute the gradients' global norm: %s", exc)
             return None

@@ -367,12 +367,19 @@ def start_timeline(
     loop: TrainingLoop,
     reader: OutputReader,
     attempt: AttemptTracker | None,
-    phase_parent: Callable[[], Any],
+    run_span: Span,
+    open_epoch: Callable[[], Span | None],
     phase_charged: Callable[[str, float], None],
 ) -> tuple[RunTimeline, RunPart]:
     """timing/: phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`)
-    from the training thread's clock reads. Their spans carry the rank only (the rest of the
+    from the training thread's clock reads, under the open epoch's span, else the run span
+    (the phases that ended before the run too). Their spans carry the rank only (the rest of the
     identity is the resource's): a user phase is paid for on the training thread, by the attribute."""
+
+    def phase_parent() -> Span:
+        epoch = open_epoch()
+        return epoch if epoch is not None else run_span
+
     # `export_ranks.metrics`: a rank that sends no training metrics sends no phase durations either.
     meter = telemetry.meter if exports.metrics else NoOpMeter(semconv.INSTRUMENTATION_NAME)
     timeline = RunTimeline(

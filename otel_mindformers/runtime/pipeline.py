@@ -150,6 +150,9 @@ class SampledStepPipeline(BoundedWorker[object]):
         self.dropped_phases = 0
         self._phase_failed = False
         self._capture_failed = False
+        # The latest sampled step whose span `step_spans` skipped: the run's end gives it one if
+        # it was the last step (only then is that known: a sampled last step is not marked last).
+        self._skipped_span: tuple[Callable[[], Span], int, int, measurements.StepSpanFields] | None = None
         super().__init__(
             "otel-mindformers-steps",
             max_queue,
@@ -258,6 +261,7 @@ class SampledStepPipeline(BoundedWorker[object]):
         started = not isinstance(span, LazySpan) or span.started
         if started and self._emits_root:
             self._emit_root(window, record.step, fields)
+        self._skipped_span = None if started else (start_span, window, record.step, fields)
         for interval in record.phases:  # start-up, compile, data wait: spans from timestamps
             if interval.name != PHASE_DATA_WAIT:
                 self._phases.record(interval)
@@ -280,6 +284,12 @@ class SampledStepPipeline(BoundedWorker[object]):
         root.end(end_time=_ns(fields.end_time))
 
     def _end_run(self, end: float) -> None:
+        skipped, self._skipped_span = self._skipped_span, None
+        if skipped is not None and self._wants_span(skipped[2], True):  # "every N-th step plus the last"
+            start_span, window, step, fields = skipped
+            start_span().end(end_time=_ns(fields.end_time))
+            if self._emits_root:
+                self._emit_root(window, step, fields)
         try:
             for interval in self._accounting.settle_compile():  # runs shorter than STEADY_SAMPLES samples
                 self._phases.record(interval)

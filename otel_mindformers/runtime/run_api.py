@@ -149,7 +149,13 @@ class Run:
         if config.enable:
             optimizer = loop.optimizer
             self._run = run = MonitorRun.start(config, loop, providers)
-            run.read_with(lambda wanted, local: LoggedReader(wanted, optimizer, custom_scalars=not local))
+            # Per-parameter gradient norms where MindFormers' key for them asks (model state).
+            per_parameter = bool(config.mindformers_native.get("local_norm_format"))
+            run.read_with(
+                lambda wanted, local: LoggedReader(
+                    wanted, optimizer, custom_scalars=not local, per_parameter=per_parameter and not local
+                )
+            )
             self._hot = run.clock
             for monitor in monitors:
                 monitor.alert_engine = run.alerts
@@ -231,7 +237,10 @@ class Run:
             self._feed_custom_monitors()
             self._monitors.call("on_train_step_end", self._run_context)
         if step >= clock.next_sample:
-            run.sample(self._view, step, previous_end, now)
+            view = self._view
+            # The loop names no epochs: the step's, so the flight ring keeps what the line says.
+            view["cur_epoch_num"] = (step - 1) // view["batch_num"] + 1 if view["batch_num"] else 1
+            run.sample(view, step, previous_end, now)
         if run.stop_pending is not None:
             run.honour_stop(self._run_context)
         captures = run.captures

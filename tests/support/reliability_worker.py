@@ -17,6 +17,9 @@ MonitorCallback's hook of that step:
 - ["fill", path]             write zeros to path until the file system is full (ENOSPC);
 - ["memory"]                 record Python's traced memory after a full collection (tracemalloc
                              runs from step 1) and the spans alive (`spans`: step -> count);
+- ["die_writing", output, when, how]  as "die", at the pipeline worker's next write to
+                             `output` ("tensorboard"), "before" or "after" it writes the batch
+                             (the outputs before it wrote it; the ring's mark did not move);
 - ["die", how]               end the process at once, no Python exit handler running: "SIGKILL"
                              (or another signal's name, sent to itself), "abort" (`os.abort()`),
                              "exit" (`os._exit(3)`), "segfault" (`ctypes.string_at(0)`), "oom"
@@ -161,10 +164,30 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
                     self._report["spans"][str(step)] = alive
                 elif kind == "die":
                     _die(args[0])
+                elif kind == "die_writing":
+                    _die_in_next_write(*args)
                 else:
                     raise ValueError(f"unknown action {kind!r}")
 
     return Faults(actions, report, json_path)
+
+
+def _die_in_next_write(output: str, when: str, how: str) -> None:
+    """The pipeline worker's next write to `output` ("tensorboard") ends the process
+    `when` "before" or "after" it writes the batch (flushed): the outputs before it (the
+    JSON log) wrote the batch, and the flight ring's mark of what the outputs wrote did not
+    move."""
+    from otel_mindformers.outputs.tensorboard import TensorBoardSink
+
+    assert output == TensorBoardSink.name, output
+    write = TensorBoardSink.write
+
+    def write_then_die(self, records):
+        if when == "after":
+            write(self, records)
+        _die(how)
+
+    TensorBoardSink.write = write_then_die  # type: ignore[method-assign]
 
 
 def _die(how: str) -> None:

@@ -115,25 +115,32 @@ def _capture(args: argparse.Namespace) -> int:
         if args.ranks is None
         else f"rank{'s' if len(args.ranks) > 1 else ''} " + ",".join(map(str, args.ranks))
     )
+    try:
+        if args.cancel:
+            request = store.write_request(args.dir, ranks=args.ranks, cancel=True)
+        else:
+            request = store.write_request(args.dir, steps=args.steps, ranks=args.ranks, kinds=args.kinds)
+    except OSError as exc:  # FileLocked: another `capture` froze while adding its request
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    written = f"request {request['id']} written to {Path(args.dir) / names.CONTROL_FILE}: {who}"
     if args.cancel:
-        request = store.write_request(args.dir, ranks=args.ranks, cancel=True)
         print(
-            f"request {request['id']} written to {Path(args.dir) / names.CONTROL_FILE}: {who} stop the capture "
-            "in flight at the next sampled step (its folder's capture.json then says cancelled)"
+            f"{written} stop the capture in flight and drop the requests made before this one, at the next "
+            "sampled step (the capture's capture.json then says cancelled)"
+            + ("" if args.wait > 0 else "; --wait SECONDS prints the ranks' answers")
         )
-        return 0
-    request = store.write_request(args.dir, steps=args.steps, ranks=args.ranks, kinds=args.kinds)
-    print(
-        f"request {request['id']} written to {Path(args.dir) / names.CONTROL_FILE}: {who} capture "
-        f"{', '.join(args.kinds)}"
-        + (f" ({args.steps} steps)" if names.KIND_PROFILE in args.kinds else "")
-        + " at the next sampled step (runs with alert_config.capture.on_demand: true and this path)"
-    )
+    else:
+        print(
+            f"{written} capture {', '.join(args.kinds)}"
+            + (f" ({args.steps} steps)" if names.KIND_PROFILE in args.kinds else "")
+            + " at the next sampled step (runs with alert_config.capture.on_demand: true and this path)"
+        )
     if args.wait <= 0:
         return 0
     answered = _wait_for(args.dir, request["id"], args.ranks, args.wait)
-    for manifest in answered:
-        print(f"rank {manifest['rank']}: step {manifest['step']}: {manifest['folder']}")
+    for answer in answered:
+        print(f"rank {answer['rank']}: step {answer['step']}: {answer['text']}")
     if not answered:
         print(
             f"no answer within {args.wait:g} s from {'any rank' if args.ranks is None else who} "
@@ -158,15 +165,36 @@ def _expected(ranks: list[int] | None, answered: list[dict[str, Any]]) -> set[in
 
 
 def _wait_for(root: str, request_id: str, ranks: list[int] | None, timeout: float) -> list[dict[str, Any]]:
-    """The request's answers, once every rank expected has answered or at the timeout."""
+    """The request's answers, once every rank expected has answered or at the timeout: each
+    rank's capture (its manifest names the request), or its answer to a request that took no
+    capture (a cancel; a request a cancel dropped)."""
     deadline = time.monotonic() + timeout
     while True:
-        answered = [m for m in store.list_captures(root) if m.get("request_id") == request_id]
+        answered = _answers(root, request_id)
         if answered and {m["rank"] for m in answered} >= _expected(ranks, answered):
             return answered
         if time.monotonic() >= deadline:
             return answered
         time.sleep(0.2)
+
+
+def _answers(root: str, request_id: str) -> list[dict[str, Any]]:
+    taken = [{**m, "text": m["folder"]} for m in store.list_captures(root) if m.get("request_id") == request_id]
+    others = [
+        {**answer, "text": _answer_text(answer)}
+        for answer in store.read_answers(root)
+        if answer.get("id") == request_id and type(answer.get("rank")) is int
+    ]
+    return taken + others
+
+
+def _answer_text(answer: dict[str, Any]) -> str:
+    said = str(answer.get("answer"))
+    if said == "cancelled":
+        return f"cancelled the capture in flight: {answer.get('folder')}"
+    if said == "nothing in flight":
+        return "no capture in flight to cancel"
+    return f"{said}: not taken"
 
 
 def _analyse(root: Path) -> int:
