@@ -17,8 +17,8 @@ round runs, in a rotated order between two bare runs:
 Reported: each part's median and p90 on unsampled and sampled steps, ours next to bare, the
 difference on unsampled steps (the budget: 2 µs), the sampled step's end split into the
 norm's call (its launch, and on a CPU its run), the readbacks and our host work (the budget:
-60 µs besides the norm), `start()` and `end()`, and the whole run's slowdown (paired ratios,
-95 % bootstrap interval, sign test).
+60 µs besides the norm), the norm alone (the device idle before it), `start()` and `end()`,
+and the whole run's slowdown (paired ratios, 95 % bootstrap interval, sign test).
 """
 
 from __future__ import annotations
@@ -210,7 +210,26 @@ def run(args: argparse.Namespace, folder: Path, paired: Callable[[list[float]], 
                 steps[name].append((split, rows))
         walls["bare"].append(statistics.fmean(bare_walls))
         print(f"  round {round_ + 1}/{args.rounds}: ours/bare {walls['ours'][-1] / walls['bare'][-1]:.4f}", flush=True)
-    return _summarise(args, walls, edges, steps, paired)
+    result = _summarise(args, walls, edges, steps, paired)
+    result["norm alone, us"] = _norm_alone(norm, train_step, batches[0])
+    return result
+
+
+def _norm_alone(norm: _Norm, train_step: Any, batch: tuple[Any, Any], repeats: int = 300) -> dict[str, float]:
+    """The norm's own time, the device idle before it (`mindspore.runtime.synchronize`): its
+    call and the readback of its value, compiled-phase and through `jit`'s wrapper, median
+    over `repeats` alternating calls (on a CPU the call runs the graph)."""
+    from otel_mindformers.compat import mindspore_tensor
+
+    _, grads = train_step(*batch)
+    times: dict[str, list[float]] = {"compiled phase": [], "jit wrapper": []}
+    for _ in range(repeats):
+        for name, graph in (("compiled phase", norm.compiled), ("jit wrapper", norm.through_jit)):
+            ms.runtime.synchronize()
+            started = time.perf_counter()
+            mindspore_tensor.read_scalar(graph(grads))
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) * 1e6 for name, values in times.items()}
 
 
 def _summarise(
@@ -290,6 +309,11 @@ def report(result: dict[str, Any]) -> None:
                 f"{parts['sampled exit: readbacks']:.1f} µs, our host work {parts['sampled exit: host work']:.1f} µs "
                 "(budget 60 µs besides the norm)"
             )
+    alone = result["norm alone, us"]
+    print(
+        "the norm alone, the device idle before it (call + readback): "
+        + ", ".join(f"{name} {us:.1f} µs" for name, us in alone.items())
+    )
     whole = result["ours: whole run"]
     low, high = whole["ci95"]
     print(
