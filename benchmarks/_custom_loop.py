@@ -17,7 +17,8 @@ round runs, in a rotated order between two bare runs:
 Reported: each part's median and p90 on unsampled and sampled steps, ours next to bare, the
 difference on unsampled steps (the budget: 2 µs), the sampled step's end split into the
 norm's call (its launch, and on a CPU its run), the readbacks and our host work (the budget:
-60 µs besides the norm), the norm alone (the device idle before it), `start()` and `end()`,
+60 µs besides the norm), the norm alone (the device idle before it), the calls' warm floor
+(nothing between them), `start()` and `end()`,
 and the whole run's slowdown (paired ratios, 95 % bootstrap interval, sign test).
 """
 
@@ -212,7 +213,34 @@ def run(args: argparse.Namespace, folder: Path, paired: Callable[[list[float]], 
         print(f"  round {round_ + 1}/{args.rounds}: ours/bare {walls['ours'][-1] / walls['bare'][-1]:.4f}", flush=True)
     result = _summarise(args, walls, edges, steps, paired)
     result["norm alone, us"] = _norm_alone(norm, train_step, batches[0])
+    result["warm floor, us"] = _warm_floor(folder)
     return result
+
+
+def _warm_floor(folder: Path, steps: int = 100_000, repeats: int = 5) -> dict[str, float]:
+    """An unsampled step's calls with nothing between them (no training: warm caches), per
+    step: `with run.step(n): run.log(loss=, grads=)` and `with nullcontext(): pass`; the
+    medians of `repeats` alternating loops of `steps`."""
+    import otel_mindformers
+
+    loss, grads = ms.Tensor(1.0), (ms.Tensor([1.0]),)
+    config = {"interval": 10**9, "output_type": ["json_file"], "json_log_path": str(folder / "floor.json")}
+    ours: list[float] = []
+    bare: list[float] = []
+    with otel_mindformers.start(config) as run:
+        for repeat in range(repeats):
+            first = 2 + repeat * steps  # after step 1, the first sampled
+            started = time.perf_counter()
+            for step in range(first, first + steps):
+                with run.step(step):
+                    run.log(loss=loss, grads=grads)
+            ours.append((time.perf_counter() - started) / steps)
+            started = time.perf_counter()
+            for _ in range(steps):
+                with nullcontext():
+                    pass
+            bare.append((time.perf_counter() - started) / steps)
+    return {"ours": statistics.median(ours) * 1e6, "bare": statistics.median(bare) * 1e6}
 
 
 def _norm_alone(norm: _Norm, train_step: Any, batch: tuple[Any, Any], repeats: int = 300) -> dict[str, float]:
@@ -309,6 +337,11 @@ def report(result: dict[str, Any]) -> None:
                 f"{parts['sampled exit: readbacks']:.1f} µs, our host work {parts['sampled exit: host work']:.1f} µs "
                 "(budget 60 µs besides the norm)"
             )
+    floor = result["warm floor, us"]
+    print(
+        f"warm floor (no training between the calls): ours {floor['ours']:.2f} µs, bare {floor['bare']:.2f} µs, "
+        f"over bare {floor['ours'] - floor['bare']:.2f} µs per step"
+    )
     alone = result["norm alone, us"]
     print(
         "the norm alone, the device idle before it (call + readback): "
