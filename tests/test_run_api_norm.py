@@ -29,8 +29,15 @@ def _sum_of_squares_root(grads):
     return ms.ops.sqrt(ms.ops.addn([(g * g).sum() for g in grads]))
 
 
-def test_the_executor_the_norm_runs_on_is_on_this_release():
+@pytest.fixture(params=[ms.PYNATIVE_MODE, ms.GRAPH_MODE], ids=["pynative", "graph"])
+def mode(request):
+    """A custom loop runs in PyNative, or in graph mode where its step is a Cell or under jit."""
+    ms.set_context(mode=request.param)
+    yield request.param
     ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def test_the_executor_the_norm_runs_on_is_on_this_release(mode):
     norm = logged_values._global_norm_graph(False)
     assert isinstance(norm, mindspore_graph.CompiledGraph)
     grads = _grads((3, 4), (4,), (2, 2, 2))
@@ -41,8 +48,7 @@ def test_the_executor_the_norm_runs_on_is_on_this_release():
     assert squares.asnumpy() == pytest.approx([_expected([g]) ** 2 for g in grads], rel=1e-5)
 
 
-def test_new_shapes_or_dtypes_compile_again_and_read_right():
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+def test_new_shapes_or_dtypes_compile_again_and_read_right(mode):
     norm = logged_values._global_norm_graph(False)
     for grads in (
         _grads((3, 4), (4,)),
