@@ -76,7 +76,9 @@ def _spawn(workdir: Path, config: Path, **env: str) -> subprocess.Popen:
         sys.executable, "-m", "tests.support.cluster_worker", str(config),
         "--stop-file", str(workdir / "stop"), "--pause-file", str(workdir / "pause"),
     ]  # fmt: skip
-    with (workdir / "trainer.log").open("wb") as log:
+    # Appending, as the test writes MindSpore's lines into it too: a child writing at its own
+    # offset would overwrite a line the test appended past it before the watcher read it.
+    with (workdir / "trainer.log").open("ab") as log:
         return subprocess.Popen(
             argv, cwd=workdir, env=child_env(**OPERATOR, **env), stdout=log, stderr=subprocess.STDOUT
         )

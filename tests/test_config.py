@@ -3,7 +3,6 @@
 import dataclasses
 import os
 import re
-import stat
 import sys
 import tempfile
 import textwrap
@@ -476,13 +475,9 @@ PATH_PROBLEMS = {
 }
 
 
-def _check_as_nobody(cfg: MonitorConfig, cwd: Path) -> list[str]:
+def _check_as_nobody(cfg: MonitorConfig) -> list[str]:
     """Root writes through file permissions: the read-only cases are checked by a forked
     child that has become user `nobody`."""
-    for folder in (cwd, *cwd.parents):
-        if folder == Path(tempfile.gettempdir()):
-            break
-        folder.chmod(folder.stat().st_mode | stat.S_IXOTH)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: drop to nobody, check, report, exit without cleanup
@@ -505,12 +500,17 @@ def _check_as_nobody(cfg: MonitorConfig, cwd: Path) -> list[str]:
     [pytest.param(kind, marks=pytest.mark.slow) if kind.startswith("read-only") else kind for kind in PATH_PROBLEMS],
 )
 def test_unusable_json_log_path_is_named_before_training(workdir, kind):
-    path = _unusable_json_path(kind, workdir)
     if os.geteuid() == 0 and kind.startswith("read-only"):
-        cfg = load_monitor_config({"output_type": ["json_file"], "json_log_path": str(path)})
-        (problem,) = _check_as_nobody(cfg, workdir)
+        # In a folder of its own right under the temporary folder, which `nobody` can reach
+        # whatever mode another pytest session gives pytest's own folder meanwhile.
+        with tempfile.TemporaryDirectory(prefix="otel-mindformers-nobody-") as folder:
+            Path(folder).chmod(0o755)
+            path = _unusable_json_path(kind, Path(folder))
+            cfg = load_monitor_config({"output_type": ["json_file"], "json_log_path": str(path)})
+            (problem,) = _check_as_nobody(cfg)
         assert problem.startswith("monitor_config.json_log_path: ") and PATH_PROBLEMS[kind] in problem
         return
+    path = _unusable_json_path(kind, workdir)
     before = sorted(workdir.rglob("*"))
     cfg = load_monitor_config({"output_type": ["json_file"], "json_log_path": str(path)})
     (problem,) = check_output_paths(cfg)

@@ -260,13 +260,19 @@ def test_failing_npu_smi_is_counted_and_warned_once(
             return sum(p.value for p in points)
 
         assert wait_until(lambda: failures() >= 3)
-    (failure,) = collect(reader)[semconv.DEVICE_POLL_FAILURES]
-    assert dict(failure.attributes) == {semconv.ATTR_DEVICE_SOURCE: "npu-smi", semconv.ATTR_ERROR_TYPE: error_type}
+    # npu-smi's: at a 0.2 s timeout a loaded machine's fake hccn_tool (the RoCE port) may time out too.
+    failures_by_source = {
+        (f.attributes[semconv.ATTR_DEVICE_SOURCE], f.attributes[semconv.ATTR_ERROR_TYPE])
+        for f in collect(reader)[semconv.DEVICE_POLL_FAILURES]
+    }
+    assert ("npu-smi", error_type) in failures_by_source
+    assert failures_by_source <= {("npu-smi", error_type), ("hccn_tool", "timeout")}, failures_by_source
     points = collect(reader)
     assert semconv.HW_NPU_UTILIZATION not in points and points[semconv.PROCESS_MEMORY_USAGE]
     assert "npu_utilization" not in telemetry.snapshot() and "host_rss_mb" in telemetry.snapshot()
-    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(warnings) == 1 and "npu-smi" in warnings[0].getMessage()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert sum("'npu-smi' failed" in w for w in warnings) == 1, warnings
+    assert all("'npu-smi' failed" in w or "'hccn_tool' failed (timeout" in w for w in warnings), warnings
 
 
 @pytest.mark.slow  # runs the fake npu-smi in a child process

@@ -189,6 +189,7 @@ def test_mindformers_cell_keeps_its_own_norm_and_the_probe_reports_the_same(work
 
 @pytest.mark.integration  # an msrun job
 @pytest.mark.msrun_job
+@pytest.mark.msrun_api  # the probe after the data-parallel all-reduce
 def test_data_parallel_ranks_report_the_norm_of_the_averaged_gradients(workdir):
     from tests.support.instrumented import BIN, REPO, child_env, free_port, run
 

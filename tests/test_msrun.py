@@ -117,6 +117,7 @@ def test_ranks_of_one_job_have_distinct_stable_instance_ids(tmp_path, monkeypatc
 
 @pytest.mark.slow
 @pytest.mark.msrun_job
+@pytest.mark.msrun_api  # the launcher's environment: every rank knows who it is
 def test_two_rank_msrun_job_monitored_with_environment_variables_alone(workdir, otlp_receiver):
     """examples/msrun_train.sh: opentelemetry-instrument around msrun, TRACEPARENT from the launcher."""
     env = child_env(

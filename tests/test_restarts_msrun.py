@@ -13,7 +13,10 @@ import pytest
 from tests.support import restart_worker as worker
 from tests.support.instrumented import BIN, REPO, child_env, free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.mindspore_api, pytest.mark.msrun_job]
+# msrun_api: how the launcher ends a job whose worker died, and restarts it
+pytestmark = [
+    pytest.mark.slow, pytest.mark.integration, pytest.mark.mindspore_api, pytest.mark.msrun_job, pytest.mark.msrun_api,
+]  # fmt: skip
 
 WORKER = REPO / "tests" / "support" / "msrun_restart_worker.py"
 STEPS = 10

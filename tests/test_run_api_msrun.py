@@ -23,7 +23,10 @@ from otel_mindformers.names import straggler_names as names
 from tests.support.cli import cli_output
 from tests.support.instrumented import BIN, REPO, child_env, free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.mindspore_api, pytest.mark.msrun_job]
+# msrun_api: MindSpore's data-parallel context and DistributedGradReducer in a custom loop
+pytestmark = [
+    pytest.mark.slow, pytest.mark.integration, pytest.mark.mindspore_api, pytest.mark.msrun_job, pytest.mark.msrun_api,
+]  # fmt: skip
 
 STEPS, INTERVAL = 40, 5
 SLOW_RANK, SLEEP_PER_SAMPLE = 0, 0.03  # 0.12 s a batch of 4: well over a step's compute here

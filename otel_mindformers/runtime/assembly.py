@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Span
@@ -56,7 +56,7 @@ class RunInputs:
     providers: parts.Providers
     launcher: otel_context.Context  # the launcher's trace context (TRACEPARENT), the run span's parent
     request_stop: Callable[[str], None]  # a rule or a check asks training to stop (any thread)
-    open_epoch: Callable[[], Span | None]  # the open epoch's span, if any: phases start under it
+    phase_parent: Callable[[], Any]  # the span phases start under: the epoch's, else the run's
     phase_charged: Callable[[str, float], None]  # an outermost phase ended on the training thread
 
 
@@ -120,17 +120,9 @@ def assemble(inputs: RunInputs, started: list[RunPart]) -> StartedRun:
     )
     keep(state_part)
     timeline, timeline_part = parts.start_timeline(
-        identity,
-        telemetry,
-        exports,
-        clock,
-        loop,
-        inputs.reader,
-        attempt,
-        run_span,
-        inputs.open_epoch,
+        identity, telemetry, exports, clock, loop, inputs.reader, attempt, run_span, inputs.phase_parent,
         inputs.phase_charged,
-    )
+    )  # fmt: skip
     keep(timeline_part)
     pipeline, pipeline_part = parts.start_pipeline(
         config, identity, loop, first_step, reports_training, wall_clock, cadence, inputs.request_stop,

@@ -368,22 +368,17 @@ def start_timeline(
     reader: OutputReader,
     attempt: AttemptTracker | None,
     run_span: Span,
-    open_epoch: Callable[[], Span | None],
+    phase_parent: Callable[[], Any],
     phase_charged: Callable[[str, float], None],
 ) -> tuple[RunTimeline, RunPart]:
     """timing/: phases (start-up, data wait, evaluation, checkpoints, `otel_mindformers.phase`)
-    from the training thread's clock reads, under the open epoch's span, else the run span
-    (the phases that ended before the run too). Their spans carry the rank only (the rest of the
-    identity is the resource's): a user phase is paid for on the training thread, by the attribute."""
-
-    def phase_parent() -> Span:
-        epoch = open_epoch()
-        return epoch if epoch is not None else run_span
-
+    from the training thread's clock reads; those that ended before the run (a checkpoint
+    load) go under the run span. Their spans carry the rank only (the rest of the identity is
+    the resource's): a user phase is paid for on the training thread, by the attribute."""
     # `export_ranks.metrics`: a rank that sends no training metrics sends no phase durations either.
     meter = telemetry.meter if exports.metrics else NoOpMeter(semconv.INSTRUMENTATION_NAME)
     timeline = RunTimeline(
-        tracer=telemetry.tracer, meter=meter, parent_span=phase_parent,
+        tracer=telemetry.tracer, meter=meter, run_span=run_span, parent_span=phase_parent,
         span_attributes=identity.point_attributes(), point_attributes=identity.point_attributes(),
         clock=clock, on_charged=phase_charged, callbacks=loop.callbacks,
     )  # fmt: skip

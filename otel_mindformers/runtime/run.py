@@ -78,7 +78,7 @@ class MonitorRun:
             config=config, identity=identity, loop=loop, clock=clock, wall_clock=wall_clock, cadence=self.cadence,
             reader=OutputReader(config.monitored_metrics if reports_training else [], config.grad_norm),
             reports_training=reports_training, providers=providers, launcher=launcher_context(),
-            request_stop=self._request_stop, open_epoch=self._open_epoch, phase_charged=self._phase_charged,
+            request_stop=self._request_stop, phase_parent=self._phase_parent, phase_charged=self._phase_charged,
         )  # fmt: skip
         self.config = config
         self.stop_pending: str | None = None  # set by the pipeline's worker thread (with clock.wake)
@@ -150,9 +150,10 @@ class MonitorRun:
             semconv.SPAN_EPOCH, context=started.run_span_context, attributes={semconv.ATTR_EPOCH: epoch}
         )
 
-    def _open_epoch(self) -> Any:
-        """The epoch span while one is open (phases are its children, else the run span's)."""
-        return self._epoch_span
+    def _phase_parent(self) -> Any:
+        """Phases are children of the epoch span while one is open, else of the run span."""
+        epoch = self._epoch_span
+        return epoch if epoch is not None else self._run_span
 
     def end_epoch(self) -> None:
         if self._epoch_span is not None:

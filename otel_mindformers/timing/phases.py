@@ -266,9 +266,9 @@ class PhaseRecorder:
     def ledger_key(self, name: str) -> str:
         return self._names.ledger_key(name)
 
-    def activate(self) -> list[PhaseInterval]:
+    def activate(self, run_span: Span) -> list[PhaseInterval]:
         """Make this the recorder `phase()` uses; returns the phases that ended before the run
-        (already observed here, and given a span under the run when none was exported)."""
+        (already observed here, and given a span under `run_span` when none was exported)."""
         global _active
         _active = self
         before = list(_pending)
@@ -277,7 +277,7 @@ class PhaseRecorder:
             if exported:
                 self.observe(done.name, done.seconds)
             else:
-                self.record(done)
+                self.record(done, run_span)
         return [done for done, _ in before]
 
     def deactivate(self) -> None:

@@ -38,6 +38,7 @@ class RunTimeline:
         *,
         tracer: Any,
         meter: Any,
+        run_span: Span,
         parent_span: Callable[[], Span],
         span_attributes: dict[str, Any],
         point_attributes: dict[str, Any],
@@ -56,7 +57,8 @@ class RunTimeline:
         # Phases that ended before the run (a checkpoint load): start-up's share of the ledger.
         # (Named by their ledger keys: a user phase under `user.`.)
         self.before: list[PhaseInterval] = [
-            dataclasses.replace(done, name=self.recorder.ledger_key(done.name)) for done in self.recorder.activate()
+            dataclasses.replace(done, name=self.recorder.ledger_key(done.name))
+            for done in self.recorder.activate(run_span)
         ]
         self._undo_hooks = instrument_callbacks(callbacks, self.recorder)
         self._evaluation: phase | None = None
