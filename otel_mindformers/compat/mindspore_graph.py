@@ -10,7 +10,7 @@ inputs (each tensor's shape and dtype: a phase compiled for other shapes would r
 wrongly) by MindSpore's own `_JitExecutor`, as `jit` compiles it, and later calls run that
 phase with the graph executor, as MindSpore's own predict path does. Both names are private:
 where the release lacks them, `compiled` returns the plain `jit` call (slower, the same
-values). tests/test_compat.py checks them on every release of the matrix.
+values). tests/test_run_api_norm.py checks them on every release of the matrix (`mindspore_api`).
 """
 
 from __future__ import annotations
