@@ -46,10 +46,16 @@ class Redirected:
         self._log.close()
 
 
-def build_model(hidden: int) -> Model:
+def build_parts(hidden: int) -> tuple[nn.Cell, nn.Cell, nn.Optimizer]:
+    """The network, its loss and its optimizer (a custom loop puts them together itself)."""
     net = nn.SequentialCell(
         nn.Dense(FEATURES, hidden), nn.ReLU(), nn.Dense(hidden, hidden), nn.ReLU(), nn.Dense(hidden, CLASSES)
     )
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
+    return net, loss, optimizer
+
+
+def build_model(hidden: int) -> Model:
+    net, loss, optimizer = build_parts(hidden)
     return Model(nn.TrainOneStepCell(nn.WithLossCell(net, loss), optimizer))

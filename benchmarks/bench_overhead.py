@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_overhead.py                          # small model, graph, interval 10, local outputs
     .venv/bin/python benchmarks/bench_overhead.py --model default --mode pynative --interval 1 --outputs all
     .venv/bin/python benchmarks/bench_overhead.py --rounds 40 --json out.json
+    .venv/bin/python benchmarks/bench_overhead.py --door custom --mode jit          # a custom loop (the run API)
 
 One process trains one MLP (`--model small`: 3-5 ms graph-mode steps; `default`: ~15 ms) again
 and again, in interleaved rounds. Each round runs, in a rotated order between two bare runs:
@@ -28,6 +29,8 @@ Reported, side by side:
 - the whole-run slowdown of `ours` against `bare`: per round the paired ratio
   ours / mean(the round's two bare runs); the median of those ratios with a 95 % interval from
   a percentile bootstrap (10,000 resamples of the rounds), and a two-sided sign test.
+`--door custom` measures the other door, the run API in a custom loop (`--mode pynative` or
+`jit`), against the same loop with `contextlib.nullcontext()`: benchmarks/_custom_loop.py.
 `--outputs local` is json_file + tensorboard; `all` adds stdout and OTLP/gRPC to a receiver in
 another process (benchmarks/_receiver.py). stdout and stderr go to a log file while training
 runs, as under a job scheduler. `--json` writes every figure and every per-round value.
@@ -499,7 +502,17 @@ def _report_switchback(result: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
+    parser.add_argument(
+        "--door",
+        choices=["model", "custom"],
+        default="model",
+        help="Model.train's callback, or a custom loop's run API",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["graph", "pynative", "jit"],
+        help="model: graph (default) or pynative; custom: jit (default) or pynative",
+    )
     parser.add_argument("--model", choices=sorted(HIDDEN), default="small")
     parser.add_argument("--interval", type=int, default=10)
     parser.add_argument("--outputs", choices=["local", "all"], default="local")
@@ -510,6 +523,20 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
+    args.mode = args.mode or ("graph" if args.door == "model" else "jit")
+    if args.mode not in (("graph", "pynative") if args.door == "model" else ("jit", "pynative")):
+        parser.error(f"--door {args.door} does not take --mode {args.mode}")
+    if args.door == "custom":
+        import _custom_loop
+
+        print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())}, {os.cpu_count()} CPUs")
+        with tempfile.TemporaryDirectory() as folder:
+            custom = _custom_loop.run(args, Path(folder), _paired)
+        custom["load_average"] = os.getloadavg()
+        _custom_loop.report(custom)
+        if args.json:
+            args.json.write_text(json.dumps(custom, indent=1, default=str))
+        return
     print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())}, {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
         endpoint = stack.enter_context(ReceiverProcess()).grpc_endpoint if args.outputs == "all" else None

@@ -38,5 +38,6 @@ def test_markers_are_registered():
         "mindspore_api",
         "mindformers",
         "msrun_job",
+        "msrun_api",
         "analysis",
     }

@@ -2,8 +2,9 @@
 
 Runs on sampled steps only, on the training thread, where OutputReader (extract.py) runs for
 the callback: the only device readback of the run API's values. The gradients' global norm is
-computed on the device here, and only here: one compiled graph (`mindspore.jit`), one launch,
-whatever the number of gradients (one operation each in PyNative would be one launch each).
+computed on the device here, and only here: one compiled graph, one launch, whatever the
+number of gradients (one operation each in PyNative would be one launch each), run from its
+compiled phase without `jit`'s per-call wrapper (compat/mindspore_graph.py).
 Then every value is read back one after the other: the first readback waits for the device,
 the others copy what is ready, so a sampled step synchronises once. The same graph gives each
 gradient's squared norm; where they are asked for (`local_norm_format`, MindFormers' key for
@@ -17,7 +18,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from otel_mindformers.compat import mindspore_tensor
+from otel_mindformers.compat import mindspore_graph, mindspore_tensor
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.model_state.state import FamilyReadings
@@ -55,19 +56,17 @@ def _global_norm_graph(with_squares: bool) -> Any:
 
     if with_squares:
 
-        @mindspore.jit
-        def graph(grads: Any) -> Any:
+        def norms(grads: Any) -> Any:  # compiled: no import inside
             squares = ops.stack([ops.square(grad.astype(mindspore.float32)).sum() for grad in grads])
             return ops.sqrt(squares.sum()), squares
 
     else:
 
-        @mindspore.jit
-        def graph(grads: Any) -> Any:
+        def norms(grads: Any) -> Any:
             return ops.sqrt(ops.addn([ops.square(grad.astype(mindspore.float32)).sum() for grad in grads]))
 
-    _NORM_GRAPHS[with_squares] = graph
-    return graph
+    compiled = _NORM_GRAPHS[with_squares] = mindspore_graph.compiled(norms)
+    return compiled
 
 
 def _is_tensor(value: Any) -> bool:
@@ -90,9 +89,6 @@ class LoggedReader:
         self.reads_anything = bool(wanted) or custom_scalars
         self._learning_rate: LearningRateSource | None = None
         self._names: tuple[str, ...] | None = None  # the optimizer's parameters: the gradients' names
-        from mindspore import mutable
-
-        self._mutable = mutable
         self._warned: set[str] = set()
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
@@ -186,8 +182,7 @@ class LoggedReader:
             )  # fmt: skip
             return None
         try:
-            # `mutable`: the gradients are the graph's inputs, not constants (one compile).
-            return _global_norm_graph(with_squares)(self._mutable(tuple(grads)))
+            return _global_norm_graph(with_squares)(grads)
         except Exception as exc:  # a graph MindSpore cannot compile here: no norm, the run goes on
             self._warn_once("norm", "cannot compute the gradients' global norm: %s", exc)
             return None

@@ -92,6 +92,10 @@ class Step:
     def __enter__(self) -> Step:
         clock = self._owner._hot
         self.open = True
+        # The last step's values let go while the loop's own variables still hold them: its
+        # next `train_step` frees them, as it would without us. Freed in `log` instead, a
+        # PyNative tensor would make the monitor wait for the device queue (docs/performance.md).
+        self.loss = self.grad_norm = self.lr = self.overflow = self.loss_scale = self.scalars = None
         if clock is not None:
             # The data wait: a clock read and an addition, as the callback's step begin.
             clock.step_begin = now = _perf_counter()

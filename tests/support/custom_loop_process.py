@@ -1,0 +1,43 @@
+"""A real custom loop through the run API in a process of its own (tests/support/custom_loop.py),
+for what a test must see from outside: a loop SIGKILLed, a `start()` configured by the
+environment alone.
+
+    python -m tests.support.custom_loop_process '<json spec>'
+
+Spec keys: `config` (the `monitor_config` mapping; absent: `otel_mindformers.start()` with no
+config, so OTEL_PYTHON_MINDFORMERS_CONFIG or the defaults decide), `steps`, `jit` (bool),
+`die_at` (a step: the process SIGKILLs itself right after that step's `with run.step` block,
+no Python exit handler running). Prints `last step N` when the loop ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import otel_mindformers
+from tests.support import custom_loop
+
+
+def main(spec: dict) -> None:
+    loop = custom_loop.build(jit=spec.get("jit", False))
+    run = otel_mindformers.start(spec["config"]) if "config" in spec else otel_mindformers.start()
+    die_at = spec.get("die_at")
+    last = 0
+    with run:
+        for step, (x, y) in enumerate(custom_loop.Data(spec["steps"]).batches(), start=1):
+            with run.step(step):
+                loss, grads = loop.train_step(x, y)
+                run.log(loss=loss, grads=grads)
+            last = step
+            if step == die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if run.should_stop:
+                break
+    print(f"last step {last}", flush=True)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
