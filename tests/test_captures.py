@@ -469,6 +469,18 @@ class AnsweredBy(Callback):
             wait_until(lambda: capture_store.read_answers(self.root), "the rank's answer to the cancel")
 
 
+class HeldUntil(Callback):
+    """Holds the training thread at the end of `step` until `condition()` (the worker is
+    asynchronous and may take a request a few sampled steps' records late on a loaded machine)."""
+
+    def __init__(self, step, condition, what):
+        self.step, self.condition, self.what = step, condition, what
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args()["cur_step_num"] == self.step:
+            wait_until(self.condition, self.what)
+
+
 def test_capture_cancel_then_a_new_request_at_once_both_are_served(workdir):
     """Interval 50: a profile of 1,000 steps (a typo of 10) runs from step 50; at step 60 a
     cancel and, at once, a new request. The new request used to replace the cancel in the
@@ -477,7 +489,9 @@ def test_capture_cancel_then_a_new_request_at_once_both_are_served(workdir):
     steps it took and says who cancelled it; the stacks are taken at a later sampled step."""
     run = Run(workdir, {"loss_spike": {"enable": False}}, {"on_demand": True, "rules": []}, interval=50)
     at = {3: [{"steps": 1000, "kinds": ["profile"]}], 60: [{"cancel": True}, {"steps": 2, "kinds": ["stacks"]}]}
-    train([run.callback, Requests(run.captures, at), AnsweredBy(run.captures, 110)], steps=200)
+    # The profile's request taken (its folder made) before the cancel comes, as a user would see it.
+    taken = HeldUntil(55, run.folders, "the profile's request taken")
+    train([run.callback, taken, Requests(run.captures, at), AnsweredBy(run.captures, 110)], steps=200)
     profiled, stacks = run.folders()
     info = manifest(profiled)
     (cancel,) = capture_store.read_answers(run.captures)
@@ -516,16 +530,20 @@ def test_a_live_runs_deleted_capture_folder_is_made_again_and_requests_reach_it(
 
 
 class Grow(Callback):
-    """At `step`, adds `size` bytes to the capture in flight's folder, as a device profiler's
-    raw data grows there while it records (the CPU profiler writes only when it stops)."""
+    """From `step` on, once the profile records (the worker takes a request a few records late
+    on a loaded machine), adds `size` bytes to its folder, once, as a device profiler's raw data
+    grows there while it records (the CPU profiler writes only when it stops)."""
 
     def __init__(self, root, step, size):
-        self.root, self.step, self.size = root, step, size
+        self.root, self.step, self.size, self.grown = root, step, size, False
 
     def on_train_step_end(self, run_context):
-        if run_context.original_args()["cur_step_num"] == self.step:
-            (folder,) = capture_store.capture_folders(self.root / "rank_0")
-            (folder / "profile" / "raw.data").write_bytes(bytes(self.size))
+        if self.grown or run_context.original_args()["cur_step_num"] < self.step:
+            return
+        recording = [f / "profile" for f in capture_store.capture_folders(self.root / "rank_0")]
+        if recording and recording[0].is_dir():
+            (recording[0] / "raw.data").write_bytes(bytes(self.size))
+            self.grown = True
 
 
 def test_a_profile_whose_folder_passes_max_bytes_stops(workdir):
