@@ -12,7 +12,10 @@ round runs, in a rotated order between two bare runs:
   `run.log(...)` and the exit (perf_counter and thread_time). In odd rounds the gradient
   norm's call and every readback of the values are timed on their own too;
 - `ours timed, jit norm`: `ours timed` with the norm called through `mindspore.jit`'s
-  per-call wrapper, as before compat/mindspore_graph.py (the sampled step's end only).
+  per-call wrapper, as before compat/mindspore_graph.py (the sampled step's end only);
+- `handing over timed`: `bare timed` plus a call of a function with `run.log`'s signature that
+  does nothing, `handed(loss=loss, grads=grads)`: what handing the step's values to any
+  Python function costs there, the floor under `run.log`.
 
 Reported: each part's median and p90 on unsampled and sampled steps, ours next to bare, the
 difference on unsampled steps (the budget: 2 µs), the sampled step's end split into the
@@ -84,6 +87,18 @@ class _Norm:
         self._slots[False] = norm
 
 
+def _handed(
+    loss: Any = None,
+    grads: Any = None,
+    grad_norm: Any = None,
+    lr: Any = None,
+    overflow: Any = None,
+    loss_scale: Any = None,
+    **scalars: Any,
+) -> None:
+    """`run.log`'s signature, doing nothing: the floor (`handing over timed`)."""
+
+
 def _loop(args: argparse.Namespace) -> tuple[Any, Any, list[tuple[Any, Any]]]:
     net, loss_fn, optimizer = build_parts(HIDDEN[args.model])
 
@@ -153,9 +168,10 @@ def run(args: argparse.Namespace, folder: Path, paired: Callable[[list[float]], 
             ended = time.perf_counter()
         return ended - started, {"start_ms": (begun - started) * 1e3, "end_ms": (ended - ending) * 1e3}
 
-    def timed(run_folder: Path | None) -> dict[int, tuple[float, ...]]:
+    def timed(run_folder: Path | None, hand_over: bool = False) -> dict[int, tuple[float, ...]]:
         """Per step: (wall, cpu) of each part, then the norm's and the readbacks' seconds (0
-        unless `with_norm` timed them)."""
+        unless `with_norm` timed them). No run: `nullcontext()`, and with `hand_over` the
+        values handed to `_handed`."""
         clock, cpu = time.perf_counter, time.thread_time
         rows: dict[int, tuple[float, ...]] = {}
         run = None if run_folder is None else otel_mindformers.start(config(run_folder), optimizer=optimizer)
@@ -169,6 +185,8 @@ def run(args: argparse.Namespace, folder: Path, paired: Callable[[list[float]], 
                 c2, t2 = cpu(), clock()
                 if run is not None:
                     run.log(loss=loss, grads=grads)
+                elif hand_over:
+                    _handed(loss=loss, grads=grads)
                 scope.__exit__(None, None, None)
                 t3, c3 = clock(), cpu()
                 rows[step] = (t1 - t0, c1 - c0, t3 - t2, c3 - c2, norm_time.take(), read_time.take())
@@ -191,7 +209,7 @@ def run(args: argparse.Namespace, folder: Path, paired: Callable[[list[float]], 
     walls: dict[str, list[float]] = defaultdict(list)
     edges: list[dict[str, float]] = []
     steps: dict[str, list[tuple[bool, dict[int, tuple[float, ...]]]]] = defaultdict(list)
-    variants = ("ours timed", "bare timed", "ours", "ours timed, jit norm")
+    variants = ("ours timed", "bare timed", "ours", "ours timed, jit norm", "handing over timed")
     for round_ in range(args.rounds):
         shift = round_ % len(variants)
         order = ["bare", *variants[shift:], *variants[:shift], "bare"]
@@ -207,6 +225,8 @@ def run(args: argparse.Namespace, folder: Path, paired: Callable[[list[float]], 
                 edges.append(edge)
             elif name == "bare timed":
                 steps[name].append((split, timed(None)))
+            elif name == "handing over timed":
+                steps[name].append((split, timed(None, hand_over=True)))
             else:
                 selected = norm.through_jit if name.endswith("jit norm") else norm.compiled
                 rows = with_norm(selected, split, lambda run_folder=run_folder: timed(run_folder))
@@ -306,6 +326,8 @@ def _summarise(
         result[f"{name}: parts"] = parts
     ours, bare = result["ours timed: parts"], result["bare timed: parts"]
     result["unsampled over bare, us"] = ours["both unsampled"]["median_us"] - bare["both unsampled"]["median_us"]
+    handing = result["handing over timed: parts"]["both unsampled"]["median_us"]
+    result["handing over, over bare, us"] = handing - bare["both unsampled"]["median_us"]
     return result
 
 
@@ -331,6 +353,10 @@ def report(result: dict[str, Any]) -> None:
             + " |"
         )
     print(f"unsampled step, ours over bare: {result['unsampled over bare, us']:.2f} µs (budget 2 µs)")
+    print(
+        "unsampled step, the floor: the values handed to a function that does nothing, over bare: "
+        f"{result['handing over, over bare, us']:.2f} µs"
+    )
     for name in ("ours timed", "ours timed, jit norm"):
         parts = result[f"{name}: parts"]
         if "sampled exit: norm call" in parts:

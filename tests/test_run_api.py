@@ -84,7 +84,7 @@ def test_the_same_steps_reach_tensorboard_and_the_spans(trained):
 def _short_run(folder: Path, body, **config: Any) -> list[dict]:
     """Three steps of a real loop whose step body is `body(run, step, loss, grads)`."""
     loop = custom_loop.build()
-    with otel_mindformers.start(_config(folder, interval=1, output_type=["json_file"], **config)) as run:
+    with otel_mindformers.start(_config(folder, **{"interval": 1, "output_type": ["json_file"], **config})) as run:
         for step, (x, y) in enumerate(custom_loop.Data(3).batches(), start=1):
             body(run, loop, step, x, y)
     return json_lines(folder / "metrics.json")
@@ -118,6 +118,20 @@ def test_a_step_going_backwards_is_said_once_and_not_recorded(workdir, caplog):
     assert [line["step"] for line in lines] == [1, 2]  # nothing recorded twice
     (said,) = _warnings(caplog)
     assert "run.step(1) follows step 2: a step number must grow; step 1 is not recorded" in said
+
+
+def test_numpy_step_numbers_count_and_a_float_is_one_clear_type_error(workdir):
+    def body(run, loop, step, x, y):
+        with run.step(np.int64(step)):  # enumerate over a numpy range, as loops do
+            loss, grads = loop.train_step(x, y)
+            run.log(loss=loss)
+
+    # Interval 2: step 3 ends on the unsampled path (the flight ring's store), then is the last.
+    lines = _short_run(workdir, body, interval=2)
+    assert [line["step"] for line in lines] == [1, 2, 3] and all("loss" in line for line in lines)
+    float_step = r"run.step\(step\) takes the step's number, an integer; got 1.0"
+    with otel_mindformers.start(_config(workdir / "float", output_type=["json_file"])) as run:
+        pytest.raises(TypeError, run.step, 1.0).match(float_step)
 
 
 def test_a_non_scalar_loss_and_grads_that_are_no_tensors_are_said_once_each(workdir, caplog):

@@ -45,8 +45,12 @@ class MonitorRun:
     """Start with `MonitorRun.start(...)`; the training thread reads `clock`, `cadence` and
     `stop_pending` on every step and calls `sample` on sampled ones."""
 
-    def __init__(self, config: MonitorConfig, providers: Providers, loop: TrainingLoop) -> None:
-        """What the run knows before any part starts; `start` brings them up."""
+    def __init__(
+        self, config: MonitorConfig, providers: Providers, loop: TrainingLoop, clock: StepClock | None = None
+    ) -> None:
+        """What the run knows before any part starts; `start` brings them up. `clock`: the
+        hot path's, where the door's step scope is one (the run API's `Step`: one object
+        touched per step); else a new one."""
         identity = detect_identity()
         if config.job_id:
             identity = dataclasses.replace(identity, job_id=config.job_id)
@@ -68,7 +72,8 @@ class MonitorRun:
         # The job's step: MindSpore's count starts again at 1 after a resume (job/resume.py).
         first_step = loop.first_step
         # One clock for the hot path; wall time derived from it only on sampled steps.
-        wall_clock, clock = WallClock(), StepClock()
+        wall_clock = WallClock()
+        clock = clock if clock is not None else StepClock()
         clock.step, clock.last_step_end = first_step, wall_clock.perf0
         clock.step_begin, clock.step_offset = wall_clock.perf0, loop.step_offset
         self.clock = clock
@@ -108,10 +113,13 @@ class MonitorRun:
         return self.started
 
     @classmethod
-    def start(cls, config: MonitorConfig, loop: TrainingLoop, providers: Providers) -> MonitorRun:
-        """Bring every part up. A bad setting raises ConfigError (before the first step);
-        anything else that fails ends and closes what started and is raised to the caller."""
-        run = cls(config, providers, loop)
+    def start(
+        cls, config: MonitorConfig, loop: TrainingLoop, providers: Providers, clock: StepClock | None = None
+    ) -> MonitorRun:
+        """Bring every part up (`clock`: as `__init__`'s). A bad setting raises ConfigError
+        (before the first step); anything else that fails ends and closes what started and is
+        raised to the caller."""
+        run = cls(config, providers, loop, clock)
         try:
             started = assemble(run.inputs, run.parts)
         except BaseException:
@@ -204,8 +212,7 @@ class MonitorRun:
         """An outermost phase ended on the training thread (its seconds reach the pipeline
         worker's ledger through the timeline); a checkpoint save is the parts' to hear of."""
         if phase == phase_names.PHASE_CHECKPOINT_SAVE and self._checkpoint_hooks:
-            # The step the checkpoint holds: the callback saving it may run before ours.
-            step = int(self.loop.step_view.get("cur_step_num") or 0) + self.loop.step_offset
+            step = self.loop.checkpoint_step()
             for part in self._checkpoint_hooks:
                 part.on_checkpoint(step, seconds)
 

@@ -19,6 +19,7 @@ says what each feature does through this door.
 from __future__ import annotations
 
 import atexit
+import operator
 import sys
 import time
 from typing import Any
@@ -38,6 +39,7 @@ from otel_mindformers.telemetry import config_file
 _logger = get_logger(__name__)
 
 _perf_counter = time.perf_counter  # bound once: the step's two clock reads
+_index = operator.index
 
 _active: Run | None = None  # the process's one run (start twice: a ValueError)
 
@@ -72,17 +74,22 @@ class LoopRunContext:
         self.stop_requested = True
 
 
-class Step:
-    """`with run.step(n):` (one object per run, re-pointed at each step: no allocation). Its
-    attributes are what `run.log` was given in this step (runtime/logged_values.py `Logged`)."""
+class Step(StepClock):
+    """`with run.step(n):`, and the run's StepClock (core/clock.py) itself: the step's begin and
+    end touch this one object (after a PyNative step every other object is a cache miss,
+    docs/performance.md). One per run, re-pointed at each step: no allocation. Its attributes
+    `loss` ... `scalars` are what `run.log` was given in this step (runtime/logged_values.py
+    `Logged`). Not monitoring (`enable: False`, or after `end()`): `next_sample` 0 sends every
+    step end to the run, which drops it."""
 
     __slots__ = (
         "_owner", "number", "open", "loss", "grads", "grad_norm", "lr", "overflow", "loss_scale", "scalars",
         "logged_at",
     )  # fmt: skip
 
-    def __init__(self, owner: Run) -> None:
-        self._owner = owner
+    def __init__(self) -> None:
+        super().__init__()
+        self._owner: Run = None  # type: ignore[assignment]  # the Run it is made for sets itself
         self.number = 0
         self.open = False
         self.loss = self.grads = self.grad_norm = self.lr = self.overflow = self.loss_scale = None
@@ -90,52 +97,45 @@ class Step:
         self.logged_at = -1
 
     def __enter__(self) -> Step:
-        clock = self._owner._hot
         self.open = True
         # The last step's values let go while the loop's own variables still hold them: its
         # next `train_step` frees them, as it would without us. Freed in `log` instead, a
         # PyNative tensor would make the monitor wait for the device queue (docs/performance.md).
         self.loss = self.grad_norm = self.lr = self.overflow = self.loss_scale = self.scalars = None
-        if clock is not None:
-            # The data wait: a clock read and an addition, as the callback's step begin.
-            clock.step_begin = now = _perf_counter()
-            clock.data_wait += now - clock.last_step_end
+        # The data wait: a clock read and an addition, as the callback's step begin.
+        self.step_begin = now = _perf_counter()
+        self.data_wait += now - self.last_step_end
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         now = _perf_counter()
         self.open = False
-        owner = self._owner
-        clock = owner._hot
-        if clock is None or exc is not None:  # no run, or the step failed: it did not finish
-            self.grads = None
-            return
         step = self.number
-        if step <= clock.step:
-            owner._backwards(step, clock.step)
-            self.grads = None
-            return
-        previous_end = clock.last_step_end
-        clock.step, clock.last_step_end = step, now
-        clock.finished[0] = step  # into the flight ring's shared memory (flight_recorder/)
-        owner._view["cur_step_num"] = step  # a checkpoint saved now holds this step
-        if step < clock.next_sample and not clock.wake:
+        if self.step < step < self.next_sample and exc is None and not self.wake:  # an unsampled step
+            self.step, self.last_step_end = step, now
+            self.finished[0] = step  # into the flight ring's shared memory (flight_recorder/)
             self.grads = None  # the gradients' memory is the training's again
             return
-        owner._sampled(step, previous_end, now)
-        self.grads = None
+        self._owner._step_end(step, now, exc)
 
 
 class Run:
     """A monitored custom-loop run; `otel_mindformers.start(...)` makes it. Use `step`, `log`,
     `should_stop`, `checkpoint_saved` and `end` (or `with ... as run:`)."""
 
+    # Slots: `run.log` reads its step scope from this object itself, no instance dict.
+    __slots__ = (
+        "config", "_view", "_scope", "_run_context", "_monitors", "_loss_view", "_lr_view", "_lazy_lr", "_warned",
+        "_ended", "_run",
+    )  # fmt: skip
+
     def __init__(
-        self, config: MonitorConfig, loop: TrainingLoop, providers: Providers, monitors: list[BaseMonitor]
+        self, config: MonitorConfig, loop: TrainingLoop, scope: Step, providers: Providers, monitors: list[BaseMonitor]
     ) -> None:
         self.config = config
         self._view: StepView = loop.step_view  # type: ignore[assignment]  # start() builds a StepView
-        self._scope = Step(self)
+        self._scope = scope
+        scope._owner = self
         self._view["net_outputs"] = self._scope  # what a sampled step reads (LoggedReader)
         self._run_context = LoopRunContext(self._view)
         self._monitors = MonitorCalls(monitors)
@@ -145,10 +145,10 @@ class Run:
         self._warned: set[str] = set()
         self._ended = False
         self._run: MonitorRun | None = None
-        self._hot: StepClock | None = None
+        self._scope.next_sample = 0  # no run (yet): every step end is the run's to drop
         if config.enable:
             optimizer = loop.optimizer
-            self._run = run = MonitorRun.start(config, loop, providers)
+            self._run = run = MonitorRun.start(config, loop, providers, clock=self._scope)
             # Per-parameter gradient norms where MindFormers' key for them asks (model state).
             per_parameter = bool(config.mindformers_native.get("local_norm_format"))
             run.read_with(
@@ -156,7 +156,6 @@ class Run:
                     wanted, optimizer, custom_scalars=not local, per_parameter=per_parameter and not local
                 )
             )
-            self._hot = run.clock
             for monitor in monitors:
                 monitor.alert_engine = run.alerts
 
@@ -165,7 +164,10 @@ class Run:
         """The context of training step `step` (the job's step, counted from 1; a resumed
         loop goes on from its checkpoint's). Its begin and end are the step's clock."""
         scope = self._scope
-        scope.number = step
+        try:
+            scope.number = _index(step)  # an integer of any kind (numpy's too), as the flight ring stores it
+        except TypeError:
+            raise TypeError(f"run.step(step) takes the step's number, an integer; got {step!r}") from None
         return scope
 
     def log(
@@ -207,7 +209,7 @@ class Run:
         `seconds`: a later attempt counts its lost steps from it (docs/restarts.md)."""
         run = self._run
         if run is not None:
-            run.checkpoint_saved(run.clock.step if step is None else step, seconds)
+            run.checkpoint_saved(self._scope.step if step is None else step, seconds)
 
     def end(self, error: BaseException | None = None) -> None:
         """End the run: its last step sampled, every output flushed and closed. `error`: the
@@ -226,17 +228,29 @@ class Run:
             self._finish(exc)
 
     # --- inside -----------------------------------------------------------------------------------
-    def _sampled(self, step: int, previous_end: float, now: float) -> None:
-        """A sampled step, or one that custom monitors, a stop or a capture want (the
-        callback's step end does the same, in its own frame)."""
-        run: MonitorRun = self._run  # type: ignore[assignment]  # set with self._hot
-        clock: StepClock = self._hot  # type: ignore[assignment]
-        clock.wake = False
+    def _step_end(self, step: int, now: float, exc: Any) -> None:
+        """A step end that is not a plain unsampled one: sampled, one that custom monitors,
+        a stop or a capture want, a failed step, a step number that did not grow, or no run."""
+        scope = self._scope
+        run = self._run
+        if run is None or exc is not None:  # no run, or the step failed: it did not finish
+            scope.grads = None
+            return
+        if step <= scope.step:
+            self._backwards(step, scope.step)
+            scope.grads = None
+            return
+        previous_end = scope.last_step_end
+        scope.step, scope.last_step_end = step, now
+        scope.finished[0] = step
+        self._view["cur_step_num"] = step
+        # Cleared before reading what set it: a wake set from here on is seen at the next step.
+        scope.wake = False
         if self._monitors.monitors:  # they see every step end
-            clock.wake = True
+            scope.wake = True
             self._feed_custom_monitors()
             self._monitors.call("on_train_step_end", self._run_context)
-        if step >= clock.next_sample:
+        if step >= scope.next_sample:
             view = self._view
             # The loop names no epochs: the step's, so the flight ring keeps what the line says.
             view["cur_epoch_num"] = (step - 1) // view["batch_num"] + 1 if view["batch_num"] else 1
@@ -247,7 +261,8 @@ class Run:
         if captures.active:  # a profile capture starts or steps at this boundary
             captures.on_step_end(step)
             if captures.active:
-                clock.wake = True
+                scope.wake = True
+        scope.grads = None
 
     def _feed_custom_monitors(self) -> None:
         scope, view = self._scope, self._view
@@ -275,7 +290,8 @@ class Run:
         atexit.unregister(self._at_exit)
         if _active is self:
             _active = None
-        run, self._run, self._hot = self._run, None, None
+        run, self._run = self._run, None
+        self._scope.next_sample = 0  # steps after the end: dropped
         if run is None:
             return
         self._monitors.call("on_train_end", self._run_context)
@@ -333,15 +349,17 @@ def start(
         cur_step_num=initial_step, cur_epoch_num=None, epoch_num=epochs, batch_num=steps_per_epoch,
         optimizer=optimizer, network=network, train_network=None, train_dataset=dataset,
     )  # fmt: skip
+    scope = Step()
     loop = TrainingLoop(
         network=network, train_network=None, optimizer=optimizer, dataset=dataset,
         batch_size=batch_size if batch_size is not None else batch_size_of(dataset), epochs=epochs,
         steps_per_epoch=steps_per_epoch, steps_done=initial_step, step_offset=0, callbacks=(), step_view=view,
+        checkpoint_step=lambda: scope.step,  # the last finished step: a save between steps holds it
     )  # fmt: skip
     providers = Providers(
         tracer_provider=tracer_provider, meter_provider=meter_provider, logger_provider=logger_provider
     )
-    run = Run(monitor_config, loop, providers, monitors)
+    run = Run(monitor_config, loop, scope, providers, monitors)
     _active = run
     atexit.register(run._at_exit)
     run._monitors.call("on_train_begin", run._run_context)

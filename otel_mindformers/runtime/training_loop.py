@@ -9,7 +9,7 @@ from `Model.train`'s `cb_params` at train begin (`of_model_train`), the run API
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 from otel_mindformers.compat import mindspore_model
@@ -36,6 +36,8 @@ class TrainingLoop:
     # `cur_step_num`, `cur_epoch_num`, ... The callback's is `cb_params` itself; the run API
     # keeps its own mapping, filled by `run.step` / `run.log`.
     step_view: MutableMapping[str, Any]
+    # The job's step a checkpoint saved now holds (a save phase ending on the training thread).
+    checkpoint_step: Callable[[], int]
 
     @property
     def first_step(self) -> int:
@@ -46,6 +48,7 @@ class TrainingLoop:
     def of_model_train(cls, cb_params: Any) -> TrainingLoop:
         """The loop `Model.train` runs, from its `cb_params` at train begin."""
         dataset = cb_params.get("train_dataset")
+        offset = step_offset(cb_params)
         return cls(
             network=cb_params.get("network"),
             train_network=cb_params.get("train_network"),
@@ -55,9 +58,11 @@ class TrainingLoop:
             epochs=int(cb_params.get("epoch_num") or 0),
             steps_per_epoch=int(cb_params.get("batch_num") or 0),
             steps_done=int(cb_params.get("cur_step_num") or 0),
-            step_offset=step_offset(cb_params),
+            step_offset=offset,
             callbacks=tuple(mindspore_model.callbacks(cb_params) or ()),
             step_view=cb_params,
+            # MindSpore's count: the callback saving a checkpoint may run before ours at a step's end.
+            checkpoint_step=lambda: int(cb_params.get("cur_step_num") or 0) + offset,
         )
 
 
