@@ -556,28 +556,28 @@ def _straggler_line(report: Report) -> str | None:
     if report.slowest is None:
         return None
     by_label = {s.label: s for s in report.series}
+    # Where the ranks move in step, the bottleneck section below says more than their step
+    # times: point at it, beside any straggler a noisy median flags.
+    verdict = report.bottleneck
+    below = None
+    if verdict is not None and verdict.bottleneck is not None:
+        below = "see below for the rank that holds them back"
+    elif verdict is not None and verdict.rises:
+        below = "see below for the ranks whose step time rose"
+    elif verdict is not None and verdict.input_bound is not None:
+        below = "every rank waits for its data (below)"
     if report.stragglers:
         named = ", ".join(f"{label} ({_pct(by_label[label].skew_vs_median)})" for label in report.stragglers)
-        return (
+        line = (
             f"stragglers (> {report.straggler_threshold:.0%} over the median "
             f"{_num(report.median_step_time_ms)} ms): {named}"
         )
+        return f"{line}; {below}" if below else line
+    if below:
+        return (
+            f"step times agree (median {_num(report.median_step_time_ms)} ms) because the ranks move in step: {below}"
+        )
     slowest = by_label[report.slowest]
-    if report.bottleneck is not None and report.bottleneck.bottleneck is not None:
-        return (
-            f"step times agree (median {_num(report.median_step_time_ms)} ms) because the ranks move in step: "
-            f"see below for the rank that holds them back"
-        )
-    if report.bottleneck is not None and report.bottleneck.rises:
-        return (
-            f"step times agree (median {_num(report.median_step_time_ms)} ms) because the ranks move in step: "
-            f"see below for the ranks whose step time rose"
-        )
-    if report.bottleneck is not None and report.bottleneck.input_bound is not None:
-        return (
-            f"step times agree (median {_num(report.median_step_time_ms)} ms) because the ranks move in step: "
-            f"every rank waits for its data (below)"
-        )
     return (
         f"no stragglers: every series within {report.straggler_threshold:.0%} of the median "
         f"{_num(report.median_step_time_ms)} ms; slowest {slowest.label} ({_pct(slowest.skew_vs_median)})"
