@@ -56,16 +56,26 @@ if not instrumentation_disabled():
     MindFormersInstrumentor().register()
 
 
-def instrument(config: Any = None, **kwargs: Any) -> None:
+def instrument(
+    config: Any = None, *, tracer_provider: Any = None, meter_provider: Any = None, logger_provider: Any = None
+) -> None:
     """Monitor every training run of this process without touching the training code.
 
     What `opentelemetry-instrument` does, from one line of code: each `Model.train` /
     MindFormers `Trainer` run gets exactly one MonitorCallback. `config`: a YAML path, a
     mapping or a MonitorConfig (default: OTEL_PYTHON_MINDFORMERS_CONFIG, else a MindFormers
     YAML's `monitor_config`, else the defaults); kwargs: `tracer_provider`,
-    `meter_provider`, `logger_provider`.
+    `meter_provider`, `logger_provider` (`monitor_config` keys go in `config`: a keyword of
+    its own is a TypeError, not a setting silently dropped).
     """
-    MindFormersInstrumentor().instrument(config=config, **kwargs)
+    providers = {
+        "tracer_provider": tracer_provider,
+        "meter_provider": meter_provider,
+        "logger_provider": logger_provider,
+    }
+    MindFormersInstrumentor().instrument(
+        config=config, **{name: provider for name, provider in providers.items() if provider is not None}
+    )
 
 
 def start(config: Any = None, **kwargs: Any) -> Any:
@@ -85,9 +95,15 @@ def start(config: Any = None, **kwargs: Any) -> Any:
     """
     from otel_mindformers.runtime.run_api import start as start_run
 
-    if config is None:
-        config = os.environ.get(OTEL_PYTHON_MINDFORMERS_CONFIG) or None
-    return start_run(config, **kwargs)
+    named = os.environ.get(OTEL_PYTHON_MINDFORMERS_CONFIG) if config is None else None
+    if not named:
+        return start_run(config, **kwargs)
+    try:
+        return start_run(named, **kwargs)
+    except ConfigError as exc:  # the launcher's environment chose the file: say which
+        raise ConfigError(
+            *(f"{OTEL_PYTHON_MINDFORMERS_CONFIG}={named}: {problem}" for problem in exc.problems)
+        ) from None
 
 
 def uninstrument() -> None:

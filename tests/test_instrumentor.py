@@ -250,6 +250,16 @@ def test_invalid_config_in_code_raises(workdir):
     assert not hasattr(Model.__dict__["train"], "__wrapped__")
 
 
+def test_a_monitor_config_key_given_as_a_keyword_is_refused_not_dropped(workdir):
+    # As `otel_mindformers.start(config, interval=5)` takes it: instrument() takes keys in `config`.
+    try:
+        with pytest.raises(TypeError, match="unexpected keyword argument 'interval'"):
+            otel_mindformers.instrument(interval=5)
+        assert not hasattr(Model.__dict__["train"], "__wrapped__")
+    finally:
+        otel_mindformers.uninstrument()
+
+
 def test_resource_detector_names_the_rank(monkeypatch):
     for name, value in {
         "RANK_ID": "1",

@@ -1,7 +1,8 @@
 """The run API seen from outside its process (tests/support/custom_loop_process.py, a real
 PyNative custom loop): a loop SIGKILLed mid-window, whose exact last step `report` gives and
 whose JSON log gets its tail back from the flight ring (docs/flight_recorder.md); and a
-`start()` given no config, configured by OTEL_PYTHON_MINDFORMERS_CONFIG alone (zero-code)."""
+`start()` given no config, configured by OTEL_PYTHON_MINDFORMERS_CONFIG alone (zero-code); a
+script that never calls `run.end()`, ended at the interpreter's exit."""
 
 from __future__ import annotations
 
@@ -74,5 +75,23 @@ def test_a_config_file_the_environment_names_that_is_wrong_fails_before_training
     process = spawn({"steps": 3}, tmp_path, env={OTEL_PYTHON_MINDFORMERS_CONFIG: str(yaml)}, module=MODULE)
     out, err = finish(process)
     assert process.returncode != 0 and "last step" not in out
-    assert "monitor_config.intervall: unknown key" in err, err[-3000:]
+    assert f"{OTEL_PYTHON_MINDFORMERS_CONFIG}={yaml}: monitor_config.intervall: unknown key" in err, err[-3000:]
     assert not Path(tmp_path / "output" / "train_metric.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("raise_at", "outcome", "records"),
+    [(None, ("completed", 12, None), [1, 5, 10, 12]), (7, ("crashed", 7, "RuntimeError: the loop failed after step 7"), [1, 5])],
+    ids=["returns", "raises"],
+)  # fmt: skip
+def test_a_script_that_never_calls_end_is_ended_at_exit_as_end_ends_it(tmp_path, raise_at, outcome, records):
+    out = tmp_path / "out"
+    log = out / "train_metric.json"
+    config = {"interval": 5, "output_type": ["json_file"], "json_log_path": str(log)}
+    process = spawn({"config": config, "steps": 12, "end": "never", "raise_at": raise_at}, tmp_path, module=MODULE)
+    _, err = finish(process)
+    assert process.returncode == (0 if raise_at is None else 1), err[-3000:]
+    assert [line["step"] for line in json_lines(log)] == records  # the last step sampled where end() would
+    report = json.loads(cli_output("report", str(out), "--json", cwd=out))
+    (attempt,) = report["job"]["attempts"]
+    assert (attempt["outcome"], attempt["last_step"], attempt["reason"]) == outcome

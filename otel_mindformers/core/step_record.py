@@ -47,6 +47,13 @@ def _table_order(keys: tuple[str, ...]) -> tuple[str, ...]:
     return ordered
 
 
+# The JSON line's own keys (StepRecord.to_json_dict): no value may be written under one.
+LINE_FIELDS = frozenset({
+    "time_stamp", "step", "epoch", "rank", "world_size", "nonfinite", "alerts", "time", "sections", "stragglers",
+    "model_state", "job", "recovered",
+})  # fmt: skip
+
+
 @dataclass(frozen=True)
 class PhaseInterval:
     """A phase known from timestamps (wall seconds). `seconds` is what the histogram and the

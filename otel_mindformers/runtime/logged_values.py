@@ -15,11 +15,14 @@ they go to the model-state inbox as per-parameter gradient norms.
 from __future__ import annotations
 
 import math
+import numbers
+import reprlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from otel_mindformers.compat import mindspore_graph, mindspore_tensor
 from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.core.step_record import LINE_FIELDS
 from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.model_state.state import FamilyReadings
 from otel_mindformers.names import training as tm
@@ -69,6 +72,12 @@ def _global_norm_graph(with_squares: bool) -> Any:
     return compiled
 
 
+# Names a custom scalar cannot have: the record's own keys and the monitor's metrics.
+_RESERVED = LINE_FIELDS | frozenset(tm.BY_KEY)
+_RESERVED_HINTS = {tm.LEARNING_RATE: "the learning rate is run.log(lr=...)"}
+_ARGUMENTS = {tm.LEARNING_RATE: "lr"}  # a record key that `run.log` takes under another name
+
+
 def _is_tensor(value: Any) -> bool:
     return hasattr(value, "asnumpy")
 
@@ -100,6 +109,13 @@ class LoggedReader:
         """The host values of step `step` (the view's `net_outputs` is what was logged)."""
         logged: Logged | None = view.get("net_outputs")
         if logged is None or logged.logged_at != step:
+            if logged is not None and logged.logged_at > 0 and self._custom:
+                self._warn_once(
+                    "unlogged", "step %d was sampled but run.log(...) was not called in it (last in step %d): "
+                    "it is recorded without its values. A run.log inside a mindspore.jit function runs only "
+                    "while the function compiles: call it after the compiled step, with what the step returns",
+                    step, logged.logged_at,
+                )  # fmt: skip
             return {}
         wanted = self._wanted
         handles: list[tuple[str, Any]] = []
@@ -125,7 +141,7 @@ class LoggedReader:
             if rate is not None:
                 handles.append((tm.LEARNING_RATE, rate))
         if self._custom and logged.scalars:
-            handles.extend((str(key), value) for key, value in logged.scalars.items())
+            handles.extend(self._custom_scalars(logged.scalars))
         values: dict[str, float | bool] = {}
         for key, handle in handles:
             value = self._host(key, handle)
@@ -134,6 +150,21 @@ class LoggedReader:
         if squares is not None:
             self._per_parameter(squares, step)
         return values
+
+    def _custom_scalars(self, scalars: dict[str, Any]) -> list[tuple[str, Any]]:
+        """The custom scalars whose names the record does not use itself (one warning each
+        other name: written, it would overwrite the record's step, time or a metric)."""
+        kept = []
+        for key, value in scalars.items():
+            if key in _RESERVED:
+                hint = _RESERVED_HINTS.get(key, "give the custom scalar another name")
+                self._warn_once(
+                    f"reserved:{key}", "run.log(%s=...): %r is a name the monitor records itself: the custom scalar "
+                    "is left out (%s)", key, key, hint,
+                )  # fmt: skip
+                continue
+            kept.append((key, value))
+        return kept
 
     def _per_parameter(self, squares: Any, step: int) -> None:
         """The gradients' squared norms, named by the optimizer's parameters, into the inbox."""
@@ -153,23 +184,31 @@ class LoggedReader:
             self._warn_once("squares", "cannot read the gradients' per-parameter norms: %s", exc)
 
     def _host(self, key: str, handle: Any) -> float | None:
-        """One value read back; a non-scalar tensor is left out (one warning)."""
+        """One value read back: a number (Python's, numpy's) or a one-element tensor or array.
+        Anything else (a bigger tensor, a string, a list) is left out, with one warning."""
         try:
             if isinstance(handle, (bool, int, float)):
                 return float(handle)
-            if _is_tensor(handle):
-                if handle.size != 1:
-                    self._warn_once(
-                        f"shape:{key}", "run.log(%s=...) takes a scalar (a one-element tensor or a number); "
-                        "got a tensor of shape %s: %s is left out of the records", key, tuple(handle.shape), key,
-                    )  # fmt: skip
-                    return None
-                if mindspore_tensor.readable(handle) and not handle.has_init:
-                    return float(mindspore_tensor.read_scalar(handle))
-            return to_host(handle)
+            if _is_tensor(handle):  # the common case first: a sampled step's work is counted
+                if handle.size == 1:
+                    if mindspore_tensor.readable(handle) and not handle.has_init:
+                        return float(mindspore_tensor.read_scalar(handle))
+                    return to_host(handle)
+            elif isinstance(handle, numbers.Real):  # numpy's numbers
+                return float(handle)
+            elif getattr(handle, "size", None) == 1 and hasattr(handle, "dtype"):  # numpy's one-element arrays
+                return to_host(handle)
         except Exception as exc:  # any value of any kind: left out, never raised
-            self._warn_once(f"read:{key}", "run.log(%s=...): cannot read %r: %s", key, type(handle).__name__, exc)
+            self._warn_once(
+                f"read:{key}", "run.log(%s=...): cannot read %r: %s", _ARGUMENTS.get(key, key), type(handle).__name__,
+                exc,
+            )  # fmt: skip
             return None
+        self._warn_once(
+            f"shape:{key}", "run.log(%s=...) takes a scalar (a one-element tensor or a number); got %s: %s is left "
+            "out of the records", _ARGUMENTS.get(key, key), _describe_value(handle), key,
+        )  # fmt: skip
+        return None
 
     def _grads_norm(self, grads: Any, with_squares: bool = False) -> Any:
         """The global L2 norm of `grads` on the device (a tensor; with `with_squares`, and
@@ -197,6 +236,13 @@ class LoggedReader:
         except Exception as exc:  # an exotic schedule: no lr, not a failed run
             self._warn_once(tm.LEARNING_RATE, "cannot evaluate the optimizer's learning rate: %s", exc)
             return None
+
+
+def _describe_value(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple):
+        return f"a {'tensor' if _is_tensor(value) else type(value).__name__} of shape {shape}"
+    return f"a {type(value).__name__} ({reprlib.repr(value)})"
 
 
 def _describe(value: Any) -> str:

@@ -19,6 +19,8 @@ says what each feature does through this door.
 from __future__ import annotations
 
 import atexit
+import math
+import numbers
 import operator
 import sys
 import time
@@ -126,7 +128,7 @@ class Run:
     # Slots: `run.log` reads its step scope from this object itself, no instance dict.
     __slots__ = (
         "config", "_view", "_scope", "_run_context", "_monitors", "_loss_view", "_lr_view", "_lazy_lr", "_warned",
-        "_ended", "_run",
+        "_first_step", "_ended", "_run",
     )  # fmt: skip
 
     def __init__(
@@ -143,6 +145,7 @@ class Run:
         # The optimizer's rate for custom monitors, evaluated only when one reads it.
         self._lazy_lr = LazyLearningRate(loop.optimizer) if monitors and loop.optimizer is not None else None
         self._warned: set[str] = set()
+        self._first_step = loop.first_step  # the job's step before this run's first
         self._ended = False
         self._run: MonitorRun | None = None
         self._scope.next_sample = 0  # no run (yet): every step end is the run's to drop
@@ -166,7 +169,7 @@ class Run:
         scope = self._scope
         try:
             scope.number = _index(step)  # an integer of any kind (numpy's too), as the flight ring stores it
-        except TypeError:
+        except (TypeError, ValueError):  # ValueError: a MindSpore tensor that holds no integer
             raise TypeError(f"run.step(step) takes the step's number, an integer; got {step!r}") from None
         return scope
 
@@ -208,8 +211,25 @@ class Run:
         """A checkpoint of job step `step` (default: the last finished step) was saved, taking
         `seconds`: a later attempt counts its lost steps from it (docs/restarts.md)."""
         run = self._run
-        if run is not None:
-            run.checkpoint_saved(self._scope.step if step is None else step, seconds)
+        if run is None:
+            return
+        if step is None:
+            if self._scope.step == 0:
+                self._warn_once(
+                    "checkpoint", "run.checkpoint_saved() was called before any step of this run finished: give "
+                    "the step the checkpoint holds (checkpoint_saved(step=...)); nothing is recorded",
+                )  # fmt: skip
+                return
+            step = self._scope.step
+        try:
+            held, took = _whole_number(step), float(seconds)
+        except (TypeError, ValueError):
+            self._warn_once(
+                "checkpoint_args", "run.checkpoint_saved(step=%r, seconds=%r) takes an int step and a number of "
+                "seconds: this checkpoint is not recorded", step, seconds,
+            )  # fmt: skip
+            return
+        run.checkpoint_saved(held, took)
 
     def end(self, error: BaseException | None = None) -> None:
         """End the run: its last step sampled, every output flushed and closed. `error`: the
@@ -274,9 +294,17 @@ class Run:
             view["learning_rate"] = self._lazy_lr.at(max(0, scope.number - 1))
 
     def _backwards(self, step: int, last: int) -> None:
+        if step < 1:
+            self._warn_once(
+                "below_one", "run.step(%d): step numbers count from 1 (the job's step: enumerate(..., start=1)); "
+                "step %d is not recorded", step, step,
+            )  # fmt: skip
+            return
+        # The quick start's loop counts its batches again in each epoch: say what to count.
         self._warn_once(
-            "backwards", "run.step(%d) follows step %d: a step number must grow; step %d is not recorded "
-            "(the first of these is said, the others are dropped too)", step, last, step,
+            "backwards", "run.step(%d) follows step %d: a step number must grow (the job's step, counted across "
+            "epochs: epoch * steps_per_epoch + batch + 1); step %d is not recorded (the first of these is said, "
+            "the others are dropped too)", step, last, step,
         )  # fmt: skip
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
@@ -294,15 +322,31 @@ class Run:
         self._scope.next_sample = 0  # steps after the end: dropped
         if run is None:
             return
+        if error is None and self._scope.step == self._first_step:
+            # `run.step(n)` called without `with` times nothing: the run would end empty, unsaid.
+            self._warn_once(
+                "no_steps", "the run ended and no step of it finished: is each step inside `with run.step(n):`?"
+            )  # fmt: skip
         self._monitors.call("on_train_end", self._run_context)
         self._monitors.report_failures()
         run.finish(self._view if error is None else None, error)
 
     def _at_exit(self) -> None:
         if not self._ended:
-            # An uncaught exception's, where the interpreter kept it; else the exit itself.
-            error = getattr(sys, "last_value", None) or RuntimeError("the process exited before run.end()")
-            self._finish(error)
+            # An uncaught exception's, where the interpreter kept it; else the script ran to its
+            # end without `end()`: its loop is over, and the run ends as `end()` ends it.
+            self._finish(getattr(sys, "last_value", None))
+
+
+def _whole_number(value: Any) -> int:
+    """An int of any integer type (numpy's too), or a whole float; TypeError or ValueError else."""
+    try:
+        return _index(value)
+    except TypeError:
+        whole = float(value) if isinstance(value, numbers.Real) else math.nan
+        if whole.is_integer():
+            return int(whole)
+        raise
 
 
 def start(
@@ -336,6 +380,18 @@ def start(
             "otel_mindformers.start() was called while another run of this process is going: end() it first "
             "(or use `with otel_mindformers.start(...) as run:`)"
         )
+    counts = {"initial_step": initial_step, "epochs": epochs, "steps_per_epoch": steps_per_epoch}
+    if batch_size is not None:
+        counts["batch_size"] = batch_size
+    for name, value in counts.items():  # numpy's integers too: what the outputs store is an int
+        try:
+            counts[name] = _whole_number(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"otel_mindformers.start({name}={value!r}): takes an int") from None
+        if counts[name] < 0:
+            raise ValueError(f"otel_mindformers.start({name}={value!r}): takes an int >= 0")
+    initial_step, epochs, steps_per_epoch = counts["initial_step"], counts["epochs"], counts["steps_per_epoch"]
+    batch_size = counts.get("batch_size")
     monitor_config = load_monitor_config(config)
     if overrides:
         monitor_config = monitor_config.with_overrides(**overrides)

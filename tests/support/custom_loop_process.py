@@ -7,11 +7,14 @@ environment alone.
 Spec keys: `config` (the `monitor_config` mapping; absent: `otel_mindformers.start()` with no
 config, so OTEL_PYTHON_MINDFORMERS_CONFIG or the defaults decide), `steps`, `jit` (bool),
 `die_at` (a step: the process SIGKILLs itself right after that step's `with run.step` block,
-no Python exit handler running). Prints `last step N` when the loop ends.
+no Python exit handler running), `end` ("with": the default, `with ... as run:`; "never":
+the script returns without `run.end()`, as one that forgets it), `raise_at` (a step: the
+loop raises RuntimeError right after it, uncaught). Prints `last step N` when the loop ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,7 +29,7 @@ def main(spec: dict) -> None:
     run = otel_mindformers.start(spec["config"]) if "config" in spec else otel_mindformers.start()
     die_at = spec.get("die_at")
     last = 0
-    with run:
+    with run if spec.get("end", "with") == "with" else contextlib.nullcontext():
         for step, (x, y) in enumerate(custom_loop.Data(spec["steps"]).batches(), start=1):
             with run.step(step):
                 loss, grads = loop.train_step(x, y)
@@ -34,6 +37,8 @@ def main(spec: dict) -> None:
             last = step
             if step == die_at:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if step == spec.get("raise_at"):
+                raise RuntimeError(f"the loop failed after step {step}")
             if run.should_stop:
                 break
     print(f"last step {last}", flush=True)
