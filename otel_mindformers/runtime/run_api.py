@@ -303,8 +303,8 @@ class Run:
         # The quick start's loop counts its batches again in each epoch: say what to count.
         self._warn_once(
             "backwards", "run.step(%d) follows step %d: a step number must grow (the job's step, counted across "
-            "epochs: epoch * steps_per_epoch + batch + 1); step %d is not recorded (the first of these is said, "
-            "the others are dropped too)", step, last, step,
+            "epochs: epoch * steps_per_epoch + batch + 1, and on from start(initial_step=...) after a resume); "
+            "step %d is not recorded (the first of these is said, the others are dropped too)", step, last, step,
         )  # fmt: skip
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
