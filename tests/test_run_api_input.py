@@ -190,3 +190,24 @@ def test_values_that_are_no_scalars_are_left_out_once_each_not_averaged_or_parse
         "otel_mindformers: run.log(tokens=...) takes a scalar (a one-element tensor or a number); got a list "
         "([5.0]): tokens is left out of the records",
     ]
+
+
+@pytest.mark.parametrize("whose", ["the optimizer's", "another"])
+def test_a_learning_rate_schedule_given_as_lr_is_its_rate_at_each_step(workdir, caplog, whose):
+    """`run.log(lr=optimizer.learning_rate)`: with a schedule that is a LearningRateSchedule
+    cell, not a number; its rate at the step is recorded, as the optimizer's own would be."""
+    from mindspore import nn
+
+    def schedule() -> Any:
+        return nn.PolynomialDecayLR(0.01, 0.001, 8, 1.0)
+
+    loop = custom_loop.build(lr=schedule())
+    given = loop.optimizer.learning_rate if whose == "the optimizer's" else schedule()
+    with otel_mindformers.start(_config(workdir)) as run:
+        for step, (x, y) in enumerate(custom_loop.Data(4).batches(), start=1):
+            with run.step(step):
+                loss, grads = loop.train_step(x, y)
+                run.log(loss=loss, lr=given)
+    rates = [line["learning_rate"] for line in json_lines(workdir / "metrics.json")]
+    assert rates == pytest.approx([0.01 - 0.009 * index / 8 for index in range(4)], rel=1e-5)
+    assert not _warnings(caplog)

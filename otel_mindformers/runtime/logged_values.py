@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from otel_mindformers.compat import mindspore_graph, mindspore_tensor
@@ -89,8 +89,16 @@ class LoggedReader:
     it; training goes on."""
 
     def __init__(
-        self, wanted: frozenset[str], optimizer: Any, *, custom_scalars: bool = True, per_parameter: bool = False
+        self,
+        wanted: frozenset[str],
+        optimizer: Any,
+        *,
+        step_now: Callable[[], int],
+        custom_scalars: bool = True,
+        per_parameter: bool = False,
     ) -> None:
+        """`step_now`: the step being read (a learning-rate schedule given as `lr` is evaluated
+        at it; asked only then, so a sampled step's common path pays nothing for it)."""
         self._wanted = wanted
         self._per_parameter_norms = per_parameter
         self._optimizer = optimizer
@@ -98,6 +106,7 @@ class LoggedReader:
         self.reads_anything = bool(wanted) or custom_scalars
         self._learning_rate: LearningRateSource | None = None
         self._names: tuple[str, ...] | None = None  # the optimizer's parameters: the gradients' names
+        self._step_now = step_now
         self._warned: set[str] = set()
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
@@ -198,6 +207,9 @@ class LoggedReader:
                 return float(handle)
             elif getattr(handle, "size", None) == 1 and hasattr(handle, "dtype"):  # numpy's one-element arrays
                 return to_host(handle)
+            elif key == tm.LEARNING_RATE and callable(handle):  # `lr=optimizer.learning_rate`, a schedule
+                rate = self._schedule_rate(handle)
+                return None if rate is None else self._host(key, rate)
         except Exception as exc:  # any value of any kind: left out, never raised
             self._warn_once(
                 f"read:{key}", "run.log(%s=...): cannot read %r: %s", _ARGUMENTS.get(key, key), type(handle).__name__,
@@ -225,6 +237,16 @@ class LoggedReader:
         except Exception as exc:  # a graph MindSpore cannot compile here: no norm, the run goes on
             self._warn_once("norm", "cannot compute the gradients' global norm: %s", exc)
             return None
+
+    def _schedule_rate(self, schedule: Any) -> Any:
+        """A learning-rate schedule's rate at this step: the optimizer's own schedule as the
+        optimizer used it (its update count), another at the job's step."""
+        step = self._step_now()
+        if schedule is getattr(self._optimizer, "learning_rate", None):
+            return self._optimizer_rate(step)
+        from mindspore import Tensor, int32
+
+        return schedule(Tensor(step - 1, int32))
 
     def _optimizer_rate(self, step: int) -> Any:
         """The rate the optimizer used at this step (extract.py's LearningRateSource)."""
