@@ -95,3 +95,16 @@ def test_a_script_that_never_calls_end_is_ended_at_exit_as_end_ends_it(tmp_path,
     report = json.loads(cli_output("report", str(out), "--json", cwd=out))
     (attempt,) = report["job"]["attempts"]
     assert (attempt["outcome"], attempt["last_step"], attempt["reason"]) == outcome
+
+
+def test_a_forked_child_that_exits_leaves_the_parents_run_alone(tmp_path):
+    out = tmp_path / "out"
+    log = out / "train_metric.json"
+    config = {"interval": 5, "output_type": ["json_file"], "json_log_path": str(log)}
+    process = spawn({"config": config, "steps": 12, "fork_at": 6}, tmp_path, module=MODULE)
+    _, err = finish(process)
+    assert process.returncode == 0, err[-3000:]
+    assert "flight ring" not in err, err[-3000:]  # the child did not end the run and take its ring
+    assert [line["step"] for line in json_lines(log)] == [1, 5, 10, 12]
+    (attempt,) = json.loads(cli_output("report", str(out), "--json", cwd=out))["job"]["attempts"]
+    assert (attempt["outcome"], attempt["last_step"]) == ("completed", 12)

@@ -22,6 +22,7 @@ import atexit
 import math
 import numbers
 import operator
+import os
 import sys
 import time
 from typing import Any
@@ -128,7 +129,7 @@ class Run:
     # Slots: `run.log` reads its step scope from this object itself, no instance dict.
     __slots__ = (
         "config", "_view", "_scope", "_run_context", "_monitors", "_loss_view", "_lr_view", "_lazy_lr", "_warned",
-        "_first_step", "_ended", "_run",
+        "_first_step", "_pid", "_ended", "_run",
     )  # fmt: skip
 
     def __init__(
@@ -146,6 +147,7 @@ class Run:
         self._lazy_lr = LazyLearningRate(loop.optimizer) if monitors and loop.optimizer is not None else None
         self._warned: set[str] = set()
         self._first_step = loop.first_step  # the job's step before this run's first
+        self._pid = os.getpid()  # the process whose run it is (a forked child inherits the object)
         self._ended = False
         self._run: MonitorRun | None = None
         self._scope.next_sample = 0  # no run (yet): every step end is the run's to drop
@@ -320,6 +322,8 @@ class Run:
     def _finish(self, error: BaseException | None) -> None:
         global _active
         self._ended = True
+        if os.getpid() != self._pid:  # a forked child leaving (its exit, a `with` it unwinds): not its run
+            return
         atexit.unregister(self._at_exit)
         if _active is self:
             _active = None

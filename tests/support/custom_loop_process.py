@@ -9,7 +9,9 @@ config, so OTEL_PYTHON_MINDFORMERS_CONFIG or the defaults decide), `steps`, `jit
 `die_at` (a step: the process SIGKILLs itself right after that step's `with run.step` block,
 no Python exit handler running), `end` ("with": the default, `with ... as run:`; "never":
 the script returns without `run.end()`, as one that forgets it), `raise_at` (a step: the
-loop raises RuntimeError right after it, uncaught). Prints `last step N` when the loop ends.
+loop raises RuntimeError right after it, uncaught), `fork_at` (a step: the process forks
+right after it, and the child leaves through `sys.exit(0)`, its exit handlers and the `with`
+it is in running, while the parent trains on). Prints `last step N` when the loop ends.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ def main(spec: dict) -> None:
             last = step
             if step == die_at:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if step == spec.get("fork_at"):
+                child = os.fork()
+                if child == 0:
+                    sys.exit(0)
+                os.waitpid(child, 0)
             if step == spec.get("raise_at"):
                 raise RuntimeError(f"the loop failed after step {step}")
             if run.should_stop:
