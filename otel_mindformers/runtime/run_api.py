@@ -164,7 +164,7 @@ class Run:
                     custom_scalars=not local,
                     per_parameter=per_parameter and not local,
                     step_now=lambda: scope.step,
-                )  # fmt: skip
+                )
             )
             for monitor in monitors:
                 monitor.alert_engine = run.alerts
