@@ -20,6 +20,8 @@ import reprlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from mindspore import Tensor
+
 from otel_mindformers.compat import mindspore_graph, mindspore_tensor
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.step_record import LINE_FIELDS
@@ -80,6 +82,11 @@ _ARGUMENTS = {tm.LEARNING_RATE: "lr"}  # a record key that `run.log` takes under
 
 def _is_tensor(value: Any) -> bool:
     return hasattr(value, "asnumpy")
+
+
+def _gradients(grads: Any) -> bool:
+    """A non-empty sequence of tensors: what `run.log(grads=...)` takes."""
+    return isinstance(grads, Sequence) and bool(grads) and all(_is_tensor(grad) for grad in grads)
 
 
 class LoggedReader:
@@ -194,14 +201,23 @@ class LoggedReader:
 
     def _host(self, key: str, handle: Any) -> float | None:
         """One value read back: a number (Python's, numpy's) or a one-element tensor or array.
-        Anything else (a bigger tensor, a string, a list) is left out, with one warning."""
+        Anything else (a bigger tensor, a string, a list) is left out, with one warning. A
+        MindSpore tensor, the common case, is read first and its size asked only when the read
+        fails: after a PyNative step every call here runs cold (docs/performance.md)."""
         try:
-            if isinstance(handle, (bool, int, float)):
-                return float(handle)
-            if _is_tensor(handle):  # the common case first: a sampled step's work is counted
-                if handle.size == 1:
-                    if mindspore_tensor.readable(handle) and not handle.has_init:
+            if isinstance(handle, Tensor):  # a Parameter too (a learning rate)
+                if not handle.has_init:
+                    try:
                         return float(mindspore_tensor.read_scalar(handle))
+                    except ValueError:  # more than one element: said below
+                        if handle.size == 1:
+                            raise
+                elif handle.size == 1:
+                    return to_host(handle)
+            elif isinstance(handle, (bool, int, float)):
+                return float(handle)
+            elif _is_tensor(handle):  # a tensor of another kind
+                if handle.size == 1:
                     return to_host(handle)
             elif isinstance(handle, numbers.Real):  # numpy's numbers
                 return float(handle)
@@ -225,18 +241,26 @@ class LoggedReader:
     def _grads_norm(self, grads: Any, with_squares: bool = False) -> Any:
         """The global L2 norm of `grads` on the device (a tensor; with `with_squares`, and
         each one's squared norm: two tensors), or None with one warning when `grads` is not a
-        sequence of tensors."""
-        if not isinstance(grads, Sequence) or not grads or not all(_is_tensor(grad) for grad in grads):
-            self._warn_once(
-                "grads", "run.log(grads=...) takes the sequence of gradient tensors value_and_grad returns; got %s: "
-                "grad_norm is not reported from it", _describe(grads),
-            )  # fmt: skip
+        sequence of tensors. `value_and_grad`'s tuple goes straight to the graph; what is not
+        gradients is told apart only when the graph cannot take it."""
+        kind = grads.__class__
+        if (kind is not tuple and kind is not list or not grads) and not _gradients(grads):
+            self._not_gradients(grads)
             return None
         try:
             return _global_norm_graph(with_squares)(grads)
-        except Exception as exc:  # a graph MindSpore cannot compile here: no norm, the run goes on
+        except Exception as exc:  # not gradients, or a graph MindSpore cannot compile here: no norm
+            if not _gradients(grads):
+                self._not_gradients(grads)
+                return None
             self._warn_once("norm", "cannot compute the gradients' global norm: %s", exc)
             return None
+
+    def _not_gradients(self, grads: Any) -> None:
+        self._warn_once(
+            "grads", "run.log(grads=...) takes the sequence of gradient tensors value_and_grad returns; got %s: "
+            "grad_norm is not reported from it", _describe(grads),
+        )  # fmt: skip
 
     def _schedule_rate(self, schedule: Any) -> Any:
         """A learning-rate schedule's rate at this step: the optimizer's own schedule as the
@@ -244,7 +268,7 @@ class LoggedReader:
         step = self._step_now()
         if schedule is getattr(self._optimizer, "learning_rate", None):
             return self._optimizer_rate(step)
-        from mindspore import Tensor, int32
+        from mindspore import int32
 
         return schedule(Tensor(step - 1, int32))
 
