@@ -121,6 +121,22 @@ def test_a_step_going_backwards_is_said_once_and_not_recorded(workdir, caplog):
     assert "step 1 is not recorded" in said
 
 
+def test_several_logs_in_a_step_add_up_and_a_value_given_again_replaces_the_first(workdir, caplog):
+    def body(run, loop, step, x, y):
+        with run.step(step):
+            loss, grads = loop.train_step(x, y)
+            run.log(loss=loss * 0, grads=grads)
+            run.log(tokens_seen=step * 32.0)
+            run.log(loss=loss, batch_seconds=0.5)
+
+    lines = _short_run(workdir, body)
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    for line in lines:
+        assert line["loss"] > 0 and line["grad_norm"] > 0, line
+        assert line["tokens_seen"] == line["step"] * 32.0 and line["batch_seconds"] == 0.5, line
+    assert _warnings(caplog) == []
+
+
 def test_numpy_step_numbers_count_and_a_float_is_one_clear_type_error(workdir):
     def body(run, loop, step, x, y):
         with run.step(np.int64(step)):  # enumerate over a numpy range, as loops do

@@ -43,6 +43,7 @@ _logger = get_logger(__name__)
 
 _perf_counter = time.perf_counter  # bound once: the step's two clock reads
 _index = operator.index
+_LOGGED_FIELDS = ("loss", "grads", "grad_norm", "lr", "overflow", "loss_scale")  # `log`'s named values, in order
 
 _active: Run | None = None  # the process's one run (start twice: a ValueError)
 
@@ -195,13 +196,28 @@ class Run:
         global norm is computed on the device on sampled steps, unless `grad_norm` is given);
         `lr`: else the optimizer's, read on sampled steps; `overflow` / `loss_scale`: MindSpore
         AMP's (`all_finite`, `DynamicLossScaler.scale_value`); any other keyword: a custom
-        scalar, written to the local outputs under its name."""
+        scalar, written to the local outputs under its name. Called again in the same step, it
+        adds to what the step logged (a value given again replaces the earlier one)."""
+        scope = self._scope
+        if not scope.open or scope.logged_at == scope.number:  # outside a step, or again in this one
+            self._log_again(loss, grads, grad_norm, lr, overflow, loss_scale, scalars)
+            return
+        scope.loss, scope.grads, scope.grad_norm, scope.lr = loss, grads, grad_norm, lr
+        scope.overflow, scope.loss_scale, scope.scalars, scope.logged_at = overflow, loss_scale, scalars, scope.number
+
+    def _log_again(self, *given: Any) -> None:
+        """`log` outside a step (dropped, said once), or a second `log` in a step: what it
+        gives is added to the first call's values."""
         scope = self._scope
         if not scope.open:
             self._warn_once("log", "run.log(...) was called outside `with run.step(step):`; its values are dropped")
             return
-        scope.loss, scope.grads, scope.grad_norm, scope.lr = loss, grads, grad_norm, lr
-        scope.overflow, scope.loss_scale, scope.scalars, scope.logged_at = overflow, loss_scale, scalars, scope.number
+        *named, scalars = given
+        for field, value in zip(_LOGGED_FIELDS, named, strict=True):
+            if value is not None:
+                setattr(scope, field, value)
+        if scalars:
+            scope.scalars = {**scope.scalars, **scalars} if scope.scalars else scalars
 
     @property
     def should_stop(self) -> bool:
