@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from otel_mindformers.outputs.jsonl_reader import read_logs
+from tests.support.jsonl import json_lines
 from tests.support.paths import EXAMPLES, REPO
 from tests.support.reliability_worker import spawn
 
@@ -75,6 +76,24 @@ def test_kill_9_mid_run_leaves_complete_lines(tmp_path, round_):
     # The package's own reader takes the file as it is, damaged tail included.
     series = read_logs([json_path])
     assert series and max(point.step for s in series for point in s.points) >= 30
+
+
+@pytest.mark.slow  # a training process
+def test_a_forked_child_that_exits_leaves_the_parents_run_alone(tmp_path):
+    """A child forked mid-training that leaves through sys.exit runs the exit handlers it
+    inherited: they must not end the parent's run (nor take its flight ring) in the child."""
+    log = tmp_path / "out" / "train_metric.json"
+    spec = {
+        "config": {"interval": 5, "output_type": ["json_file"], "json_log_path": str(log)},
+        "steps": 12,
+        "report": str(tmp_path / "report.json"),
+        "at": {"6": [["fork_exit"]]},
+    }
+    process = spawn(spec, tmp_path)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-3000:]
+    assert "flight ring" not in err and "exited before training ended" not in err, err[-3000:]
+    assert [line["step"] for line in json_lines(log)] == [1, 5, 10, 12]
 
 
 class Boom(Exception):

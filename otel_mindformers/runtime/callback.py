@@ -12,6 +12,7 @@ run owns lives in a `MonitorRun` (run.py) that exists only while the run does.
 from __future__ import annotations
 
 import atexit
+import os
 import time
 from typing import Any
 
@@ -94,6 +95,7 @@ class MonitorCallback(Callback):
             prepare_output_paths(self.config)
         self.custom_monitors: list[BaseMonitor] = [build_monitor(monitor_cls, self.config)] if monitor_cls else []
         self._run: MonitorRun | None = None
+        self._pid = 0  # the process that started the run (on_train_begin)
         self._clock: Any = None
         self._monitor_calls = MonitorCalls(self.custom_monitors)
         self._lazy_lr: LazyLearningRate | None = None
@@ -128,6 +130,7 @@ class MonitorCallback(Callback):
         )
         for monitor in self.custom_monitors:
             monitor.alert_engine = run.alerts
+        self._pid = os.getpid()  # the process whose run it is (a forked child inherits the exit handler)
         atexit.register(self._finish_at_exit)
         self._call_custom("on_train_begin", run_context)
 
@@ -227,9 +230,11 @@ class MonitorCallback(Callback):
     # --- shutdown ----------------------------------------------------------------------------------
     def _finish(self, cb_params: Any, error: BaseException | None) -> None:
         run = self._run
-        atexit.unregister(self._finish_at_exit)
-        if run is None:
+        if run is None or os.getpid() != self._pid:
+            # No run, or a forked child leaving (its exit handlers, Model.train's unwinding):
+            # the run, its flight ring and its files are the parent's.
             return
+        atexit.unregister(self._finish_at_exit)
         self._monitor_calls.report_failures()
         try:
             run.finish(cb_params, error)

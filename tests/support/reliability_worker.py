@@ -20,6 +20,8 @@ MonitorCallback's hook of that step:
 - ["die_writing", output, when, how]  as "die", at the pipeline worker's next write to
                              `output` ("tensorboard"), "before" or "after" it writes the batch
                              (the outputs before it wrote it; the ring's mark did not move);
+- ["fork_exit"]              fork; the child leaves through `sys.exit(0)` (its exit handlers
+                             run), the parent waits for it and trains on;
 - ["die", how]               end the process at once, no Python exit handler running: "SIGKILL"
                              (or another signal's name, sent to itself), "abort" (`os.abort()`),
                              "exit" (`os._exit(3)`), "segfault" (`ctypes.string_at(0)`), "oom"
@@ -162,6 +164,11 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
 
                     alive = sum(issubclass(type(o), ReadableSpan) for o in gc.get_objects())  # type(): proxies too
                     self._report["spans"][str(step)] = alive
+                elif kind == "fork_exit":
+                    child = os.fork()
+                    if child == 0:
+                        sys.exit(0)
+                    os.waitpid(child, 0)
                 elif kind == "die":
                     _die(args[0])
                 elif kind == "die_writing":
