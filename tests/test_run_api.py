@@ -146,6 +146,12 @@ def test_numpy_step_numbers_count_and_a_float_is_one_clear_type_error(workdir):
     # Interval 2: step 3 ends on the unsampled path (the flight ring's store), then is the last.
     lines = _short_run(workdir, body, interval=2)
     assert [line["step"] for line in lines] == [1, 2, 3] and all("loss" in line for line in lines)
+    # Past an int64 (the flight ring's): said once, not recorded, never a crash at the step's end.
+    with otel_mindformers.start(_config(workdir / "huge", output_type=["json_file"])) as run:
+        for step in (1, 2**64, 2**64 + 1, 2):
+            with run.step(step):
+                pass
+    assert [line["step"] for line in json_lines(workdir / "huge" / "metrics.json")] == [1, 2]
     float_step = r"run.step\(step\) takes the step's number, an integer; got 1.0"
     with otel_mindformers.start(_config(workdir / "float", output_type=["json_file"])) as run:
         pytest.raises(TypeError, run.step, 1.0).match(float_step)

@@ -43,6 +43,7 @@ _logger = get_logger(__name__)
 
 _perf_counter = time.perf_counter  # bound once: the step's two clock reads
 _index = operator.index
+_LARGEST_STEP = 2**63 - 1  # the flight ring keeps the step in an int64
 _LOGGED_FIELDS = ("loss", "grads", "grad_norm", "lr", "overflow", "loss_scale")  # `log`'s named values, in order
 
 _active: Run | None = None  # the process's one run (start twice: a ValueError)
@@ -281,6 +282,12 @@ class Run:
             return
         if step <= scope.step:
             self._backwards(step, scope.step)
+            scope.grads = None
+            return
+        if step > _LARGEST_STEP:
+            self._warn_once(
+                "largest", "run.step(%d) is past the largest step a run records (2**63 - 1): it is not recorded", step
+            )
             scope.grads = None
             return
         previous_end = scope.last_step_end
