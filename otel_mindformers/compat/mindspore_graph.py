@@ -8,7 +8,9 @@ context), which on a small graph costs the training thread more than the graph's
 (docs/performance.md, custom loops). Here the function is compiled once per signature of its
 inputs (each tensor's shape and dtype: a phase compiled for other shapes would read them
 wrongly) by MindSpore's own `_JitExecutor`, as `jit` compiles it, and later calls run that
-phase with the graph executor, as MindSpore's own predict path does. Both names are private:
+phase with the graph executor, as MindSpore's own predict path does. A phase MindSpore let go
+(`mindspore.ms_memory_recycle()` frees every compiled graph, as between two models in one
+process) is compiled again at the next call, as `jit` does. Both names are private:
 where the release lacks them, `compiled` returns the plain `jit` call (slower, the same
 values). tests/test_run_api_norm.py checks them on every release of the matrix (`mindspore_api`).
 """
@@ -34,14 +36,21 @@ class CompiledGraph:
         self._executor_type = executor_type
         self._signature: list[tuple[Any, Any]] | None = None
         self._phase = ""
-        self._run: Callable[[tuple[Any, ...], str], Any] | None = None
+        self._graph_executor: Any = None  # MindSpore's C++ executor, which holds the phase
 
     def __call__(self, tensors: Sequence[Any]) -> Any:
         signature = [(tensor.shape, tensor.dtype) for tensor in tensors]
         if signature != self._signature:
             self._compile(tuple(tensors))
             self._signature = signature
-        return self._run((tuple(tensors),), self._phase)  # type: ignore[misc]  # set by _compile
+        try:
+            return self._graph_executor((tuple(tensors),), self._phase)
+        except RuntimeError:
+            if self._graph_executor.has_compiled(self._phase):
+                raise
+            # The phase was let go: the graph is compiled again and run.
+            self._compile(tuple(tensors))
+            return self._graph_executor((tuple(tensors),), self._phase)
 
     def _compile(self, tensors: tuple[Any, ...]) -> None:
         from mindspore import mutable
@@ -49,7 +58,7 @@ class CompiledGraph:
         executor = self._executor_type(self._fn, time.time_ns())
         # `mutable`: the tensors are the graph's inputs, not constants folded into it.
         self._phase = executor.compile(self._fn.__name__, mutable(tensors))
-        self._run = executor._graph_executor
+        self._graph_executor = executor._graph_executor
 
 
 class _JitCall:
