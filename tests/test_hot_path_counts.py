@@ -196,8 +196,9 @@ def test_a_phase_enter_and_exit_stays_within_its_counts(workdir):
 # time each way. Then 50 / 36 / 1218 -> 29 / 22 / 1028: `value_and_grad`'s tuple goes to the
 # graph without an ABC check and a call per gradient, a tensor is read before its shape is
 # asked (both told apart only when the graph or the read fails: runtime/logged_values.py).
-# 1032 on main before the norm's run went inside a `try` (+1: a phase MindSpore let go, as
-# `mindspore.ms_memory_recycle()` does, is compiled again: compat/mindspore_graph.py).
+# +4: a step number past an int64 is refused (runtime/run_api.py `_step_end`); +1: the
+# norm's run inside a `try` (a phase MindSpore let go, as `mindspore.ms_memory_recycle()`
+# does, is compiled again: compat/mindspore_graph.py).
 RUN_API_SAMPLED_EXIT = {"python_calls": 29, "c_calls": 22, "opcodes": 1033}
 # The step scope is the run's StepClock (runtime/run_api.py `Step`): enter and exit touch one
 # object, not the scope, the run, the clock and the step view (58 -> 52 and 70 -> 56
