@@ -77,7 +77,12 @@ def test_report_names_the_rank_whose_data_is_slow_and_data_wait(job):
     verdict = report["bottleneck"]
     top = verdict["bottleneck"]
     assert (top["rank"], top["section"]) == (SLOW_RANK, names.SECTION_DATA_WAIT), verdict
-    assert [loss["rank"] for loss in verdict["losses"] if loss["share_of_job"] > verdict["threshold"]] == [SLOW_RANK]
+    # The other rank's wait for the slow one is in its step, not a data wait of its own (on a
+    # loaded CI host it may lose time in another section: its largest loss is listed too).
+    over = [
+        (loss["rank"], loss["section"]) for loss in verdict["losses"] if loss["share_of_job"] > verdict["threshold"]
+    ]
+    assert [rank for rank, section in over if section == names.SECTION_DATA_WAIT] == [SLOW_RANK], verdict
     text = cli_output("report", str(job))
     assert f"bottleneck: rank {SLOW_RANK}, data_wait" in text, text
 
