@@ -1,4 +1,4 @@
-"""A failed OTLP export lets go of its batch as it returns (otel_mindformers/telemetry/failed_exports.py).
+"""A failed OTLP export lets go of its batch (spans, log records) as it returns (otel_mindformers/telemetry/failed_exports.py).
 
 Without it, the SDK exporters' failures keep their batch in a reference cycle until Python's
 cyclic collector runs: the collector is paused here, so only that cycle could keep a span.
@@ -10,6 +10,9 @@ import gc
 import weakref
 
 import pytest
+from opentelemetry._logs import LogRecord
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_mindformers.config import OtlpConfig
@@ -25,27 +28,44 @@ def blackhole():
     hole.close()
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])
-def test_a_failed_span_export_holds_no_span_once_it_returns(blackhole, protocol):
-    span_exporter, *_ = otlp_exporters(OtlpConfig(endpoint=blackhole, protocol=protocol, timeout=0.2))
+def _spans(count: int) -> list:
     tracer = TracerProvider().get_tracer("test")
-    batch = []
-    for index in range(32):
+    spans = []
+    for index in range(count):
         span = tracer.start_span(f"s{index}")
         span.end()
-        batch.append(span)
-    alive = [weakref.ref(span) for span in batch]
-    del span
+        spans.append(span)
+    return spans
+
+
+def _log_records(count: int) -> list:
+    finished = InMemoryLogRecordExporter()
+    provider = LoggerProvider(shutdown_on_exit=False)
+    provider.add_log_record_processor(SimpleLogRecordProcessor(finished))
+    logger = provider.get_logger("test")
+    for index in range(count):
+        logger.emit(LogRecord(body=f"r{index}"))
+    records = list(finished.get_finished_logs())
+    finished.clear()  # the test's batch holds them, and nothing else
+    return records
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])
+@pytest.mark.parametrize("signal", ["spans", "logs"])
+def test_a_failed_export_holds_nothing_of_its_batch_once_it_returns(blackhole, protocol, signal):
+    spans, _, logs = otlp_exporters(OtlpConfig(endpoint=blackhole, protocol=protocol, timeout=0.2))
+    exporter, batch = (spans, _spans(32)) if signal == "spans" else (logs, _log_records(32))
+    alive = [weakref.ref(item) for item in batch]
     gc.disable()
     try:
-        result = span_exporter.export(batch)
+        result = exporter.export(batch)
         del batch
         held = sum(ref() is not None for ref in alive)
     finally:
         gc.enable()
-        span_exporter.shutdown()
+        exporter.shutdown()
     assert result.name == "FAILURE"
-    assert held == 0, f"{held} spans of a failed {protocol} export are still alive"
+    assert held == 0, f"{held} {signal} of a failed {protocol} export are still alive"
 
 
 def test_chained_exceptions_lose_their_tracebacks_too():
