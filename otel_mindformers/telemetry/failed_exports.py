@@ -63,6 +63,9 @@ class TracebackFreeClient:
 
 
 def free_failed_batches(exporter: Any) -> Any:
-    """`exporter` (an SDK OTLP/HTTP exporter), its failed exports no longer holding their batch."""
-    exporter._client = TracebackFreeClient(exporter._client)
+    """`exporter` (an SDK OTLP/HTTP exporter), its failed exports no longer holding their batch;
+    unchanged if it keeps no `_client` (an SDK release other than those tested)."""
+    client = getattr(exporter, "_client", None)
+    if client is not None:
+        exporter._client = TracebackFreeClient(client)
     return exporter
