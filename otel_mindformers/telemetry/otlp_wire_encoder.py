@@ -34,6 +34,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind
 
 from otel_mindformers.core.guarded_log import get_logger
+from otel_mindformers.telemetry.failed_exports import TracebackFreeMetrics
 
 _logger = get_logger(__name__)
 
@@ -222,7 +223,8 @@ def _chunks(items: Sequence[Any], encoded: list[bytes], limit: int) -> list[_Chu
 class _BoundedRequests:
     """The SDK's gRPC exporter, sending bytes through `_bytes_stub` (the SDK reconnects with
     it too), a request per chunk of at most MAX_REQUEST_BYTES; the first chunk that fails
-    (after the SDK's retries) fails the batch, as one request would have."""
+    (after the SDK's retries) fails the batch, as one request would have. A failed export
+    leaves no reference cycle holding its batch (telemetry/failed_exports.py)."""
 
     _result: Any
     _channel: Any
@@ -233,6 +235,14 @@ class _BoundedRequests:
         super().__init__(*args, **kwargs)
         self._stub = _bytes_stub(self._service, self._response)
         self._client = self._stub(self._channel)
+
+    @property
+    def _metrics(self) -> Any:
+        return self._traceback_free_metrics
+
+    @_metrics.setter
+    def _metrics(self, metrics: Any) -> None:  # the SDK sets it at init and with a new meter provider
+        self._traceback_free_metrics = TracebackFreeMetrics(metrics)
 
     def _encode_item(self, item: Any) -> bytes:
         raise NotImplementedError

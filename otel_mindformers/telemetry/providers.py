@@ -37,6 +37,7 @@ from otel_mindformers.names import semconv
 from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 from otel_mindformers.telemetry import config_file
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
+from otel_mindformers.telemetry.failed_exports import free_failed_batches
 from otel_mindformers.telemetry.observables import RunObservables
 from otel_mindformers.version import __version__
 
@@ -261,11 +262,14 @@ def otlp_exporters(otlp: OtlpConfig):
 
         return {"session": CertificateSession()}
 
-    return (
+    exporters = (
         OTLPSpanExporter(endpoint=endpoints["traces"], **kwargs, **transport()),
         OTLPMetricExporter(endpoint=endpoints["metrics"], **kwargs, **metric_kwargs, **transport()),
         OTLPLogExporter(endpoint=endpoints["logs"], **kwargs, **transport()),
     )
+    if protocol == "grpc":  # the span and log exporters are ours: they free a failed batch themselves
+        return exporters
+    return tuple(free_failed_batches(exporter) for exporter in exporters)
 
 
 def log_processor(exporter: LogRecordExporter, otlp: OtlpConfig) -> BatchLogRecordProcessor:

@@ -17,6 +17,10 @@ MonitorCallback's hook of that step:
 - ["fill", path]             write zeros to path until the file system is full (ENOSPC);
 - ["memory"]                 record Python's traced memory after a full collection (tracemalloc
                              runs from step 1) and the spans alive (`spans`: step -> count);
+- ["garbage_spans", n]       hold the training thread, Python's cyclic collector paused after a
+                             full collection, until n more OTLP exports have failed; record the
+                             spans that only cyclic garbage held then (`garbage_spans`: step ->
+                             count): what the failed exports left for the collector to free;
 - ["die_writing", output, when, how]  as "die", at the pipeline worker's next write to
                              `output` ("tensorboard"), "before" or "after" it writes the batch
                              (the outputs before it wrote it; the ring's mark did not move);
@@ -160,10 +164,15 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
                     # no longer adds megabytes at random steps to what is measured.
                     gc.collect()
                     self._report["memory"][str(step)] = tracemalloc.get_traced_memory()[0]
-                    from opentelemetry.sdk.trace import ReadableSpan
-
-                    alive = sum(issubclass(type(o), ReadableSpan) for o in gc.get_objects())  # type(): proxies too
-                    self._report["spans"][str(step)] = alive
+                    self._report["spans"][str(step)] = _spans_alive()
+                elif kind == "garbage_spans":
+                    gc.collect()
+                    gc.disable()
+                    try:
+                        _await_failed_exports(args[0])
+                        self._report["garbage_spans"][str(step)] = _spans_in_garbage()
+                    finally:
+                        gc.enable()
                 elif kind == "fork_exit":
                     child = os.fork()
                     if child == 0:
@@ -177,6 +186,40 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
                     raise ValueError(f"unknown action {kind!r}")
 
     return Faults(actions, report, json_path)
+
+
+def _is_span(thing: object) -> bool:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    return issubclass(type(thing), ReadableSpan)  # type(): proxies too
+
+
+def _spans_alive() -> int:
+    return sum(_is_span(o) for o in gc.get_objects())
+
+
+def _spans_in_garbage() -> int:
+    """The spans a full collection finds unreachable now (kept aside, counted, then freed)."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        return sum(_is_span(o) for o in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+def _await_failed_exports(count: int) -> None:
+    """Return once `count` more OTLP exports have failed (each one is reported to the run's
+    ExportErrorReporter, which notes when)."""
+    from otel_mindformers.telemetry.export_errors import ExportErrorReporter
+    from tests.support.waiting import wait_until
+
+    reporter = ExportErrorReporter.installed()
+    assert reporter is not None, "no OTLP export error reporter is installed"
+    for _ in range(count):
+        seen = reporter.last_failure_at
+        wait_until(lambda seen=seen: reporter.last_failure_at != seen, "a failed OTLP export", timeout=120)
 
 
 def _die_in_next_write(output: str, when: str, how: str) -> None:
@@ -224,7 +267,7 @@ def main(spec: dict) -> None:
 
     if "log_level" in spec:
         logging.basicConfig(level=spec["log_level"])
-    report: dict = {"hook_seconds": {}, "memory": {}, "spans": {}, "error": None}
+    report: dict = {"hook_seconds": {}, "memory": {}, "spans": {}, "garbage_spans": {}, "error": None}
     actions = {int(step): acts for step, acts in spec.get("at", {}).items()}
     callback = timed_hooks(MonitorCallback(spec.get("config", {})), report["hook_seconds"])
     json_path = Path(callback.config.json_log_path)
