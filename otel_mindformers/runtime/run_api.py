@@ -367,7 +367,19 @@ class Run:
         if not self._ended:
             # An uncaught exception's, where the interpreter kept it; else the script ran to its
             # end without `end()`: its loop is over, and the run ends as `end()` ends it.
-            self._finish(getattr(sys, "last_value", None))
+            self._finish(_uncaught_exception())
+
+
+def _uncaught_exception() -> BaseException | None:
+    """The exception that ended the program, where the interpreter kept it (`sys.last_value`):
+    one whose traceback starts at the program's top (its `__main__`, or runpy running it). A C
+    extension that printed an error it had handled leaves one there too, raised deep inside
+    (MindSpore 2.10 prints numpy's ImportError so at its first operation): not the end."""
+    error = getattr(sys, "last_value", None)
+    traceback = getattr(error, "__traceback__", None)
+    if traceback is None:
+        return None
+    return error if traceback.tb_frame.f_globals.get("__name__") in ("__main__", "runpy") else None
 
 
 def _whole_number(value: Any) -> int:

@@ -5,6 +5,8 @@ through the data (a NaN label at `nan_at`), as the callback's tests inject them.
 
 from __future__ import annotations
 
+import sys
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,3 +73,18 @@ def train(run: Any, steps: int = 12, *, jit: bool = False, nan_at: set[int] | No
         if stop and run.should_stop:
             break
     return last
+
+
+def print_a_handled_error_as_c_code_does() -> None:
+    """What a C extension does with an error it handles (MindSpore 2.10 with numpy's
+    ImportError at its first operation): PyErr_Print prints it and leaves it in
+    `sys.last_value`, raised deep inside, and the program goes on."""
+    try:
+        _import_fails()
+    except ImportError as error:
+        sys.last_type, sys.last_value, sys.last_traceback = type(error), error, error.__traceback__
+        traceback.print_exception(error)
+
+
+def _import_fails() -> None:
+    raise ImportError("an error a C extension printed and handled")

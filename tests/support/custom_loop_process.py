@@ -9,7 +9,8 @@ config, so OTEL_PYTHON_MINDFORMERS_CONFIG or the defaults decide), `steps`, `jit
 `die_at` (a step: the process SIGKILLs itself right after that step's `with run.step` block,
 no Python exit handler running), `end` ("with": the default, `with ... as run:`; "never":
 the script returns without `run.end()`, as one that forgets it), `raise_at` (a step: the
-loop raises RuntimeError right after it, uncaught), `fork_at` (a step: the process forks
+loop raises RuntimeError right after it, uncaught), `c_error_at` (a step: an error is set and printed as a C extension prints one it
+handled, PyErr_Print, which leaves it in `sys.last_value`), `fork_at` (a step: the process forks
 right after it, and the child leaves through `sys.exit(0)`, its exit handlers and the `with`
 it is in running, while the parent trains on). Prints `last step N` when the loop ends.
 """
@@ -46,6 +47,8 @@ def main(spec: dict) -> None:
                 os.waitpid(child, 0)
             if step == spec.get("raise_at"):
                 raise RuntimeError(f"the loop failed after step {step}")
+            if step == spec.get("c_error_at"):
+                custom_loop.print_a_handled_error_as_c_code_does()
             if run.should_stop:
                 break
     print(f"last step {last}", flush=True)
