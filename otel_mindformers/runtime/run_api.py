@@ -158,14 +158,13 @@ class Run:
             self._run = run = MonitorRun.start(config, loop, providers, clock=self._scope)
             # Per-parameter gradient norms where MindFormers' key for them asks (model state).
             per_parameter = bool(config.mindformers_native.get("local_norm_format"))
-            scope = self._scope  # its `step`: the step a sampled step's reader reads
             run.read_with(
                 lambda wanted, local: LoggedReader(
                     wanted,
                     optimizer,
                     custom_scalars=not local,
                     per_parameter=per_parameter and not local,
-                    step_now=lambda: scope.step,
+                    step_now=lambda: scope.step,  # the step a sampled step's reader reads
                 )
             )
             for monitor in monitors:
