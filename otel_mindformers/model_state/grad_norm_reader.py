@@ -56,6 +56,7 @@ class GradNormReader:
         self._begin: list[int] | None = None  # the counts at this step's begin, when armed
         self._armed_mode = False
         self._reported = 0  # sampled steps given a norm
+        self._set_aside = False  # the train cell returns its own norm: that one is reported
         self._last = -1.0  # the previous reported norm, and how many in a row equal it
         self._repeats = 0
         self._clip_said = False
@@ -135,10 +136,15 @@ class GradNormReader:
             value,
         )
 
+    def set_aside(self) -> None:
+        """The train cell returns its own global norm, the one reported: nothing to say of the
+        probes' (runtime/extract.py stops reading them)."""
+        self._set_aside = True
+
     def close(self) -> None:
         """At the run's end: say once what kept the norm from being reported."""
         self._clock.arm_after = NEVER
-        if not self._calls:  # unreadable: said when it was found
+        if not self._calls or self._set_aside:  # unreadable (said when found), or not the norm reported
             return
         try:
             calls = [

@@ -354,6 +354,7 @@ class OutputReader:
             values[name] = bool(value) if name == tm.OVERFLOW and math.isfinite(value) else value
         if self.grad_norm_probe is not None:
             if tm.GRAD_NORM in handles or tm.GRAD_NORM not in self._wanted:
+                self.grad_norm_probe.set_aside()  # its end-of-run words are not about the norm reported
                 self.grad_norm_probe = None  # the cell's own norm is the one reported (or none is)
             else:
                 self._read_probe(outputs, values, step)
