@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import operator
 import re
 
 import pytest
@@ -231,6 +232,30 @@ def test_a_release_without_the_private_readback_reads_through_the_public_one():
     assert mindspore_tensor.scalar_reader(Released)(Released()) == 4.5
 
 
+def test_shape_dtype_and_the_tensor_check_are_c_attributes_on_this_release():
+    """The graph's input check and the sampled reads ask every gradient and value: from C
+    attributes, no Python frame (runtime/logged_values.py, compat/mindspore_graph.py)."""
+    import mindspore as ms
+
+    ms.set_device("CPU")
+    tensor, parameter = ms.Tensor([[1.0, 2.0]], ms.float32), ms.Parameter(ms.Tensor([3], ms.int32), name="s")
+    assert mindspore_tensor.shape_and_dtype(tensor) == ((1, 2), ms.float32) == (tensor.shape, tensor.dtype)
+    assert mindspore_tensor.shape_and_dtype(parameter) == ((1,), ms.int32)
+    assert mindspore_tensor.shape_and_dtype.__class__ is operator.attrgetter
+    native = mindspore_tensor.NATIVE_TENSOR
+    assert native is not ms.Tensor and native.__module__.startswith("mindspore._c_expression")
+    assert isinstance(tensor, native) and isinstance(parameter, native) and not isinstance(2.5, native)
+    assert mindspore_tensor.readable(parameter)
+
+
+def test_a_release_without_the_c_attributes_reads_the_public_ones():
+    class Released:  # a tensor type as a release without `_shape` / `_dtype` would have it
+        shape, dtype = (2,), "float32"
+
+    assert mindspore_tensor.signature_reader(Released)(Released()) == ((2,), "float32")
+    assert mindspore_tensor.native_tensor_type(Released) is Released  # no C base: itself
+
+
 def test_the_cell_internals_the_probe_uses_are_on_this_release():
     import mindspore as ms
     from mindspore import nn
@@ -268,7 +293,7 @@ def test_a_moved_cell_internal_is_named_with_the_release(monkeypatch):
 
 
 # Read as an attribute or named in a string (getattr).
-_INTERNALS = re.compile(r"""[.'"](?:_item|compile_cache|_cells|insert_child_to_cell)\b""")
+_INTERNALS = re.compile(r"""[.'"](?:_item|_shape|_dtype|compile_cache|_cells|insert_child_to_cell)\b""")
 
 
 def test_the_package_reaches_tensor_and_cell_internals_only_through_their_adapters():

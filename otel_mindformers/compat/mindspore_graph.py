@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from otel_mindformers.compat import lookup
+from otel_mindformers.compat import lookup, mindspore_tensor
 
 # Where MindSpore keeps it: graph.api from 2.9 (common.api, deprecated there, re-exports it), common.api before.
 JIT_EXECUTORS = ("mindspore.graph.api:_JitExecutor", "mindspore.common.api:_JitExecutor")
@@ -39,7 +39,7 @@ class CompiledGraph:
         self._graph_executor: Any = None  # MindSpore's C++ executor, which holds the phase
 
     def __call__(self, tensors: Sequence[Any]) -> Any:
-        signature = [(tensor.shape, tensor.dtype) for tensor in tensors]
+        signature = list(map(mindspore_tensor.shape_and_dtype, tensors))  # no frame per gradient
         if signature != self._signature:
             self._compile(tuple(tensors))
             self._signature = signature

@@ -116,7 +116,7 @@ def assemble(inputs: RunInputs, started: list[RunPart]) -> StartedRun:
     probe, probe_part = parts.start_grad_norm_probe(config, loop, clock, first_step, inputs.reader)
     keep(probe_part)
     first_nonfinite, state_reader, state_part = parts.start_model_state(
-        config, identity, telemetry, reports_training, loop.step_offset
+        config, identity, telemetry, reports_training, loop
     )
     keep(state_part)
     timeline, timeline_part = parts.start_timeline(

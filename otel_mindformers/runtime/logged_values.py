@@ -32,6 +32,7 @@ from otel_mindformers.names.model_state import GRAD_NORM
 from otel_mindformers.runtime.extract import LearningRateSource, to_host
 
 _logger = get_logger(__name__)
+_NATIVE_TENSOR = mindspore_tensor.NATIVE_TENSOR
 
 
 class Logged(Protocol):
@@ -160,7 +161,15 @@ class LoggedReader:
             handles.extend(self._custom_scalars(logged.scalars))
         values: dict[str, float | bool] = {}
         for key, handle in handles:
-            value = self._host(key, handle)
+            # The common value inline (a MindSpore tensor whose data is made): a frame less
+            # each, after a PyNative step every one cold. Any other, or a failed read: `_host`.
+            if isinstance(handle, _NATIVE_TENSOR) and handle.init is None:
+                try:
+                    value = float(mindspore_tensor.read_scalar(handle))
+                except Exception:
+                    value = self._host(key, handle)
+            else:
+                value = self._host(key, handle)
             if value is not None:
                 values[key] = bool(value) if key == tm.OVERFLOW and math.isfinite(value) else value
         if squares is not None:
@@ -205,8 +214,10 @@ class LoggedReader:
         MindSpore tensor, the common case, is read first and its size asked only when the read
         fails: after a PyNative step every call here runs cold (docs/performance.md)."""
         try:
-            if isinstance(handle, Tensor):  # a Parameter too (a learning rate)
-                if not handle.has_init:
+            # A MindSpore tensor or a Parameter (a learning rate), told by a C check (against
+            # `Tensor`, a Parameter costs an ABC's Python call); `init` set: data not made yet.
+            if isinstance(handle, _NATIVE_TENSOR):
+                if handle.init is None:
                     try:
                         return float(mindspore_tensor.read_scalar(handle))
                     except ValueError:  # more than one element: said below
@@ -248,7 +259,8 @@ class LoggedReader:
             self._not_gradients(grads)
             return None
         try:
-            return _global_norm_graph(with_squares)(grads)
+            # The compiled graph without a call where it is made already.
+            return (_NORM_GRAPHS.get(with_squares) or _global_norm_graph(with_squares))(grads)
         except Exception as exc:  # not gradients, or a graph MindSpore cannot compile here: no norm
             if not _gradients(grads):
                 self._not_gradients(grads)

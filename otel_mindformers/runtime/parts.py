@@ -345,17 +345,17 @@ def start_grad_norm_probe(
 
 
 def start_model_state(
-    config: MonitorConfig, identity: Identity, telemetry: Telemetry, reports_training: bool, step_offset: int
+    config: MonitorConfig, identity: Identity, telemetry: Telemetry, reports_training: bool, loop: TrainingLoop
 ) -> tuple[FirstNonFinite | None, StateReader | None, RunPart | None]:
-    """model_state/: MindFormers' training-state readings and the 7-tuple's local norms,
-    on the reporting ranks; `nonfinite_check: all_ranks`: each rank's first NaN/Inf."""
+    """model_state/: MindFormers' training-state readings and the 7-tuple's local norms (a
+    train cell's), on the reporting ranks; `nonfinite_check: all_ranks`: each rank's first NaN/Inf."""
     first_nonfinite = None
     if config.nonfinite_check == "all_ranks":
         first_nonfinite = FirstNonFinite(telemetry.meter, telemetry.logger, identity, config.json_log_path)
     if not reports_training:
         return first_nonfinite, None, None
-    reader = StateReader.start(config.mindformers_native, config.grad_norm)
-    INBOX.step_offset = step_offset
+    reader = StateReader.start(config.mindformers_native, config.grad_norm, loop.train_network is not None)
+    INBOX.step_offset = loop.step_offset
     return first_nonfinite, reader, Closes(reader.close)
 
 

@@ -26,6 +26,7 @@ from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.run_part import RunEnding, RunPart, defines
 from otel_mindformers.core.sampled_step import SampledStep
 from otel_mindformers.job.identity import detect_identity
+from otel_mindformers.model_state.inbox import INBOX
 from otel_mindformers.names import phase_names, semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs.paths import prepare_output_paths
@@ -179,8 +180,9 @@ class MonitorRun:
         steps, elapsed = self.cadence.close_window(step, end)
         values = self._reader.read(cb_params, step) if self._reader.reads_anything else {}
         model_state = None
-        if self._state_reader is not None:
-            routed, model_state = self._state_reader.read(cb_params, step - steps)
+        state_reader = self._state_reader
+        if state_reader is not None and (state_reader.reads_outputs or INBOX.written):
+            routed, model_state = state_reader.read(cb_params, step - steps)
             if routed:
                 values.update(routed)
         if self._first_nonfinite is not None:

@@ -36,24 +36,29 @@ def weight_names(train_network: Any) -> tuple[str, ...]:
 
 
 class StateReader:
-    """Opened at run start (the inbox keeps readings only while a run is open), closed at its end."""
+    """Opened at run start (the inbox keeps readings only while a run is open), closed at its end.
+    `reads_outputs`: a sampled step's outputs may hold local norms (MindFormers' 7-tuple);
+    without them and with nothing in the inbox (`INBOX.written`), `read` has nothing to read and
+    the run does not call it (runtime/run.py: a frame less on every sampled step)."""
 
     def __init__(self, selection: ParameterFilter, read_local_norms: bool) -> None:
         self._selection = selection
-        self._read_local_norms = read_local_norms
+        self.reads_outputs = read_local_norms
         self._names: tuple[str, ...] | None = None
         self._warned = False
         INBOX.open_run()
 
     @classmethod
-    def start(cls, native: Mapping[str, Any], grad_norm: GradNorm) -> StateReader:
-        return cls(parameter_filter(native), read_local_norms=grad_norm is not GradNorm.OFF)
+    def start(cls, native: Mapping[str, Any], grad_norm: GradNorm, train_cell: bool) -> StateReader:
+        """`train_cell`: the loop runs a train cell (`Model.train`), whose outputs may hold
+        local norms; a custom loop's `run.log` values never do."""
+        return cls(parameter_filter(native), read_local_norms=train_cell and grad_norm is not GradNorm.OFF)
 
     def read(self, cb_params: Any, after_step: int) -> tuple[dict[str, float], ModelState | None]:
         """The routed scalar metrics and the model state of the steps after `after_step`
         (None when nothing was read: the common case costs two checks)."""
         squares = None
-        if self._read_local_norms:
+        if self.reads_outputs:
             outputs = cb_params.get("net_outputs")
             # Only the 7-tuple carries local norms (checked here: every call is cold inside
             # Model.train, and most runs have neither local norms nor inbox readings).
