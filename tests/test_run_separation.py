@@ -8,7 +8,9 @@ the result with the article's own script, the analysis CLI's reader and TensorBo
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import runpy
 import signal
 import socket
@@ -338,7 +340,7 @@ def test_a_frozen_run_whose_ledger_was_set_aside_writes_on_there(tmp_path):
     run_a = spawn(_overlapping(tmp_path, "exp-A", 30, at={"20": [["touch", str(marker)]]}), tmp_path)
     try:
         wait_until(marker.exists, "run A at step 20", run_a, timeout=180)
-        run_a.send_signal(signal.SIGSTOP)
+        _freeze_outside_the_ledger_lock(run_a, tmp_path / "out" / "train_metric.job.rank_0.ledger.lock")
         stale = lambda: time.time() - _ledger(tmp_path)["attempts"][-1]["last_heartbeat"] > 3 * 0.3 + 1.5  # noqa: E731
         wait_until(stale, "run A's heartbeat to go stale", timeout=60)
         run_b = spawn(_overlapping(tmp_path, "exp-B", 10), tmp_path)
@@ -355,9 +357,40 @@ def test_a_frozen_run_whose_ledger_was_set_aside_writes_on_there(tmp_path):
     assert [(a["outcome"], a["last_step"]) for a in ledger_a["attempts"]] == [("completed", 30)]
 
 
+def _freeze_outside_the_ledger_lock(process, lock_path: Path) -> None:
+    """SIGSTOP `process` at a moment it does not hold the ledger's lock. Its heartbeat writer
+    takes the lock every 0.3 s; frozen holding it, no other run can take the ledger at all (by
+    design it then goes without one: restarts/ledger_file.py `locked`), not what is tested here."""
+    tasks = Path(f"/proc/{process.pid}/task")
+    while True:
+        process.send_signal(signal.SIGSTOP)
+        # Every thread stopped: none can take the lock after it is found free.
+        wait_until(lambda: all(_state_of(task / "stat") == "T" for task in tasks.iterdir()), "the run to stop")
+        if _lock_free(lock_path):
+            return
+        process.send_signal(signal.SIGCONT)  # frozen mid-write: let it finish, and stop it again
+        wait_until(lambda: _lock_free(lock_path), "the run to release its ledger's lock")
+
+
+def _lock_free(lock_path: Path) -> bool:
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # releases it
+
+
+def _state_of(stat: Path) -> str:
+    """A process's or thread's state letter from its /proc stat (T: stopped, Z: a zombie)."""
+    return stat.read_text().rsplit(")", 1)[1].split()[0]
+
+
 def _state(pid: int) -> str:
-    """The process's state letter from /proc (Z: a zombie), read without reaping it."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    """The process's state letter, read without reaping it."""
+    return _state_of(Path(f"/proc/{pid}/stat"))
 
 
 def test_a_run_started_at_once_after_a_killed_one_is_not_taken_for_it(tmp_path):
