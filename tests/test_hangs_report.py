@@ -84,8 +84,10 @@ def test_hang_report_names_the_rank_that_stopped_and_its_stack(workdir):
             interval=0.1,
         )
         wait_until(
-            lambda: len(stack_records(output / "diagnosis_rank_1.jsonl")) == 2,
-            "rank 1's two dumps",
+            lambda: (
+                len([r for r in stack_records(output / "diagnosis_rank_1.jsonl") if r["step"] == BLOCK_AT - 1]) == 2
+            ),
+            "rank 1's two dumps at its blocked step",
             job,
             timeout=180.0,
             interval=0.1,

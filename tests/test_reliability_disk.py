@@ -142,8 +142,9 @@ def test_disk_filling_up_under_the_flight_ring_mid_run(tmp_path, small_tmpfs):
 def test_log_folder_unwritable_mid_run(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
-    marker = tmp_path / "step-20"
-    spec = _spec(tmp_path, at={"20": [["touch", str(marker)], ["sleep", 3.0]]})
+    marker, made_unwritable = tmp_path / "step-20", tmp_path / "unwritable"
+    # The training waits at step 20 until the folder is unwritable: the steps after it meet it.
+    spec = _spec(tmp_path, at={"20": [["touch", str(marker)], ["await", str(made_unwritable)]]})
     # A small rollover size makes the JSON log rename and open files as it goes.
     spec["config"] = {
         **spec["config"],
@@ -164,6 +165,7 @@ def test_log_folder_unwritable_mid_run(tmp_path):
         while not step_20_written() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         logs.chmod(0o555)
+        made_unwritable.touch()
         _, stderr = process.communicate(timeout=240)
     finally:
         logs.chmod(0o755)

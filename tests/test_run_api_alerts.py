@@ -38,6 +38,9 @@ def test_a_rules_stop_reaches_the_loop_and_its_notices_the_webhook(workdir):
         alerts = {
             "loss_threshold": 0.0,
             "stop_after_anomalous_steps": 3,
+            # One loss notice for the run: the loop may be far ahead of the worker on a loaded
+            # host, and the default interval (50 steps) would let a second one through.
+            "alert_interval": STEPS,
             "notifiers": [{"type": "webhook", "url": receiver.url()}],
         }
         with otel_mindformers.start(_config(workdir, alerts)) as run:

@@ -192,7 +192,12 @@ def test_the_rank_whose_data_is_slow_is_named_live_and_by_the_report(tmp_path):
     assert (top["rank"], top["section"]) == (1, names.SECTION_DATA_WAIT)
     # One verdict in the JSON: the step times agree (the ranks move in step), the sections do not.
     assert report["holds_back"] == top["label"] and "stragglers" not in report and "slowest" not in report
-    assert [loss["rank"] for loss in verdict["losses"] if loss["share_of_job"] > verdict["threshold"]] == [1]
+    # Rank 0's wait for rank 1 is in its step, not a data wait of its own (on a loaded host it
+    # may lose time in another section: its largest loss is listed too).
+    over = [
+        (loss["rank"], loss["section"]) for loss in verdict["losses"] if loss["share_of_job"] > verdict["threshold"]
+    ]
+    assert [rank for rank, section in over if section == names.SECTION_DATA_WAIT] == [1], verdict
     # The sleeps explain, per step, the batch's sleep less what rank 1's source slept while
     # rank 1 itself was inside its step (the prefetch overlaps the two).
     windows = [line["sections"] for line in _lines(tmp_path / "slow", 1) if "sections" in line]
