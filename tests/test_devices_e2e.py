@@ -17,6 +17,7 @@ from otel_mindformers.names import semconv
 from tests.support import training
 from tests.support.npu_fixture import NPU1_IDENTITY
 from tests.support.paths import FAKE_BIN
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -52,6 +53,18 @@ class WaitForReadings(Callback):
     def on_train_step_begin(self, run_context):
         if run_context.original_args().cur_step_num == self.step:
             assert self.receiver.wait_for(lambda rx: rx.points(semconv.HW_NPU_MEMORY_USAGE), timeout=60)
+
+
+class _HoldUntil(Callback):
+    """Holds step `step` until `ready()`: on a loaded machine the poll thread's tool may
+    otherwise start after a short training ended."""
+
+    def __init__(self, ready, step: int = 2) -> None:
+        self.ready, self.step = ready, step
+
+    def on_train_step_begin(self, run_context):
+        if run_context.original_args().cur_step_num == self.step:
+            wait_until(self.ready, "the tool's child to start", timeout=60)
 
 
 def test_device_gauges_reach_the_receiver_with_fixture_numbers_and_rank(workdir, otlp_receiver, rank1_on_device1):
@@ -269,7 +282,7 @@ def test_a_tool_hung_when_the_run_ends_does_not_outlive_it(workdir, monkeypatch)
             },
         }
     )
-    training.train([callback], steps=30)
+    training.train([callback, _HoldUntil(lambda: child.exists() and child.read_text().strip())], steps=30)
 
     pid = int(child.read_text())
     deadline = time.monotonic() + 5

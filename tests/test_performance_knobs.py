@@ -87,10 +87,11 @@ def test_a_skipped_step_with_a_straggler_episode_keeps_its_span(workdir):
     """Three windows input-bound (steps 8-10): the signal's event goes on step 10's span,
     which `step_spans: 6` would have skipped (docs/configuration.md: an anomaly gets its span)."""
     # Waits that pass a fifth of the window even when a loaded machine slows the steps; its own
-    # gaps may start the episode a window early, which puts the event on step 9.
+    # gaps may start the episode a window early, which puts the event on step 9, or make an
+    # episode of their own elsewhere: that step keeps its span too.
     spans, _ = _train_with_spans(6, slow={8, 9, 10}, signal=True, wait=0.5)
     with_event = _steps(spans, names.EVENT_STRAGGLER)
-    assert with_event and set(with_event) <= {9, 10}, with_event
+    assert set(with_event) & {9, 10}, with_event
     assert set(_steps(spans)) == {6, 12, 18, 20, *with_event}, _steps(spans)
 
 

@@ -266,14 +266,15 @@ def test_a_resumed_run_appends_to_the_diagnosis_file(workdir):
 # --- two runs overlapping in one folder (issue 42, item 6) -------------------------------------
 
 
-def _overlapping(tmp_path: Path, job_id: str, steps: int, board: bool = False, **extra) -> dict:
-    """A run in tmp_path/out; with `board`, TensorBoard too (out/board)."""
+def _overlapping(tmp_path: Path, job_id: str, steps: int, board: bool = False, heartbeat: float = 0.3, **extra) -> dict:
+    """A run in tmp_path/out; with `board`, TensorBoard too (out/board). `heartbeat`: its
+    ledger's heartbeat interval (a run unheard for three of them and a second is dead)."""
     out = tmp_path / "out"
     return {
         "config": {
             "interval": 5, "job_id": job_id, "output_type": ["json_file"] + (["tensorboard"] if board else []),
             "json_log_path": str(out / "train_metric.json"), "tensorboard_path": str(out / "board"),
-            "restarts": {"heartbeat_interval": 0.3},
+            "restarts": {"heartbeat_interval": heartbeat},
         },
         "steps": steps, "report": str(tmp_path / f"{job_id}.json"), **extra,
     }  # fmt: skip
@@ -289,8 +290,16 @@ def test_a_run_started_beside_a_live_one_takes_none_of_its_files_and_writes_else
     new one; earlier still, B also set A's ledger aside, recording A as stopped mid-run). B
     writes its files in a folder beside A's, and says so once; A trains on to its end."""
     out, at_20, b_done = tmp_path / "out", tmp_path / "a-at-20", tmp_path / "b-done"
+    # A's heartbeat every 30 s: alive to B however long a loaded host keeps A's writer waiting.
     run_a = spawn(
-        _overlapping(tmp_path, "exp-A", 40, board=True, at={"20": [["touch", str(at_20)], ["await", str(b_done)]]}),
+        _overlapping(
+            tmp_path,
+            "exp-A",
+            40,
+            board=True,
+            heartbeat=30.0,
+            at={"20": [["touch", str(at_20)], ["await", str(b_done)]]},
+        ),
         tmp_path,
     )
     try:

@@ -250,9 +250,12 @@ def _healthy_step_ms(workdir: Path) -> float:
     _all_or_none({int(a["labels"]["training_rank"]) for a in firing}, "live individual score")
     _all_or_none({rank for rank, _, _ in signals}, "in-process individual signal")
     verdict = report["bottleneck"]
-    assert verdict["bottleneck"] is None, verdict
+    # No rank waits for its data; a loaded host may make one lose time in another section.
+    bottleneck = verdict["bottleneck"]
+    assert bottleneck is None or bottleneck["section"] != names.SECTION_DATA_WAIT, verdict
     _all_or_none({rise["rank"] for rise in verdict["rises"]}, "report's rises")
-    assert report["step_time_view"]["stragglers"] == [] and report["holds_back"] is None
+    assert report["step_time_view"]["stragglers"] == []
+    assert report["holds_back"] == (bottleneck["label"] if bottleneck else None), report["holds_back"]
     _HEALTHY["ms"] = report["median_step_time_ms"]
     return _HEALTHY["ms"]
 
