@@ -149,10 +149,13 @@ def test_the_attempts_are_linked_in_the_trace(job):
     assert runs[3].attributes[job_names.ATTR_PREVIOUS_OUTCOME] == "killed"
     # Every attempt's run span is a child of the scheduler's, the killed ones' recorded too.
     assert {(s.trace_id, s.parent_span_id) for s in runs.values()} == {(TRACE_ID, LAUNCHER_SPAN_ID)}
-    # The killed attempts' spans end at their last heartbeat, with an error status.
-    for number in (1, 2):
+    # The killed attempts' spans end at their last heartbeat, with an error status: before
+    # the test's kill, and within the heartbeat's reach of it (a loaded host may starve it).
+    for number, entry in enumerate(job["ledger"]["attempts"][:2], start=1):
         assert runs[number].status_code == 2
-        assert abs(runs[number].end_time_unix_nano / 1e9 - job["killed"][number - 1]) < 0.5
+        ended = runs[number].end_time_unix_nano / 1e9
+        assert ended == pytest.approx(entry["last_heartbeat"], abs=1e-3), (ended, entry)
+        assert job["spawned"][number - 1] < ended <= job["killed"][number - 1]
 
 
 @pytest.mark.slow
@@ -160,14 +163,19 @@ def test_downtime_matches_the_gap_the_test_measured(job):
     report = json.loads(_cli("report", str(job["output"]), "--format", "json", cwd=job["workdir"]).stdout)["job"]
     for number in (2, 3):
         first_step_seen = _steps_of(job, number)[0]["t"]
-        measured = first_step_seen - job["killed"][number - 2]
         downtime = report["attempts"][number - 1]["downtime"]
-        assert downtime["total"] == pytest.approx(measured, abs=0.5)
+        previous, this = job["ledger"]["attempts"][number - 2], job["ledger"]["attempts"][number - 1]
+        # From the killed attempt's last heartbeat to this one's first step: inside the test's
+        # own readings (its kill, the step its worker saw), however late a loaded host ran them.
+        assert downtime["total"] == pytest.approx(this["first_step_end"] - previous["last_heartbeat"], abs=1e-3)
+        assert previous["last_heartbeat"] <= job["killed"][number - 2] and this["first_step_end"] <= first_step_seen
         # Split: no process, then start-up, checkpoint load and compile of the next attempt.
         assert downtime["no_process"] + downtime["startup"] + downtime["checkpoint_load"] + downtime["compile"] == (
             pytest.approx(downtime["total"], abs=0.3)
         )
-        assert downtime["no_process"] == pytest.approx(job["spawned"][number - 1] - job["killed"][number - 2], abs=0.3)
+        assert downtime["no_process"] == pytest.approx(this["process_start"] - previous["last_heartbeat"], abs=1e-3)
+        # The process start from /proc, in clock ticks: at most one after the test spawned it.
+        assert job["killed"][number - 2] <= job["spawned"][number - 1] <= this["process_start"] + 0.02
         assert downtime["checkpoint_load"] > 0
 
 
