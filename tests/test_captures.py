@@ -365,8 +365,10 @@ def test_deferred_analysis_leaves_raw_data_that_the_command_analyses(workdir, ca
         {"alert_interval": 1, "loss_threshold": 0.0, "loss_spike": {"enable": False}},
         {"rules": ["loss_threshold"], "kinds": ["profile"], "profile_steps": 2, "analysis": "deferred"},
     )
-    train([run.callback], steps=8)
+    # Held until the worker took the rule's capture: eight short steps may end before it does.
+    train([run.callback, HeldUntil(2, run.folders, "the capture's request taken")], steps=8)
     (folder,) = run.folders()
+    wait_until(lambda: manifest(folder)["status"] not in ("taken", "waiting"), "the profile's end")
     info = manifest(folder)
     assert info["status"] == "raw" and not list(folder.glob("profile/*/ASCEND_PROFILER_OUTPUT"))
     # Named as docs/captures.md names it: relative to the working directory (the run's).
@@ -407,9 +409,15 @@ def test_graph_mode_profile_holds_the_compiled_graphs_operators(workdir):
         {"alert_interval": 1, "loss_threshold": 0.0, "loss_spike": {"enable": False}},
         {"rules": ["loss_threshold"], "kinds": ["profile"], "profile_steps": 2},
     )
-    train([run.callback], steps=8, mode=ms.GRAPH_MODE)
+    # Graph-mode steps take a millisecond: on a loaded host all eight could end before the
+    # worker fired the rule for step 1, leaving the profile no steps ("incomplete", no trace).
+    taken = HeldUntil(2, run.folders, "the capture's request taken")
+    train([run.callback, taken], steps=8, mode=ms.GRAPH_MODE)
     (folder,) = run.folders()
+    # Its finishing thread writes the manifest once the profile's steps are done.
+    wait_until(lambda: manifest(folder)["status"] not in ("taken", "waiting"), "the profile's end")
     info = manifest(folder)
+    assert info["status"] in ("analysing", "analysed"), info
     by_step, _ = ops_by_step(wait_for_trace(folder), info["step_windows_ns"])
     assert len(by_step) == 2 and all(by_step.values())
     # GRAPH mode names operators by their place in the network.
