@@ -104,9 +104,11 @@ class LoggedReader:
         step_now: Callable[[], int],
         custom_scalars: bool = True,
         per_parameter: bool = False,
+        grad_norm_asked: bool = False,
     ) -> None:
         """`step_now`: the step being read (a learning-rate schedule given as `lr` is evaluated
-        at it; asked only then, so a sampled step's common path pays nothing for it)."""
+        at it; asked only then, so a sampled step's common path pays nothing for it).
+        `grad_norm_asked`: `grad_monitor: True`; a loop that logs no gradients is told once."""
         self._wanted = wanted
         self._per_parameter_norms = per_parameter
         self._optimizer = optimizer
@@ -116,6 +118,8 @@ class LoggedReader:
         self._names: tuple[str, ...] | None = None  # the optimizer's parameters: the gradients' names
         self._step_now = step_now
         self._warned: set[str] = set()
+        # Checked at the first logged step read: the last step `end()` samples has no gradients.
+        self._check_norm_given = grad_norm_asked and custom_scalars
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
@@ -142,6 +146,14 @@ class LoggedReader:
         ):  # fmt: skip
             if value is not None and key in wanted:
                 handles.append((key, value))
+        if self._check_norm_given:
+            self._check_norm_given = False
+            if tm.GRAD_NORM in wanted and logged.grad_norm is None and logged.grads is None:
+                self._warn_once(
+                    "no_grads", "grad_monitor is on but run.log(...) got neither grads= nor grad_norm= (step %d): "
+                    "grad_norm is not reported. Return the gradients from the train step and log them "
+                    "(run.log(loss=loss, grads=grads)), or log grad_norm=...; or set grad_monitor: false", step,
+                )  # fmt: skip
         squares = None
         if tm.GRAD_NORM in wanted and logged.grad_norm is None and logged.grads is not None:
             if self._per_parameter_norms and INBOX.open:  # open: this rank reads model state

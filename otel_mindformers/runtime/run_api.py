@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from otel_mindformers.config import MonitorConfig, load_monitor_config
+from otel_mindformers.config import GradNorm, MonitorConfig, load_monitor_config
 from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.outputs.paths import prepare_output_paths
@@ -165,6 +165,7 @@ class Run:
                     custom_scalars=not local,
                     per_parameter=per_parameter and not local,
                     step_now=lambda: scope.step,  # the step a sampled step's reader reads
+                    grad_norm_asked=config.grad_norm is GradNorm.MEASURED,
                 )
             )
             for monitor in monitors:
