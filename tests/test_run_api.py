@@ -81,6 +81,27 @@ def test_the_same_steps_reach_tensorboard_and_the_spans(trained):
     assert all(span.links[0].context.span_id == run_span.context.span_id for span in steps)
 
 
+def test_a_loop_that_names_its_length_has_its_last_step_sampled_with_its_gradients(workdir):
+    """The quick start's two epochs of three batches, `epochs` and `steps_per_epoch` given:
+    the last step (6, off the interval's cadence) is sampled at its own end, its norm read."""
+    loop = custom_loop.build()
+    batches = list(custom_loop.Data(3).batches())
+    norms: dict[int, float] = {}
+    config = _config(workdir, interval=4, output_type=["json_file"])
+    with otel_mindformers.start(config, optimizer=loop.optimizer, epochs=2, steps_per_epoch=3) as run:
+        for epoch in range(2):
+            for batch, (x, y) in enumerate(batches):
+                step = epoch * 3 + batch + 1
+                with run.step(step):
+                    loss, grads = loop.train_step(x, y)
+                    run.log(loss=loss, grads=grads)
+                norms[step] = float(np.sqrt(sum(float((g.asnumpy() ** 2).sum()) for g in grads)))
+    lines = json_lines(workdir / "metrics.json")
+    assert [(line["step"], line["epoch"]) for line in lines] == [(1, 1), (4, 2), (6, 2)]
+    for line in lines:
+        assert line["grad_norm"] == pytest.approx(norms[line["step"]], rel=1e-4)
+
+
 def _short_run(folder: Path, body, **config: Any) -> list[dict]:
     """Three steps of a real loop whose step body is `body(run, step, loss, grads)`."""
     loop = custom_loop.build()

@@ -156,6 +156,8 @@ class Run:
         if config.enable:
             optimizer = loop.optimizer
             self._run = run = MonitorRun.start(config, loop, providers, clock=self._scope)
+            # A loop that names its length: its last step is sampled with its gradients.
+            run.cadence.last_step = loop.epochs * loop.steps_per_epoch
             # Per-parameter gradient norms where MindFormers' key for them asks (model state).
             per_parameter = bool(config.mindformers_native.get("local_norm_format"))
             run.read_with(
