@@ -146,6 +146,37 @@ def test_a_step_going_backwards_is_said_once_and_not_recorded(workdir, caplog):
     assert "step 1 is not recorded" in said
 
 
+@pytest.mark.parametrize("shape", ["nested", "split"])
+def test_a_step_entered_twice_says_how_it_was_entered(workdir, caplog, shape):
+    """A helper that wraps `train_step` in `run.step` inside the loop's own (nested), or a
+    step's work and its `log` in two blocks (split): each its own message, not "must grow"."""
+
+    def body(run, loop, step, x, y):
+        with run.step(step):
+            if shape == "nested":
+                with run.step(step):
+                    loss, grads = loop.train_step(x, y)
+                    run.log(loss=loss)
+                return
+            loss, grads = loop.train_step(x, y)
+        with run.step(step):
+            run.log(loss=loss)
+
+    lines = _short_run(workdir, body)
+    assert [line["step"] for line in lines] == [1, 2, 3]  # each step once
+    assert all(("loss" in line) == (shape == "nested") for line in lines)
+    said = [message for message in _warnings(caplog) if "run.step(1)" in message]
+    assert said == [
+        {
+            "nested": "otel_mindformers: run.step(1) was entered inside another `with run.step(...)`: steps do not "
+            "nest (one `with run.step(n):` around the whole step, its micro-batches included); the inner one "
+            "counted step 1 and its data wait twice",
+            "split": "otel_mindformers: run.step(1) again after step 1 ended: one `with run.step(n):` per step, "
+            "around all of its work and its run.log; this block is not recorded",
+        }[shape]
+    ]
+
+
 def test_several_logs_in_a_step_add_up_and_a_value_given_again_replaces_the_first(workdir, caplog):
     def body(run, loop, step, x, y):
         with run.step(step):

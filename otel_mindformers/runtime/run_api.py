@@ -326,6 +326,21 @@ class Run:
             view["learning_rate"] = self._lazy_lr.at(max(0, scope.number - 1))
 
     def _backwards(self, step: int, last: int) -> None:
+        scope = self._scope
+        if step == last and scope.step_begin < scope.last_step_end:
+            # Entered before the last step ended: a `with run.step(n)` inside another one.
+            self._warn_once(
+                "nested", "run.step(%d) was entered inside another `with run.step(...)`: steps do not nest (one "
+                "`with run.step(n):` around the whole step, its micro-batches included); the inner one counted "
+                "step %d and its data wait twice", step, step,
+            )  # fmt: skip
+            return
+        if step == last:
+            self._warn_once(
+                "repeated", "run.step(%d) again after step %d ended: one `with run.step(n):` per step, around all "
+                "of its work and its run.log; this block is not recorded", step, step,
+            )  # fmt: skip
+            return
         if step < 1:
             self._warn_once(
                 "below_one", "run.step(%d): step numbers count from 1 (the job's step: enumerate(..., start=1)); "
