@@ -4,14 +4,13 @@ last step (the run API's `epochs` × `steps_per_epoch`) at the step itself."""
 from __future__ import annotations
 
 from otel_mindformers.core.clock import StepClock
-from otel_mindformers.runtime.cadence import Cadence
+from otel_mindformers.runtime.cadence import cadence_for
 
 
 def _sampled(steps: int, interval: int, last_step: int = 0) -> list[int]:
     """The steps 1..`steps` a run samples, as its step ends ask the cadence."""
     clock = StepClock()
-    cadence = Cadence(interval, True, 0, 0.0, clock)
-    cadence.last_step = last_step
+    cadence = cadence_for(interval, True, 0, 0.0, clock, last_step)
     sampled = []
     for step in range(1, steps + 1):
         if step >= clock.next_sample:

@@ -156,8 +156,6 @@ class Run:
         if config.enable:
             optimizer = loop.optimizer
             self._run = run = MonitorRun.start(config, loop, providers, clock=self._scope)
-            # A loop that names its length: its last step is sampled with its gradients.
-            run.cadence.last_step = loop.epochs * loop.steps_per_epoch
             # Per-parameter gradient norms where MindFormers' key for them asks (model state).
             per_parameter = bool(config.mindformers_native.get("local_norm_format"))
             run.read_with(
@@ -472,6 +470,7 @@ def start(
         batch_size=batch_size if batch_size is not None else batch_size_of(dataset), epochs=epochs,
         steps_per_epoch=steps_per_epoch, steps_done=initial_step, step_offset=0, callbacks=(), step_view=view,
         checkpoint_step=lambda: scope.step,  # the last finished step: a save between steps holds it
+        last_step=epochs * steps_per_epoch,  # named: sampled with its gradients, not by end()
     )  # fmt: skip
     providers = Providers(
         tracer_provider=tracer_provider, meter_provider=meter_provider, logger_provider=logger_provider
