@@ -218,6 +218,39 @@ def test_grad_monitor_on_in_a_loop_that_logs_no_gradients_is_said_once(workdir, 
     assert _warnings(caplog) == []
 
 
+def test_the_quick_starts_loss_and_logits_pair_logged_as_the_loss_says_how_to_take_the_loss(workdir, caplog):
+    """MindSpore's quick start: `forward` returns `(loss, logits)`, `value_and_grad(...,
+    has_aux=True)`; a loop that unpacks `loss, grads = grad_fn(x, y)` logs the pair."""
+    import mindspore as ms
+
+    loop = custom_loop.build()
+
+    def forward(x: Any, y: Any) -> Any:
+        logits = loop.network(x)
+        return ((logits - y) ** 2).mean(), logits
+
+    grad_fn = ms.value_and_grad(forward, None, loop.optimizer.parameters, has_aux=True)
+    with otel_mindformers.start(_config(workdir), optimizer=loop.optimizer) as run:
+        for step, (x, y) in enumerate(custom_loop.Data(2).batches(), start=1):
+            with run.step(step):
+                loss, grads = grad_fn(x, y)  # `loss` is (loss, logits)
+                loop.optimizer(grads)
+                run.log(loss=loss, grads=grads)
+    lines = json_lines(workdir / "metrics.json")
+    assert [(line["step"], "loss" in line, line["grad_norm"] > 0) for line in lines] == [
+        (1, False, True),
+        (2, False, True),
+    ]
+    (said,) = _warnings(caplog)
+    assert said.startswith(
+        "otel_mindformers: run.log(loss=...) takes a scalar (a one-element tensor or a number); got a tuple"
+    )
+    assert said.endswith(
+        "loss is left out of the records. value_and_grad(..., has_aux=True) returns ((loss, aux), grads): log the "
+        "loss alone ((loss, _), grads = grad_fn(...))"
+    )
+
+
 @pytest.mark.parametrize("whose", ["the optimizer's", "another"])
 def test_a_learning_rate_schedule_given_as_lr_is_its_rate_at_each_step(workdir, caplog, whose):
     """`run.log(lr=optimizer.learning_rate)`: with a schedule that is a LearningRateSchedule

@@ -257,7 +257,7 @@ class LoggedReader:
             return None
         self._warn_once(
             f"shape:{key}", "run.log(%s=...) takes a scalar (a one-element tensor or a number); got %s: %s is left "
-            "out of the records", _ARGUMENTS.get(key, key), _describe_value(handle), key,
+            "out of the records%s", _ARGUMENTS.get(key, key), _describe_value(handle), key, _aux_hint(key, handle),
         )  # fmt: skip
         return None
 
@@ -306,6 +306,19 @@ class LoggedReader:
         except Exception as exc:  # an exotic schedule: no lr, not a failed run
             self._warn_once(tm.LEARNING_RATE, "cannot evaluate the optimizer's learning rate: %s", exc)
             return None
+
+
+def _aux_hint(key: str, value: Any) -> str:
+    """Where a loss is the `(loss, aux)` pair of `value_and_grad(..., has_aux=True)`: how to
+    take the loss out of it (MindSpore's quick start returns `(loss, logits)`)."""
+    if key != tm.LOSS or not isinstance(value, (tuple, list)) or len(value) < 2:
+        return ""
+    if getattr(value[0], "size", None) != 1:
+        return ""
+    return (
+        ". value_and_grad(..., has_aux=True) returns ((loss, aux), grads): log the loss alone "
+        "((loss, _), grads = grad_fn(...))"
+    )
 
 
 def _describe_value(value: Any) -> str:
