@@ -177,6 +177,28 @@ def test_a_step_entered_twice_says_how_it_was_entered(workdir, caplog, shape):
     ]
 
 
+def test_steps_after_the_run_ended_are_said_once_and_not_recorded(workdir, caplog):
+    """A loop that goes on past its `with otel_mindformers.start(...)` block (a second phase
+    written below it): its steps are not recorded, and the first says why."""
+    loop = custom_loop.build()
+    batches = custom_loop.Data(4).batches()
+    with otel_mindformers.start(_config(workdir, interval=1, output_type=["json_file"])) as run:
+        for step in (1, 2):
+            with run.step(step):
+                loss, grads = loop.train_step(*next(batches))
+                run.log(loss=loss)
+    for step in (3, 4):
+        with run.step(step):
+            loss, grads = loop.train_step(*next(batches))
+            run.log(loss=loss)
+    assert [line["step"] for line in json_lines(workdir / "metrics.json")] == [1, 2]
+    assert _warnings(caplog) == [
+        "otel_mindformers: run.step(3) came after the run ended (run.end(), or the end of `with "
+        "otel_mindformers.start(...) as run:`): it is not recorded, nor are the steps after it. Keep the whole loop "
+        "inside the run"
+    ]
+
+
 def test_several_logs_in_a_step_add_up_and_a_value_given_again_replaces_the_first(workdir, caplog):
     def body(run, loop, step, x, y):
         with run.step(step):

@@ -279,6 +279,12 @@ class Run:
         run = self._run
         if run is None or exc is not None:  # no run, or the step failed: it did not finish
             scope.grads = None
+            if self._ended and exc is None:  # a loop going on past `end()` (or its `with` block)
+                self._warn_once(
+                    "after_end", "run.step(%d) came after the run ended (run.end(), or the end of `with "
+                    "otel_mindformers.start(...) as run:`): it is not recorded, nor are the steps after it. Keep "
+                    "the whole loop inside the run", step,
+                )  # fmt: skip
             return
         if step <= scope.step:
             self._backwards(step, scope.step)
