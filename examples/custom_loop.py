@@ -53,7 +53,9 @@ def main() -> None:
         train_step = ms.jit(train_step)
 
     data = dataset(args.steps)
-    with otel_mindformers.start(args.config, optimizer=optimizer, network=network, dataset=data) as run:
+    # The loop's length (one epoch): its last step is sampled with its gradients (and an ETA).
+    length = {"epochs": 1, "steps_per_epoch": data.get_dataset_size()}
+    with otel_mindformers.start(args.config, optimizer=optimizer, network=network, dataset=data, **length) as run:
         for step, (x, y) in enumerate(data.create_tuple_iterator(), start=1):
             with run.step(step):  # the step's clock and span; the time between steps is data wait
                 loss, grads = train_step(x, y)

@@ -13,6 +13,7 @@ measured by benchmarks/bench_html_report.py.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import math
 import re
@@ -86,6 +87,23 @@ def test_curves_draw_every_rank_with_its_marks(tmp_path, capsys):
     overflow = page.by_id("chart-loss").all("line", "mark-overflow")
     assert overflow and "overflow at step 50" in overflow[0].text()
     assert page.by_id("fact-bottleneck") and page.by_id("attempts").all("p", "note")  # no ledger: said so
+
+
+def test_a_curve_left_out_names_the_keys_that_would_draw_it(tmp_path, capsys):
+    """The logs of a custom loop that logged no gradients: the page says what MFU and the
+    gradient norm need, naming `monitor_config` keys that exist."""
+    from otel_mindformers.config.schema import MonitorConfig
+
+    lines = [json.loads(line) for line in (LOG_FIXTURES / "multirank" / "train_metric_rank_0.json").open()]
+    log = tmp_path / "logs" / "train_metric.json"
+    log.parent.mkdir()
+    log.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "grad_norm"}) + "\n" for line in lines))
+    page = _page(capsys, str(log.parent), "--html", str(tmp_path / "run.html"))
+    (note,) = [p.text() for p in page.all("p", "note") if p.text().startswith("Not in these logs")]
+    assert "mfu (MFU needs FLOPs per token" in note and "grad_norm (the gradient norm needs" in note
+    assert "run.log(grads=...)" in note
+    named = set(re.findall(r"`([a-z_]+)(?::[^`]*)?`", note))
+    assert named and named <= {field.name for field in dataclasses.fields(MonitorConfig)}, named
 
 
 def test_bad_input_fails_as_report_does_and_writes_nothing(tmp_path, capsys):

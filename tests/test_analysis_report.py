@@ -37,6 +37,9 @@ def test_multirank_numbers_come_from_the_logs():
         lines = _lines(FIXTURES / "multirank" / f"train_metric_rank_{rank}.json")
         rates.append((lines[-1]["step"] - lines[0]["step"]) / (lines[-1]["time_stamp"] - lines[0]["time_stamp"]))
     assert report.steps_per_second == pytest.approx(statistics.fmean(rates))
+    # The overview's wall time spans the records, not the process: says so beside the time
+    # table's per-series wall, which counts from the process's start.
+    assert f"  wall time   {report.wall_time_s:.1f} s (first to last record)\n" in render(report, "text")
 
 
 def test_straggler_is_named_with_its_skew():

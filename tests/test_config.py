@@ -119,6 +119,13 @@ BAD_CONFIGS = [
         "monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)",
     ),
     ({"alert_config": []}, "monitor_config.alert_config: expected a mapping"),
+    # A key of a sub-section written one level up (docs name `stop_on_nonfinite` on its own).
+    (
+        {"stop_on_nonfinite": False},
+        "monitor_config.stop_on_nonfinite: unknown key here; it is a key of monitor_config.alert_config: "
+        "write it there",
+    ),
+    ({"endpoint": "http://c:4317"}, "monitor_config.endpoint: unknown key here; it is a key of monitor_config.otlp"),
     ({"otlp": {"protocol": "udp"}}, "monitor_config.otlp.protocol: unknown value 'udp'"),
     ({"report_ranks": [-1]}, "monitor_config.report_ranks: expected 'all' or a list of ranks"),
     ({"job_id": "   "}, "monitor_config.job_id: must name a job, got '   '"),

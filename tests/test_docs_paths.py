@@ -11,12 +11,14 @@ another repository is written `REPOSITORY:PATH` (`mind-cluster:docs/en/...`).
 
 from __future__ import annotations
 
+import difflib
 import re
 import subprocess
 from pathlib import PurePosixPath
 
 import pytest
 
+from otel_mindformers.names.phase_names import BUILT_IN_PHASES
 from tests.support.paths import REPO
 
 TRACKED = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
@@ -112,3 +114,15 @@ def test_the_timing_check_finds_a_quoted_figure():
     assert TIMING.search("it costs about 1.5 ms of CPU")
     assert TIMING.search("start 2-13 ms") is None  # a bare figure in ms is a bound or a setting
     assert TIMING.search("a sampled step every 50 ms") is None
+
+
+def test_the_docs_phases_near_a_built_in_name_use_that_name():
+    """`phase("evaluate")` copied from a page is a user phase, counted as `other`: a phase the
+    docs name that is nearly a built-in one (docs/time.md) must be the built-in one."""
+    near_misses = []
+    for page in sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]:
+        for name in re.findall(r"""phase\(["']([^"']+)["']""", page.read_text(encoding="utf-8")):
+            close = difflib.get_close_matches(name, BUILT_IN_PHASES, n=1, cutoff=0.6)
+            if close and close[0] != name:
+                near_misses.append(f"{page.name}: phase({name!r}), the built-in one is {close[0]!r}")
+    assert not near_misses

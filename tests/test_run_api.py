@@ -81,6 +81,27 @@ def test_the_same_steps_reach_tensorboard_and_the_spans(trained):
     assert all(span.links[0].context.span_id == run_span.context.span_id for span in steps)
 
 
+def test_a_loop_that_names_its_length_has_its_last_step_sampled_with_its_gradients(workdir):
+    """The quick start's two epochs of three batches, `epochs` and `steps_per_epoch` given:
+    the last step (6, off the interval's cadence) is sampled at its own end, its norm read."""
+    loop = custom_loop.build()
+    batches = list(custom_loop.Data(3).batches())
+    norms: dict[int, float] = {}
+    config = _config(workdir, interval=4, output_type=["json_file"])
+    with otel_mindformers.start(config, optimizer=loop.optimizer, epochs=2, steps_per_epoch=3) as run:
+        for epoch in range(2):
+            for batch, (x, y) in enumerate(batches):
+                step = epoch * 3 + batch + 1
+                with run.step(step):
+                    loss, grads = loop.train_step(x, y)
+                    run.log(loss=loss, grads=grads)
+                norms[step] = float(np.sqrt(sum(float((g.asnumpy() ** 2).sum()) for g in grads)))
+    lines = json_lines(workdir / "metrics.json")
+    assert [(line["step"], line["epoch"]) for line in lines] == [(1, 1), (4, 2), (6, 2)]
+    for line in lines:
+        assert line["grad_norm"] == pytest.approx(norms[line["step"]], rel=1e-4)
+
+
 def _short_run(folder: Path, body, **config: Any) -> list[dict]:
     """Three steps of a real loop whose step body is `body(run, step, loss, grads)`."""
     loop = custom_loop.build()
@@ -123,6 +144,59 @@ def test_a_step_going_backwards_is_said_once_and_not_recorded(workdir, caplog):
     (said,) = _warnings(caplog)
     assert "run.step(1) follows step 2: a step number must grow (the job's step, counted across epochs" in said
     assert "step 1 is not recorded" in said
+
+
+@pytest.mark.parametrize("shape", ["nested", "split"])
+def test_a_step_entered_twice_says_how_it_was_entered(workdir, caplog, shape):
+    """A helper that wraps `train_step` in `run.step` inside the loop's own (nested), or a
+    step's work and its `log` in two blocks (split): each its own message, not "must grow"."""
+
+    def body(run, loop, step, x, y):
+        with run.step(step):
+            if shape == "nested":
+                with run.step(step):
+                    loss, grads = loop.train_step(x, y)
+                    run.log(loss=loss)
+                return
+            loss, grads = loop.train_step(x, y)
+        with run.step(step):
+            run.log(loss=loss)
+
+    lines = _short_run(workdir, body)
+    assert [line["step"] for line in lines] == [1, 2, 3]  # each step once
+    assert all(("loss" in line) == (shape == "nested") for line in lines)
+    said = [message for message in _warnings(caplog) if "run.step(1)" in message]
+    assert said == [
+        {
+            "nested": "otel_mindformers: run.step(1) was entered inside another `with run.step(...)`: steps do not "
+            "nest (one `with run.step(n):` around the whole step, its micro-batches included); the inner one "
+            "counted step 1 and its data wait twice",
+            "split": "otel_mindformers: run.step(1) again after step 1 ended: one `with run.step(n):` per step, "
+            "around all of its work and its run.log; this block is not recorded",
+        }[shape]
+    ]
+
+
+def test_steps_after_the_run_ended_are_said_once_and_not_recorded(workdir, caplog):
+    """A loop that goes on past its `with otel_mindformers.start(...)` block (a second phase
+    written below it): its steps are not recorded, and the first says why."""
+    loop = custom_loop.build()
+    batches = custom_loop.Data(4).batches()
+    with otel_mindformers.start(_config(workdir, interval=1, output_type=["json_file"])) as run:
+        for step in (1, 2):
+            with run.step(step):
+                loss, grads = loop.train_step(*next(batches))
+                run.log(loss=loss)
+    for step in (3, 4):
+        with run.step(step):
+            loss, grads = loop.train_step(*next(batches))
+            run.log(loss=loss)
+    assert [line["step"] for line in json_lines(workdir / "metrics.json")] == [1, 2]
+    assert _warnings(caplog) == [
+        "otel_mindformers: run.step(3) came after the run ended (run.end(), or the end of `with "
+        "otel_mindformers.start(...) as run:`): it is not recorded, nor are the steps after it. Keep the whole loop "
+        "inside the run"
+    ]
 
 
 def test_several_logs_in_a_step_add_up_and_a_value_given_again_replaces_the_first(workdir, caplog):

@@ -196,6 +196,61 @@ def test_values_that_are_no_scalars_are_left_out_once_each_not_averaged_or_parse
     ]
 
 
+def test_grad_monitor_on_in_a_loop_that_logs_no_gradients_is_said_once(workdir, caplog):
+    """The quick start's `train_step` returns the loss alone: `grad_monitor: True` cannot be
+    met, said once (as the callback says it of a train cell without a norm). A loop that logs
+    its gradients is not told, though its last step, sampled by `end()`, has none left."""
+    with otel_mindformers.start(_config(workdir / "loss_only", grad_monitor=True)) as run:
+        _train(run, [1, 2, 3], lambda run, loss, grads: run.log(loss=loss))
+    assert [("grad_norm" in line, "loss" in line) for line in json_lines(workdir / "loss_only" / "metrics.json")] == [
+        (False, True)
+    ] * 3
+    assert _warnings(caplog) == [
+        "otel_mindformers: grad_monitor is on but run.log(...) got neither grads= nor grad_norm= (step 1): "
+        "grad_norm is not reported. Return the gradients from the train step and log them "
+        "(run.log(loss=loss, grads=grads)), or log grad_norm=...; or set grad_monitor: false"
+    ]
+    caplog.clear()
+    with otel_mindformers.start(_config(workdir / "with_grads", grad_monitor=True, interval=2)) as run:
+        _train(run, [1, 2, 3])
+    lines = json_lines(workdir / "with_grads" / "metrics.json")
+    assert [(line["step"], "grad_norm" in line) for line in lines] == [(1, True), (2, True), (3, False)]
+    assert _warnings(caplog) == []
+
+
+def test_the_quick_starts_loss_and_logits_pair_logged_as_the_loss_says_how_to_take_the_loss(workdir, caplog):
+    """MindSpore's quick start: `forward` returns `(loss, logits)`, `value_and_grad(...,
+    has_aux=True)`; a loop that unpacks `loss, grads = grad_fn(x, y)` logs the pair."""
+    import mindspore as ms
+
+    loop = custom_loop.build()
+
+    def forward(x: Any, y: Any) -> Any:
+        logits = loop.network(x)
+        return ((logits - y) ** 2).mean(), logits
+
+    grad_fn = ms.value_and_grad(forward, None, loop.optimizer.parameters, has_aux=True)
+    with otel_mindformers.start(_config(workdir), optimizer=loop.optimizer) as run:
+        for step, (x, y) in enumerate(custom_loop.Data(2).batches(), start=1):
+            with run.step(step):
+                loss, grads = grad_fn(x, y)  # `loss` is (loss, logits)
+                loop.optimizer(grads)
+                run.log(loss=loss, grads=grads)
+    lines = json_lines(workdir / "metrics.json")
+    assert [(line["step"], "loss" in line, line["grad_norm"] > 0) for line in lines] == [
+        (1, False, True),
+        (2, False, True),
+    ]
+    (said,) = _warnings(caplog)
+    assert said.startswith(
+        "otel_mindformers: run.log(loss=...) takes a scalar (a one-element tensor or a number); got a tuple"
+    )
+    assert said.endswith(
+        "loss is left out of the records. value_and_grad(..., has_aux=True) returns ((loss, aux), grads): log the "
+        "loss alone ((loss, _), grads = grad_fn(...))"
+    )
+
+
 @pytest.mark.parametrize("whose", ["the optimizer's", "another"])
 def test_a_learning_rate_schedule_given_as_lr_is_its_rate_at_each_step(workdir, caplog, whose):
     """`run.log(lr=optimizer.learning_rate)`: with a schedule that is a LearningRateSchedule

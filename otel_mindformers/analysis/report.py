@@ -508,7 +508,7 @@ def _overview(report: Report) -> list[tuple[str, str]]:
     rows = [
         ("logs", ", ".join(s.label for s in report.series)),
         ("steps", "-" if report.steps is None else f"{first}..{report.steps}"),
-        ("wall time", "-" if report.wall_time_s is None else f"{report.wall_time_s:.1f} s"),
+        ("wall time", "-" if report.wall_time_s is None else f"{report.wall_time_s:.1f} s (first to last record)"),
         (
             "loss",
             "-"

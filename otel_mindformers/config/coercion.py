@@ -154,6 +154,15 @@ def _hide_value(problem: str) -> str:
     return f"{head} (value not shown)" if sep else problem
 
 
+def _section_holding(cls: type, hints: dict[str, Any], key: object) -> str | None:
+    """The name of `cls`'s sub-section that has a key named `key`, else None."""
+    for field in dataclasses.fields(cls):
+        section = hints[field.name]
+        if dataclasses.is_dataclass(section) and any(f.name == key for f in dataclasses.fields(section)):
+            return field.name
+    return None
+
+
 def parse_section(cls: type, raw: Any, path: str):
     if raw is None:
         raw = {}
@@ -183,7 +192,11 @@ def parse_section(cls: type, raw: Any, path: str):
             if raw_key in getattr(cls, "NATIVE_KEYS", ()):
                 native[raw_key] = value
                 continue
-            problems.append(f"{key}: unknown key{suggestion(raw_key, known)}")
+            home = _section_holding(cls, hints, raw_key)
+            if home is not None:  # `stop_on_nonfinite` beside `interval`: a key one section down
+                problems.append(f"{key}: unknown key here; it is a key of {path}.{home}: write it there")
+            else:
+                problems.append(f"{key}: unknown key{suggestion(raw_key, known)}")
             continue
         field = fields[name]
         try:

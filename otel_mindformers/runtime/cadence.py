@@ -3,7 +3,9 @@
 `Cadence` owns the sampling decision, torchtitan's
 `should_log` as one small object: the first step, every `interval`-th step, and the last
 step (taken at train end, because in sink mode MindSpore's `batch_num` is the sink size,
-not the epoch length, so the last step cannot be known in advance).
+not the epoch length, so the last step cannot be known in advance). A custom loop that names
+its length (`start(epochs=, steps_per_epoch=)`) gets `KnownLengthCadence`: its last step is
+sampled at the step itself, while its gradients are still there.
 """
 
 from __future__ import annotations
@@ -51,3 +53,31 @@ class Cadence:
         if isinstance(every, bool):
             return every
         return step % every == 0 or is_last
+
+
+class KnownLengthCadence(Cadence):
+    """A cadence that also samples the run's known last step at the step itself (a subclass,
+    so the callback's sampled steps, whose last step is not known, pay nothing for it)."""
+
+    __slots__ = ("last_step",)
+
+    def __init__(
+        self, interval: int, step_spans: bool | int, first_step: int, now: float, progress: StepClock, last_step: int
+    ) -> None:
+        super().__init__(interval, step_spans, first_step, now, progress)
+        self.last_step = last_step
+
+    def close_window(self, step: int, end: float) -> tuple[int, float]:
+        window = super().close_window(step, end)
+        if step < self.last_step < self._progress.next_sample:  # the last step before the next multiple
+            self._progress.next_sample = self.last_step
+        return window
+
+
+def cadence_for(
+    interval: int, step_spans: bool | int, first_step: int, now: float, progress: StepClock, last_step: int
+) -> Cadence:
+    """The run's cadence: `last_step` > 0 is the loop's known last step (0: not known)."""
+    if last_step > 0:
+        return KnownLengthCadence(interval, step_spans, first_step, now, progress, last_step)
+    return Cadence(interval, step_spans, first_step, now, progress)

@@ -104,9 +104,11 @@ class LoggedReader:
         step_now: Callable[[], int],
         custom_scalars: bool = True,
         per_parameter: bool = False,
+        grad_norm_asked: bool = False,
     ) -> None:
         """`step_now`: the step being read (a learning-rate schedule given as `lr` is evaluated
-        at it; asked only then, so a sampled step's common path pays nothing for it)."""
+        at it; asked only then, so a sampled step's common path pays nothing for it).
+        `grad_norm_asked`: `grad_monitor: True`; a loop that logs no gradients is told once."""
         self._wanted = wanted
         self._per_parameter_norms = per_parameter
         self._optimizer = optimizer
@@ -116,6 +118,8 @@ class LoggedReader:
         self._names: tuple[str, ...] | None = None  # the optimizer's parameters: the gradients' names
         self._step_now = step_now
         self._warned: set[str] = set()
+        # Checked at the first logged step read: the last step `end()` samples has no gradients.
+        self._check_norm_given = grad_norm_asked and custom_scalars
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
@@ -142,6 +146,14 @@ class LoggedReader:
         ):  # fmt: skip
             if value is not None and key in wanted:
                 handles.append((key, value))
+        if self._check_norm_given:
+            self._check_norm_given = False
+            if tm.GRAD_NORM in wanted and logged.grad_norm is None and logged.grads is None:
+                self._warn_once(
+                    "no_grads", "grad_monitor is on but run.log(...) got neither grads= nor grad_norm= (step %d): "
+                    "grad_norm is not reported. Return the gradients from the train step and log them "
+                    "(run.log(loss=loss, grads=grads)), or log grad_norm=...; or set grad_monitor: false", step,
+                )  # fmt: skip
         squares = None
         if tm.GRAD_NORM in wanted and logged.grad_norm is None and logged.grads is not None:
             if self._per_parameter_norms and INBOX.open:  # open: this rank reads model state
@@ -245,7 +257,7 @@ class LoggedReader:
             return None
         self._warn_once(
             f"shape:{key}", "run.log(%s=...) takes a scalar (a one-element tensor or a number); got %s: %s is left "
-            "out of the records", _ARGUMENTS.get(key, key), _describe_value(handle), key,
+            "out of the records%s", _ARGUMENTS.get(key, key), _describe_value(handle), key, _aux_hint(key, handle),
         )  # fmt: skip
         return None
 
@@ -294,6 +306,19 @@ class LoggedReader:
         except Exception as exc:  # an exotic schedule: no lr, not a failed run
             self._warn_once(tm.LEARNING_RATE, "cannot evaluate the optimizer's learning rate: %s", exc)
             return None
+
+
+def _aux_hint(key: str, value: Any) -> str:
+    """Where a loss is the `(loss, aux)` pair of `value_and_grad(..., has_aux=True)`: how to
+    take the loss out of it (MindSpore's quick start returns `(loss, logits)`)."""
+    if key != tm.LOSS or not isinstance(value, (tuple, list)) or len(value) < 2:
+        return ""
+    if getattr(value[0], "size", None) != 1:
+        return ""
+    return (
+        ". value_and_grad(..., has_aux=True) returns ((loss, aux), grads): log the loss alone "
+        "((loss, _), grads = grad_fn(...))"
+    )
 
 
 def _describe_value(value: Any) -> str:

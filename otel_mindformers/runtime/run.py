@@ -31,7 +31,7 @@ from otel_mindformers.names import phase_names, semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs.paths import prepare_output_paths
 from otel_mindformers.runtime.assembly import RunInputs, StartedRun, assemble
-from otel_mindformers.runtime.cadence import Cadence
+from otel_mindformers.runtime.cadence import cadence_for
 from otel_mindformers.runtime.extract import OutputReader
 from otel_mindformers.runtime.parts import Providers, launcher_context
 from otel_mindformers.runtime.training_loop import TrainingLoop
@@ -79,7 +79,9 @@ class MonitorRun:
         clock.step_begin, clock.step_offset = wall_clock.perf0, loop.step_offset
         self.clock = clock
         self.loop = loop
-        self.cadence = Cadence(config.interval, config.step_spans, first_step, wall_clock.perf0, clock)
+        self.cadence = cadence_for(
+            config.interval, config.step_spans, first_step, wall_clock.perf0, clock, loop.last_step
+        )
         self.inputs = RunInputs(
             config=config, identity=identity, loop=loop, clock=clock, wall_clock=wall_clock, cadence=self.cadence,
             reader=OutputReader(config.monitored_metrics if reports_training else [], config.grad_norm),

@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from otel_mindformers.config import MonitorConfig, load_monitor_config
+from otel_mindformers.config import GradNorm, MonitorConfig, load_monitor_config
 from otel_mindformers.core.clock import StepClock
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.outputs.paths import prepare_output_paths
@@ -165,6 +165,7 @@ class Run:
                     custom_scalars=not local,
                     per_parameter=per_parameter and not local,
                     step_now=lambda: scope.step,  # the step a sampled step's reader reads
+                    grad_norm_asked=config.grad_norm is GradNorm.MEASURED,
                 )
             )
             for monitor in monitors:
@@ -278,6 +279,12 @@ class Run:
         run = self._run
         if run is None or exc is not None:  # no run, or the step failed: it did not finish
             scope.grads = None
+            if self._ended and exc is None:  # a loop going on past `end()` (or its `with` block)
+                self._warn_once(
+                    "after_end", "run.step(%d) came after the run ended (run.end(), or the end of `with "
+                    "otel_mindformers.start(...) as run:`): it is not recorded, nor are the steps after it. Keep "
+                    "the whole loop inside the run", step,
+                )  # fmt: skip
             return
         if step <= scope.step:
             self._backwards(step, scope.step)
@@ -323,6 +330,21 @@ class Run:
             view["learning_rate"] = self._lazy_lr.at(max(0, scope.number - 1))
 
     def _backwards(self, step: int, last: int) -> None:
+        scope = self._scope
+        if step == last and scope.step_begin < scope.last_step_end:
+            # Entered before the last step ended: a `with run.step(n)` inside another one.
+            self._warn_once(
+                "nested", "run.step(%d) was entered inside another `with run.step(...)`: steps do not nest (one "
+                "`with run.step(n):` around the whole step, its micro-batches included); the inner one counted "
+                "step %d and its data wait twice", step, step,
+            )  # fmt: skip
+            return
+        if step == last:
+            self._warn_once(
+                "repeated", "run.step(%d) again after step %d ended: one `with run.step(n):` per step, around all "
+                "of its work and its run.log; this block is not recorded", step, step,
+            )  # fmt: skip
+            return
         if step < 1:
             self._warn_once(
                 "below_one", "run.step(%d): step numbers count from 1 (the job's step: enumerate(..., start=1)); "
@@ -454,6 +476,7 @@ def start(
         batch_size=batch_size if batch_size is not None else batch_size_of(dataset), epochs=epochs,
         steps_per_epoch=steps_per_epoch, steps_done=initial_step, step_offset=0, callbacks=(), step_view=view,
         checkpoint_step=lambda: scope.step,  # the last finished step: a save between steps holds it
+        last_step=epochs * steps_per_epoch,  # named: sampled with its gradients, not by end()
     )  # fmt: skip
     providers = Providers(
         tracer_provider=tracer_provider, meter_provider=meter_provider, logger_provider=logger_provider

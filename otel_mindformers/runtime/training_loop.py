@@ -38,6 +38,9 @@ class TrainingLoop:
     step_view: MutableMapping[str, Any]
     # The job's step a checkpoint saved now holds (a save phase ending on the training thread).
     checkpoint_step: Callable[[], int]
+    # The job's last step where the loop names it (the run API's epochs × steps_per_epoch), else
+    # 0: `Model.train`'s `batch_num` is the sink size in sink mode, not the epoch's length.
+    last_step: int = 0
 
     @property
     def first_step(self) -> int:

@@ -92,6 +92,15 @@ UNACCOUNTED = "unaccounted"
 TIME_CATEGORIES = ("productive", *BUILT_IN_PHASES, OTHER_PHASES, UNACCOUNTED)
 
 
+# What a curve the page leaves out needs, in the run's monitor_config or its loop.
+_NEEDS = {
+    tm.MFU: "MFU needs FLOPs per token, from the model's config or `flops_per_token`, and the device's peak, "
+    "known or `peak_tflops`: docs/time.md",
+    tm.GRAD_NORM: "the gradient norm needs `grad_monitor: True` or a train cell that returns it, or in a custom "
+    "loop `run.log(grads=...)`: docs/custom_loops.md",
+}
+
+
 def _asset(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
@@ -485,15 +494,8 @@ def _curves(run: RunData) -> Html:
                 log_y=name == tm.STEP_TIME,
             )
         )
-    missing = [name for name in (tm.MFU, tm.GRAD_NORM) if name not in present]
-    note = (
-        _note(
-            f"Not in these logs: {', '.join(missing)} (MFU needs `model_flops` or the model config; grad norm the "
-            "optimizer's reading, docs/time.md)."
-        )
-        if missing
-        else None
-    )
+    missing = [f"{name} ({_NEEDS[name]})" for name in (tm.MFU, tm.GRAD_NORM) if name not in present]
+    note = _note(f"Not in these logs: {'; '.join(missing)}.") if missing else None
     return _section("curves", charts.marks_legend(kinds), figures, note)
 
 
