@@ -98,7 +98,9 @@ def test_a_rank_that_waits_for_its_data_records_it_itself_once(data_starved):
     assert event[names.ATTR_SHARE] > 0.2 and event["training.step"] == flagged[0]
     (log,) = signal_logs(capture)
     # One process is the whole job: nobody waits for it, it waits for its data.
-    assert log.body.startswith("training is input-bound: it waited between steps (for its data, or for callbacks)")
+    assert log.body.startswith(
+        "training is input-bound: it waited between steps (for its data, or for work between steps: callbacks, a custom loop's code outside run.step)"
+    )
     (point,) = capture.points()[SIGNALS]
     assert point.value == 1 and point.attributes[names.ATTR_SCORE] == names.SCORE_RELATIVE
 
@@ -158,7 +160,9 @@ def test_each_episode_is_counted_and_the_training_log_warns_once(world_size, cap
     assert capture.points()[SIGNALS][0].value == 3
     (warning,) = [r.getMessage() for r in caplog.records if "waited between steps" in r.getMessage()]
     who = "rank 1 is input-bound" if world_size > 1 else "training is input-bound"
-    assert warning.startswith(f"otel_mindformers: {who}: it waited between steps (for its data, or for callbacks) 50%")
+    assert warning.startswith(
+        f"otel_mindformers: {who}: it waited between steps (for its data, or for work between steps: callbacks, a custom loop's code outside run.step) 50%"
+    )
     assert SIGNALS in warning  # where the later episodes went
 
 

@@ -112,10 +112,12 @@ class RankSections:
         config = self._config
         share = sections[names.SECTION_DATA_WAIT] / window
         if self._data.update(share > config.data_share):
-            # Between steps is the next batch, and the callbacks' hooks after ours and before it.
+            # Between steps is the next batch, and the callbacks' hooks after ours and before it
+            # (a custom loop: its own code between two `run.step` blocks).
             waited = (
-                f"it waited between steps (for its data, or for callbacks) {share:.0%} of its wall time "
-                f"for {config.windows} sampled window(s) (threshold {config.data_share:.0%})"
+                "it waited between steps (for its data, or for work between steps: callbacks, a custom loop's "
+                f"code outside run.step) {share:.0%} of its wall time for {config.windows} sampled window(s) "
+                f"(threshold {config.data_share:.0%})"
             )
             self._signal(
                 counter, record, span, names.SECTION_DATA_WAIT, names.SCORE_RELATIVE, {names.ATTR_SHARE: share},
@@ -125,7 +127,7 @@ class RankSections:
                 f"rank {self._identity.rank} is input-bound: {waited}; if the other ranks' data wait is small "
                 "(they wait for it inside their step), it holds the job back: `otel-mindformers report` compares the ranks"
                 if self._identity.distributed  # one process has no job to hold back: it is input-bound
-                else f"training is input-bound: {waited}; the data pipeline or a slow callback, not the step, sets the pace",
+                else f"training is input-bound: {waited}; the data pipeline or the work between steps, not the step, sets the pace",
             )  # fmt: skip
         per_step = sections[names.SECTION_IN_STEP] / steps
         if share > config.data_share:  # a baseline of steps, not of waits for data
