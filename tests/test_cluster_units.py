@@ -639,6 +639,21 @@ def test_a_hardware_fault_keeps_the_run_from_starting(capture, monkeypatch):
     assert span.attributes[names.ATTR_PREFLIGHT_RESULT] == "failed" and not span.status.is_ok
 
 
+def an_answer_of_a_later_release() -> int:
+    """A code stress_detect does not document (0, 1 and 2 are its answers today)."""
+    return 3
+
+
+def test_an_answer_the_preflight_check_does_not_know_is_incomplete_not_passed(capture, monkeypatch):
+    from otel_mindformers.compat import stress_detect
+
+    monkeypatch.setattr(stress_detect, "PLACES", ("tests.test_cluster_units:an_answer_of_a_later_release",))
+    tracer = capture.tracer_provider.get_tracer("t")
+    assert preflight.run_preflight(tracer, tracer.start_span("run"), {}, "Ascend") == preflight.INCOMPLETE
+    (span,) = capture.finished(names.SPAN_PREFLIGHT)
+    assert span.attributes[names.ATTR_PREFLIGHT_DETAIL] == "stress_detect returned 3"
+
+
 # --- the report's words -------------------------------------------------------------------------------
 def _ledger(folder: Path, fault: dict | None, outcome: str | None) -> None:
     attempt = {
