@@ -156,6 +156,8 @@ def test_the_physical_npu_is_the_device_ids_place_among_the_mounted_ones():
     assert endpoint.visible_devices("4-6,1") == [1, 4, 5, 6]
     assert endpoint.visible_devices("Ascend910-0") == []
     assert endpoint.physical_device(2, {"ASCEND_VISIBLE_DEVICES": "4-7"}) == 6
+    assert endpoint.physical_device(0, {"ASCEND_VISIBLE_DEVICES": "4-7"}) == 4  # a pod's first NPU
+    assert endpoint.physical_device(4, {"ASCEND_VISIBLE_DEVICES": "4-7"}) == 4  # past the mounted ones: as given
     assert endpoint.physical_device(2, {}) == 2
     assert endpoint.node_name(ClusterConfig(), {"NODE_NAME": "ascend-node-7"}) == "ascend-node-7"
     assert endpoint.node_name(ClusterConfig(), {"NODE_NAME": "Not_A_Node"}) is None
@@ -195,8 +197,19 @@ def test_a_signal_reads_as_one_fault_per_node_and_device_with_its_level():
     # Without the per-code levels ClusterD sends, the table gives them.
     bare = fault_signal(JOB, "worker-3", "3", ["0x80818c00"], [])
     assert read_signal(bare, 0.0).faults[0].level == "SeparateNPU"
-    # Bounded: a signal of 1,100 devices keeps 1,024 faults, each with at most 32 codes.
     from otel_mindformers.cluster.proto import fault_pb2
+
+    # The attempt is said to have ended by the signal's most severe fault, wherever it is listed.
+    two = fault_signal(JOB, "worker-3", "3", ["80E21007"], ["NotHandleFault"])
+    two.nodeFaultInfo[0].faultDevice.append(
+        fault_pb2.DeviceFaultInfo(deviceId="5", faultCodes=["80818C00"], faultLevels=["RestartRequest"])
+    )
+    two.nodeFaultInfo.append(fault_pb2.NodeFaultInfo(nodeName="worker-4", faultDevice=[
+        fault_pb2.DeviceFaultInfo(deviceId="0", faultCodes=["80E21007"], faultLevels=["SubHealthFault"]),
+    ]))  # fmt: skip
+    assert [f.level for f in read_signal(two, 0.0).faults] == ["NotHandleFault", "RestartRequest", "SubHealthFault"]
+    assert read_signal(two, 0.0).worst.describe() == "node worker-3, NPU 5, RestartRequest, 80818C00"
+    # Bounded: a signal of 1,100 devices keeps 1,024 faults, each with at most 32 codes.
 
     huge = fault_pb2.FaultMsgSignal(signalType="fault", nodeFaultInfo=[
         fault_pb2.NodeFaultInfo(nodeName="n\nx" * 200, faultDevice=[
@@ -239,6 +252,28 @@ def test_a_heard_fault_is_an_event_a_log_record_a_counter_and_in_the_attempts_le
     assert records[0].severity_text == "ERROR" and records[1].severity_text == "INFO"
     counts = counter_values(capture.reader, names.CLUSTER_FAULTS.name)
     assert counts == {((names.ATTR_FAULT_LEVEL, "SeparateNPU"), ("training.rank", 0)): 1}
+
+
+def test_a_fault_that_restarts_is_an_error_one_below_a_warning_and_a_storm_is_counted_past_its_events(capture):
+    from otel_mindformers.cluster.heard import MAX_EVENTS_PER_SIGNAL
+    from otel_mindformers.cluster.proto import fault_pb2
+
+    span = capture.tracer_provider.get_tracer("t").start_span("run")
+    heard = HeardFaults(_telemetry(capture), span, None, {"training.rank": 0})
+    heard(read_signal(fault_signal(JOB, "worker-3", "3", ["80818C00"], ["RestartRequest"]), 1.0))
+    heard(read_signal(fault_signal(JOB, "worker-3", "3", ["80E21007"], ["SubHealthFault"]), 2.0))
+    storm = fault_signal(JOB, "worker-3", "0", ["80E21007"], ["SubHealthFault"])
+    storm.nodeFaultInfo[0].faultDevice.extend(
+        fault_pb2.DeviceFaultInfo(deviceId=str(i), faultCodes=["80E21007"], faultLevels=["SubHealthFault"])
+        for i in range(1, MAX_EVENTS_PER_SIGNAL + 6)
+    )
+    heard(read_signal(storm, 3.0))
+    span.end()
+    assert [r.severity_text for r in capture.log_records()[:2]] == ["ERROR", "WARN"]
+    (run,) = capture.finished("run")
+    assert len(run.events) == 2 + MAX_EVENTS_PER_SIGNAL
+    counts = counter_values(capture.reader, names.CLUSTER_FAULTS.name)
+    assert counts[((names.ATTR_FAULT_LEVEL, "SubHealthFault"), ("training.rank", 0))] == 1 + MAX_EVENTS_PER_SIGNAL + 6
 
 
 # --- the subscription -------------------------------------------------------------------------------
@@ -397,6 +432,22 @@ def test_clusterd_down_or_rate_limiting_is_retried_and_said_once(capture, caplog
     assert len(_warnings(caplog, "answered 410")) == 1 and len(_warnings(caplog, "unreachable")) == 1
 
 
+@pytest.mark.parametrize(("error", "recovered"), [(None, True), (RuntimeError("boom"), False)])
+def test_a_completed_run_recovers_its_open_verdicts_a_crashed_one_leaves_them_to_clusterd(capture, error, recovered):
+    from otel_mindformers.cluster.part import ClusterPart
+    from otel_mindformers.core.run_part import RunEnding
+
+    with ClusterD(jobs={JOB}) as clusterd:
+        part = ClusterPart()
+        part.teller = _teller(clusterd.address, capture)
+        part.teller.tell(names.VERDICT_SLOW_NODE, OCCUR, "waits for its data", 7)
+        ending = RunEnding(error=error, last_step=9, ended_at=0.0, remaining=lambda: 10.0, stop_reason=lambda: None)
+        part.end(ending)
+        part.close(lambda: 1.0)
+    assert _no_thread(TELL_THREAD)
+    assert [assertion for _, assertion, *_ in told(clusterd)] == (["occur", "recover"] if recovered else ["occur"])
+
+
 # --- the verdicts ---------------------------------------------------------------------------------
 def _record(step: int, loss: float | None = 0.5, data_wait: float = 0.0, world: int = 2) -> StepRecord:
     values = {} if loss is None else {"loss": loss}
@@ -418,6 +469,10 @@ def test_an_sdc_suspect_is_three_non_finite_episodes_of_its_own_loss_and_recover
     apart = SdcVerdict(strikes=3, window=5, recover_after=3)
     assert all(apart.feed(_record(s, nan if s % 6 == 0 else 0.5)) is None for s in range(1, 40))
     assert SdcVerdict(3, 100, 3).feed(_record(1, None)) is None
+    # `window` sampled steps: episodes at samples 1 and 5 are within 5, at 1 and 6 not.
+    for last, judged in ((5, OCCUR), (6, None)):
+        edge = SdcVerdict(strikes=2, window=5, recover_after=3)
+        assert [edge.feed(_record(s, nan if s in (1, last) else 0.5)) for s in range(1, last + 1)][-1] == judged
 
 
 def test_a_slow_node_waits_for_its_data_for_windows_in_a_row_in_a_job_of_several_ranks():
@@ -425,6 +480,15 @@ def test_a_slow_node_waits_for_its_data_for_windows_in_a_row_in_a_job_of_several
     waits = [0.5, 0.5, 0.1, 0.5, 0.5, 0.5, 0.6, 0.1, 0.1]
     transitions = [verdict.feed(_record(s, data_wait=w)) for s, w in enumerate(waits, start=1)]
     assert transitions == [None, None, None, None, None, OCCUR, None, None, RECOVER]
+    # Waiting exactly `data_share` of the window is not over it.
+    at_share = SlowNodeVerdict(data_share=0.25, windows=1, recover_after=1)
+    assert [at_share.feed(_record(s, data_wait=0.25)) for s in range(1, 5)] == [None] * 4
+    # Recovery takes `recover_after` clean windows in a row: a slow one between starts the count again.
+    again = SlowNodeVerdict(data_share=0.2, windows=1, recover_after=2)
+    waits = [0.5, 0.1, 0.5, 0.1, 0.1]
+    assert [again.feed(_record(s, data_wait=w)) for s, w in enumerate(waits, start=1)] == [
+        OCCUR, None, None, None, RECOVER,
+    ]  # fmt: skip
     alone = SlowNodeVerdict(0.2, 1, 1)
     assert alone.feed(_record(1, data_wait=0.9, world=1)) is None  # one rank holds no job back
 
@@ -483,14 +547,32 @@ def test_the_watcher_tails_a_log_from_where_it_was_and_a_named_log_written_later
     watcher = asd.AsdWatcher([log, later], None, 0, found.append, poll=0.02).start()
     with log.open("a") as handle:
         handle.write(f"otel_mindformers: MindSpore silent-data-corruption detection: {SDC}\n")  # ours, quoting one
-        handle.write("[INFO] ME(1:2,MainProcess):... ordinary line\n" + STRIKEOUT[:60])
+        handle.write("[INFO] ME(1:2,MainProcess):... ordinary line\n" + STRIKE + "\n" + STRIKEOUT[:60])
         handle.flush()
-        handle.write(STRIKEOUT[60:] + "\n")  # one line written in two pieces
+        wait_until(lambda: len(found) == 1, "the strike, read with the first piece of the next line")
+        handle.write(STRIKEOUT[60:] + "\n")  # the rest of that line, read by a later poll
     later.write_text(SDC + "\n")
-    wait_until(lambda: len(found) == 2, "both detections")
+    wait_until(lambda: len(found) == 3, "the three detections")
     watcher.stop(5.0)
-    assert sorted((d.kind, d.rank) for d in found) == [("sdc_error", 0), ("strikeout", 5)]
+    assert sorted((d.kind, d.rank) for d in found) == [("sdc_error", 0), ("strike", 0), ("strikeout", 5)]
     assert _no_thread(asd.THREAD_NAME)
+
+
+def test_a_log_truncated_under_the_watch_is_read_from_its_start(tmp_path):
+    """copytruncate rotation (logrotate's way with a log a process keeps open): the file
+    shrinks to nothing and grows again; what is written then is read."""
+    log = tmp_path / "worker_0.log"
+    log.write_text("")
+    found = []
+    watcher = asd.AsdWatcher([log], None, 0, found.append, poll=0.02).start()
+    try:
+        log.write_text("[INFO] ordinary line " + "x" * 2000 + "\n" + STRIKEOUT + "\n")
+        wait_until(lambda: len(found) == 1, "the strike-out")
+        log.write_text(SDC + "\n")  # truncated, then a shorter log than was read
+        wait_until(lambda: len(found) == 2, "the line written after the truncation")
+    finally:
+        watcher.stop(5.0)
+    assert [d.kind for d in found] == ["strikeout", "sdc_error"]
 
 
 def test_mindspores_own_log_file_is_found_under_glog_log_dir(tmp_path):
@@ -555,6 +637,21 @@ def test_a_hardware_fault_keeps_the_run_from_starting(capture, monkeypatch):
         preflight.run_preflight(tracer, tracer.start_span("run"), {}, "Ascend")
     (span,) = capture.finished(names.SPAN_PREFLIGHT)
     assert span.attributes[names.ATTR_PREFLIGHT_RESULT] == "failed" and not span.status.is_ok
+
+
+def an_answer_of_a_later_release() -> int:
+    """A code stress_detect does not document (0, 1 and 2 are its answers today)."""
+    return 3
+
+
+def test_an_answer_the_preflight_check_does_not_know_is_incomplete_not_passed(capture, monkeypatch):
+    from otel_mindformers.compat import stress_detect
+
+    monkeypatch.setattr(stress_detect, "PLACES", ("tests.test_cluster_units:an_answer_of_a_later_release",))
+    tracer = capture.tracer_provider.get_tracer("t")
+    assert preflight.run_preflight(tracer, tracer.start_span("run"), {}, "Ascend") == preflight.INCOMPLETE
+    (span,) = capture.finished(names.SPAN_PREFLIGHT)
+    assert span.attributes[names.ATTR_PREFLIGHT_DETAIL] == "stress_detect returned 3"
 
 
 # --- the report's words -------------------------------------------------------------------------------

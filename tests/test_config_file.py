@@ -98,7 +98,8 @@ def train(door: str, folder: Path, env: dict[str, str]) -> subprocess.CompletedP
         command = instrumented("python", str(PLAIN_TRAIN), "--steps", "4")
     else:
         (folder / "door.py").write_text(script)
-        command = [sys.executable, "door.py", json.dumps({**MONITOR, "service_name": "from-config", "logs": True})]
+        config = {**MONITOR, "service_name": "from-config", "job_id": "job-from-config", "logs": True}
+        command = [sys.executable, "door.py", json.dumps(config)]
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -142,6 +143,8 @@ def test_the_files_sdk_exports_to_its_endpoint_with_its_resource(workdir, door, 
         assert resource["service.name"] == named
         assert resource["deployment.environment.name"] == "ci"  # the file's
         assert resource[semconv.ATTR_RANK] == 0 and resource[semconv.ATTR_LAUNCHER] == "none"  # ours
+        if door == "MonitorCallback":  # the SDK is configured as the callback is built: its job id is the resource's
+            assert resource[semconv.ATTR_JOB_ID] == "job-from-config"
         if "tracecontext" in propagators:
             assert (run.trace_id, run.parent_span_id) == (TRACE_ID, LAUNCHER_SPAN_ID)
         else:
@@ -234,6 +237,58 @@ def test_a_file_that_does_not_load_is_one_config_error_naming_it(tmp_path, fresh
     with pytest.raises(ConfigError) as again:  # kept: every door reports the same one
         config_file.configure()
     assert again.value is raised.value
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_otel_config_file_is_unset(tmp_path, fresh, value):
+    """`export OTEL_CONFIG_FILE=` (how a shell unsets it for a child) configures nothing and
+    refuses nothing: the environment's OTEL_* variables apply."""
+    fresh.setenv(config_file.VARIABLE, value)
+    assert config_file.path() is None
+    assert config_file.configure() is None and config_file.read() is None and config_file.applied() is None
+
+
+@pytest.fixture
+def sdk_globals(monkeypatch):
+    """The API's global providers as a fresh process has them, put back after the test."""
+    from opentelemetry import _logs, metrics, trace
+    from opentelemetry._logs import _internal as logs_internal
+    from opentelemetry.metrics import _internal as metrics_internal
+    from opentelemetry.util._once import Once
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
+    monkeypatch.setattr(metrics_internal, "_METER_PROVIDER", None)
+    monkeypatch.setattr(metrics_internal, "_METER_PROVIDER_SET_ONCE", Once())
+    monkeypatch.setattr(logs_internal, "_LOGGER_PROVIDER", None)
+    monkeypatch.setattr(logs_internal, "_LOGGER_PROVIDER_SET_ONCE", Once())
+    return trace, metrics, _logs
+
+
+def test_an_sdk_configured_for_one_signal_already_is_left_as_it_is(tmp_path, fresh, sdk_globals):
+    """Someone set an SDK tracer provider (a configurator before ours); metrics and logs are
+    the API's no-ops: the file configures none of them, and is read for our options only."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace, metrics, _logs = sdk_globals
+    theirs = TracerProvider()
+    trace.set_tracer_provider(theirs)
+    path = tmp_path / "otel.yaml"
+    path.write_text(
+        'file_format: "1.0"\n'
+        "tracer_provider: {processors: [{simple: {exporter: {console: {}}}}]}\n"
+        "meter_provider: {readers: [{periodic: {interval: 60000, exporter: {console: {}}}}]}\n"
+        "instrumentation/development: {python: {mindformers: {interval: 3}}}\n"
+    )
+    fresh.setenv(config_file.VARIABLE, str(path))
+    try:
+        declared = config_file.configure()
+    finally:
+        theirs.shutdown()
+    assert declared == config_file.FileConfiguration(str(path), {"interval": 3})
+    assert trace.get_tracer_provider() is theirs
+    assert not type(metrics.get_meter_provider()).__module__.startswith("opentelemetry.sdk")
+    assert not type(_logs.get_logger_provider()).__module__.startswith("opentelemetry.sdk")
 
 
 def test_monitor_callback_without_the_package_raises_at_construction_naming_the_extra(tmp_path, fresh):

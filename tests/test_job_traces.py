@@ -9,10 +9,11 @@ import collections
 
 import pytest
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, SamplingResult, TraceIdRatioBased
 
 from otel_mindformers import ConfigError, load_monitor_config
 from otel_mindformers.job.identity import Identity
@@ -57,13 +58,14 @@ def test_every_rank_of_an_attempt_derives_one_trace_per_step_under_one_root():
         trace_id, root_id = job_step_ids(key, window)
         assert {s.context.trace_id for s in spans} == {trace_id}, "the ranks' step spans share the step's trace"
         assert {s.parent.span_id for s in spans} == {root_id}, "each names the job step's root as its parent"
+        # The root is another process's span (one rank emits it): a remote parent, for the
+        # samplers that tell remote parents from local ones (ParentBased's remote_parent_*).
+        assert all(s.parent.is_remote for s in spans)
         assert len({s.context.span_id for s in spans}) == 3, "each rank's span is its own"
         root = ranks[0].root(window)
         assert (root.context.trace_id, root.context.span_id, root.parent) == (trace_id, root_id, None)
         # A log record made during the step names the same ids the span gets.
         logged = ranks[1].ids.context_of(window)
-        from opentelemetry import trace
-
         logged_ids = trace.get_current_span(logged).get_span_context()
         assert (logged_ids.trace_id, logged_ids.span_id) == (trace_id, spans[1].context.span_id)
         traces.append(trace_id)
@@ -94,6 +96,47 @@ def test_a_sampler_by_trace_id_keeps_or_drops_a_job_step_on_every_rank_alike():
     assert {len(rank.spans.get_finished_spans()) for rank in ranks} == {kept[True] * 2, kept[True]}
 
 
+class NeedsAttributes(Sampler):
+    """A user's sampler that reads a span attribute: it cannot answer for a job step's root,
+    which has no span to read (attributes None) when the ranks ask it."""
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):
+        keep = attributes["keep"]  # TypeError out of a span
+        return SamplingResult(Decision.RECORD_AND_SAMPLE if keep else Decision.DROP)
+
+    def get_description(self) -> str:
+        return "NeedsAttributes"
+
+
+def test_a_sampler_that_cannot_answer_for_the_root_keeps_the_job_step():
+    key = job_trace_key("job", 1)
+    rank = Rank(key, NeedsAttributes())
+    parent = rank.ids.parent(10)
+    assert trace.get_current_span(parent).get_span_context().trace_flags.sampled
+    # The step span and the root are started with their attributes: the sampler answers, keeps them.
+    with rank.ids.preset(10):
+        span = rank.tracer.start_span(semconv.SPAN_STEP, context=parent, attributes={"keep": True})
+    span.end()
+    with rank.ids.preset_root(10):
+        root = rank.tracer.start_span(semconv.SPAN_JOB_STEP, context=otel_context.Context(), attributes={"keep": True})
+    root.end()
+    assert span.get_span_context().trace_flags.sampled and span.parent.span_id == root.context.span_id
+
+
+def test_only_the_first_span_started_inside_a_preset_takes_its_ids():
+    """A span started while the preset one starts (a span processor's, on the same thread) or
+    after it, inside the block, gets ids of its own: two spans never share a span id."""
+    rank = Rank(job_trace_key("job", 1))
+    trace_id, span_id = 0x1234, 0x5678
+    with rank.ids.preset_ids(trace_id, span_id):
+        first = rank.tracer.start_span("first", context=otel_context.Context())
+        second = rank.tracer.start_span("second", context=otel_context.Context())
+    first.end()
+    second.end()
+    assert (first.context.trace_id, first.context.span_id) == (trace_id, span_id)
+    assert second.context.span_id != span_id and second.context.trace_id != trace_id
+
+
 RANKS_PER_NODE, NODES = 8, 4
 WORLD = RANKS_PER_NODE * NODES
 
@@ -109,8 +152,10 @@ def test_each_strategy_picks_its_ranks_and_every_rank_names_the_same_first_one()
     assert chosen("first_per_node") == {0, 8, 16, 24} and first_rank("first_per_node", [0], WORLD) == 0
     assert chosen([5, 2, 100]) == {2, 5} and first_rank([100, 5, 2], [0], WORLD) == 2
     assert first_rank([100], [0], WORLD) is None
-    fraction = chosen(0.25)
-    assert fraction and fraction != set(range(WORLD)) and first_rank(0.25, [0], WORLD) == min(fraction)
+    for share in (0.25, 0.35):  # rank 0 (its share 0.32) is outside the first, inside the second
+        fraction = chosen(share)
+        assert fraction and fraction != set(range(WORLD)) and first_rank(share, [0], WORLD) == min(fraction)
+    assert 0 in chosen(0.35) and 0 not in chosen(0.25)
 
 
 def test_a_sampled_fraction_is_about_that_share_the_same_ranks_each_time_and_nested():
@@ -164,6 +209,8 @@ def test_two_ranks_share_each_steps_trace_and_an_outside_rank_sends_only_anomali
     from mindspore.train import Callback
 
     from otel_mindformers import MonitorCallback
+    from otel_mindformers.names import phase_names
+    from otel_mindformers.names import training as tm
     from tests.support import training
     from tests.support.in_memory import Capture
     from tests.support.training import Faults
@@ -175,7 +222,14 @@ def test_two_ranks_share_each_steps_trace_and_an_outside_rank_sends_only_anomali
     capture = Capture()
     alerts = {"enable_alert": True, "loss_threshold": 1e4}
     runs = []
+    phases = phase_names.PHASE_DURATION.name
+
+    def phase_counts(rank: int) -> int:  # phase durations this rank recorded, over the runs so far
+        return sum(p.count for p in capture.points().get(phases, []) if p.attributes[semconv.ATTR_RANK] == rank)
+
     for attempt, export in ((1, {}), (2, {"spans": [0], "metrics": [0]})):
+        if attempt == 2:
+            first = {rank: phase_counts(rank) for rank in (0, 1)}
         for rank in (0, 1):
             monkeypatch.setenv("RANK_ID", str(rank))
             monkeypatch.setenv("RANK_SIZE", "2")
@@ -220,6 +274,8 @@ def test_two_ranks_share_each_steps_trace_and_an_outside_rank_sends_only_anomali
             assert (root.attributes[semconv.ATTR_STEP], root.attributes["training.job.attempt"]) == (step, attempt)
             assert root.attributes[semconv.ATTR_JOB_ID] == "j" and root.attributes[semconv.ATTR_WORLD_SIZE] == 2
     assert len(capture.finished(semconv.SPAN_JOB_STEP)) == len(roots) == 8, "one root per step and attempt, one rank's"
+    # Outside `metrics`, rank 1 records no phase durations either (its phases' spans stay).
+    assert first[1] and phase_counts(0) > first[0] and phase_counts(1) == first[1]
     (anomalous,) = [s for s in capture.finished(semconv.SPAN_STEP) if who(s) == (2, 1)]
     assert anomalous.attributes[semconv.ATTR_STEP] == 12 and anomalous.events
 
@@ -237,8 +293,30 @@ def test_two_ranks_share_each_steps_trace_and_an_outside_rank_sends_only_anomali
         assert ((trace_id, span_id) in step_ids) == named, (attempt, rank, step)
         assert bool(trace_id) == named, (attempt, rank, step)
     # The step-duration histogram's exemplars still point at step spans.
-    from otel_mindformers.names import training as tm
-
     step_spans = {s.context.span_id for s in capture.finished(semconv.SPAN_STEP)}
     exemplars = capture.exemplars(tm.instrument_name(tm.STEP_TIME))
     assert exemplars and {e.span_id for e in exemplars} <= step_spans
+
+
+@pytest.mark.slow
+@pytest.mark.mindspore_api
+def test_the_last_step_span_a_step_spans_cadence_adds_at_the_end_has_its_job_root(workdir, monkeypatch):
+    """`step_spans: 2`, 15 steps sampled every 5: step 15's span is skipped at its step (odd,
+    not yet known to be the last) and started at the run's end, under its own job step root."""
+    from tests.support import training
+    from tests.support.in_memory import Capture
+
+    monkeypatch.setenv("RANK_ID", "0")
+    monkeypatch.setenv("RANK_SIZE", "2")
+    capture = Capture()
+    config = {
+        "interval": 5, "step_spans": 2, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"),
+        "job_id": "j",
+    }  # fmt: skip
+    training.train([capture.callback(config)], steps=15)
+    steps = {s.attributes[semconv.ATTR_STEP]: s for s in capture.finished(semconv.SPAN_STEP)}
+    roots = {s.attributes[semconv.ATTR_STEP]: s for s in capture.finished(semconv.SPAN_JOB_STEP)}
+    assert sorted(steps) == sorted(roots) == [10, 15]
+    for step, span in steps.items():
+        assert span.parent.span_id == roots[step].context.span_id
+        assert span.context.trace_id == roots[step].context.trace_id

@@ -56,15 +56,13 @@ def selects(strategy: Strategy, report_ranks: str | list[int], rank: int, local_
 
 def first_rank(strategy: Strategy, report_ranks: str | list[int], world_size: int) -> int | None:
     """The lowest rank `strategy` has send in a job of `world_size` ranks (None: none)."""
-    if strategy == FIRST_PER_NODE:
-        return 0
     if isinstance(strategy, list):
         return min((r for r in strategy if r < world_size), default=None)
     if strategy == REPORT_RANKS and isinstance(report_ranks, list):
         return min((r for r in report_ranks if r < world_size), default=None)
     if isinstance(strategy, float):
         return next((r for r in range(world_size) if rank_share(r) < strategy), None)
-    return 0
+    return 0  # all, report_ranks: all, and first_per_node (launchers number a node's ranks from its first)
 
 
 @dataclass(frozen=True)
