@@ -17,7 +17,9 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
+from mindspore import nn
 from mindspore.dataset import GeneratorDataset
+from mindspore.train import Model
 from mindspore.train.callback import Callback
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -138,6 +140,38 @@ def test_the_wait_for_data_is_the_jobs_badput_as_it_is_the_runs(workdir):
     run_compile = run_time.get("compile", 0.0)
     assert job["productive"] + job["compile"] == pytest.approx(run_time["productive"] + run_compile, abs=0.05)
     assert totals["goodput"] < 1 - totals["seconds"]["data_wait"] / totals["wall_seconds"]
+
+
+def test_an_evaluation_between_epochs_is_the_jobs_badput_as_it_is_the_runs(workdir):
+    # Model.fit evaluates for 0.4 s after each epoch of 5 steps: the first evaluation lies
+    # between steps 5 and 6, the second after the last step (10, sampled at train end: its
+    # line holds both; the job counts that one after the steps, in `other`).
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    net = nn.SequentialCell(nn.Dense(training.FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
+    Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer, metrics={"mae"}).fit(
+        2,
+        training.build_dataset(5),
+        valid_dataset=training.build_dataset(2, training.Faults(sleep_at={1: 0.4})),
+        callbacks=[MonitorCallback(config(workdir, interval=4))],
+        dataset_sink_mode=False,
+        valid_dataset_sink_mode=False,
+    )
+    run_time = {line["step"]: line["time"] for line in lines(workdir)}
+    between = run_time[8]["evaluation"]  # the first evaluation only
+    assert between >= 0.4 and run_time[10]["evaluation"] >= between + 0.4
+    totals = job_report([workdir / "output"])["totals"]
+    job = totals["seconds"]
+    # The run's own seconds (its phase accounting, not timed again).
+    assert job["evaluation"] == pytest.approx(between, abs=1e-6)
+    assert job["user_phases"] == 0.0
+    assert job["other"] >= run_time[10]["evaluation"] - between
+    assert sum(job.values()) == pytest.approx(totals["wall_seconds"])
+    # The job's productive time is its steps' compute, as the run's own breakdown says (see
+    # the data-wait test above for compile): neither holds an evaluation.
+    run_compile = run_time[10].get("compile", 0.0)
+    assert job["productive"] + job["compile"] == pytest.approx(run_time[10]["productive"] + run_compile, abs=0.05)
 
 
 # --- the job's step ----------------------------------------------------------------------------

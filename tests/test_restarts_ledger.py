@@ -131,6 +131,38 @@ def test_the_wait_for_data_is_badput_and_lost_steps_are_their_compute():
     assert totals["goodput"] == pytest.approx((first["productive"] + 8.0) / 51.0)
 
 
+def test_evaluations_and_user_phases_between_the_steps_are_badput_as_for_the_run():
+    # The first attempt of the tests above, 3 s of its 13 s of steps evaluating, 0.5 s in a
+    # user's phase, 2.6 s waiting for data.
+    entries = [
+        _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", durable=10, data_wait=2.6),
+        _entry(2, 30.0, 40.0, 41.0, 50.0, 10, 20, end=51.0, outcome="completed", load=2.0),
+    ]
+    entries[0].update(evaluation_seconds=3.0, user_phase_seconds=0.5)
+    timeline = job_timeline(entries)
+    first = timeline["attempts"][0]["seconds"]
+    compute_per_step = (13 - 1 - 3.0 - 0.5 - 2.6) / 13
+    assert (first["evaluation"], first["user_phases"]) == (3.0, 0.5)
+    assert first["lost_progress"] == pytest.approx(4 * compute_per_step)
+    assert first["productive"] == pytest.approx(13 * compute_per_step - 4 * compute_per_step)
+    totals = timeline["totals"]
+    assert totals["badput_types"]["evaluation"] == totals["badput_types"]["user_phases"] == "CUSTOM_BADPUT_EVENTS"
+    assert sum(totals["seconds"].values()) == pytest.approx(51.0)
+    assert totals["goodput"] == pytest.approx((first["productive"] + 8.0) / 51.0)
+
+
+def test_a_ledger_written_before_evaluations_were_recorded_keeps_them_in_productive():
+    # An entry without `evaluation_seconds` / `user_phase_seconds` (an older ledger): read
+    # as before, its evaluations in its steps' time.
+    entry = _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, end=26.0, outcome="completed", data_wait=2.6)
+    assert "evaluation_seconds" not in entry and "user_phase_seconds" not in entry
+    timeline = job_timeline([entry])
+    seconds = timeline["attempts"][0]["seconds"]
+    assert (seconds["evaluation"], seconds["user_phases"]) == (0.0, 0.0)
+    assert seconds["productive"] == pytest.approx(13 - 1 - 2.6)
+    assert sum(timeline["totals"]["seconds"].values()) == pytest.approx(26.0)
+
+
 def test_a_wait_known_up_to_an_earlier_step_is_carried_at_its_rate_to_the_last():
     # The worker's last record was step 9 of the 14 the clock saw: the queued ones never came.
     (entry,) = [_entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", data_wait=1.8)]
@@ -335,6 +367,18 @@ def test_a_new_attempt_writes_no_goodput_in_its_line_and_reports_no_gauge_point(
     assert tracker.line_fields() == {"id": "job", "attempt": 1, "goodput": round(goodput, 6)}
     assert reported()["mindformers.job.goodput"] == goodput
     observables.close()
+
+
+def test_evaluations_and_user_phases_before_the_first_step_stay_start_up(tmp_path):
+    """The run's records carry its phase totals since it began: the first one's (the
+    attempt's first step) are start-up's, the ledger holds what came after."""
+    clock = StepClock()
+    tracker = _tracker(tmp_path, clock)
+    tracker.note_phases(1.5, 0.25)  # the first step's record: before it, a 1.5 s evaluation
+    tracker.note_phases(4.0, 0.75)  # a later record
+    tracker.end("completed", None, 0)
+    (entry,) = read_ledger(tracker.path)["attempts"]
+    assert (entry["evaluation_seconds"], entry["user_phase_seconds"]) == (2.5, 0.5)
 
 
 def test_an_attempts_end_never_lowers_its_last_step_with_a_stale_one(tmp_path):

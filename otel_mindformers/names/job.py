@@ -60,6 +60,9 @@ BADPUT_CATEGORIES: dict[str, str] = {
     "checkpoint_load": "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
     "compile": "PROGRAM_STARTUP",  # the attempt's first step (graph compilation)
     "checkpoint_save": "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
+    # Between the first and the last step: ml-goodput-measurement's user-named badput events.
+    "evaluation": "CUSTOM_BADPUT_EVENTS",  # Model.fit's evaluation, a `phase("evaluation")`
+    "user_phases": "CUSTOM_BADPUT_EVENTS",  # the user's own `phase(...)` blocks
     "data_wait": "DATA_LOADING_SYNC",  # between steps, waiting for the next batch
     "lost_progress": "WASTED_PROGRESS_FROM_DISRUPTION",  # steps computed again after a restart
     "no_process": "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",  # between attempts: last heartbeat to the next start

@@ -7,7 +7,9 @@ after), `last_step` and `last_step_time` (its last finished step, as of its last
 `last_heartbeat`, `durable_step` and `durable_time` (its last checkpoint written, or the
 step it resumed from), `checkpoint_save_seconds`, `checkpoint_load_seconds`,
 `data_wait_seconds` and `data_wait_step` (the run's wait for data between steps, up to the
-step of the worker's last record), `trace_id` and
+step of the worker's last record), `evaluation_seconds` and `user_phase_seconds` (the run's
+evaluations and user phases after its first step, up to the step of the worker's last
+record; absent from ledgers written before they were recorded), `trace_id` and
 `span_id` (its run span, which the next attempt's links to), `parent_span_id` (the launcher's
 span it is a child of, when there is one), `heartbeat_interval`, `cluster_fault` (the
 last fault MindCluster's ClusterD reported during it, cluster/: time, node, device, level,
@@ -139,6 +141,7 @@ class AttemptTracker:
         self._wake = threading.Event()
         self._stop = False
         self._first_step_pending = True
+        self._phases_before: tuple[float, float] | None = None  # as of the first step: start-up's
         self.failures = 0
         self.timeline: dict[str, Any] = goodput.job_timeline(history + [entry], time.time(), entry["attempt_id"])
         self._thread = threading.Thread(target=self._run, name="otel-mindformers-ledger", daemon=True)
@@ -199,6 +202,8 @@ class AttemptTracker:
             "checkpoint_save_seconds": 0.0,
             "checkpoint_load_seconds": checkpoint_load_seconds,
             "data_wait_seconds": 0.0,
+            "evaluation_seconds": 0.0,
+            "user_phase_seconds": 0.0,
             "heartbeat_interval": heartbeat_interval,
             "outcome": None,
         }
@@ -283,6 +288,17 @@ class AttemptTracker:
         it down; badput for the job (restarts/goodput.py)."""
         with self._lock:
             self.entry["data_wait_seconds"], self.entry["data_wait_step"] = seconds, step
+
+    def note_phases(self, evaluation: float, user: float) -> None:
+        """The run's evaluation and user-phase seconds so far (the pipeline worker, each
+        sampled record, the first one the attempt's first step): those since the first step
+        are badput between its steps (restarts/goodput.py); the next heartbeat writes them."""
+        if self._phases_before is None:
+            self._phases_before = (evaluation, user)
+        before_evaluation, before_user = self._phases_before
+        with self._lock:
+            self.entry["evaluation_seconds"] = max(0.0, evaluation - before_evaluation)
+            self.entry["user_phase_seconds"] = max(0.0, user - before_user)
 
     def note_cluster_fault(self, fault: dict[str, Any] | None) -> None:
         """A fault MindCluster's ClusterD reported (cluster/heard.py, on its listener thread),

@@ -15,8 +15,11 @@ Per attempt, from its own clock readings (Unix seconds):
   to attempt k+1's first step, split into `no_process` (until k+1's process began),
   `startup`, `checkpoint_load` and `compile`.
 - job goodput = productive time / (the last attempt's end, or now) − the first attempt's
-  process start; productive = step time, less checkpoint saves, less the wait for data
-  between steps, less the lost steps' time (their own compute: their data wait is data wait).
+  process start; productive = step time, less checkpoint saves, evaluations and user phases
+  between the steps (the run's own goodput counts them lost too, timing/time_ledger.py),
+  less the wait for data between steps, less the lost steps' time (their own compute: their
+  data wait is data wait). A ledger written before the attempts recorded their evaluations
+  and user phases leaves them in productive.
   The rest is badput, by the categories of `names.job.BADPUT_CATEGORIES` (mapped to
   ml-goodput-measurement's BadputType); the categories and productive sum to the wall time.
 """
@@ -75,21 +78,26 @@ def outcome_of(entry: dict[str, Any], live: bool = False) -> str:
     return names.OUTCOME_RUNNING if live else names.OUTCOME_KILLED
 
 
-def _steps_part(entry: dict[str, Any]) -> tuple[int, float, float, float]:
-    """(steps, seconds of steps after the first, checkpoint-save and data-wait seconds among them)."""
+def _steps_part(entry: dict[str, Any]) -> tuple[int, float, dict[str, float]]:
+    """(steps, seconds of steps after the first, and the badput among them by category:
+    checkpoint saves, evaluations, user phases, data wait)."""
     resume = int(entry.get("resume_step") or 0)
     last = int(entry.get("last_step") or resume)
     first_end, last_time = _f(entry, "first_step_end"), _f(entry, "last_step_time")
     span = max(0.0, last_time - first_end) if first_end is not None and last_time is not None else 0.0
     save = min(span, float(entry.get("checkpoint_save_seconds") or 0.0))
+    # Absent from a ledger written before they were recorded: 0, left in productive.
+    evaluation = min(span - save, float(entry.get("evaluation_seconds") or 0.0))
+    user = min(span - save - evaluation, float(entry.get("user_phase_seconds") or 0.0))
     data = float(entry.get("data_wait_seconds") or 0.0)
     # The wait is known up to the worker's last record, the steps up to the clock's: a killed
     # attempt's queued records never came, so its wait is carried at its rate to the last step.
     known = int(entry.get("data_wait_step") or last) - resume
     if 0 < known < last - resume:
         data *= (last - resume) / known
-    data = min(span - save, data)
-    return max(0, last - resume), span, save, data
+    data = min(span - save - evaluation - user, data)
+    badput = {"checkpoint_save": save, "evaluation": evaluation, "user_phases": user, "data_wait": data}
+    return max(0, last - resume), span, badput
 
 
 def no_progress_streak(entries: list[dict[str, Any]]) -> int:
@@ -130,13 +138,14 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
         end = attempt_end(entry, now if live else None)
         first_begin, first_end = _f(entry, "first_step_begin"), _f(entry, "first_step_end")
         load = float(entry.get("checkpoint_load_seconds") or 0.0)
-        steps, span, save, data = _steps_part(entry)
+        steps, span, between = _steps_part(entry)
+        compute = span - sum(between.values())  # the steps' own time
         last = int(entry.get("last_step") or entry.get("resume_step") or 0)
         lost = 0
         if following is not None:
             lost = max(0, min(steps, last - int(following.get("resume_step") or 0)))
-        mean = (span - save - data) / (steps - 1) if steps > 1 else 0.0
-        lost_seconds = min(span - save - data, lost * mean)
+        mean = compute / (steps - 1) if steps > 1 else 0.0
+        lost_seconds = min(compute, lost * mean)
         if first_begin is not None:
             startup = max(0.0, first_begin - start - load)
             compile_ = max(0.0, (first_end or first_begin) - first_begin)
@@ -144,15 +153,14 @@ def job_timeline(entries: list[dict[str, Any]], now: float | None = None, live_a
             startup, compile_ = max(0.0, end - start - load), 0.0
         last_time = _f(entry, "last_step_time") or first_end
         other = max(0.0, end - last_time) if last_time is not None else 0.0
-        productive = max(0.0, span - save - data - lost_seconds)
+        productive = max(0.0, compute - lost_seconds)
         measured = measured or span > 0
         seconds = {
             names.PRODUCTIVE: productive,
             "startup": startup,
             "checkpoint_load": min(load, max(0.0, end - start)),
             "compile": compile_,
-            "checkpoint_save": save,
-            "data_wait": data,
+            **between,
             "lost_progress": lost_seconds,
             "other": other,
         }

@@ -316,6 +316,12 @@ def end_attempt(
     )
 
 
+def phases_between_steps(breakdown: dict[str, float]) -> tuple[float, float]:
+    """(evaluation, user phases) seconds of a record's time breakdown (timing/time_ledger.py)."""
+    user = sum(seconds for key, seconds in breakdown.items() if key.startswith(phase_names.USER_PHASE_PREFIX))
+    return breakdown.get(phase_names.PHASE_EVALUATION, 0.0), user
+
+
 class LedgerEntry(RunPart):
     """The run's entry in the job's ledger, begun before any other part (the job id and the
     attempt are the telemetry's resource). Its `end` is the last: it closes the entry only
@@ -361,9 +367,14 @@ class AttemptPart(RunPart):
         first_step(self._tracker, self._run_span, begin, end)
 
     def on_record(self, record: StepRecord) -> None:
-        """The run's data wait goes to the attempt's ledger (badput for the job), and the
-        job's fields to the line."""
-        self._tracker.note_data_wait(record.time_breakdown.get(phase_names.PHASE_DATA_WAIT, 0.0), record.step)
+        """The run's data wait, evaluations and user phases go to the attempt's ledger
+        (badput for the job, as for the run), and the job's fields to the line."""
+        breakdown = record.time_breakdown
+        self._tracker.note_data_wait(breakdown.get(phase_names.PHASE_DATA_WAIT, 0.0), record.step)
+        # A last step sampled at train end: its breakdown holds what ran after the step
+        # (Model.fit's last evaluation), which the job counts after the steps (`other`).
+        if not record.is_last:
+            self._tracker.note_phases(*phases_between_steps(breakdown))
         record.job = self._tracker.line_fields()
 
     def on_checkpoint(self, step: int, seconds: float) -> None:
@@ -378,6 +389,6 @@ class AttemptPart(RunPart):
 
 
 __all__ = [
-    "AttemptPart", "JobGauges", "LedgerEntry", "begin_attempt", "end_attempt", "first_step", "previous_attempt_link",
-    "record_killed_attempt", "run_span_attributes",
+    "AttemptPart", "JobGauges", "LedgerEntry", "begin_attempt", "end_attempt", "first_step", "phases_between_steps",
+    "previous_attempt_link", "record_killed_attempt", "run_span_attributes",
 ]  # fmt: skip
