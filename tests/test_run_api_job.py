@@ -24,6 +24,7 @@ from otel_mindformers.names import capture_names, semconv
 from otel_mindformers.names import model_state as specs
 from otel_mindformers.names import straggler_names as sections
 from otel_mindformers.names import training as tm
+from otel_mindformers.restarts.offline.attempts_report import job_report
 from tests.support import custom_loop
 from tests.support.capture_trace import manifest, ops_by_step, wait_for_trace
 from tests.support.cli import cli_output
@@ -120,6 +121,10 @@ def test_phases_between_steps_are_timed_apart_from_the_steps_and_the_data_wait(t
     assert window[sections.SECTION_DATA_WAIT] <= gaps - EVAL_SECONDS, (window, gaps)
     spans = {span.name for span in trained.capture.finished()}
     assert {"mindformers.phase.checkpoint.save", "mindformers.phase.eval"} <= spans, spans
+    # The job's goodput charges the loop's own phase as the run's does (restarts/goodput.py).
+    job = job_report([trained.folder])["totals"]["seconds"]
+    assert job["user_phases"] == pytest.approx(last["user.eval"], abs=1e-6)
+    assert job["evaluation"] == 0.0
 
 
 def test_goodput_and_mfu_come_from_the_loops_clock_and_the_networks_config(trained):
