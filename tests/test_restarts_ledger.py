@@ -26,6 +26,7 @@ from otel_mindformers.outputs.runs import folder_beside, paths_in
 from otel_mindformers.restarts.attempt_tracker import AttemptTracker, _set_aside
 from otel_mindformers.restarts.goodput import is_alive, job_timeline, no_progress_streak
 from otel_mindformers.restarts.ledger_file import MAX_LEDGER_BYTES, ledger_path, new_ledger, read_ledger, update_ledger
+from otel_mindformers.restarts.offline.attempts_plot import attempts_figure
 from otel_mindformers.restarts.processes import process_gone
 from otel_mindformers.restarts.run_attempt import JobGauges, begin_attempt
 from otel_mindformers.telemetry.observables import RunObservables
@@ -444,3 +445,23 @@ def test_a_ledger_gone_before_it_is_set_aside_is_not_counted_as_a_job(tmp_path):
     path.with_name(path.name + ".job1").write_text("{}")
     assert _set_aside(path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name + ".job1"]
+
+
+def test_each_attempts_bar_in_the_attempts_figure_reaches_its_end():
+    # The attempts of the evaluation test above: every category (productive, the wait for
+    # data, evaluations, user phases, saves, lost steps) is drawn, so a bar spans its attempt.
+    entries = [
+        _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", durable=10, data_wait=2.6),
+        _entry(2, 30.0, 40.0, 41.0, 50.0, 10, 20, end=51.0, outcome="completed", load=2.0),
+    ]
+    entries[0].update(evaluation_seconds=3.0, user_phase_seconds=0.5)
+    timeline = job_timeline(entries)
+    job = {**timeline, "job_id": "j", "attempts": [{**row, "ranks": [0]} for row in timeline["attempts"]]}
+    (axes,) = attempts_figure(job).axes
+    origin = min(row["start"] for row in job["attempts"])
+    for index, row in enumerate(job["attempts"]):
+        y = len(job["attempts"]) - index
+        bars = [bar for bar in axes.patches if bar.get_y() < y < bar.get_y() + bar.get_height() and bar.get_fill()]
+        drawn = [bar for bar in bars if bar.get_facecolor() != (1.0, 1.0, 1.0, 1.0)]  # not the hatched downtime
+        assert min(bar.get_x() for bar in drawn) == pytest.approx(row["start"] - origin)
+        assert max(bar.get_x() + bar.get_width() for bar in drawn) == pytest.approx(row["end"] - origin)

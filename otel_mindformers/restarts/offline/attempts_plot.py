@@ -2,8 +2,8 @@
 
 One row per attempt, seconds since the job's first attempt began on the x axis. Each bar
 is the attempt's time in the order it was spent: start-up, checkpoint load, compile (the
-first step), productive steps, checkpoint saves (their total, after the steps they sat
-between), lost steps (computed again by the next attempt: the last ones), and the tail
+first step), productive steps, then what sat between them as totals (the wait for data,
+evaluations, user phases, checkpoint saves), lost steps (computed again by the next attempt: the last ones), and the tail
 after the last step. The downtime before an attempt (no process) is drawn on its row,
 hatched, from the previous attempt's end.
 """
@@ -23,6 +23,9 @@ SEGMENTS: tuple[tuple[str, str, str], ...] = (
     ("checkpoint_load", "checkpoint load", "#6a51a3"),
     ("compile", "compile (first step)", "#fdae6b"),
     ("productive", "productive", "#31a354"),
+    ("data_wait", "waiting for data", "#fdd0a2"),
+    ("evaluation", "evaluation", "#9e9ac8"),
+    ("user_phases", "user phases", "#c7e9c0"),
     ("checkpoint_save", "checkpoint save", "#3182bd"),
     ("lost_progress", "lost (recomputed)", "#de2d26"),
     ("other", "after the last step", "#bdbdbd"),
@@ -36,6 +39,12 @@ def plot_attempts(
 ) -> Path:
     """Write the attempts figure of `job` (restarts/offline/attempts_report.py `job_report`) to `output`."""
     output = Path(output)
+    attempts_figure(job, size=size, title=title).savefig(output)
+    return output
+
+
+def attempts_figure(job: dict[str, Any], *, size: tuple[int, int] = (1600, 600), title: str | None = None) -> Figure:
+    """The attempts figure of `job`: one axes, each attempt's bar its categories in order."""
     attempts = job["attempts"]
     origin = min(row["start"] for row in attempts)
     height = max(size[1], 160 + 70 * len(attempts))
@@ -83,8 +92,7 @@ def plot_attempts(
     )
     axes.set_title(title or summary)
     figure.tight_layout()
-    figure.savefig(output)
-    return output
+    return figure
 
 
-__all__ = ["plot_attempts"]
+__all__ = ["attempts_figure", "plot_attempts"]
