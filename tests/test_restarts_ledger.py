@@ -132,15 +132,19 @@ def test_the_wait_for_data_is_badput_and_lost_steps_are_their_compute():
     assert totals["goodput"] == pytest.approx((first["productive"] + 8.0) / 51.0)
 
 
-def test_evaluations_and_user_phases_between_the_steps_are_badput_as_for_the_run():
-    # The first attempt of the tests above, 3 s of its 13 s of steps evaluating, 0.5 s in a
-    # user's phase, 2.6 s waiting for data.
+def _evaluating_attempts() -> list[dict]:
+    """The attempts of the timeline test above, the first one's 13 s of steps with 3 s of
+    evaluation, 0.5 s in a user's phase and 2.6 s waiting for data."""
     entries = [
         _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", durable=10, data_wait=2.6),
         _entry(2, 30.0, 40.0, 41.0, 50.0, 10, 20, end=51.0, outcome="completed", load=2.0),
     ]
     entries[0].update(evaluation_seconds=3.0, user_phase_seconds=0.5)
-    timeline = job_timeline(entries)
+    return entries
+
+
+def test_evaluations_and_user_phases_between_the_steps_are_badput_as_for_the_run():
+    timeline = job_timeline(_evaluating_attempts())
     first = timeline["attempts"][0]["seconds"]
     compute_per_step = (13 - 1 - 3.0 - 0.5 - 2.6) / 13
     assert (first["evaluation"], first["user_phases"]) == (3.0, 0.5)
@@ -450,12 +454,7 @@ def test_a_ledger_gone_before_it_is_set_aside_is_not_counted_as_a_job(tmp_path):
 def test_each_attempts_bar_in_the_attempts_figure_reaches_its_end():
     # The attempts of the evaluation test above: every category (productive, the wait for
     # data, evaluations, user phases, saves, lost steps) is drawn, so a bar spans its attempt.
-    entries = [
-        _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", durable=10, data_wait=2.6),
-        _entry(2, 30.0, 40.0, 41.0, 50.0, 10, 20, end=51.0, outcome="completed", load=2.0),
-    ]
-    entries[0].update(evaluation_seconds=3.0, user_phase_seconds=0.5)
-    timeline = job_timeline(entries)
+    timeline = job_timeline(_evaluating_attempts())
     job = {**timeline, "job_id": "j", "attempts": [{**row, "ranks": [0]} for row in timeline["attempts"]]}
     (axes,) = attempts_figure(job).axes
     origin = min(row["start"] for row in job["attempts"])
