@@ -51,7 +51,7 @@ def trained(request, tmp_path_factory) -> Trained:
         for step, (x, y) in enumerate(custom_loop.Data(STEPS).batches(), start=1):
             with run.step(step):
                 loss, grads = loop.train_step(x, y)
-                run.log(loss=loss, grads=grads, tokens_seen=step * 32)
+                run.log(loss=loss, grads=grads, loss_scale=loss * 0 + 1024, tokens_seen=step * 32)
             # What the monitor must report, computed here on the host.
             norms[step] = float(np.sqrt(sum(float((g.asnumpy() ** 2).sum()) for g in grads)))
             losses[step] = float(loss.asnumpy())
@@ -66,6 +66,7 @@ def test_sampled_steps_reach_the_json_lines_with_loss_norm_lr_and_custom_scalars
         assert line["learning_rate"] == pytest.approx(0.01)
         assert line["tokens_seen"] == step * 32
         assert line["train_per_step_time"] > 0
+        assert "loss_scale" not in line  # logged, but not a monitored metric: not read back
     for step in (1, 5, 10):  # the global norm of what value_and_grad returned, on the device
         assert trained.lines[step]["grad_norm"] == pytest.approx(trained.norms[step], rel=1e-4)
     # The last step, sampled at the end though the cadence did not: its gradients were let go.
@@ -133,17 +134,17 @@ def test_log_outside_a_step_is_said_once_and_dropped(workdir, caplog):
     ]
 
 
-def test_a_step_going_backwards_is_said_once_and_not_recorded(workdir, caplog):
+def test_a_step_number_that_does_not_grow_is_said_once_and_not_recorded(workdir, caplog):
     def body(run, loop, step, x, y):
-        with run.step(1 if step == 3 else step):  # 1, 2, 1
+        with run.step(min(step, 2)):  # 1, 2, 2: the same number again does not grow either
             loss, grads = loop.train_step(x, y)
             run.log(loss=loss)
 
     lines = _short_run(workdir, body)
     assert [line["step"] for line in lines] == [1, 2]  # nothing recorded twice
     (said,) = _warnings(caplog)
-    assert "run.step(1) follows step 2: a step number must grow (the job's step, counted across epochs" in said
-    assert "step 1 is not recorded" in said
+    assert "run.step(2) follows step 2: a step number must grow (the job's step, counted across epochs" in said
+    assert "step 2 is not recorded" in said
 
 
 @pytest.mark.parametrize("shape", ["nested", "split"])
@@ -203,14 +204,14 @@ def test_several_logs_in_a_step_add_up_and_a_value_given_again_replaces_the_firs
     def body(run, loop, step, x, y):
         with run.step(step):
             loss, grads = loop.train_step(x, y)
-            run.log(loss=loss * 0, grads=grads)
+            run.log(loss=loss * 0, grads=grads, tokens_seen=-1.0)
             run.log(tokens_seen=step * 32.0)
-            run.log(loss=loss, batch_seconds=0.5)
+            run.log(loss=loss, batch_seconds=0.5, grad_norm=0.25)  # given: not computed from `grads`
 
     lines = _short_run(workdir, body)
     assert [line["step"] for line in lines] == [1, 2, 3]
     for line in lines:
-        assert line["loss"] > 0 and line["grad_norm"] > 0, line
+        assert line["loss"] > 0 and line["grad_norm"] == 0.25, line
         assert line["tokens_seen"] == line["step"] * 32.0 and line["batch_seconds"] == 0.5, line
     assert _warnings(caplog) == []
 
@@ -225,11 +226,12 @@ def test_numpy_step_numbers_count_and_a_float_is_one_clear_type_error(workdir):
     lines = _short_run(workdir, body, interval=2)
     assert [line["step"] for line in lines] == [1, 2, 3] and all("loss" in line for line in lines)
     # Past an int64 (the flight ring's): said once, not recorded, never a crash at the step's end.
-    with otel_mindformers.start(_config(workdir / "huge", output_type=["json_file"])) as run:
-        for step in (1, 2**64, 2**64 + 1, 2):
+    # The largest an int64 holds is recorded.
+    with otel_mindformers.start(_config(workdir / "huge", output_type=["json_file"], interval=1)) as run:
+        for step in (1, 2**64, 2**64 + 1, 2, 2**63 - 1):
             with run.step(step):
                 pass
-    assert [line["step"] for line in json_lines(workdir / "huge" / "metrics.json")] == [1, 2]
+    assert [line["step"] for line in json_lines(workdir / "huge" / "metrics.json")] == [1, 2, 2**63 - 1]
     float_step = r"run.step\(step\) takes the step's number, an integer; got 1.0"
     with otel_mindformers.start(_config(workdir / "float", output_type=["json_file"])) as run:
         pytest.raises(TypeError, run.step, 1.0).match(float_step)

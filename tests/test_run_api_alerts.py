@@ -65,6 +65,8 @@ from otel_mindformers import BaseMonitor
 class Stopper(BaseMonitor):
     def on_train_step_end(self, run_context):
         cb_params = run_context.original_args()
+        with open("rates.txt", "a") as rates:  # read only here: the rate the step's update used
+            rates.write(f"{float(cb_params.learning_rate)}\\n")
         if cb_params.cur_step_num == 3:
             loss = float(cb_params.train_loss.asnumpy().reshape(-1)[0])
             self.raise_alert("custom_loss_check", f"loss {loss:.3f} seen by a custom monitor", value=loss)
@@ -74,15 +76,20 @@ class Stopper(BaseMonitor):
 
 
 def test_a_custom_monitor_alerts_and_stops_the_loop_at_its_step(workdir):
+    from mindspore import nn
+
     (workdir / "stopper.py").write_text(STOPPER)
+    loop = custom_loop.build(lr=nn.PolynomialDecayLR(0.01, 0.001, 8, 1.0))
     with WebhookReceiver() as receiver:
         alerts = {"notifiers": [{"type": "webhook", "url": receiver.url()}]}
         config = _config(workdir, alerts, interval=10, custom_monitor_callback="stopper.Stopper")
-        with otel_mindformers.start(config) as run:
-            last = custom_loop.train(run, steps=STEPS)
+        with otel_mindformers.start(config, optimizer=loop.optimizer) as run:
+            last = custom_loop.train(run, steps=STEPS, loop=loop)
             assert run.should_stop
         (notice,) = receiver.wait_for(1)
     assert last == 4, "request_stop() is honoured at the step it was asked in"
     assert (notice.body["rule"], notice.body["status"], notice.body["step"]) == ("custom_loss_check", "firing", 3)
     assert notice.body["value"] > 0
     assert [line["step"] for line in json_lines(workdir / "m.json")] == [1, 4]  # the first, and the last at end
+    rates = [float(rate) for rate in (workdir / "rates.txt").read_text().split()]
+    assert rates == pytest.approx([0.01 - 0.009 * index / 8 for index in range(4)], rel=1e-5)

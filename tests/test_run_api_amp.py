@@ -90,6 +90,7 @@ def test_amp_overflow_and_loss_scale_reach_the_records_and_an_overflow_is_no_ano
         line = lines[step]
         # The scale read at the step's end: after `adjust`, the one the next step uses.
         assert (line[tm.OVERFLOW], line[tm.LOSS_SCALE]) == (flag, pytest.approx(scale)), step
+        assert line[tm.OVERFLOW] is flag, step  # a boolean, not the tensor's number
         assert math.isfinite(line[tm.LOSS])
         if flag:  # the unscaled gradients of an overflowed step: noted, and loss scaling at work
             assert (line[tm.GRAD_NORM], line["nonfinite"]) == (None, [tm.GRAD_NORM]), line

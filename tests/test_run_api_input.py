@@ -106,14 +106,15 @@ def test_checkpoint_saved_before_any_step_is_said_once_and_not_recorded(workdir,
 
 def test_start_and_checkpoint_saved_take_numpy_integers(workdir, caplog):
     run = otel_mindformers.start(
-        _config(workdir, interval=5), initial_step=np.int64(20), batch_size=np.int64(4), epochs=np.int64(1),
-        steps_per_epoch=np.int64(40),
+        _config(workdir, interval=5), initial_step=np.int64(20), batch_size=np.int64(4), epochs=np.int64(2),
+        steps_per_epoch=np.int64(25),
     )  # fmt: skip
     with run:
         _train(run, list(range(21, 27)))
         run.checkpoint_saved(np.int64(25), np.float32(0.5))
     lines = json_lines(workdir / "metrics.json")
     assert [line["step"] for line in lines] == [21, 25, 26]
+    assert [line["epoch"] for line in lines] == [1, 1, 2]  # the loop names none: step 25 ends epoch 1
     assert all(line["samples_per_second"] > 0 for line in lines)
     (attempt,) = json.loads((workdir / "metrics.job.rank_0.ledger").read_text())["attempts"]
     assert (attempt["resume_step"], attempt["durable_step"], attempt["outcome"]) == (20, 25, "completed")
@@ -162,8 +163,8 @@ def test_run_log_inside_a_jit_step_is_said_once(workdir, caplog):
 def test_steps_never_entered_with_with_are_said_at_the_end(workdir, caplog):
     """`run.step(n)` called as a function (no `with`): nothing is timed; the end says why."""
     loop = custom_loop.build()
-    with otel_mindformers.start(_config(workdir)) as run:
-        for step, (x, y) in enumerate(custom_loop.Data(3).batches(), start=1):
+    with otel_mindformers.start(_config(workdir), initial_step=10) as run:  # a resumed loop's too
+        for step, (x, y) in enumerate(custom_loop.Data(3).batches(), start=11):
             run.step(step)
             loop.train_step(x, y)
     assert json_lines(workdir / "metrics.json") == []
@@ -257,16 +258,17 @@ def test_a_learning_rate_schedule_given_as_lr_is_its_rate_at_each_step(workdir, 
     cell, not a number; its rate at the step is recorded, as the optimizer's own would be."""
     from mindspore import nn
 
-    def schedule() -> Any:
-        return nn.PolynomialDecayLR(0.01, 0.001, 8, 1.0)
+    def schedule(first: float) -> Any:
+        return nn.PolynomialDecayLR(first, first / 10, 8, 1.0)
 
-    loop = custom_loop.build(lr=schedule())
-    given = loop.optimizer.learning_rate if whose == "the optimizer's" else schedule()
-    with otel_mindformers.start(_config(workdir)) as run:
+    loop = custom_loop.build(lr=schedule(0.01))
+    # Another: not the optimizer's rates, and given, it wins over them.
+    given, first = (loop.optimizer.learning_rate, 0.01) if whose == "the optimizer's" else (schedule(0.02), 0.02)
+    with otel_mindformers.start(_config(workdir), optimizer=loop.optimizer) as run:
         for step, (x, y) in enumerate(custom_loop.Data(4).batches(), start=1):
             with run.step(step):
                 loss, grads = loop.train_step(x, y)
                 run.log(loss=loss, lr=given)
     rates = [line["learning_rate"] for line in json_lines(workdir / "metrics.json")]
-    assert rates == pytest.approx([0.01 - 0.009 * index / 8 for index in range(4)], rel=1e-5)
+    assert rates == pytest.approx([first * (1 - 0.9 * index / 8) for index in range(4)], rel=1e-5)
     assert not _warnings(caplog)

@@ -308,7 +308,8 @@ class Run:
             self._monitors.call("on_train_step_end", self._run_context)
         if step >= scope.next_sample:
             view = self._view
-            # The loop names no epochs: the step's, so the flight ring keeps what the line says.
+            # The loop names no epochs: the step's, so the flight ring keeps what the line says
+            # (`_name_epoch`, inline: a frame less on every sampled step).
             view["cur_epoch_num"] = (step - 1) // view["batch_num"] + 1 if view["batch_num"] else 1
             run.sample(view, step, previous_end, now)
         if run.stop_pending is not None:
@@ -319,6 +320,12 @@ class Run:
             if captures.active:
                 scope.wake = True
         scope.grads = None
+
+    def _name_epoch(self, step: int) -> None:
+        """The loop names no epochs: step `step`'s (the last step, sampled at the end when the
+        cadence did not sample it, would keep the epoch of the step sampled before it)."""
+        view = self._view
+        view["cur_epoch_num"] = (step - 1) // view["batch_num"] + 1 if view["batch_num"] else 1
 
     def _feed_custom_monitors(self) -> None:
         scope, view = self._scope, self._view
@@ -382,6 +389,7 @@ class Run:
             )  # fmt: skip
         self._monitors.call("on_train_end", self._run_context)
         self._monitors.report_failures()
+        self._name_epoch(self._scope.step)
         run.finish(self._view if error is None else None, error)
 
     def _at_exit(self) -> None:

@@ -61,9 +61,13 @@ class Data:
             yield ms.Tensor(x), ms.Tensor(y)
 
 
-def train(run: Any, steps: int = 12, *, jit: bool = False, nan_at: set[int] | None = None, stop: bool = True) -> int:
-    """Train `steps` steps through `run` (the run API); returns the last step run."""
-    loop = build(jit=jit)
+def train(
+    run: Any, steps: int = 12, *, jit: bool = False, nan_at: set[int] | None = None, stop: bool = True,
+    loop: Loop | None = None,
+) -> int:  # fmt: skip
+    """Train `steps` steps through `run` (the run API), with `loop` (else a new one); returns
+    the last step run."""
+    loop = loop or build(jit=jit)
     last = 0
     for step, (x, y) in enumerate(Data(steps, nan_at or set()).batches(), start=1):
         with run.step(step):
