@@ -21,7 +21,7 @@ def test_the_last_steps_loss_is_freed_by_the_loops_next_train_step_not_by_log(wo
     loop = custom_loop.build()
     config = {"interval": 100, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json")}
     freed_before_log: list[bool] = []
-    with otel_mindformers.start(config) as run:
+    with otel_mindformers.start(config, steps_per_epoch=4) as run:
         previous = None
         for step, (x, y) in enumerate(custom_loop.Data(4).batches(), start=1):
             with run.step(step):
@@ -34,3 +34,4 @@ def test_the_last_steps_loss_is_freed_by_the_loops_next_train_step_not_by_log(wo
     assert freed_before_log == [False, True, True, True]
     assert [line["step"] for line in json_lines(workdir / "m.json")] == [1, 4]
     assert json_lines(workdir / "m.json")[-1]["loss"] > 0  # sampled at the end, from what log kept
+    assert [line["epoch"] for line in json_lines(workdir / "m.json")] == [1, 1]  # step 4 ends epoch 1
