@@ -272,3 +272,18 @@ def test_a_learning_rate_schedule_given_as_lr_is_its_rate_at_each_step(workdir, 
     rates = [line["learning_rate"] for line in json_lines(workdir / "metrics.json")]
     assert rates == pytest.approx([first * (1 - 0.9 * index / 8) for index in range(4)], rel=1e-5)
     assert not _warnings(caplog)
+
+
+def test_per_parameter_norms_asked_without_an_optimizer_to_name_them_are_said_once_at_start(workdir, caplog):
+    """`local_norm_format` (MindFormers' key) without `start(optimizer=...)`: the gradients have
+    no names, so no per-parameter norms; said before training, and the global norm is kept."""
+    with otel_mindformers.start(_config(workdir, local_norm_format="log")) as run:
+        assert _warnings(caplog) == [
+            "otel_mindformers: local_norm_format asks for per-parameter gradient norms; the optimizer's parameters "
+            "name them: give otel_mindformers.start(optimizer=...), none are reported"
+        ]
+        _train(run, [1, 2])
+    lines = json_lines(workdir / "metrics.json")
+    assert [line["step"] for line in lines] == [1, 2]
+    assert all(line["grad_norm"] > 0 and "model_state" not in line for line in lines)
+    assert len(_warnings(caplog)) == 1

@@ -209,11 +209,10 @@ class LoggedReader:
             parameters = getattr(self._optimizer, "parameters", None) or ()
             self._names = tuple(str(getattr(p, "name", p)) for p in parameters)
         if len(self._names) != squares.size:
-            if self._names:  # no optimizer: nothing to say
-                self._warn_once(
-                    "names", "run.log(grads=...) has %d gradients but the optimizer %d parameters: per-parameter "
-                    "gradient norms are not reported", squares.size, len(self._names),
-                )  # fmt: skip
+            self._warn_once(
+                "names", "run.log(grads=...) has %d gradients but the optimizer %d parameters: per-parameter "
+                "gradient norms are not reported", squares.size, len(self._names),
+            )  # fmt: skip
             return
         try:
             INBOX.put_family(GRAD_NORM, FamilyReadings(self._names, squares.asnumpy()), step)

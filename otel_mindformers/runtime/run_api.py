@@ -156,8 +156,15 @@ class Run:
         if config.enable:
             optimizer = loop.optimizer
             self._run = run = MonitorRun.start(config, loop, providers, clock=self._scope)
-            # Per-parameter gradient norms where MindFormers' key for them asks (model state).
+            # Per-parameter gradient norms where MindFormers' key for them asks (model state),
+            # named by the optimizer's parameters: without one, none (said once, at start).
             per_parameter = bool(config.mindformers_native.get("local_norm_format"))
+            if per_parameter and optimizer is None:
+                per_parameter = False
+                self._warn_once(
+                    "local_norm", "local_norm_format asks for per-parameter gradient norms; the optimizer's "
+                    "parameters name them: give otel_mindformers.start(optimizer=...), none are reported",
+                )  # fmt: skip
             run.read_with(
                 lambda wanted, local: LoggedReader(
                     wanted,
