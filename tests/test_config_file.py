@@ -341,3 +341,20 @@ def test_instrument_with_its_own_providers_takes_only_its_options_from_the_file(
         assert sorted(s.attributes[semconv.ATTR_STEP] for s in capture.finished(semconv.SPAN_STEP)) == [1, 3, 6]
     else:
         assert capture.finished() == [] and not (workdir / "m.json").exists()
+
+
+def test_the_run_api_with_its_own_providers_leaves_the_sdks_globals_alone(workdir, fresh):
+    """`otel_mindformers.start(..., tracer_provider=...)`, as MonitorCallback given providers:
+    the file named by OTEL_CONFIG_FILE configures no SDK of the process's."""
+    from opentelemetry import trace
+
+    import otel_mindformers
+    from tests.support.in_memory import Capture
+
+    path = declared_file(workdir, "http://127.0.0.1:1", service=None, entry=None, propagators="tracecontext")
+    fresh.setenv(config_file.VARIABLE, str(path))
+    config = {"output_type": ["json_file"], "json_log_path": str(workdir / "m.json")}
+    otel_mindformers.start(config, **Capture().providers()).end()
+    assert config_file.applied() is None and type(trace.get_tracer_provider()).__module__.startswith(
+        "opentelemetry.trace"
+    )
