@@ -190,6 +190,8 @@ def test_first_nonfinite_is_recorded_once_with_rank_step_and_value(tmp_path):
     )
     span = pipelines.tracer_provider.get_tracer("t").start_span("mindformers.train")
     assert first.check(11, {"loss": 2.0, "grad_norm": np.float32(1.5), "overflow": False}, span) == []
+    # A custom scalar's NaN (a user's 0/0 accuracy) is the user's metric, not the run's first bad step.
+    assert first.check(11, {"loss": 2.0, "grad_norm": 1.5, "accuracy": math.nan, "val": math.inf}, span) == []
     assert first.check(12, {"loss": np.float32("nan"), "grad_norm": math.inf}, span) == ["loss", "grad_norm"]
     assert first.check(13, {"loss": math.nan}, span) == []  # once per run
     span.end()
@@ -224,9 +226,11 @@ def test_the_first_bad_rank_across_a_job_is_named_by_both_reports(tmp_path, caps
         FirstNonFinite(
             pipelines.meter, pipelines.logger_provider.get_logger("t"), identity, str(tmp_path / "m.json")
         ).check(step, values)
-    (tmp_path / "train_metric_rank_0.json").write_text(
-        json.dumps({"time_stamp": 1.0, "step": 14, "epoch": 1, "rank": 0, "loss": None, "nonfinite": ["loss"]}) + "\n"
+    lines = (  # a custom scalar's NaN at step 1 is not the job's first non-finite value
+        {"time_stamp": 0.5, "step": 1, "epoch": 1, "rank": 0, "loss": 3.0, "accuracy": None, "nonfinite": ["accuracy"]},
+        {"time_stamp": 1.0, "step": 14, "epoch": 1, "rank": 0, "loss": None, "nonfinite": ["loss"]},
     )
+    (tmp_path / "train_metric_rank_0.json").write_text("".join(json.dumps(line) + "\n" for line in lines))
     report = build_hang_report([tmp_path])
     assert report.first_nonfinite.to_json() == {
         "step": 12,
@@ -235,7 +239,9 @@ def test_the_first_bad_rank_across_a_job_is_named_by_both_reports(tmp_path, caps
     summary = types.SimpleNamespace(rank=0, files=[str(tmp_path / "train_metric_rank_0.json")], nonfinite_steps=[14])
     assert report_findings([summary]) == ["first non-finite value at step 12: rank 3 (grad_norm); rank 517 (loss)"]
     assert main(["report", str(tmp_path)]) == 0
-    assert "first non-finite value at step 12: rank 3 (grad_norm); rank 517 (loss)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "first non-finite value at step 12: rank 3 (grad_norm); rank 517 (loss)" in out
+    assert "rank 0: non-finite values at steps 14\n" in out
 
 
 def test_a_dump_records_when_the_last_step_finished_not_when_it_was_taken(tmp_path):

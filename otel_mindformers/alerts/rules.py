@@ -129,7 +129,7 @@ class NonFiniteRule:
     severity = CRITICAL
 
     def check(self, record: StepRecord) -> Finding | None:
-        for metric in (metrics.LOSS, metrics.GRAD_NORM):
+        for metric in metrics.NONFINITE_WATCHED:
             value = _number(record, metric)
             if value is None or math.isfinite(value):
                 continue

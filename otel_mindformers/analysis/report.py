@@ -310,7 +310,8 @@ class SeriesStats:
             if _finite(value):
                 total[0] += value
                 total[1] += 1
-        if point.counted_nonfinite:  # not a grad norm on an overflow step (loss scaling)
+        bad = point.counted_nonfinite  # not a grad norm on an overflow step (loss scaling)
+        if bad and not bad.isdisjoint(tm.NONFINITE_WATCHED):  # not a custom scalar's NaN alone
             self.nonfinite_steps.append(point.step)
         if point.overflow:
             self.overflow_steps.append(point.step)

@@ -75,6 +75,9 @@ GRAD_NORM = "grad_norm"
 STEP_TIME = "train_per_step_time"
 OVERFLOW = "overflow"
 LOSS_SCALE = "loss_scale"
+# The values whose NaN/Inf is the training's own fault: the `nonfinite` rule's and the first
+# bad rank's (a custom scalar's NaN, a user's 0/0 accuracy, is the user's metric, not a bad step).
+NONFINITE_WATCHED = (LOSS, GRAD_NORM)
 SAMPLES_PER_SECOND = "samples_per_second"
 TOKENS_PER_SECOND = "tokens_per_second"
 GOODPUT = "goodput"

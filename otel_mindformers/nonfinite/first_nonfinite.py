@@ -1,4 +1,5 @@
-"""The first bad rank: the first non-finite value a rank sees in its own host values.
+"""The first bad rank: the first non-finite loss or grad norm a rank sees in its own host
+values (`NONFINITE_WATCHED`: a custom scalar's NaN is the user's metric, not a bad step).
 
 With `nonfinite_check: all_ranks` every rank reads back its local loss / grad norm on
 sampled steps, and `FirstNonFinite.check` runs on them. The first NaN/Inf of the run is
@@ -26,7 +27,7 @@ from otel_mindformers.core.step_record import counted_nonfinite
 from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import diagnosis as names
 from otel_mindformers.names import semconv
-from otel_mindformers.names.training import ATTR_METRIC, OVERFLOW
+from otel_mindformers.names.training import ATTR_METRIC, NONFINITE_WATCHED, OVERFLOW
 from otel_mindformers.outputs import diagnosis_file as records
 from otel_mindformers.telemetry.events import record_event
 from otel_mindformers.telemetry.training_instruments import create_instrument
@@ -35,9 +36,11 @@ _logger = get_logger(__name__)
 
 
 def nonfinite_names(values: Mapping[str, Any]) -> list[str]:
-    """Names of the numeric values that are NaN or Inf (booleans and absent values are not)."""
+    """Names of the watched values (`NONFINITE_WATCHED`) that are NaN or Inf (booleans and
+    absent values are not)."""
     found = []
-    for name, value in values.items():
+    for name in NONFINITE_WATCHED:
+        value = values.get(name)
         if value is None or isinstance(value, bool):
             continue
         try:

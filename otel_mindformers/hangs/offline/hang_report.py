@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_mindformers.hangs.stacks import Frame, ThreadStack
+from otel_mindformers.names.training import NONFINITE_WATCHED
 from otel_mindformers.nonfinite.offline.first_bad_rank import (
     FirstBad,
     first_nonfinite,
@@ -142,18 +143,19 @@ def _logged_heartbeats(series: list[Any]) -> Iterable[tuple[int, int, float | No
 
 def _logged_nonfinite(series: list[Any]) -> Iterable[tuple[int, int, list[str], bool]]:
     """(rank, step, metrics, whether it is the log's oldest line past step 1) of each series'
-    first line with a non-finite value that loss scaling does not explain: the reporting
+    first line with a non-finite loss or grad norm that loss scaling does not explain: the reporting
     ranks' evidence, without `nonfinite_check: all_ranks`."""
     for one in series:
         if one.rank is None or not one.points:
             continue
         points = sorted(one.points, key=lambda p: p.step)
         for point in points:
-            if point.counted_nonfinite:
+            bad = point.counted_nonfinite.intersection(NONFINITE_WATCHED)  # not a custom scalar's
+            if bad:
                 yield (
                     one.rank,
                     point.step,
-                    sorted(point.counted_nonfinite),
+                    sorted(bad),
                     oldest_line_step(points[0].step, point.step),
                 )
                 break
