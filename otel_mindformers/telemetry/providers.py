@@ -179,7 +179,7 @@ class SdkExitGuard:
         providers = [provider for provider in globals_ if _is_configured(provider)]
         if not providers:
             return None
-        reporter = ExportErrorReporter(otlp_destination(OtlpConfig())).install()
+        reporter = ExportErrorReporter(sdk_destination()).install()
         guard = cls(timeout, providers, reporter)
         # Registered after the SDK's own handlers, so it runs before them (atexit is LIFO).
         atexit.register(guard.shutdown)
@@ -206,6 +206,23 @@ class SdkExitGuard:
 def otlp_destination(otlp: OtlpConfig) -> str:
     """Where `otlp` exports to, as a message names it."""
     return otlp.endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "the default OTLP endpoint"
+
+
+_SIGNAL_ENDPOINTS = tuple(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT" for signal in ("TRACES", "METRICS", "LOGS"))
+
+
+def sdk_destination() -> str:
+    """Where the SDK's own exporters (built by `opentelemetry-instrument`) send, as a message
+    names it. The file's endpoints when `OTEL_CONFIG_FILE` configured it (the SDK then ignores
+    OTEL_EXPORTER_OTLP_ENDPOINT), the per-signal endpoints when they differ; words naming no
+    single host make the reporter take every export failure as its own."""
+    if config_file.path() is not None:
+        return f"the endpoints of {config_file.VARIABLE}={config_file.path()}"
+    general = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    endpoints = {os.environ.get(variable) or general for variable in _SIGNAL_ENDPOINTS}
+    if len(endpoints) > 1:
+        return "the endpoints of OTEL_EXPORTER_OTLP_*_ENDPOINT"
+    return otlp_destination(OtlpConfig())
 
 
 def otlp_exporters(otlp: OtlpConfig):
