@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -387,3 +388,22 @@ def test_the_sdks_export_failure_is_one_warning_naming_where_it_really_exports(m
     assert swallowed and reporter.failing
     (warning,) = [record.getMessage() for record in caplog.records]
     assert warning.startswith(f"otel_mindformers: OTLP export to {named} is failing") and "4317" not in warning
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.mindspore_api
+def test_the_files_unreachable_collector_is_one_warning_naming_the_file(workdir):
+    """The file exports to a port nobody listens on, while OTEL_EXPORTER_OTLP_ENDPOINT (which
+    the SDK ignores) names a live receiver: training finishes, and stderr has one warning of
+    ours naming the file, none of the SDK's per-retry lines, and not the ignored endpoint."""
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    with OtlpReceiver() as environment:
+        path = declared_file(workdir, dead, service=None, entry=None, propagators="tracecontext")
+        done = train("opentelemetry-instrument", workdir, child_env(environment, OTEL_CONFIG_FILE=str(path)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(f"otel_mindformers: OTLP export to the endpoints of OTEL_CONFIG_FILE={path} is failing")
+    assert environment.grpc_endpoint not in lines[0]

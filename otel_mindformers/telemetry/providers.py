@@ -203,25 +203,28 @@ class SdkExitGuard:
         worker.join(budget)
 
 
-def otlp_destination(otlp: OtlpConfig) -> str:
-    """Where `otlp` exports to, as a message names it."""
-    return otlp.endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "the default OTLP endpoint"
-
-
 _SIGNAL_ENDPOINTS = tuple(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT" for signal in ("TRACES", "METRICS", "LOGS"))
 
 
-def sdk_destination() -> str:
-    """Where the SDK's own exporters (built by `opentelemetry-instrument`) send, as a message
-    names it. The file's endpoints when `OTEL_CONFIG_FILE` configured it (the SDK then ignores
-    OTEL_EXPORTER_OTLP_ENDPOINT), the per-signal endpoints when they differ; words naming no
-    single host make the reporter take every export failure as its own."""
-    if config_file.path() is not None:
-        return f"the endpoints of {config_file.VARIABLE}={config_file.path()}"
+def otlp_destination(otlp: OtlpConfig) -> str:
+    """Where `otlp` exports to, as a message names it. Without `otlp.endpoint` the exporters
+    read the environment, where a per-signal endpoint wins over OTEL_EXPORTER_OTLP_ENDPOINT;
+    words naming no single host make the reporter take every export failure as its own."""
+    if otlp.endpoint:
+        return otlp.endpoint
     general = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     endpoints = {os.environ.get(variable) or general for variable in _SIGNAL_ENDPOINTS}
     if len(endpoints) > 1:
         return "the endpoints of OTEL_EXPORTER_OTLP_*_ENDPOINT"
+    return general or "the default OTLP endpoint"
+
+
+def sdk_destination() -> str:
+    """Where the SDK's own exporters (built by `opentelemetry-instrument`) send, as a message
+    names it: the file's endpoints when `OTEL_CONFIG_FILE` configured it (the SDK then ignores
+    the OTEL_EXPORTER_OTLP_* variables)."""
+    if config_file.path() is not None:
+        return f"the endpoints of {config_file.VARIABLE}={config_file.path()}"
     return otlp_destination(OtlpConfig())
 
 
