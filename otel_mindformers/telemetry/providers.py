@@ -228,8 +228,27 @@ def sdk_destination() -> str:
     return otlp_destination(OtlpConfig())
 
 
-def otlp_exporters(otlp: OtlpConfig):
-    """(span, metric, log) exporters for the configured protocol; None fields use OTEL_* env."""
+# The standard per-signal exporter variables: `none` turns that signal's export off, as the
+# SDK's own configurator does under opentelemetry-instrument.
+_EXPORTER_VARIABLES = {
+    "traces": "OTEL_TRACES_EXPORTER",
+    "metrics": "OTEL_METRICS_EXPORTER",
+    "logs": "OTEL_LOGS_EXPORTER",
+}
+
+
+def exported_signals() -> frozenset[str]:
+    """The signals whose OTEL_*_EXPORTER variable is not `none`."""
+    return frozenset(
+        signal
+        for signal, variable in _EXPORTER_VARIABLES.items()
+        if os.environ.get(variable, "").strip().lower() != "none"
+    )
+
+
+def otlp_exporters(otlp: OtlpConfig, signals: frozenset[str] = frozenset(_EXPORTER_VARIABLES)):
+    """(span, metric, log) exporters for the configured protocol, None for a signal not in
+    `signals`; None fields of `otlp` use OTEL_* env."""
     protocol = otlp.resolved_protocol()
     kwargs: dict[str, Any] = {}
     if otlp.headers:
@@ -283,13 +302,15 @@ def otlp_exporters(otlp: OtlpConfig):
         return {"session": CertificateSession()}
 
     exporters = (
-        OTLPSpanExporter(endpoint=endpoints["traces"], **kwargs, **transport()),
-        OTLPMetricExporter(endpoint=endpoints["metrics"], **kwargs, **metric_kwargs, **transport()),
-        OTLPLogExporter(endpoint=endpoints["logs"], **kwargs, **transport()),
+        OTLPSpanExporter(endpoint=endpoints["traces"], **kwargs, **transport()) if "traces" in signals else None,
+        OTLPMetricExporter(endpoint=endpoints["metrics"], **kwargs, **metric_kwargs, **transport())
+        if "metrics" in signals
+        else None,
+        OTLPLogExporter(endpoint=endpoints["logs"], **kwargs, **transport()) if "logs" in signals else None,
     )
     if protocol == "grpc":  # the span and log exporters are ours: they free a failed batch themselves
         return exporters
-    return tuple(free_failed_batches(exporter) for exporter in exporters)
+    return tuple(None if exporter is None else free_failed_batches(exporter) for exporter in exporters)
 
 
 def log_processor(exporter: LogRecordExporter, otlp: OtlpConfig) -> BatchLogRecordProcessor:
@@ -425,7 +446,7 @@ def build_telemetry(
 
     span_exporter = metric_exporter = log_exporter = None
     if wants_otlp and None in (tracer_provider, meter_provider, logger_provider):
-        span_exporter, metric_exporter, log_exporter = otlp_exporters(config.otlp)
+        span_exporter, metric_exporter, log_exporter = otlp_exporters(config.otlp, exported_signals())
 
     if tracer_provider is None:
         # shutdown_on_exit=False: the SDK's own atexit shutdown waits out every exporter
@@ -464,7 +485,7 @@ def build_telemetry(
     else:
         borrowed.append(logger_provider)
 
-    if span_exporter is not None:
+    if (span_exporter, metric_exporter, log_exporter) != (None, None, None):
         # After the providers are built: their own set-up warnings are not export failures.
         reporter = ExportErrorReporter(otlp_destination(config.otlp), secrets=config.otlp.headers.values()).install()
         on_close.append(reporter.uninstall)
