@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ import pytest
 from otel_mindformers import ConfigError
 from otel_mindformers.names import semconv
 from otel_mindformers.telemetry import config_file
+from otel_mindformers.telemetry.export_errors import ExportErrorReporter
+from otel_mindformers.telemetry.providers import sdk_destination
 from tests.support.hidden import absent
 from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT, child_env, instrumented
 from tests.support.jsonl import json_lines
@@ -358,3 +361,49 @@ def test_the_run_api_with_its_own_providers_leaves_the_sdks_globals_alone(workdi
     assert config_file.applied() is None and type(trace.get_tracer_provider()).__module__.startswith(
         "opentelemetry.trace"
     )
+
+
+@pytest.mark.parametrize(
+    ("environment", "named"),
+    [
+        ({"OTEL_CONFIG_FILE": "/etc/otel.yaml"}, "the endpoints of OTEL_CONFIG_FILE=/etc/otel.yaml"),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9"},
+            "the endpoints of OTEL_EXPORTER_OTLP_*_ENDPOINT",
+        ),
+    ],
+    ids=["file", "per-signal"],
+)
+def test_the_sdks_export_failure_is_one_warning_naming_where_it_really_exports(monkeypatch, caplog, environment, named):
+    """Under `opentelemetry-instrument` the SDK's exporters send where the file (or a
+    per-signal variable) says, not to OTEL_EXPORTER_OTLP_ENDPOINT: their failure is taken as
+    ours (collapsed into one warning) and the warning does not name the ignored endpoint."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    reporter = ExportErrorReporter(sdk_destination())
+    failure = "Transient error StatusCode.UNAVAILABLE encountered while exporting traces to 127.0.0.1:9, retrying"
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers.telemetry"):
+        swallowed = not reporter.filter(logging.makeLogRecord({"msg": failure, "levelno": logging.WARNING}))
+    assert swallowed and reporter.failing
+    (warning,) = [record.getMessage() for record in caplog.records]
+    assert warning.startswith(f"otel_mindformers: OTLP export to {named} is failing") and "4317" not in warning
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.mindspore_api
+def test_the_files_unreachable_collector_is_one_warning_naming_the_file(workdir):
+    """The file exports to a port nobody listens on, while OTEL_EXPORTER_OTLP_ENDPOINT (which
+    the SDK ignores) names a live receiver: training finishes, and stderr has one warning of
+    ours naming the file, none of the SDK's per-retry lines, and not the ignored endpoint."""
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    with OtlpReceiver() as environment:
+        path = declared_file(workdir, dead, service=None, entry=None, propagators="tracecontext")
+        done = train("opentelemetry-instrument", workdir, child_env(environment, OTEL_CONFIG_FILE=str(path)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(f"otel_mindformers: OTLP export to the endpoints of OTEL_CONFIG_FILE={path} is failing")
+    assert environment.grpc_endpoint not in lines[0]

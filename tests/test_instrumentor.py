@@ -19,7 +19,12 @@ from packaging.requirements import Requirement
 
 import otel_mindformers
 from otel_mindformers import ConfigError, MonitorCallback
-from otel_mindformers.integration.distro import IN_PLACE_EXPORTER, MindFormersConfigurator, MindFormersDistro
+from otel_mindformers.integration.distro import (
+    IN_PLACE_EXPORTER,
+    JSON_EXPORTER,
+    MindFormersConfigurator,
+    MindFormersDistro,
+)
 from otel_mindformers.integration.instrumentor import MindFormersInstrumentor
 from otel_mindformers.integration.package import _instruments
 from otel_mindformers.integration.resource_detector import MindFormersResourceDetector
@@ -107,6 +112,8 @@ def test_entry_points_name_our_classes():
             IN_PLACE_EXPORTER,
         ),
         ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "none"}, "otlp", "none"),  # what the user sets stays
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, JSON_EXPORTER, JSON_EXPORTER),
+        ({"OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "http/json"}, IN_PLACE_EXPORTER, JSON_EXPORTER),
     ],
 )
 def test_the_distro_sends_grpc_spans_and_logs_through_the_in_place_exporters(
@@ -115,6 +122,36 @@ def test_the_distro_sends_grpc_spans_and_logs_through_the_in_place_exporters(
     monkeypatch.setattr(os, "environ", dict(environment))
     MindFormersDistro()._configure()
     assert (os.environ["OTEL_TRACES_EXPORTER"], os.environ["OTEL_LOGS_EXPORTER"]) == (traces_exporter, logs_exporter)
+
+
+@pytest.mark.parametrize(
+    ("environment", "metrics_exporter"),
+    [
+        ({}, "otlp"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, JSON_EXPORTER),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf"}, "otlp"),
+    ],
+)
+def test_the_distro_picks_the_metric_exporter_of_the_protocol(monkeypatch, environment, metrics_exporter):
+    """`http/json` gets the JSON exporters: the SDK's `otlp` name raises on it, and
+    `opentelemetry-instrument` would then load no instrumentor at all."""
+    monkeypatch.setattr(os, "environ", dict(environment))
+    MindFormersDistro()._configure()
+    assert os.environ["OTEL_METRICS_EXPORTER"] == metrics_exporter
+
+
+def test_the_sdk_configurator_loads_the_json_exporters_by_their_name():
+    from opentelemetry.exporter.otlp.json.http._log_exporter import OTLPLogExporter
+    from opentelemetry.exporter.otlp.json.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk._configuration import _import_exporters
+
+    loaded = _import_exporters([JSON_EXPORTER], [JSON_EXPORTER], [JSON_EXPORTER])
+    assert loaded == (
+        {JSON_EXPORTER: OTLPSpanExporter},
+        {JSON_EXPORTER: OTLPMetricExporter},
+        {JSON_EXPORTER: OTLPLogExporter},
+    )
 
 
 def test_the_sdk_configurator_loads_the_in_place_exporters_by_their_name():

@@ -10,7 +10,8 @@ before the configurator runs. `import mindspore` would be too late.
 Like opentelemetry-distro, it also defaults the exporters to OTLP, and it adds the
 `mindformers` resource detector, so every rank's resource says who it is in the job.
 Spans and logs over OTLP/gRPC default to `otlp_in_place` (telemetry/otlp_wire_encoder.py): the
-SDK's exporters and bytes, at a thirtieth of their encoding CPU. Where several distros are installed,
+SDK's exporters and bytes, at a thirtieth of their encoding CPU; over `http/json`, the JSON
+exporters (`otlp_json_http`). Where several distros are installed,
 `OTEL_PYTHON_DISTRO=mindformers` picks this one.
 
 With `OTEL_CONFIG_FILE` set, the configurator configures the SDK from that file
@@ -36,6 +37,7 @@ from opentelemetry.sdk._configuration import _OTelSDKConfigurator
 from opentelemetry.sdk.environment_variables import (
     OTEL_EXPERIMENTAL_RESOURCE_DETECTORS,
     OTEL_EXPORTER_OTLP_LOGS_PROTOCOL,
+    OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
     OTEL_EXPORTER_OTLP_PROTOCOL,
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
 )
@@ -49,10 +51,20 @@ RESOURCE_DETECTOR = "mindformers"
 # SDK's OTLP/gRPC exporters, sending the requests telemetry/otlp_wire_encoder.py writes.
 IN_PLACE_EXPORTER = "otlp_in_place"
 
+# opentelemetry-exporter-otlp-json-http's entry points: the SDK's `otlp` exporter name knows
+# only grpc and http/protobuf, and raises on `http/json` (every instrumentor is then skipped).
+JSON_EXPORTER = "otlp_json_http"
+
 _DEFAULTS = (
-    (OTEL_METRICS_EXPORTER, "otlp"),
     (OTEL_EXPORTER_OTLP_PROTOCOL, "grpc"),
     (OTEL_EXPERIMENTAL_RESOURCE_DETECTORS, RESOURCE_DETECTOR),
+)
+
+# (exporter variable, its signal's protocol variable, the signal's exporter over gRPC)
+_SIGNALS = (
+    (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, IN_PLACE_EXPORTER),
+    (OTEL_METRICS_EXPORTER, OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, "otlp"),
+    (OTEL_LOGS_EXPORTER, OTEL_EXPORTER_OTLP_LOGS_PROTOCOL, IN_PLACE_EXPORTER),
 )
 
 
@@ -62,12 +74,10 @@ class MindFormersDistro(BaseDistro):
     def _configure(self, **kwargs: Any) -> None:
         for variable, default in _DEFAULTS:
             os.environ.setdefault(variable, default)
-        for exporter, protocol in (
-            (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL),
-            (OTEL_LOGS_EXPORTER, OTEL_EXPORTER_OTLP_LOGS_PROTOCOL),
-        ):
-            grpc = (os.environ.get(protocol) or os.environ[OTEL_EXPORTER_OTLP_PROTOCOL]) == "grpc"
-            os.environ.setdefault(exporter, IN_PLACE_EXPORTER if grpc else "otlp")
+        for exporter, protocol_variable, over_grpc in _SIGNALS:
+            protocol = (os.environ.get(protocol_variable) or os.environ[OTEL_EXPORTER_OTLP_PROTOCOL]).strip()
+            default = {"grpc": over_grpc, "http/json": JSON_EXPORTER}.get(protocol, "otlp")
+            os.environ.setdefault(exporter, default)
 
 
 class MindFormersConfigurator(_OTelSDKConfigurator):

@@ -179,7 +179,7 @@ class SdkExitGuard:
         providers = [provider for provider in globals_ if _is_configured(provider)]
         if not providers:
             return None
-        reporter = ExportErrorReporter(otlp_destination(OtlpConfig())).install()
+        reporter = ExportErrorReporter(sdk_destination()).install()
         guard = cls(timeout, providers, reporter)
         # Registered after the SDK's own handlers, so it runs before them (atexit is LIFO).
         atexit.register(guard.shutdown)
@@ -203,13 +203,52 @@ class SdkExitGuard:
         worker.join(budget)
 
 
+_SIGNAL_ENDPOINTS = tuple(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT" for signal in ("TRACES", "METRICS", "LOGS"))
+
+
 def otlp_destination(otlp: OtlpConfig) -> str:
-    """Where `otlp` exports to, as a message names it."""
-    return otlp.endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "the default OTLP endpoint"
+    """Where `otlp` exports to, as a message names it. Without `otlp.endpoint` the exporters
+    read the environment, where a per-signal endpoint wins over OTEL_EXPORTER_OTLP_ENDPOINT;
+    words naming no single host make the reporter take every export failure as its own."""
+    if otlp.endpoint:
+        return otlp.endpoint
+    general = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    endpoints = {os.environ.get(variable) or general for variable in _SIGNAL_ENDPOINTS}
+    if len(endpoints) > 1:
+        return "the endpoints of OTEL_EXPORTER_OTLP_*_ENDPOINT"
+    return general or "the default OTLP endpoint"
 
 
-def otlp_exporters(otlp: OtlpConfig):
-    """(span, metric, log) exporters for the configured protocol; None fields use OTEL_* env."""
+def sdk_destination() -> str:
+    """Where the SDK's own exporters (built by `opentelemetry-instrument`) send, as a message
+    names it: the file's endpoints when `OTEL_CONFIG_FILE` configured it (the SDK then ignores
+    the OTEL_EXPORTER_OTLP_* variables)."""
+    if config_file.path() is not None:
+        return f"the endpoints of {config_file.VARIABLE}={config_file.path()}"
+    return otlp_destination(OtlpConfig())
+
+
+# The standard per-signal exporter variables: `none` turns that signal's export off, as the
+# SDK's own configurator does under opentelemetry-instrument.
+_EXPORTER_VARIABLES = {
+    "traces": "OTEL_TRACES_EXPORTER",
+    "metrics": "OTEL_METRICS_EXPORTER",
+    "logs": "OTEL_LOGS_EXPORTER",
+}
+
+
+def exported_signals() -> frozenset[str]:
+    """The signals whose OTEL_*_EXPORTER variable is not `none`."""
+    return frozenset(
+        signal
+        for signal, variable in _EXPORTER_VARIABLES.items()
+        if os.environ.get(variable, "").strip().lower() != "none"
+    )
+
+
+def otlp_exporters(otlp: OtlpConfig, signals: frozenset[str] = frozenset(_EXPORTER_VARIABLES)):
+    """(span, metric, log) exporters for the configured protocol, None for a signal not in
+    `signals`; None fields of `otlp` use OTEL_* env."""
     protocol = otlp.resolved_protocol()
     kwargs: dict[str, Any] = {}
     if otlp.headers:
@@ -263,13 +302,15 @@ def otlp_exporters(otlp: OtlpConfig):
         return {"session": CertificateSession()}
 
     exporters = (
-        OTLPSpanExporter(endpoint=endpoints["traces"], **kwargs, **transport()),
-        OTLPMetricExporter(endpoint=endpoints["metrics"], **kwargs, **metric_kwargs, **transport()),
-        OTLPLogExporter(endpoint=endpoints["logs"], **kwargs, **transport()),
+        OTLPSpanExporter(endpoint=endpoints["traces"], **kwargs, **transport()) if "traces" in signals else None,
+        OTLPMetricExporter(endpoint=endpoints["metrics"], **kwargs, **metric_kwargs, **transport())
+        if "metrics" in signals
+        else None,
+        OTLPLogExporter(endpoint=endpoints["logs"], **kwargs, **transport()) if "logs" in signals else None,
     )
     if protocol == "grpc":  # the span and log exporters are ours: they free a failed batch themselves
         return exporters
-    return tuple(free_failed_batches(exporter) for exporter in exporters)
+    return tuple(None if exporter is None else free_failed_batches(exporter) for exporter in exporters)
 
 
 def log_processor(exporter: LogRecordExporter, otlp: OtlpConfig) -> BatchLogRecordProcessor:
@@ -405,7 +446,7 @@ def build_telemetry(
 
     span_exporter = metric_exporter = log_exporter = None
     if wants_otlp and None in (tracer_provider, meter_provider, logger_provider):
-        span_exporter, metric_exporter, log_exporter = otlp_exporters(config.otlp)
+        span_exporter, metric_exporter, log_exporter = otlp_exporters(config.otlp, exported_signals())
 
     if tracer_provider is None:
         # shutdown_on_exit=False: the SDK's own atexit shutdown waits out every exporter
@@ -444,7 +485,7 @@ def build_telemetry(
     else:
         borrowed.append(logger_provider)
 
-    if span_exporter is not None:
+    if (span_exporter, metric_exporter, log_exporter) != (None, None, None):
         # After the providers are built: their own set-up warnings are not export failures.
         reporter = ExportErrorReporter(otlp_destination(config.otlp), secrets=config.otlp.headers.values()).install()
         on_close.append(reporter.uninstall)
