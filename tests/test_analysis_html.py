@@ -412,6 +412,15 @@ def _ranks_logs(folder: Path, ranks: int, steps: int = 40, **at_step) -> None:
         (folder / f"train_metric_rank_{rank}.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def test_a_short_runs_read_out_names_the_logged_steps(tmp_path, capsys):
+    """A 2-rank job sampled at steps 1, 2, 4, 6, 8 read out "at 5.999" (the column's centre)."""
+    for rank in range(2):
+        lines = [_line(step, 1000.0 + step, rank, values={"loss": 1.0}, world_size=2) for step in (1, 2, 4, 6, 8)]
+        (tmp_path / f"train_metric_rank_{rank}.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    chart = _page(capsys, str(tmp_path), "--html", str(tmp_path / "run.html")).by_id("chart-loss")
+    assert json.loads(chart.all("script")[0].text())["x"] == [1, 2, 4, 6, 8]
+
+
 @pytest.mark.parametrize("ranks", [8, 9])
 def test_up_to_eight_ranks_are_lines_and_more_a_median_with_its_band(tmp_path, capsys, ranks):
     _ranks_logs(tmp_path, ranks)

@@ -27,7 +27,7 @@ def test_multirank_numbers_come_from_the_logs():
     assert report.wall_time_s == pytest.approx(max(stamps) - min(stamps))
     assert (report.first_loss, report.last_loss, report.min_loss) == (losses[0], losses[-1], min(losses))
     assert report.mean_samples_per_second == pytest.approx(
-        statistics.fmean(line["samples_per_second"] for line in rank0)
+        statistics.fmean(line["samples_per_second"] for line in rank0[1:])
     )
     assert report.nonfinite_records == sum(1 for line in rank0 if "nonfinite" in line)
     assert report.overflow_records == sum(1 for line in rank0 if line["overflow"])
@@ -40,6 +40,24 @@ def test_multirank_numbers_come_from_the_logs():
     # The overview's wall time spans the records, not the process: says so beside the time
     # table's per-series wall, which counts from the process's start.
     assert f"  wall time   {report.wall_time_s:.1f} s (first to last record)\n" in render(report, "text")
+
+
+def test_mean_throughput_leaves_out_the_compiling_first_record_as_step_time_does(tmp_path):
+    """A short job's first record (compilation) dragged the mean samples/s far below what the
+    step times and steps/s said: left out, as from the step-time table, unless alone."""
+    rates = [(1, 2.5, 1600.0), (2, 80.0, 50.0), (4, 80.0, 50.0), (6, 80.0, 50.0)]
+    log = tmp_path / "train_metric_rank_0.json"
+    log.write_text(
+        "".join(
+            json.dumps({"time_stamp": 100.0 + step, "step": step, "rank": 0, "samples_per_second": rate,
+                        "tokens_per_second": rate * 16, "train_per_step_time": ms}) + "\n"
+            for step, rate, ms in rates
+        )
+    )  # fmt: skip
+    report = build_report(read_logs([log]))
+    assert (report.mean_samples_per_second, report.mean_tokens_per_second) == (80.0, 1280.0)
+    log.write_text(log.read_text().splitlines(keepends=True)[0])  # a record alone is kept
+    assert build_report(read_logs([log])).mean_samples_per_second == 2.5
 
 
 def test_straggler_is_named_with_its_skew():

@@ -217,6 +217,16 @@ def test_other_ranks_write_their_own_file_without_training_metrics(workdir, monk
     assert "[otel_mindformers]" not in capsys.readouterr().out  # stdout is rank 0's
 
 
+def test_grad_monitor_says_nothing_of_the_norm_on_ranks_that_do_not_report_it(workdir, monkeypatch, caplog):
+    """A rank outside `report_ranks` measures the norm (graphs stay alike) but never reads it:
+    it was warning that no sampled step could be told apart, once per rank of the job."""
+    monkeypatch.setenv("RANK_ID", "1")
+    monkeypatch.setenv("RANK_SIZE", "2")
+    training.train([MonitorCallback(config(workdir, interval=2, grad_monitor=True))], steps=6, shape="scalar")
+    assert not [r.getMessage() for r in caplog.records if "grad_monitor" in r.getMessage()]
+    assert all("grad_norm" not in line for line in strict_lines(workdir / "m_rank_1.json"))
+
+
 def test_report_ranks_all_makes_every_rank_report(workdir, monkeypatch):
     monkeypatch.setenv("RANK_ID", "1")
     monkeypatch.setenv("RANK_SIZE", "2")

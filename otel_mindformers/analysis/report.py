@@ -262,6 +262,7 @@ class SeriesStats:
         self._progress = [0.0, 0.0]  # steps advanced, seconds they took
         self._samples = [0.0, 0]
         self._tokens = [0.0, 0]
+        self._first_rates: dict[str, float] = {}  # the first record's, compilation in them: kept if alone
         self.nonfinite_steps = array("q")
         self.overflow_steps = array("q")
         self._strides: Counter[int] = Counter()
@@ -305,9 +306,14 @@ class SeriesStats:
             self._first_step_time = step_time if _finite(step_time) else None
         elif _finite(step_time):
             self._step_times.append(step_time)
+        first = self.records == 0
         for name, total in ((tm.SAMPLES_PER_SECOND, self._samples), (tm.TOKENS_PER_SECOND, self._tokens)):
             value = point.value(name)
-            if _finite(value):
+            if not _finite(value):
+                continue
+            if first:
+                self._first_rates[name] = value
+            else:
                 total[0] += value
                 total[1] += 1
         bad = point.counted_nonfinite  # not a grad norm on an overflow step (loss scaling)
@@ -380,6 +386,12 @@ class SeriesStats:
         )
         return stride, [Gap(after, before, str(Location(paths[where], line))) for where, line, after, before in jumps]
 
+    def _mean_rate(self, name: str, total: list) -> float | None:
+        """The mean logged rate, the first record left out as from the step times (unless alone)."""
+        if total[1]:
+            return total[0] / total[1]
+        return self._first_rates.get(name)
+
     def summary(
         self, label: str, rank: int | None, files, alerts, foreign_lines: int, damaged_tails, out_of_range: list[str]
     ) -> SeriesSummary:
@@ -411,8 +423,8 @@ class SeriesStats:
             step_time_mean_ms=statistics.fmean(step_times) if step_times else None,
             step_time_max_ms=max(step_times) if step_times else None,
             steps_per_second=steps / seconds if seconds > 0 else None,
-            mean_samples_per_second=self._samples[0] / self._samples[1] if self._samples[1] else None,
-            mean_tokens_per_second=self._tokens[0] / self._tokens[1] if self._tokens[1] else None,
+            mean_samples_per_second=self._mean_rate(tm.SAMPLES_PER_SECOND, self._samples),
+            mean_tokens_per_second=self._mean_rate(tm.TOKENS_PER_SECOND, self._tokens),
             nonfinite_steps=list(self.nonfinite_steps),
             overflow_steps=list(self.overflow_steps),
             alerts=[f"step {a.step}: {a.describe()}" if a.step is not None else a.describe() for a in alerts],

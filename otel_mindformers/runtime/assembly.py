@@ -113,7 +113,7 @@ def assemble(inputs: RunInputs, started: list[RunPart]) -> StartedRun:
     keep(run_span_part)
     keep(parts.start_attempt(config, identity, ledger_entry, telemetry, step_ids, run_span, alerts))
     keep(start_cluster(config, identity, telemetry, run_span, attempt, alerts, clock))
-    probe, probe_part = parts.start_grad_norm_probe(config, loop, clock, first_step, inputs.reader)
+    probe, probe_part = parts.start_grad_norm_probe(config, loop, clock, first_step, inputs.reader, reports_training)
     keep(probe_part)
     first_nonfinite, state_reader, state_part = parts.start_model_state(
         config, identity, telemetry, reports_training, loop

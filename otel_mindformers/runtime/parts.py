@@ -319,12 +319,18 @@ def start_attempt(
 
 
 def start_grad_norm_probe(
-    config: MonitorConfig, loop: TrainingLoop, clock: StepClock, first_step: int, reader: OutputReader
+    config: MonitorConfig,
+    loop: TrainingLoop,
+    clock: StepClock,
+    first_step: int,
+    reader: OutputReader,
+    reports_training: bool,
 ) -> tuple[GradNormReader | None, RunPart | None]:
     """model_state/grad_norm_probe.py: with `grad_monitor: True`, the global gradient norm of
     a train cell that does not return it (MindFormers' cells do), measured in the step on
     every rank (their graphs stay alike; data-parallel ranks wait for the slowest anyway).
-    A custom loop has no train cell: its norm is the one `run.log` takes or computes."""
+    Only `report_ranks` read it, and say why it is not reported: the other ranks never read
+    it back. A custom loop has no train cell: its norm is the one `run.log` takes or computes."""
     network = loop.train_network
     if config.grad_norm is not GradNorm.MEASURED or network is None:
         return None, None
@@ -332,8 +338,11 @@ def start_grad_norm_probe(
         return None, None
     probed, why_not = install_probes(network)
     if not probed:
-        _logger.warning("otel_mindformers: grad_monitor cannot measure the gradient norm: %s", why_not)
+        if reports_training:
+            _logger.warning("otel_mindformers: grad_monitor cannot measure the gradient norm: %s", why_not)
         return None, None
+    if not reports_training:
+        return None, Closes(lambda: remove_probes(probed))
     probe = GradNormReader([one.probe for one in probed], [one.name for one in probed], clock, first_step)
     reader.grad_norm_probe = probe
 

@@ -437,6 +437,8 @@ def _many_or_few(
         for label, _, column in columns:
             means = column_means(column.xs, column.ys, axis)
             hover.series.append((label, [means.get(i) for i in range(axis.bins)]))
+        for index, step in _steps_alone(columns, axis).items():
+            hover.xs[index] = step
         return lines, None, _compact(hover)
     pooled = band(((c.xs, c.ys) for _, _, c in columns), axis)
     lines = [
@@ -450,6 +452,18 @@ def _many_or_few(
             means = column_means(column.xs, column.ys, axis)
             hover.series.append((label, [means.get(i) for i in range(axis.bins)]))
     return lines, pooled, _compact(hover)
+
+
+def _steps_alone(columns: list[tuple[str, int, Column]], axis: Axis) -> dict[int, float]:
+    """Fewer steps than columns (a short run): each column holding one step reads out that
+    step, not the column's centre ("at 5.999" for step 6). Longer runs skip the pass."""
+    if axis.high - axis.low >= axis.bins:
+        return {}
+    seen: dict[int, set[float]] = {}
+    for _, _, column in columns:
+        for index, x in zip(axis.bins_of(column.xs), column.xs):
+            seen.setdefault(index, set()).add(x)
+    return {index: xs.pop() for index, xs in seen.items() if len(xs) == 1}
 
 
 def _compact(hover: Hover) -> Hover:
