@@ -151,6 +151,15 @@ def test_a_normal_step_resets_the_anomalous_streak():
     assert reasons[:5] == [None] * 5 and reasons[5].startswith("2 consecutive")
 
 
+def test_a_resolved_notice_is_an_info_record_whatever_the_rules_severity():
+    h = Harness({"loss_threshold": 5.0})
+    h.step(1, loss=9.0)
+    h.step(2, loss=1.0)
+    h.engine.shutdown(1.0)
+    records = [(r.attributes["training.alert.status"], r.severity_text) for r in h.log_records()]
+    assert records == [("firing", "WARNING"), ("resolved", "INFO")]
+
+
 def test_custom_monitor_alerts_through_the_same_engine():
     h = Harness({"alert_interval": 10})
     monitor = BaseMonitor(h.config)
@@ -321,6 +330,52 @@ def test_the_watchdog_rearms_after_a_resume_for_a_second_stall_of_the_same_run()
         ("stall", 5, 1), ("stall", 5, 2), ("resume", 6),
         ("stall", 9, 1), ("stall", 9, 2),
     ]  # fmt: skip
+
+
+def test_the_second_report_of_a_stall_comes_at_twice_the_timeout():
+    """Driven check by check, as above: 1.5 timeouts idle is one report, 2.5 timeouts two."""
+    import types
+
+    from otel_mindformers.hangs.stall_watchdog import StallWatchdog
+
+    timeout = 100.0  # the test's own time is nothing beside it
+
+    def thresholds_reported(idle_timeouts):
+        progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
+        calls = []
+        watchdog = StallWatchdog(progress, timeout, lambda step, idle, threshold: calls.append(threshold), print)
+        progress.step, progress.last_step_end = 5, time.perf_counter() - idle_timeouts * timeout
+        for _ in range(3):
+            watchdog._check(final=False)
+        return calls
+
+    assert thresholds_reported(0.5) == []
+    assert thresholds_reported(1.5) == [1]
+    assert thresholds_reported(2.5) == [1, 2]
+
+
+def test_a_stall_is_seen_within_a_tenth_of_the_timeout_more():
+    """The watchdog looks ten times per timeout, so it sees a stall within 0.4 s of the 4 s
+    timeout here (1.2 s more allowed for a loaded host); looking once per timeout, it would
+    see this one, whose step finished halfway between two looks, 2 s late."""
+    import threading
+    import types
+
+    from otel_mindformers.hangs.stall_watchdog import StallWatchdog
+
+    progress = types.SimpleNamespace(step=0, last_step_end=time.perf_counter())
+    seen = threading.Event()
+    idle_at_report = []
+
+    def on_stall(step, idle, threshold):
+        idle_at_report.append(idle)
+        seen.set()
+
+    watchdog = StallWatchdog(progress, 4.0, on_stall, lambda step: None).start()
+    progress.step, progress.last_step_end = 1, time.perf_counter() - 2.0  # step 1 finished 2 s ago
+    assert seen.wait(30), "no stall reported"
+    watchdog.stop(5.0)
+    assert 4.0 < idle_at_report[0] < 5.6
 
 
 def test_a_second_stall_after_a_resume_alerts_again():

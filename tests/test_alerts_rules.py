@@ -57,6 +57,13 @@ def test_spike_fires_on_the_spike_only_after_warmup():
     assert "median" in finding.detail
 
 
+def test_the_value_after_the_warmup_values_is_the_first_judged():
+    # "after `warmup` values" (docs/alerts.md): with warmup 3, the fourth value can fire.
+    rule = rules.SpikeRule("loss_spike", "loss", zscore=6.0, window=10, warmup=3)
+    verdicts = feed(rule, "loss", [1.0, 1.0, 1.0, 9.0])
+    assert isinstance(verdicts[3], Finding)
+
+
 def test_spike_during_warmup_is_not_reported():
     rule = rules.SpikeRule("loss_spike", "loss", zscore=6.0, window=50, warmup=10)
     verdicts = feed(rule, "loss", [2.0, 2.0, 50.0, 2.0])

@@ -24,6 +24,7 @@ from otel_mindformers.outputs import diagnosis_file as records
 from otel_mindformers.telemetry.observables import RunObservables
 from tests.support.in_memory import Capture
 from tests.support.metrics import counter_values
+from tests.support.waiting import wait_until
 
 IDENTITY = Identity(rank=5, world_size=8, host_name="node-b")
 
@@ -257,3 +258,53 @@ def test_a_dump_records_when_the_last_step_finished_not_when_it_was_taken(tmp_pa
     assert record["time_stamp"] >= before
     assert record["time_stamp"] - record["last_step_time"] == pytest.approx(30.0, abs=1.0)
     assert record["step"] == 4
+
+
+def _waiting_in(ident, function):
+    """Whether thread `ident` is blocked in an Event wait called from `function`."""
+    import sys
+
+    frame = sys._current_frames().get(ident)
+    if frame is None or frame.f_code.co_name != "wait":  # threading.Condition.wait, blocked
+        return False
+    while frame is not None and frame.f_code.co_name != function:
+        frame = frame.f_back
+    return frame is not None
+
+
+def test_the_verdict_is_the_training_threads_when_another_thread_moves(tmp_path):
+    """The training thread waits in the same place at both dumps while a thread of the
+    user's moves on between them: stuck, not slow."""
+    progress = types.SimpleNamespace(step=3, last_step_end=time.perf_counter(), phase="step")
+    built, release = threading.Event(), threading.Event()
+    move_on = threading.Event()
+    made = {}
+
+    def training_loop():
+        made["dumper"] = StackDumper(IDENTITY, LoggerProvider().get_logger("t"), progress, tmp_path / "d.jsonl")
+        built.set()
+        release.wait(60)
+
+    def first_batch():
+        move_on.wait(60)
+        second_batch()
+
+    def second_batch():
+        release.wait(60)
+
+    training, loader = threading.Thread(target=training_loop), threading.Thread(target=first_batch, name="loader")
+    training.start(), loader.start()
+    try:
+        built.wait(30)
+        wait_until(lambda: _waiting_in(training.ident, "training_loop"), "the training thread waiting")
+        wait_until(lambda: _waiting_in(loader.ident, "first_batch"), "the loader in its first batch")
+        first = made["dumper"].dump("stall", idle_seconds=1.0)
+        move_on.set()
+        wait_until(lambda: _waiting_in(loader.ident, "second_batch"), "the loader in its second batch")
+        second = made["dumper"].dump("stall again", idle_seconds=2.0, earlier=first)
+    finally:
+        release.set()
+        training.join(30), loader.join(30)
+    moved = {t["name"]: t["moved"] for t in second.record["threads"]}
+    assert moved["loader"] is True and moved[training.name] is False
+    assert second.verdict == "stuck"

@@ -275,3 +275,41 @@ def test_this_packages_wrapper_is_not_the_users_own_code(tmp_path):
     stack = ThreadStack("MainThread", 1, True, frames)
     assert stack.innermost_own_code() == frames[0]
     assert stack.own_code_tail() == ((frames[0],), 2)
+
+
+def _frames(*functions: str) -> list[dict]:
+    return [{"file": "/job/train.py", "line": 10 * i, "function": f, "source": ""} for i, f in enumerate(functions, 1)]
+
+
+def _dump_record(rank: int, step: int, telemetry_frames: list[dict]) -> dict:
+    """A stall dump as StackDumper writes it: the training thread waits in the same
+    collective on every rank; the telemetry thread is wherever its export happens to be."""
+    return {
+        "kind": records.KIND_STACKS, "time_stamp": 2000.0, "rank": rank, "world_size": 4, "host": "n", "pid": 1,
+        "reason": "stall", "phase": "step", "step": step, "last_step_time": 1000.0 + step, "idle_seconds": 60.0,
+        "verdict": None, "omitted_threads": 0,
+        "threads": [
+            {"name": "MainThread", "ident": 1, "training": True, "omitted_frames": 0,
+             "frames": _frames("main", "train", "all_reduce")},
+            {"name": "otel-mindformers-pipeline", "ident": 2, "training": False, "omitted_frames": 0,
+             "frames": telemetry_frames},
+        ],
+    }  # fmt: skip
+
+
+def test_ranks_stuck_alike_are_one_group_wherever_their_telemetry_threads_are(tmp_path):
+    """Three ranks dumped, stuck in the same collective at steps 7, 9 and 10 with their
+    telemetry threads in different places; a fourth rank only logged its step 10."""
+    telemetry = (_frames("run", "export"), _frames("run", "wait"), _frames("run", "export", "post"))
+    for rank, step, frames in zip((0, 1, 2), (10, 7, 9), telemetry):
+        path = records.diagnosis_path(str(tmp_path / "train_metric.json"), rank)
+        records.append(path, _dump_record(rank, step, frames))
+    line = {"time_stamp": 1010.0, "step": 10, "epoch": 1, "rank": 3, "loss": 2.0}
+    (tmp_path / "train_metric_rank_3.json").write_text(json.dumps(line) + "\n")
+    report = build_hang_report([tmp_path])
+    (group,) = report.groups
+    assert group.ranks == [0, 1, 2] and [t.name for t in group.threads] == ["MainThread"]
+    assert report.ranks_without_dump == [3]
+    text = render_text(report)
+    assert "rank(s) 1-2 stopped first; the job split after step 7" in text
+    assert "Ranks without a stack dump: 3" in text

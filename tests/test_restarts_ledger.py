@@ -24,7 +24,7 @@ from otel_mindformers.core.process_start import started_at
 from otel_mindformers.job.identity import Identity, detect_identity, launcher_restart_count
 from otel_mindformers.outputs.runs import folder_beside, paths_in
 from otel_mindformers.restarts.attempt_tracker import AttemptTracker, _set_aside
-from otel_mindformers.restarts.goodput import is_alive, job_timeline, no_progress_streak
+from otel_mindformers.restarts.goodput import as_finished, is_alive, job_timeline, no_progress_streak
 from otel_mindformers.restarts.ledger_file import MAX_LEDGER_BYTES, ledger_path, new_ledger, read_ledger, update_ledger
 from otel_mindformers.restarts.offline.attempts_plot import attempts_figure
 from otel_mindformers.restarts.processes import process_gone
@@ -112,6 +112,55 @@ def test_the_timeline_by_hand():
     assert totals["wall_seconds"] == 51.0
     assert sum(totals["seconds"].values()) == pytest.approx(51.0)
     assert totals["goodput"] == pytest.approx((12 - 4 * 12 / 13 + 8.0) / 51.0)
+
+
+def test_only_the_last_attempt_has_steps_at_risk():
+    # Attempt 1's steps past its step-10 checkpoint were computed again by attempt 2: lost,
+    # not at risk. Attempt 2, killed at step 26 past its step-20 checkpoint, has 6 at risk.
+    entries = [
+        _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", durable=10),
+        _entry(2, 30.0, 40.0, 41.0, 50.0, 10, 26, outcome="killed", durable=20),
+    ]
+    first, second = job_timeline(entries)["attempts"]
+    assert (first["lost_steps"], first["at_risk_steps"]) == (4, 0)
+    assert (second["lost_steps"], second["at_risk_steps"]) == (0, 6)
+
+
+def test_times_recorded_past_what_the_attempt_spans_leave_no_category_negative():
+    # Attempt 1 was killed while loading its checkpoint: 5 s of load recorded, its last
+    # heartbeat 3 s after it started. Attempt 2 counted a 14 s evaluation after its last
+    # step (13 s of steps, 1 s of them saving) with its between-step time.
+    killed = {
+        **_entry(1, 0.0, None, None, 0.0, 0, 0, outcome="killed", load=5.0),
+        "last_step_time": None,
+        "last_heartbeat": 3.0,
+    }
+    completed = {**_entry(2, 10.0, 20.0, 22.0, 35.0, 0, 14, end=50.0, outcome="completed"), "evaluation_seconds": 14.0}
+    timeline = job_timeline([killed, completed])
+    first, second = (row["seconds"] for row in timeline["attempts"])
+    assert (first["checkpoint_load"], first["startup"]) == (3.0, 0.0)
+    assert (second["evaluation"], second["user_phases"], second["data_wait"]) == (12.0, 0.0, 0.0)
+    totals = timeline["totals"]
+    assert min(totals["seconds"].values()) >= 0.0
+    assert sum(totals["seconds"].values()) == pytest.approx(totals["wall_seconds"]) == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize("gap", [0.5, -0.5])
+def test_a_process_start_within_its_rounding_of_the_previous_end_is_no_clock_set_back(gap):
+    entries = [
+        _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed"),
+        _entry(2, 25.5 + gap, 40.0, 41.0, 50.0, 10, 20, end=51.0, outcome="completed"),
+    ]
+    assert job_timeline(entries)["totals"]["clock_set_back_seconds"] is None
+
+
+def test_a_killed_attempt_ends_no_earlier_than_its_last_sampled_step():
+    # Its ledger heard step 20 at 100 s; its flight ring kept step 25, sampled at 103 s.
+    entry = _entry(1, 0.0, 10.0, 12.0, 100.0, 0, 20, outcome="killed")
+    finished = as_finished(entry, 25, 103.0)
+    assert (finished["last_step"], finished["last_step_time"], finished["last_heartbeat"]) == (25, 103.0, 103.0)
+    assert as_finished(entry, 25, 90.0)["last_step_time"] == 100.0  # a sample older than the heartbeat's step
+    assert as_finished(entry, 18, 103.0) is entry  # the ledger was further on
 
 
 def test_the_wait_for_data_is_badput_and_lost_steps_are_their_compute():
