@@ -37,7 +37,8 @@ def test_a_rank_named_by_its_record_and_its_log_lists_each_value_once():
 def test_a_kept_runs_log_named_alone_is_judged_with_the_kept_diagnosis_files(tmp_path, capsys):
     """`report train_metric.<when>.json`: a run's log that a later run set aside, with the
     diagnosis files set aside beside it. Rank 1 recorded its NaN at step 3 under
-    `nonfinite_check: all_ranks`; the log (rank 0) shows it at step 5."""
+    `nonfinite_check: all_ranks`; the log (rank 0) shows it at step 5. The new run's
+    diagnosis files are not that run's evidence."""
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk.metrics import MeterProvider
 
@@ -56,5 +57,9 @@ def test_a_kept_runs_log_named_alone_is_judged_with_the_kept_diagnosis_files(tmp
     log.write_text("".join(json.dumps(line) + "\n" for line in lines))
     kept_log = set_previous_run_aside(log)  # a new run started here: both files kept
     assert set_previous_run_aside(first.path) is not None
+    # The new run's own first NaN (rank 1, step 1) is not the kept run's.
+    FirstNonFinite(
+        MeterProvider().get_meter("t"), LoggerProvider().get_logger("t"), Identity(rank=1, world_size=2), str(log)
+    ).check(1, {"loss": math.inf})
     assert main(["report", str(kept_log)]) == 0
     assert "first non-finite value at step 3: rank 1 (loss)" in capsys.readouterr().out

@@ -84,7 +84,8 @@ def report_findings(series: Iterable[Any]) -> list[str]:
     (`rank`, `files`, `nonfinite_steps`, and `first_step` where known); diagnosis files are
     looked for beside their files."""
     # `report` reads a folder's latest run (outputs/jsonl_reader.py `discover`); the diagnosis files
-    # beside it are the current ones, unless that run's logs were set aside (outputs/runs.py).
+    # beside it are the current ones, unless that run's logs were set aside (outputs/runs.py):
+    # then the set-aside ones, never the newer run's.
     series = list(series)
     only_kept = all(is_set_aside(f) for s in series for f in s.files)
     folders = {Path(f).parent for s in series for f in s.files}
@@ -97,7 +98,7 @@ def report_findings(series: Iterable[Any]) -> list[str]:
         f
         for folder in sorted(folders)
         for f in sorted(folder.glob(records.FILE_PATTERN))
-        if only_kept or records.is_current(f)
+        if (is_set_aside(f) if only_kept else records.is_current(f))
     ]
     read = read_records(files)
     first = first_nonfinite(from_diagnosis(read), logged=logged)
