@@ -111,7 +111,10 @@ def test_moe_readings_in_mindformers_format_become_layer_series():
         INBOX.put_log_line("layer: 3, drop_rate: 0.30000", 7)
         INBOX.put_expert_load("expert_load/3", {"ep_0": 4.0, "ep_1": 1.0, "ep_2": 1.0, "ep_3": 2.0}, 7)
         INBOX.put_log_line("layer: 4, drop_rate: 0.10000", 5)  # before the window: left out
-        _, state = INBOX.take(after_step=6)
+        # Written for step 6 after its line was (a callback after ours): step 6's, not step 7's.
+        INBOX.put_log_line("layer: 5, drop_rate: 0.20000", 6)
+        INBOX.put("weight_norm", np.array(2.0, dtype=np.float32), 6)
+        scalars, state = INBOX.take(after_step=6)
     finally:
         INBOX.close_run()
     measured = {
@@ -119,6 +122,7 @@ def test_moe_readings_in_mindformers_format_become_layer_series():
         for m in recording.model_state_measurements(state.summary(), {})
     }
     assert measured == {(specs.DROP_RATE.name, "3"): 0.3, (specs.EXPERT_LOAD_IMBALANCE.name, "3"): 2.0}
+    assert scalars == {}
 
 
 def test_micro_batch_local_losses_are_one_tensorboard_scalar_their_mean(tmp_path):
