@@ -113,8 +113,11 @@ def test_per_layer_norms_from_the_wrapper_equal_the_gradients(workdir, otlp_rece
     `target` limits the per-parameter series to the parameters it selects."""
     cb = MonitorCallback(otlp_config(otlp_receiver, workdir, target=["layers.1."]))
     train([cb], steps=3)
-    last = lines(workdir / "m.json")[-1]["model_state"]["grad_norm"]
+    line = lines(workdir / "m.json")[-1]
+    last = line["model_state"]["grad_norm"]
     assert sorted(last["layer"]) == ["0", "1", "2", "3"]
+    # The cell's global norm (the 7-tuple's fifth) is the L2 norm over every layer's.
+    assert line["grad_norm"] == pytest.approx(math.sqrt(sum(v * v for v in last["layer"].values())), rel=1e-5)
     assert sorted(last["parameter"]) == ["layers.1.0.bias", "layers.1.0.weight"]
     # The layer norm is the L2 norm over its parameters.
     layer1 = math.sqrt(sum(v * v for v in last["parameter"].values()))

@@ -356,3 +356,32 @@ def test_compile_is_the_first_steps_excess_over_the_median_of_the_next_three(tmp
     lines = {line["step"]: line for line in _lines(tmp_path / "m.json")}
     assert "compile" not in lines[3]["time"]
     assert lines[4]["time"]["compile"] == pytest.approx(first - steady, abs=1e-6)
+
+
+class _PhaseAtStepEnd(Callback):
+    """Listed before ours: a user phase inside every step (its end hook runs before ours)."""
+
+    SECONDS = 0.1
+
+    def on_train_step_end(self, run_context):
+        with phase("inside_step"):
+            time.sleep(self.SECONDS)
+
+
+def test_a_phase_inside_a_step_is_not_taken_out_of_the_data_wait(tmp_path):
+    """Only a phase between two steps lies in their gap: one that ends inside a step leaves
+    the gap's data wait whole."""
+    steps = 6
+    before, timer = StepTimes(), StepTimes()
+    faults = Faults(sleep_at={step: SLEEP for step in range(2, steps + 1)})
+    training.train(
+        [_PhaseAtStepEnd(), before, MonitorCallback(config(tmp_path, interval=1)), timer],
+        steps=steps,
+        faults=faults,
+        mode=ms.GRAPH_MODE,
+    )
+    last = _lines(tmp_path / "m.json")[-1]
+    inner = sum(before.begins[k] - timer.ends[k - 1] for k in range(1, steps))
+    outer = sum(timer.begins[k] - before.ends[k - 1] for k in range(1, steps))
+    assert inner - 1e-5 <= last["time"]["data_wait"] <= outer + 1e-5, (inner, last["time"], outer)
+    assert last["time"]["user.inside_step"] >= steps * _PhaseAtStepEnd.SECONDS
