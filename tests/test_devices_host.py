@@ -3,6 +3,7 @@
 import time
 
 import psutil
+import pytest
 
 from otel_mindformers.devices.host import CPU_WINDOW_S, HostSource
 from otel_mindformers.devices.mindspore_memory import MindSporeMemorySource
@@ -75,6 +76,25 @@ def test_first_cpu_reading_waits_for_a_whole_window_and_later_polls_repeat_it():
     assert 0.0 <= values(measured)[semconv.PROCESS_CPU_UTILIZATION] <= 1.0
     clock.now += CPU_WINDOW_S / 10  # a poll inside the next window repeats the last measurement
     assert source.read().snapshot["process_cpu_percent"] == measured.snapshot["process_cpu_percent"]
+
+
+def test_process_cpu_utilization_is_cpu_time_over_wall_time_and_the_processs_cpus():
+    """process.cpu.utilization (OTel semantic conventions): CPU time over the elapsed time and
+    the CPUs available to the process, so 1.0 is all of them busy; a busy thread of a
+    two-core process is about 0.5, where psutil's percent says about 100."""
+    process = psutil.Process()
+    cpus = len(process.cpu_affinity())
+    clock = Clock()
+    cpu_before, wall_before = sum(process.cpu_times()[:2]), time.monotonic()
+    source = HostSource(RANK, None, clock=clock)
+    while sum(process.cpu_times()[:2]) - cpu_before < 0.3:  # CPU time, whatever the load: ticks are 10 ms
+        sum(range(1000))
+    clock.now += CPU_WINDOW_S
+    readings = source.read()
+    cpu_after, wall_after = sum(process.cpu_times()[:2]), time.monotonic()
+    expected = (cpu_after - cpu_before) / (wall_after - wall_before) / cpus
+    assert values(readings)[semconv.PROCESS_CPU_UTILIZATION] == pytest.approx(expected, rel=0.2)
+    assert readings.snapshot["process_cpu_percent"] == pytest.approx(expected * cpus * 100, rel=0.2)
 
 
 def test_node_series_only_on_the_rank_that_reports_the_node():
