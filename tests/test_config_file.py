@@ -242,6 +242,28 @@ def test_a_file_that_does_not_load_is_one_config_error_naming_it(tmp_path, fresh
     assert again.value is raised.value
 
 
+def test_the_specs_env_prefixed_references_are_substituted(tmp_path, fresh):
+    """The spec's `${env:VAR}` (its getting-started example's spelling) reads the variable as
+    `${VAR}` does, defaults included; `$$` still escapes. opentelemetry-configuration 0.66b2
+    leaves `${env:...}` as written: an endpoint `${env:COLLECTOR}/v1/traces` then fails at
+    every export, after training started."""
+    path = tmp_path / "otel.yaml"
+    path.write_text(
+        'file_format: "1.0"\n'
+        "tracer_provider: {processors: [{batch: {exporter: {otlp_http: {endpoint: '${env:COLLECTOR}/v1/traces'}}}}]}\n"
+        "instrumentation/development:\n"
+        "  python:\n"
+        "    mindformers: {service_name: '${env:SERVICE:-fallback}', job_id: '${env:JOB}', tensorboard_path: '$${env:JOB}'}\n"
+    )
+    fresh.setenv(config_file.VARIABLE, str(path))
+    fresh.setenv("COLLECTOR", "http://127.0.0.1:4318")
+    fresh.setenv("JOB", "llama-7b")
+    fresh.delenv("SERVICE", raising=False)
+    model, declared = config_file._load(str(path))
+    assert model.tracer_provider.processors[0].batch.exporter.otlp_http.endpoint == "http://127.0.0.1:4318/v1/traces"
+    assert declared.options == {"service_name": "fallback", "job_id": "llama-7b", "tensorboard_path": "${env:JOB}"}
+
+
 @pytest.mark.parametrize("value", ["", "  "])
 def test_an_empty_otel_config_file_is_unset(tmp_path, fresh, value):
     """`export OTEL_CONFIG_FILE=` (how a shell unsets it for a child) configures nothing and

@@ -28,9 +28,12 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import _logs, metrics, trace
@@ -47,6 +50,8 @@ NAME = "mindformers"
 OPTIONS_KEY = f"instrumentation/development.python.{NAME}"
 # The package's loader logs what it raises, with a traceback: our one error says it instead.
 _LOADER_LOGGER = "opentelemetry.configuration.file._loader"
+# A substitution reference with the spec's `env:` prefix, or a `$$` escape to step over.
+_ENV_PREFIXED = re.compile(r"\$\$|\$\{env:(?=[A-Za-z_])")
 
 
 @dataclass(frozen=True)
@@ -137,16 +142,36 @@ def _load(file: str) -> tuple[Any, FileConfiguration]:
         ) from None
     except Exception as exc:  # an installed package that cannot be imported
         raise _error(file, f"{MODULE} fails on import ({type(exc).__name__}: {_one_line(exc)})") from None
-    with _quiet(_LOADER_LOGGER):
+    with _quiet(_LOADER_LOGGER), _env_prefix_read(file) as readable:
         try:
-            model = configuration.load_config_file(file)
+            model = configuration.load_config_file(readable)
         except Exception as exc:  # ConfigurationError, and whatever a broken file makes the loader raise
-            raise _error(file, _one_line(exc)) from None
+            raise _error(file, _one_line(exc).replace(readable, file)) from None
     options = _take_our_options(model)
     enabled = True
     if options is not None:
         enabled = options.pop("enabled", True) is not False
     return model, FileConfiguration(file, options, enabled)
+
+
+@contextlib.contextmanager
+def _env_prefix_read(file: str) -> Iterator[str]:
+    """The file, or a copy of it whose `${env:VAR}` references read `${VAR}`: the spec's
+    substitution takes both spellings, opentelemetry-configuration (0.66b2) only the second,
+    and would leave an endpoint `${env:COLLECTOR}/v1/traces` as written. `$$` stays an escape."""
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # the loader says what is wrong with it
+        yield file
+        return
+    rewritten = _ENV_PREFIXED.sub(lambda match: "${" if match.group(0) != "$$" else "$$", text)
+    if rewritten == text:
+        yield file
+        return
+    with tempfile.TemporaryDirectory(prefix="otel_config_file.") as folder:
+        copy = Path(folder) / Path(file).name  # the loader reads the format from the suffix
+        copy.write_text(rewritten, encoding="utf-8")
+        yield str(copy)
 
 
 def _configure(file: str, resource_attributes: Mapping[str, Any] | None) -> FileConfiguration:
