@@ -152,6 +152,8 @@ def test_the_files_sdk_exports_to_its_endpoint_with_its_resource(workdir, door, 
             assert (run.trace_id, run.parent_span_id) == (TRACE_ID, LAUNCHER_SPAN_ID)
         else:
             assert run.trace_id != TRACE_ID and run.parent_span_id == ""
+        unread = [line for line in done.stderr.splitlines() if f"TRACEPARENT={TRACEPARENT} is ignored" in line]
+        assert len(unread) == (0 if "tracecontext" in propagators else 1), done.stderr[-3000:]
         assert {p.metric for p in declared.points()} >= {"mindformers.train.step.duration", "mindformers.train.steps"}
         assert environment.spans() == [] and environment.points() == [] and environment.log_count() == 0
         assert declared.log_count() == 0  # the file configures no logger provider: no logs, none of ours either
