@@ -161,6 +161,41 @@ def test_the_files_sdk_exports_to_its_endpoint_with_its_resource(workdir, door, 
         assert len(ignored) == (0 if door == "MonitorCallback" else 1), done.stderr[-3000:]
 
 
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.mindspore_api
+def test_a_second_rank_on_the_node_trains_beside_the_files_prometheus_pull_reader(workdir):
+    """msrun's rank 1 of 2 on a node whose rank 0 already listens on the file's port: it
+    listens on port + 1 and trains (it was refused: Address already in use)."""
+    with socket.socket() as rank_0:
+        rank_0.bind(("127.0.0.1", 0))
+        rank_0.listen()
+        port = rank_0.getsockname()[1]
+        with socket.socket() as probe:  # port + 1 must be free for rank 1
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                pytest.skip(f"port {port + 1} is taken on this host")
+        path = workdir / "otel-config.yaml"
+        path.write_text(
+            json.dumps(
+                {
+                    "file_format": "1.0",
+                    "meter_provider": {
+                        "readers": [
+                            {"pull": {"exporter": {"prometheus/development": {"host": "127.0.0.1", "port": port}}}}
+                        ]
+                    },
+                    "instrumentation/development": {"python": {config_file.NAME: MONITOR}},
+                }
+            )
+        )
+        env = child_env(OTEL_CONFIG_FILE=str(path), RANK_ID="1", RANK_SIZE="2", DEVICE_ID="1")
+        done = train("opentelemetry-instrument", workdir, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [line["step"] for line in json_lines(workdir / "output" / "m_rank_1.json")] == [1, 2, 4]
+
+
 def _refused(done: subprocess.CompletedProcess) -> str:
     """The one error line of ours; the run was refused before its first step."""
     assert done.returncode != 0
@@ -264,6 +299,39 @@ def test_the_specs_env_prefixed_references_are_substituted(tmp_path, fresh):
     model, declared = config_file._load(str(path))
     assert model.tracer_provider.processors[0].batch.exporter.otlp_http.endpoint == "http://127.0.0.1:4318/v1/traces"
     assert declared.options == {"service_name": "fallback", "job_id": "llama-7b", "tensorboard_path": "${env:JOB}"}
+
+
+PULL_READERS = (
+    'file_format: "1.0"\n'
+    "meter_provider:\n"
+    "  readers:\n"
+    "    - pull: {exporter: {prometheus/development: {host: 127.0.0.1, port: 19464}}}\n"
+    "    - pull: {exporter: {prometheus/development: {}}}\n"
+    "    - pull: {exporter: {prometheus/development: {port: 0}}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("environment", "listens"),
+    [
+        ({"RANK_ID": "3", "RANK_SIZE": "4", "DEVICE_ID": "1"}, ["127.0.0.1:19465", "localhost:9465", "localhost:0"]),
+        ({"DEVICE_ID": "1"}, ["127.0.0.1:19464", "localhost:9464", "localhost:0"]),  # a process alone keeps its port
+    ],
+)
+def test_the_files_prometheus_pull_readers_get_a_port_per_local_rank(tmp_path, fresh, environment, listens):
+    """Two ranks on a node, one file: its pull reader's port would be taken by the first and
+    refuse the second rank's training. As the `prometheus` output, local rank r listens on
+    port + r."""
+    from otel_mindformers.job.identity import detect_identity
+
+    path = tmp_path / "otel.yaml"
+    path.write_text(PULL_READERS)
+    for name in ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "MS_WORKER_NUM", "LOCAL_RANK"):
+        fresh.delenv(name, raising=False)
+    for name, value in environment.items():
+        fresh.setenv(name, value)
+    model, _ = config_file._load(str(path))
+    assert config_file._rank_ports(model, detect_identity()) == listens
 
 
 @pytest.mark.parametrize("value", ["", "  "])

@@ -40,7 +40,7 @@ from opentelemetry import _logs, metrics, trace
 
 from otel_mindformers.config import ConfigError, MonitorConfig
 from otel_mindformers.config.extras import install_hint
-from otel_mindformers.job.identity import detect_identity
+from otel_mindformers.job.identity import Identity, detect_identity
 from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 
 VARIABLE = "OTEL_CONFIG_FILE"
@@ -50,6 +50,8 @@ NAME = "mindformers"
 OPTIONS_KEY = f"instrumentation/development.python.{NAME}"
 # The package's loader logs what it raises, with a traceback: our one error says it instead.
 _LOADER_LOGGER = "opentelemetry.configuration.file._loader"
+# The Prometheus pull exporter's port where the file names none (opentelemetry-configuration's).
+_PROMETHEUS_PORT = 9464
 # A substitution reference with the spec's `env:` prefix, or a `$$` escape to step over.
 _ENV_PREFIXED = re.compile(r"\$\$|\$\{env:(?=[A-Za-z_])")
 
@@ -191,11 +193,30 @@ def _configure(file: str, resource_attributes: Mapping[str, Any] | None) -> File
     # First in the list: the file's own detectors run after ours and win, its attributes over all.
     detection.detectors = [models.ExperimentalResourceDetector(**{NAME: detector}), *(detection.detectors or [])]
     resource.detection_development, model.resource = detection, resource
+    listens = _rank_ports(model, detect_identity())
     try:
         configuration.configure_sdk(model)
     except Exception as exc:  # an exporter or sampler the file names that cannot be built
-        raise _error(file, f"cannot apply it: {_one_line(exc)}") from None
+        where = f" (its Prometheus pull readers listen on {', '.join(listens)})" if listens else ""
+        raise _error(file, f"cannot apply it: {_one_line(exc)}{where}") from None
     return declared
+
+
+def _rank_ports(model: Any, identity: Identity) -> list[str]:
+    """Ranks sharing a node cannot share a port: as the `prometheus` output does, with several
+    ranks, local rank r's Prometheus pull reader listens on the file's port + r (9464 + r where
+    it names none), port 0 staying "any". Returns where each pull reader will listen."""
+    readers = model.meter_provider.readers if model.meter_provider is not None else None
+    listens = []
+    for reader in readers or []:
+        exporter = reader.pull.exporter.prometheus_development if reader.pull is not None else None
+        if exporter is None:
+            continue
+        port = _PROMETHEUS_PORT if exporter.port is None else exporter.port
+        if port and identity.distributed:
+            exporter.port = port + identity.local_rank
+        listens.append(f"{exporter.host or 'localhost'}:{exporter.port if exporter.port is not None else port}")
+    return listens
 
 
 def _take_our_options(model: Any) -> dict[str, Any] | None:
