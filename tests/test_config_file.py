@@ -386,6 +386,25 @@ def test_an_sdk_configured_for_one_signal_already_is_left_as_it_is(tmp_path, fre
     assert not type(_logs.get_logger_provider()).__module__.startswith("opentelemetry.sdk")
 
 
+@pytest.mark.parametrize(("argv0", "role"), [("/opt/venv/bin/msrun", "MS_WORKER"), ("worker.py", "MS_SCHED")])
+def test_msruns_launcher_and_scheduler_leave_the_sdk_unconfigured(tmp_path, fresh, sdk_globals, argv0, role):
+    """`opentelemetry-instrument msrun ...` runs the configurator in msrun itself and in its
+    scheduler: neither trains, and the file's Prometheus pull reader there took the port
+    that local rank 0 then could not listen on (its training refused, the job stopped)."""
+    trace, metrics, _logs = sdk_globals
+    path = tmp_path / "otel.yaml"
+    path.write_text(
+        'file_format: "1.0"\n'
+        "tracer_provider: {processors: [{simple: {exporter: {console: {}}}}]}\n"
+        "instrumentation/development: {python: {mindformers: {interval: 3}}}\n"
+    )
+    fresh.setenv(config_file.VARIABLE, str(path))
+    fresh.setenv("MS_ROLE", role)
+    fresh.setattr(sys, "argv", [argv0, "--worker_num=2"])
+    assert config_file.configure() == config_file.FileConfiguration(str(path), {"interval": 3})
+    assert not type(trace.get_tracer_provider()).__module__.startswith("opentelemetry.sdk")
+
+
 def test_monitor_callback_without_the_package_raises_at_construction_naming_the_extra(tmp_path, fresh):
     path = tmp_path / "otel.yaml"
     path.write_text('file_format: "1.0"\n')

@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import os
 import re
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -178,7 +179,7 @@ def _env_prefix_read(file: str) -> Iterator[str]:
 
 def _configure(file: str, resource_attributes: Mapping[str, Any] | None) -> FileConfiguration:
     model, declared = _load(file)
-    if _sdk_configured():
+    if _sdk_configured() or _runs_no_training():
         return declared
     import opentelemetry.configuration as configuration
     from opentelemetry.configuration import models
@@ -227,6 +228,15 @@ def _take_our_options(model: Any) -> dict[str, Any] | None:
     if not python or NAME not in python:
         return None
     return dict(python.pop(NAME))
+
+
+def _runs_no_training() -> bool:
+    """msrun's launcher and its scheduler (`MS_ROLE=MS_SCHED`), which `opentelemetry-instrument
+    msrun` starts with the workers' environment: they coordinate and never train. The SDK is
+    left unconfigured there: the file's Prometheus pull reader would take the port of the
+    node's local rank 0 before that rank starts."""
+    launcher = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return os.environ.get("MS_ROLE") == "MS_SCHED" or launcher == "msrun"
 
 
 def _sdk_configured() -> bool:
