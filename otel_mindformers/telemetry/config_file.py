@@ -29,7 +29,6 @@ import dataclasses
 import logging
 import os
 import re
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -41,7 +40,7 @@ from opentelemetry import _logs, metrics, trace
 
 from otel_mindformers.config import ConfigError, MonitorConfig
 from otel_mindformers.config.extras import install_hint
-from otel_mindformers.job.identity import Identity, detect_identity
+from otel_mindformers.job.identity import Identity, detect_identity, runs_no_training
 from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 
 VARIABLE = "OTEL_CONFIG_FILE"
@@ -179,7 +178,8 @@ def _env_prefix_read(file: str) -> Iterator[str]:
 
 def _configure(file: str, resource_attributes: Mapping[str, Any] | None) -> FileConfiguration:
     model, declared = _load(file)
-    if _sdk_configured() or _runs_no_training():
+    # msrun's launcher and scheduler: a pull reader there would take local rank 0's port.
+    if _sdk_configured() or runs_no_training():
         return declared
     import opentelemetry.configuration as configuration
     from opentelemetry.configuration import models
@@ -213,10 +213,8 @@ def _rank_ports(model: Any, identity: Identity) -> list[str]:
         exporter = reader.pull.exporter.prometheus_development if reader.pull is not None else None
         if exporter is None:
             continue
-        port = _PROMETHEUS_PORT if exporter.port is None else exporter.port
-        if port and identity.distributed:
-            exporter.port = port + identity.local_rank
-        listens.append(f"{exporter.host or 'localhost'}:{exporter.port if exporter.port is not None else port}")
+        exporter.port = identity.node_port(_PROMETHEUS_PORT if exporter.port is None else exporter.port)
+        listens.append(f"{exporter.host or 'localhost'}:{exporter.port}")
     return listens
 
 
@@ -228,15 +226,6 @@ def _take_our_options(model: Any) -> dict[str, Any] | None:
     if not python or NAME not in python:
         return None
     return dict(python.pop(NAME))
-
-
-def _runs_no_training() -> bool:
-    """msrun's launcher and its scheduler (`MS_ROLE=MS_SCHED`), which `opentelemetry-instrument
-    msrun` starts with the workers' environment: they coordinate and never train. The SDK is
-    left unconfigured there: the file's Prometheus pull reader would take the port of the
-    node's local rank 0 before that rank starts."""
-    launcher = os.path.basename(sys.argv[0]) if sys.argv else ""
-    return os.environ.get("MS_ROLE") == "MS_SCHED" or launcher == "msrun"
 
 
 def _sdk_configured() -> bool:
