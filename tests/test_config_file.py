@@ -24,7 +24,7 @@ from otel_mindformers.telemetry import config_file
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.telemetry.providers import sdk_destination
 from tests.support.hidden import absent
-from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT, child_env, instrumented
+from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT, child_env, free_ports, instrumented
 from tests.support.jsonl import json_lines
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.paths import PLAIN_TRAIN
@@ -167,15 +167,10 @@ def test_the_files_sdk_exports_to_its_endpoint_with_its_resource(workdir, door, 
 def test_a_second_rank_on_the_node_trains_beside_the_files_prometheus_pull_reader(workdir):
     """msrun's rank 1 of 2 on a node whose rank 0 already listens on the file's port: it
     listens on port + 1 and trains (it was refused: Address already in use)."""
+    port = free_ports(2)
     with socket.socket() as rank_0:
-        rank_0.bind(("127.0.0.1", 0))
+        rank_0.bind(("127.0.0.1", port))
         rank_0.listen()
-        port = rank_0.getsockname()[1]
-        with socket.socket() as probe:  # port + 1 must be free for rank 1
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                pytest.skip(f"port {port + 1} is taken on this host")
         path = workdir / "otel-config.yaml"
         path.write_text(
             json.dumps(

@@ -3,7 +3,6 @@ monitored with environment variables alone, correlated with the launcher's trace
 
 import json
 import re
-import socket
 import subprocess
 import urllib.request
 
@@ -20,6 +19,7 @@ from tests.support.instrumented import (
     TRACEPARENT,
     child_env,
     free_port,
+    free_ports,
     run,
 )
 from tests.support.job_traces import job_step_traces
@@ -211,12 +211,7 @@ def test_each_rank_of_a_node_serves_the_sdks_prometheus_exporter_on_its_own_port
     advises for a scrape endpoint: msrun itself took the port first, and every rank that lost it
     skipped every instrumentor ("Failed to auto initialize OpenTelemetry"): no rank was
     monitored. Local rank r serves on the port + r; msrun and its scheduler serve none."""
-    port = free_port()
-    with socket.socket() as probe:  # rank 1's must be free too
-        try:
-            probe.bind(("127.0.0.1", port + 1))
-        except OSError:
-            pytest.skip(f"port {port + 1} is taken on this host")
+    port = free_ports(2)
     env = child_env(
         OTEL_METRICS_EXPORTER="prometheus",
         OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
