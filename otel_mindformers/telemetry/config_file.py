@@ -126,6 +126,12 @@ def read() -> FileConfiguration | None:
     file = path()
     if file is None:
         return None
+    return read_file(file)
+
+
+def read_file(file: str) -> FileConfiguration:
+    """What a declarative configuration file says of us, loaded as `OTEL_CONFIG_FILE` would
+    be (`otel-mindformers validate` checks one); nothing is configured. Raises its ConfigError."""
     _, declared = _load(file)
     return declared
 
@@ -258,4 +264,5 @@ __all__ = [
     "configure_for",
     "path",
     "read",
+    "read_file",
 ]
