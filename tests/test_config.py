@@ -360,6 +360,37 @@ def test_cli_validate_says_what_the_run_would_warn_about_and_lists_outputs_once(
     assert capsys.readouterr().out.strip().endswith("outputs: none")
 
 
+@pytest.mark.parametrize(
+    ("entry", "said", "code"),
+    [
+        (
+            "instrumentation/development: {python: {mindformers: {interval: 5, output_type: [json_file]}}}\n",
+            "valid; an OTEL_CONFIG_FILE, its monitor configuration: monitoring enabled, every 5 steps, outputs: json_file",
+            0,
+        ),
+        (
+            "instrumentation/development: {python: {mindformers: {intervl: 5}}}\n",
+            "invalid: instrumentation/development.python.mindformers.intervl: unknown key (did you mean 'interval'?)",
+            1,
+        ),
+        (
+            "tracer_provider: {processors: [{batch: {exporter: {otlp_grpc: {endpointt: x}}}}]}\n",
+            "Additional properties are not allowed ('endpointt' was unexpected)",
+            1,
+        ),
+    ],
+)
+def test_cli_validate_checks_an_otel_config_file_as_a_run_would_load_it(tmp_path, capsys, entry, said, code):
+    """The file OTEL_CONFIG_FILE names refuses every rank's training when it or its
+    `mindformers` entry is bad: `validate` checks it beforehand. It said "no monitor_config
+    section" and exited 1 on every such file, good or bad."""
+    path = tmp_path / "otel.yaml"
+    path.write_text('file_format: "1.0"\n' + entry)
+    assert cli_main(["validate", str(path)]) == code
+    out = capsys.readouterr()
+    assert said in (out.out if code == 0 else out.err), out
+
+
 # --- configuration users already have: MindFormers YAMLs ------------------------------------
 
 

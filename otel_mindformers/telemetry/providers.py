@@ -346,11 +346,7 @@ def _prometheus_reader(config: TelemetryConfig, identity: Identity) -> tuple[Met
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
-    # Ranks sharing a node cannot share a port: with several ranks, local rank r serves on
-    # `port + r`. A process alone keeps the configured port, whatever device it runs on.
-    port = config.prometheus.port
-    if port and identity.distributed:
-        port += identity.local_rank
+    port = identity.node_port(config.prometheus.port)
     # A registry per run: a previous run's reader that is still shutting down keeps its own.
     registry = CollectorRegistry(auto_describe=True)
     try:
