@@ -1,5 +1,6 @@
 """Host readings through the real psutil, and MindSpore's allocator through the real runtime."""
 
+import threading
 import time
 
 import psutil
@@ -75,6 +76,17 @@ def test_first_cpu_reading_waits_for_a_whole_window_and_later_polls_repeat_it():
     assert 0.0 <= values(measured)[semconv.PROCESS_CPU_UTILIZATION] <= 1.0
     clock.now += CPU_WINDOW_S / 10  # a poll inside the next window repeats the last measurement
     assert source.read().snapshot["process_cpu_percent"] == measured.snapshot["process_cpu_percent"]
+
+
+def test_node_cpu_is_measured_when_read_on_another_thread_than_built():
+    # Built on the training thread, read on the poller's: psutil 7 keeps cpu_percent's
+    # baseline per thread, so the node's first window read 0 % under a busy training.
+    source, _clock = windowed(RANK, NODE)
+    got = {}
+    poller = threading.Thread(target=lambda: got.update(source.read().snapshot))
+    poller.start()
+    poller.join()
+    assert got["host_cpu_percent"] > 0.0
 
 
 def test_node_series_only_on_the_rank_that_reports_the_node():
