@@ -286,6 +286,21 @@ def test_custom_monitor_class_is_checked_when_loaded(workdir, dotted, message):
         load_monitor_class(cfg)
 
 
+def test_the_articles_base_class_import_is_answered_with_ours(workdir):
+    """The article's custom monitor imports `mindformers.monitor`, which MindFormers lacks."""
+    (workdir / "article_monitor.py").write_text(
+        "from mindformers.monitor import BaseMonitor\n\nclass CustomMetricMonitor(BaseMonitor):\n    pass\n"
+    )
+    cfg = load_monitor_config({"custom_monitor_callback": "article_monitor.CustomMetricMonitor"})
+    with pytest.raises(ConfigError) as raised:
+        load_monitor_class(cfg)
+    assert str(raised.value) == (
+        "monitor_config.custom_monitor_callback: cannot import module 'article_monitor' "
+        "(ModuleNotFoundError: No module named 'mindformers.monitor'); "
+        "write `from otel_mindformers import BaseMonitor` there (docs/custom_monitors.md)"
+    )
+
+
 def test_custom_monitor_beside_the_yaml_is_found(workdir):
     assert load_monitor_class(load_monitor_config(ARTICLE_YAML)).__name__ == "CustomMetricMonitor"
 
