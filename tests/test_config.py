@@ -50,6 +50,23 @@ def test_attribute_assignment_nested_then_revalidated():
         load_monitor_config(cfg)
 
 
+def test_a_misspelt_key_assigned_in_code_is_refused_not_ignored():
+    """The article overrides keys by assignment; a typo there would be an attribute nothing reads."""
+    cfg = load_monitor_config(ARTICLE_YAML)
+    with pytest.raises(
+        ConfigError, match=re.escape("monitor_config.intervall: unknown key (did you mean 'interval'?)")
+    ):
+        cfg.intervall = 5
+    with pytest.raises(
+        ConfigError,
+        match=re.escape("monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)"),
+    ):
+        cfg.alert_config.loss_treshold = 2.0
+    cfg.step_interval = 4  # MindFormers' name, as in the YAML
+    assert (cfg.interval, cfg.alert_config.loss_threshold) == (4, 8.0)
+    assert not hasattr(cfg, "intervall") and not hasattr(cfg, "step_interval")
+
+
 def test_grad_monitor_is_resolved_once_and_follows_an_assignment():
     """None / true / false read as what they ask of the norm (`grad_norm`), also after the
     article's `cfg.grad_monitor = False`."""

@@ -37,6 +37,7 @@ from otel_mindformers.config.checks import (
     _seconds,
 )
 from otel_mindformers.config.coercion import keys_of, parse_section
+from otel_mindformers.config.errors import ConfigError, suggestion
 from otel_mindformers.config.limits import (
     DEVICE_SOURCES,
     LOGS_QUEUE_SIZE,
@@ -74,7 +75,26 @@ def _key(
 
 
 class _Section:
-    """A repr that shows no secret field, and URLs (`otlp.endpoint`) without credentials."""
+    """A repr that shows no secret field, and URLs (`otlp.endpoint`) without credentials.
+    Assigning a key in code (`cfg.grad_monitor = False`, as the monitor_config article
+    does) accepts the section's keys and their aliases, and refuses any other name."""
+
+    # How messages name the section; the class name where one class serves several keys.
+    KEY_PATH: ClassVar[str | None] = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_"):
+            fields = dataclasses.fields(self)  # type: ignore[arg-type]  # every section is a dataclass
+            if name not in {f.name for f in fields}:
+                aliases = {a: f.name for f in fields for a in f.metadata.get("aliases", ())}
+                if name not in aliases:
+                    # A misspelt key would be a new attribute that nothing reads: the
+                    # override would be lost without a word.
+                    known = [f.name for f in fields if f.name not in getattr(self, "INTERNAL_FIELDS", ())]
+                    path = self.KEY_PATH or type(self).__name__
+                    raise ConfigError(f"{path}.{name}: unknown key{suggestion(name, [*known, *aliases])}")
+                name = aliases[name]  # MindFormers' `step_interval` is our `interval`
+        super().__setattr__(name, value)
 
     def __repr__(self) -> str:
         shown = []
@@ -196,6 +216,7 @@ class AlertConfig(_Section):
     """
 
     SWITCH: ClassVar[str] = "enable_alert"  # `alert_config: true` (the monitor_config article's switch)
+    KEY_PATH: ClassVar[str | None] = "monitor_config.alert_config"
 
     enable_alert: bool = _key(default=False)
     loss_threshold: Union[float, None] = _key(default=None, check=_at_least(0.0))
@@ -470,6 +491,7 @@ class MonitorConfig(_Section):
 
     # Fields that are not YAML keys, and MindFormers' own keys the section may hold.
     INTERNAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"mindformers_native", "source_dir"})
+    KEY_PATH: ClassVar[str | None] = "monitor_config"
     NATIVE_KEYS: ClassVar[frozenset[str]] = MINDFORMERS_NATIVE_KEYS
 
     enable: bool = _key(default=True, aliases=("monitor_on",))
