@@ -113,6 +113,31 @@ def test_mindformers_native_keys_are_aliases_and_kept(tmp_path):
     assert cfg.mindformers_native == {"dump_path": "./dump", "local_loss_format": None}
 
 
+@pytest.mark.parametrize("value", ["10s", "0", "nan", "-1000"])
+def test_an_unusable_metric_export_interval_variable_is_the_default_with_one_warning(
+    monkeypatch, caplog, otlp_receiver, value
+):
+    """The SDK's reader warns and keeps its default for such a value; ours raised ValueError
+    when the run built its providers, and the training never started."""
+    from otel_mindformers.job.identity import Identity
+    from otel_mindformers.telemetry.providers import build_telemetry
+
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", value)
+    config = load_monitor_config(
+        {"output_type": ["otlp"], "otlp": {"endpoint": otlp_receiver.grpc_endpoint, "protocol": "grpc"}}
+    )
+    assert config.otlp.resolved_export_interval() == 10.0
+    telemetry = build_telemetry(config.telemetry, Identity(rank=0, world_size=1))
+    telemetry.meter.create_counter("interval.counter").add(1)
+    assert telemetry.close(5.0)
+    assert len(otlp_receiver.points("interval.counter")) == 1
+    warnings = [r.getMessage() for r in caplog.records if "OTEL_METRIC_EXPORT_INTERVAL" in r.getMessage()]
+    assert warnings == [
+        f"otel_mindformers: OTEL_METRIC_EXPORT_INTERVAL={value!r} is not a number of milliseconds "
+        "from 10 to 86400000; metrics are exported every 10 s"
+    ]
+
+
 def test_otlp_settings_default_to_standard_env(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "2500")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import os
 from collections.abc import Callable
 from typing import Any, ClassVar, Union
@@ -43,6 +44,7 @@ from otel_mindformers.config.limits import (
     LOGS_QUEUE_SIZE,
     MAX_LOGS_QUEUE_SIZE,
     MAX_PROFILE_STEPS,
+    MAX_SECONDS,
     MINDFORMERS_NATIVE_KEYS,
     NOTIFIER_TYPES,
     OTLP_PROTOCOLS,
@@ -287,10 +289,33 @@ class OtlpConfig(_Section):
         return LOGS_QUEUE_SIZE
 
     def resolved_export_interval(self) -> float:
-        """Seconds between metric exports (OTEL_METRIC_EXPORT_INTERVAL is in ms)."""
+        """Seconds between metric exports: `export_interval`, else OTEL_METRIC_EXPORT_INTERVAL
+        (ms), else 10 s. A variable that is no number of ms from 10 ms to a day counts as
+        unset, as the SDK's reader treats it (`export_interval_variable_ignored` names it)."""
         if self.export_interval is not None:
             return self.export_interval
-        return float(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "10000")) / 1000.0
+        millis = _export_interval_millis(os.environ.get(EXPORT_INTERVAL_VARIABLE, ""))
+        return (millis if millis is not None else DEFAULT_EXPORT_INTERVAL_MS) / 1000.0
+
+    def export_interval_variable_ignored(self) -> str | None:
+        """OTEL_METRIC_EXPORT_INTERVAL's value when it decides the interval but is not usable."""
+        value = os.environ.get(EXPORT_INTERVAL_VARIABLE, "")
+        if self.export_interval is None and value.strip() and _export_interval_millis(value) is None:
+            return value
+        return None
+
+
+EXPORT_INTERVAL_VARIABLE = "OTEL_METRIC_EXPORT_INTERVAL"
+DEFAULT_EXPORT_INTERVAL_MS = 10_000.0
+
+
+def _export_interval_millis(value: str) -> float | None:
+    """`value` as milliseconds between exports, None when blank or out of `export_interval`'s range."""
+    try:
+        millis = float(value)
+    except ValueError:
+        return None
+    return millis if math.isfinite(millis) and 10.0 <= millis <= MAX_SECONDS * 1000.0 else None
 
 
 @dataclasses.dataclass(repr=False)

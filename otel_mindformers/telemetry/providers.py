@@ -461,6 +461,14 @@ def build_telemetry(
     if meter_provider is None:
         readers: list[MetricReader] = []
         if metric_exporter is not None:
+            ignored_interval = config.otlp.export_interval_variable_ignored()
+            if ignored_interval is not None:  # the SDK's reader says the same and goes on
+                _logger.warning(
+                    "otel_mindformers: OTEL_METRIC_EXPORT_INTERVAL=%r is not a number of milliseconds "
+                    "from 10 to 86400000; metrics are exported every %g s",
+                    ignored_interval,
+                    config.otlp.resolved_export_interval(),
+                )
             readers.append(
                 PeriodicExportingMetricReader(
                     metric_exporter,
