@@ -138,6 +138,27 @@ def test_an_unusable_metric_export_interval_variable_is_the_default_with_one_war
     ]
 
 
+def test_an_otlp_protocol_variable_naming_no_protocol_is_refused_before_training(workdir, monkeypatch):
+    """The SDK refuses it too; ours sent it as HTTP/protobuf (to the gRPC port), and the only
+    word was a failing export, after the run had entered the job's ledger."""
+    from otel_mindformers import MonitorCallback
+
+    section = {
+        "output_type": ["otlp", "json_file"],
+        "json_log_path": "out/m.json",
+        "otlp": {"endpoint": "http://127.0.0.1:9"},
+    }
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grcp")
+    with pytest.raises(ConfigError) as raised:
+        MonitorCallback(section)
+    assert str(raised.value) == (
+        "OTEL_EXPORTER_OTLP_PROTOCOL: unknown value 'grcp' (did you mean 'grpc'?); allowed: grpc, http/protobuf, http/json"
+    )
+    assert not (workdir / "out").exists()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", " http/json ")
+    assert MonitorCallback(section).config.otlp.resolved_protocol() == "http/json"
+
+
 def test_otlp_settings_default_to_standard_env(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "2500")

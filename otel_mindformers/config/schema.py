@@ -277,7 +277,17 @@ class OtlpConfig(_Section):
     logs_queue_size: Union[int, None] = _key(default=None, check=_at_least(1, MAX_LOGS_QUEUE_SIZE))
 
     def resolved_protocol(self) -> str:
-        return self.protocol or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+        """`protocol`, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc. A variable that names no
+        protocol is refused, as the SDK refuses it, rather than sent as HTTP/protobuf."""
+        if self.protocol:
+            return self.protocol
+        variable = os.environ.get(PROTOCOL_VARIABLE, "").strip()
+        if variable and variable not in OTLP_PROTOCOLS:
+            raise ConfigError(
+                f"{PROTOCOL_VARIABLE}: unknown value {variable!r}{suggestion(variable, OTLP_PROTOCOLS)}; "
+                f"allowed: {', '.join(OTLP_PROTOCOLS)}"
+            )
+        return variable or "grpc"
 
     def resolved_logs_queue_size(self) -> int:
         """`logs_queue_size`, else a valid OTEL_BLRP_MAX_QUEUE_SIZE, else LOGS_QUEUE_SIZE."""
@@ -305,6 +315,7 @@ class OtlpConfig(_Section):
         return None
 
 
+PROTOCOL_VARIABLE = "OTEL_EXPORTER_OTLP_PROTOCOL"
 EXPORT_INTERVAL_VARIABLE = "OTEL_METRIC_EXPORT_INTERVAL"
 DEFAULT_EXPORT_INTERVAL_MS = 10_000.0
 

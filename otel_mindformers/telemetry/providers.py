@@ -157,6 +157,18 @@ def _is_configured(provider: Any) -> bool:
     return type(provider).__module__.startswith("opentelemetry.sdk")
 
 
+def check_own_exporters(config: TelemetryConfig) -> None:
+    """Raise now the ConfigError that building our OTLP exporters would raise as the run
+    starts (OTEL_EXPORTER_OTLP_PROTOCOL naming no protocol), so it comes before training
+    and before the run is entered in the job's ledger. Nothing to check where the process's
+    SDK is configured: its exporters are used then."""
+    if "otlp" not in config.output_type or config_file.applied() is not None:
+        return
+    globals_ = (trace.get_tracer_provider(), metrics.get_meter_provider(), _logs.get_logger_provider())
+    if not all(_is_configured(provider) for provider in globals_):
+        config.otlp.resolved_protocol()
+
+
 class SdkExitGuard:
     """Under `opentelemetry-instrument`, the SDK's own providers end the way ours do.
 
