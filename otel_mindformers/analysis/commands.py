@@ -11,6 +11,7 @@ from pathlib import Path
 
 from otel_mindformers.config import OTLP_PROTOCOLS
 from otel_mindformers.config.extras import MATPLOTLIB_MODULES, TENSORBOARD_MODULES, missing_package
+from otel_mindformers.core.image_file import image_file
 from otel_mindformers.outputs.jsonl_reader import (
     AnalysisError,
     Location,
@@ -30,7 +31,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     plot = commands.add_parser("plot", help="plot loss, learning rate, grad norm and step time")
     plot.add_argument("logs", nargs="+", metavar="LOG", help=_LOGS_HELP)
     plot.add_argument(
-        "-o", "--output", default="training.png", help="image file; the suffix picks the format (.png, .svg, .pdf)"
+        "-o",
+        "--output",
+        type=image_file,
+        default="training.png",
+        help="image file; the suffix picks the format (.png, .svg, .pdf)",
     )
     plot.add_argument(
         "--smooth",
