@@ -104,3 +104,12 @@ def test_an_output_that_is_no_image_file_is_refused_before_drawing(tmp_path, out
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"argument -o/--output: {said}" in done.stderr
     assert list(tmp_path.iterdir()) == [] and not (tmp_path.parent / f"{tmp_path.name}.png").exists()
+
+
+@pytest.mark.slow  # the CLI, as users run it
+@pytest.mark.parametrize("command", [["plot", "-o", "taken/run.png"], ["replay", "--tensorboard", "taken/tb"]])
+def test_an_output_the_system_refuses_is_one_line_naming_it(tmp_path, command):
+    (tmp_path / "taken").write_text("a file where a folder would go\n")
+    done = cli(command[0], str(FIXTURES / "rotated"), *command[1:], cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: taken") and done.stderr.count("\n") == 1, done.stderr

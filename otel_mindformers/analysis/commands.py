@@ -138,7 +138,8 @@ def _note_damaged_tails(locations: Iterable[Location | str]) -> None:
 
 
 def _one_line_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Unreadable logs, refused replays and missing optional packages end in one stderr line."""
+    """Unreadable logs, refused replays, missing optional packages and an output the system
+    refuses (a folder under a file, no permission) end in one stderr line."""
 
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
@@ -146,6 +147,10 @@ def _one_line_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[
             return command(args)
         except AnalysisError as exc:
             print(f"error: {exc}", file=sys.stderr)
+        except OSError as exc:
+            if exc.filename is None:  # not a path of the user's: a fault to show whole
+                raise
+            print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
     return run
