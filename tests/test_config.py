@@ -159,6 +159,32 @@ def test_an_otlp_protocol_variable_naming_no_protocol_is_refused_before_training
     assert MonitorCallback(section).config.otlp.resolved_protocol() == "http/json"
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "5s", "ValueError: could not convert string to float: '5s'"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", 'Invalid value "zip" for compression envvar'),
+    ],
+)
+def test_an_otlp_variable_the_exporters_refuse_is_a_config_error_before_training(
+    workdir, monkeypatch, variable, value, said
+):
+    """The SDK's exporters raised these when the run built them: out of Model.train, after
+    the run had entered the job's ledger, without a word of which setting."""
+    from otel_mindformers import MonitorCallback
+
+    section = {
+        "output_type": ["otlp", "json_file"],
+        "json_log_path": "out/m.json",
+        "otlp": {"endpoint": "http://127.0.0.1:9"},
+    }
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError, match="the OTLP exporters refuse their settings") as raised:
+        MonitorCallback(section)
+    assert "OTEL_EXPORTER_OTLP_*" in str(raised.value) and said in str(raised.value)
+    assert not (workdir / "out").exists()
+
+
 def test_otlp_settings_default_to_standard_env(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "2500")
