@@ -67,6 +67,16 @@ def test_a_misspelt_key_assigned_in_code_is_refused_not_ignored():
     assert not hasattr(cfg, "intervall") and not hasattr(cfg, "step_interval")
 
 
+def test_a_misspelt_mindformers_key_gets_a_suggestion_too():
+    """MindFormers' own keys are valid in the section; a typo in one was an unknown key with no hint."""
+    with pytest.raises(ConfigError) as raised:
+        parse_monitor_config({"monitor_on": True, "dump_pathh": "./dump", "weight_state_formatt": ["log"]})
+    assert raised.value.problems == [
+        "monitor_config.dump_pathh: unknown key (did you mean 'dump_path'?)",
+        "monitor_config.weight_state_formatt: unknown key (did you mean 'weight_state_format'?)",
+    ]
+
+
 def test_grad_monitor_is_resolved_once_and_follows_an_assignment():
     """None / true / false read as what they ask of the norm (`grad_norm`), also after the
     article's `cfg.grad_monitor = False`."""
