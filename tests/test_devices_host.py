@@ -1,5 +1,6 @@
 """Host readings through the real psutil, and MindSpore's allocator through the real runtime."""
 
+import threading
 import time
 
 import psutil
@@ -95,6 +96,17 @@ def test_process_cpu_utilization_is_cpu_time_over_wall_time_and_the_processs_cpu
     expected = (cpu_after - cpu_before) / (wall_after - wall_before) / cpus
     assert values(readings)[semconv.PROCESS_CPU_UTILIZATION] == pytest.approx(expected, rel=0.2)
     assert readings.snapshot["process_cpu_percent"] == pytest.approx(expected * cpus * 100, rel=0.2)
+
+
+def test_node_cpu_is_measured_when_read_on_another_thread_than_built():
+    # Built on the training thread, read on the poller's: psutil 7 keeps cpu_percent's
+    # baseline per thread, so the node's first window read 0 % under a busy training.
+    source, _clock = windowed(RANK, NODE)
+    got = {}
+    poller = threading.Thread(target=lambda: got.update(source.read().snapshot))
+    poller.start()
+    poller.join()
+    assert got["host_cpu_percent"] > 0.0
 
 
 def test_node_series_only_on_the_rank_that_reports_the_node():
