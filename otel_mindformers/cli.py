@@ -3,24 +3,58 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from otel_mindformers.analysis.commands import add_commands as add_analysis_commands
 from otel_mindformers.captures.offline.capture_command import add_command as add_capture_command
 from otel_mindformers.compat import releases
-from otel_mindformers.config import ConfigError, load_monitor_config
+from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
 from otel_mindformers.devices.devices_command import add_command as add_devices_command
 from otel_mindformers.hangs.offline.hang_report import add_command as add_hang_report_command
 from otel_mindformers.version import __version__
 
 
+def _declarative(path: str) -> bool:
+    """An OTel declarative configuration file (OTEL_CONFIG_FILE's): a mapping with `file_format`."""
+    from otel_mindformers.config.yaml_loader import read_yaml
+
+    try:
+        document = read_yaml(Path(path))
+    except (ConfigError, OSError):  # the monitor_config loader says what is wrong with it
+        return False
+    return isinstance(document, Mapping) and "file_format" in document
+
+
+def _monitor_config_of(path: str) -> tuple[MonitorConfig, str]:
+    """The monitor configuration a run would take from `path`, and what the file is: a
+    monitor_config YAML, or an OTEL_CONFIG_FILE whose `instrumentation/development: python:
+    mindformers:` entry is one (loaded as opentelemetry-configuration loads it)."""
+    if not _declarative(path):
+        return load_monitor_config(path), ""
+    from otel_mindformers.config.coercion import parse_section
+    from otel_mindformers.telemetry import config_file
+
+    declared = config_file.read_file(path)
+    config = parse_section(MonitorConfig, declared.options or {}, config_file.OPTIONS_KEY)
+    config.source_dir = os.path.dirname(os.path.abspath(path))
+    if not declared.enabled:
+        config.enable = False
+    entry = "its" if declared.options is not None else f"no {config_file.OPTIONS_KEY} entry, the default"
+    return config, f"an OTEL_CONFIG_FILE, {entry} monitor configuration: "
+
+
 def _validate(args: argparse.Namespace) -> int:
     """Every problem of the file at once: its keys and values, the output paths, the custom
-    monitor class, the optional packages the enabled outputs need. Creates nothing."""
+    monitor class, the optional packages the enabled outputs need. Creates nothing. An
+    OTEL_CONFIG_FILE (OTel's declarative configuration) is checked too: the file as
+    opentelemetry-configuration loads it, and its `mindformers` entry."""
+    kind = ""
     try:
-        config = load_monitor_config(args.config)
+        config, kind = _monitor_config_of(args.config)
     except ConfigError as exc:
         problems = exc.problems
     else:
@@ -45,7 +79,7 @@ def _validate(args: argparse.Namespace) -> int:
     print(f"found {releases.found()}")
     state = "enabled" if config.enable else "disabled (enable: false)"
     outputs = ", ".join(dict.fromkeys(config.output_type)) or "none"
-    print(f"{args.config}: valid; monitoring {state}, every {config.interval} steps, outputs: {outputs}")
+    print(f"{args.config}: valid; {kind}monitoring {state}, every {config.interval} steps, outputs: {outputs}")
     return 0
 
 
@@ -65,7 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     validate = commands.add_parser("validate", help="check a monitor_config YAML before training")
-    validate.add_argument("config", help="YAML file with a monitor_config section (or the section itself)")
+    validate.add_argument(
+        "config",
+        help="YAML file with a monitor_config section (or the section itself), or an OTEL_CONFIG_FILE",
+    )
     validate.set_defaults(func=_validate)
     for add_command in COMMANDS:
         add_command(commands)

@@ -86,3 +86,30 @@ def test_svg_output_and_argument_errors(tmp_path):
     assert bad.returncode == 2 and "expected a weight in [0, 1)" in bad.stderr
     missing = cli("plot", str(tmp_path / "nothing.json"), cwd=tmp_path)
     assert missing.returncode == 1 and missing.stderr.startswith("error: ") and "Traceback" not in missing.stderr
+
+
+@pytest.mark.slow  # the CLI, as users run it
+@pytest.mark.parametrize(
+    ("output", "said"),
+    [
+        ("run", "'run': the suffix picks the image format; expected one of .png, .svg"),
+        ("run.jpgg", "'run.jpgg': the suffix picks the image format"),
+        (".", "'.' is a folder; name the image file (e.g. plot.png)"),
+    ],
+)
+def test_an_output_that_is_no_image_file_is_refused_before_drawing(tmp_path, output, said):
+    """matplotlib wrote `run` as run.png (and a folder `out/` as out.png beside it) while the
+    command said it wrote `run`; an unknown suffix was a traceback after the drawing."""
+    done = cli("plot", str(FIXTURES / "rotated"), "-o", output, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"argument -o/--output: {said}" in done.stderr
+    assert list(tmp_path.iterdir()) == [] and not (tmp_path.parent / f"{tmp_path.name}.png").exists()
+
+
+@pytest.mark.slow  # the CLI, as users run it
+@pytest.mark.parametrize("command", [["plot", "-o", "taken/run.png"], ["replay", "--tensorboard", "taken/tb"]])
+def test_an_output_the_system_refuses_is_one_line_naming_it(tmp_path, command):
+    (tmp_path / "taken").write_text("a file where a folder would go\n")
+    done = cli(command[0], str(FIXTURES / "rotated"), *command[1:], cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: taken") and done.stderr.count("\n") == 1, done.stderr

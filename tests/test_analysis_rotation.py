@@ -172,6 +172,24 @@ def test_a_batch_of_lines_rolls_over_between_whole_lines(tmp_path):
     assert all(p.stat().st_size <= 100 for p in log_set.files)
 
 
+def test_lines_that_fill_max_bytes_exactly_stay_in_one_file(tmp_path):
+    """The file rolls over before a line would pass max_bytes (docs/analysis.md): lines that
+    reach it exactly stay together."""
+    from otel_mindformers.config import LogRotationConfig
+    from otel_mindformers.outputs.jsonl import JsonLinesSink
+
+    path = tmp_path / "m.json"
+    lines = [json.dumps({"step": i, "pad": "x" * 27}).encode() + b"\n" for i in range(4)]
+    assert {len(line) for line in lines} == {50}
+    sink = JsonLinesSink(path, LogRotationConfig(max_bytes=100, backup_count=10))
+    for line in lines:
+        sink.append([line])
+    sink.close()
+    (log_set,) = discover([path])
+    assert [[line["step"] for line in assert_whole_lines([p])] for p in log_set.files] == [[0, 1], [2, 3]]
+    assert [p.stat().st_size for p in log_set.files] == [100, 100]
+
+
 @pytest.mark.slow
 def test_a_short_write_of_a_batch_keeps_its_whole_lines(tmp_path):
     """A disk that fills in the middle of a batch: the lines that made it stay, the partial one goes."""

@@ -106,3 +106,13 @@ def test_report_html_and_capture_plot_draw_or_name_an_odd_trace(tmp_path, capsys
         assert drawn and status == 0 and (tmp_path / "trace.png").stat().st_size > 0, (notes, said.err)
         operators = drawn[0].all("rect", "op")
         assert len(operators) == (1 if shape == "object form" else 0)
+
+
+def test_capture_plot_to_a_name_that_is_no_image_file_is_refused(tmp_path, capsys):
+    """matplotlib would write `trace` as trace.png while the command named `trace`."""
+    captures = _capture_with(tmp_path / "captures", ODD["object form"])
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["capture", "--plot", str(tmp_path / "trace"), str(captures)])
+    assert exited.value.code == 2
+    assert "argument --plot: " in capsys.readouterr().err
+    assert not (tmp_path / "trace.png").exists()

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from otel_mindformers.names import semconv
+from otel_mindformers.names.phase_names import PHASE_DATA_WAIT, SPAN_PREFIX
 from tests.support.paths import COLLECTOR_CONFIG as CONFIG_DIR
 from tests.support.paths import RULE_FILES
 from tests.support.prometheus import AMTOOL, PROMTOOL, run_tool
@@ -216,7 +217,8 @@ def test_collector_config_has_the_documented_exporters_and_receivers():
 
 def test_tail_sampling_matches_the_package_span_and_event_names():
     policies = load(CONFIG_DIR / "otelcol.yaml")["processors"]["tail_sampling"]["policies"]
-    spans = {semconv.SPAN_RUN, semconv.SPAN_EPOCH, semconv.SPAN_STEP}
+    spans = {semconv.SPAN_RUN, semconv.SPAN_EPOCH, semconv.SPAN_STEP, semconv.SPAN_JOB_STEP}
+    spans |= {SPAN_PREFIX + PHASE_DATA_WAIT}
     named: dict[str, set[str]] = {"span": set(), "spanevent": set()}
     for policy in policies:
         for context, conditions in policy.get("ottl_condition", {}).items():

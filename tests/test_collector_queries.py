@@ -137,16 +137,24 @@ def test_logql_uses_the_labels_and_fields_log_records_carry(query):
 
 # --- tail sampling ------------------------------------------------------------------------------
 def _kept_by_policy(span_name: str) -> bool:
-    """What the `ottl_condition` span policies of otelcol.yaml say about a span of that name."""
+    """What the `ottl_condition` span policies of otelcol.yaml say about a span of that name:
+    a condition is `name == "x"` / `name != "x"` clauses joined by `and`."""
     config = yaml.safe_load((REPO / "collector-config" / "otelcol.yaml").read_text())
     for policy in config["processors"]["tail_sampling"]["policies"]:
         for condition in policy.get("ottl_condition", {}).get("span", []):
-            equal = re.fullmatch(r'name == "([^"]+)"', condition)
-            differ = re.fullmatch(r'name != "([^"]+)"', condition)
-            assert equal or differ, f"the test cannot read {condition!r}"
-            if (equal and equal.group(1) == span_name) or (differ and differ.group(1) != span_name):
+            holds = []
+            for clause in condition.split(" and "):
+                match = re.fullmatch(r'name (==|!=) "([^"]+)"', clause.strip())
+                assert match, f"the test cannot read {condition!r}"
+                holds.append((match.group(2) == span_name) == (match.group(1) == "=="))
+            if all(holds):
                 return True
     return False
+
+
+# Every span a sampled step's trace holds (docs/telemetry.md, one trace per sampled step):
+# each rank's step span, the job's root, the step's wait for data.
+STEP_TRACE_SPANS = (semconv.SPAN_STEP, semconv.SPAN_JOB_STEP, SPAN_PREFIX + phase_names.PHASE_DATA_WAIT)
 
 
 def test_tail_sampling_keeps_the_spans_the_trace_queries_select():
@@ -155,7 +163,12 @@ def test_tail_sampling_keeps_the_spans_the_trace_queries_select():
             if name != semconv.SPAN_STEP:  # steps: anomalies and the baseline (see the doc)
                 assert _kept_by_policy(name), name
     assert _kept_by_policy("GET") and _kept_by_policy(SPAN_PREFIX + "upload")  # children of phases, user phases
-    assert not _kept_by_policy(semconv.SPAN_STEP)
+
+
+def test_tail_sampling_leaves_an_ordinary_step_trace_to_the_baseline():
+    """A policy keeps a trace when any of its spans matches: no span of a step's trace may
+    match the run-traces condition, or every step of every rank is kept."""
+    assert [name for name in STEP_TRACE_SPANS if _kept_by_policy(name)] == []
 
 
 # --- PromQL against a real Prometheus -------------------------------------------------------------

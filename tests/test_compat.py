@@ -354,6 +354,7 @@ def test_mindformers_internals_are_where_the_adapter_looks(workdir):
     assert mindformers_api.base_trainer().__name__ == "BaseTrainer"
     assert mindformers_api.config_template().__name__ == "Config"
     assert mindformers_api.monitor_section().__name__ == "MonitorConfig"
+    assert mindformers_api.config_file_reader().__name__ == "MindFormerConfig"
     module, loads = mindformers_api.resume_loads()
     assert "transform_and_load_checkpoint" in loads and set(loads) <= set(vars(module))
     for class_name, method, feature in mindformers_api.STATE_HOOKS:

@@ -50,6 +50,33 @@ def test_attribute_assignment_nested_then_revalidated():
         load_monitor_config(cfg)
 
 
+def test_a_misspelt_key_assigned_in_code_is_refused_not_ignored():
+    """The article overrides keys by assignment; a typo there would be an attribute nothing reads."""
+    cfg = load_monitor_config(ARTICLE_YAML)
+    with pytest.raises(
+        ConfigError, match=re.escape("monitor_config.intervall: unknown key (did you mean 'interval'?)")
+    ):
+        cfg.intervall = 5
+    with pytest.raises(
+        ConfigError,
+        match=re.escape("monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)"),
+    ):
+        cfg.alert_config.loss_treshold = 2.0
+    cfg.step_interval = 4  # MindFormers' name, as in the YAML
+    assert (cfg.interval, cfg.alert_config.loss_threshold) == (4, 8.0)
+    assert not hasattr(cfg, "intervall") and not hasattr(cfg, "step_interval")
+
+
+def test_a_misspelt_mindformers_key_gets_a_suggestion_too():
+    """MindFormers' own keys are valid in the section; a typo in one was an unknown key with no hint."""
+    with pytest.raises(ConfigError) as raised:
+        parse_monitor_config({"monitor_on": True, "dump_pathh": "./dump", "weight_state_formatt": ["log"]})
+    assert raised.value.problems == [
+        "monitor_config.dump_pathh: unknown key (did you mean 'dump_path'?)",
+        "monitor_config.weight_state_formatt: unknown key (did you mean 'weight_state_format'?)",
+    ]
+
+
 def test_grad_monitor_is_resolved_once_and_follows_an_assignment():
     """None / true / false read as what they ask of the norm (`grad_norm`), also after the
     article's `cfg.grad_monitor = False`."""
@@ -94,6 +121,78 @@ def test_mindformers_native_keys_are_aliases_and_kept(tmp_path):
     )
     assert cfg.enable is True and cfg.interval == 4
     assert cfg.mindformers_native == {"dump_path": "./dump", "local_loss_format": None}
+
+
+@pytest.mark.parametrize("value", ["10s", "0", "nan", "-1000"])
+def test_an_unusable_metric_export_interval_variable_is_the_default_with_one_warning(
+    monkeypatch, caplog, otlp_receiver, value
+):
+    """The SDK's reader warns and keeps its default for such a value; ours raised ValueError
+    when the run built its providers, and the training never started."""
+    from otel_mindformers.job.identity import Identity
+    from otel_mindformers.telemetry.providers import build_telemetry
+
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", value)
+    config = load_monitor_config(
+        {"output_type": ["otlp"], "otlp": {"endpoint": otlp_receiver.grpc_endpoint, "protocol": "grpc"}}
+    )
+    assert config.otlp.resolved_export_interval() == 10.0
+    telemetry = build_telemetry(config.telemetry, Identity(rank=0, world_size=1))
+    telemetry.meter.create_counter("interval.counter").add(1)
+    assert telemetry.close(5.0)
+    assert len(otlp_receiver.points("interval.counter")) == 1
+    warnings = [r.getMessage() for r in caplog.records if "OTEL_METRIC_EXPORT_INTERVAL" in r.getMessage()]
+    assert warnings == [
+        f"otel_mindformers: OTEL_METRIC_EXPORT_INTERVAL={value!r} is not a number of milliseconds "
+        "from 10 to 86400000; metrics are exported every 10 s"
+    ]
+
+
+def test_an_otlp_protocol_variable_naming_no_protocol_is_refused_before_training(workdir, monkeypatch):
+    """The SDK refuses it too; ours sent it as HTTP/protobuf (to the gRPC port), and the only
+    word was a failing export, after the run had entered the job's ledger."""
+    from otel_mindformers import MonitorCallback
+
+    section = {
+        "output_type": ["otlp", "json_file"],
+        "json_log_path": "out/m.json",
+        "otlp": {"endpoint": "http://127.0.0.1:9"},
+    }
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grcp")
+    with pytest.raises(ConfigError) as raised:
+        MonitorCallback(section)
+    assert str(raised.value) == (
+        "OTEL_EXPORTER_OTLP_PROTOCOL: unknown value 'grcp' (did you mean 'grpc'?); allowed: grpc, http/protobuf, http/json"
+    )
+    assert not (workdir / "out").exists()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", " http/json ")
+    assert MonitorCallback(section).config.otlp.resolved_protocol() == "http/json"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "5s", "ValueError: could not convert string to float: '5s'"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", 'Invalid value "zip" for compression envvar'),
+    ],
+)
+def test_an_otlp_variable_the_exporters_refuse_is_a_config_error_before_training(
+    workdir, monkeypatch, variable, value, said
+):
+    """The SDK's exporters raised these when the run built them: out of Model.train, after
+    the run had entered the job's ledger, without a word of which setting."""
+    from otel_mindformers import MonitorCallback
+
+    section = {
+        "output_type": ["otlp", "json_file"],
+        "json_log_path": "out/m.json",
+        "otlp": {"endpoint": "http://127.0.0.1:9"},
+    }
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError, match="the OTLP exporters refuse their settings") as raised:
+        MonitorCallback(section)
+    assert "OTEL_EXPORTER_OTLP_*" in str(raised.value) and said in str(raised.value)
+    assert not (workdir / "out").exists()
 
 
 def test_otlp_settings_default_to_standard_env(monkeypatch):
@@ -286,6 +385,21 @@ def test_custom_monitor_class_is_checked_when_loaded(workdir, dotted, message):
         load_monitor_class(cfg)
 
 
+def test_the_articles_base_class_import_is_answered_with_ours(workdir):
+    """The article's custom monitor imports `mindformers.monitor`, which MindFormers lacks."""
+    (workdir / "article_monitor.py").write_text(
+        "from mindformers.monitor import BaseMonitor\n\nclass CustomMetricMonitor(BaseMonitor):\n    pass\n"
+    )
+    cfg = load_monitor_config({"custom_monitor_callback": "article_monitor.CustomMetricMonitor"})
+    with pytest.raises(ConfigError) as raised:
+        load_monitor_class(cfg)
+    assert str(raised.value) == (
+        "monitor_config.custom_monitor_callback: cannot import module 'article_monitor' "
+        "(ModuleNotFoundError: No module named 'mindformers.monitor'); "
+        "write `from otel_mindformers import BaseMonitor` there (docs/custom_monitors.md)"
+    )
+
+
 def test_custom_monitor_beside_the_yaml_is_found(workdir):
     assert load_monitor_class(load_monitor_config(ARTICLE_YAML)).__name__ == "CustomMetricMonitor"
 
@@ -358,6 +472,37 @@ def test_cli_validate_says_what_the_run_would_warn_about_and_lists_outputs_once(
     path.write_text("monitor_config:\n  output_type: []\n")
     assert cli_main(["validate", str(path)]) == 0
     assert capsys.readouterr().out.strip().endswith("outputs: none")
+
+
+@pytest.mark.parametrize(
+    ("entry", "said", "code"),
+    [
+        (
+            "instrumentation/development: {python: {mindformers: {interval: 5, output_type: [json_file]}}}\n",
+            "valid; an OTEL_CONFIG_FILE, its monitor configuration: monitoring enabled, every 5 steps, outputs: json_file",
+            0,
+        ),
+        (
+            "instrumentation/development: {python: {mindformers: {intervl: 5}}}\n",
+            "invalid: instrumentation/development.python.mindformers.intervl: unknown key (did you mean 'interval'?)",
+            1,
+        ),
+        (
+            "tracer_provider: {processors: [{batch: {exporter: {otlp_grpc: {endpointt: x}}}}]}\n",
+            "Additional properties are not allowed ('endpointt' was unexpected)",
+            1,
+        ),
+    ],
+)
+def test_cli_validate_checks_an_otel_config_file_as_a_run_would_load_it(tmp_path, capsys, entry, said, code):
+    """The file OTEL_CONFIG_FILE names refuses every rank's training when it or its
+    `mindformers` entry is bad: `validate` checks it beforehand. It said "no monitor_config
+    section" and exited 1 on every such file, good or bad."""
+    path = tmp_path / "otel.yaml"
+    path.write_text('file_format: "1.0"\n' + entry)
+    assert cli_main(["validate", str(path)]) == code
+    out = capsys.readouterr()
+    assert said in (out.out if code == 0 else out.err), out
 
 
 # --- configuration users already have: MindFormers YAMLs ------------------------------------

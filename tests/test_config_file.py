@@ -24,7 +24,7 @@ from otel_mindformers.telemetry import config_file
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.telemetry.providers import sdk_destination
 from tests.support.hidden import absent
-from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT, child_env, instrumented
+from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT, child_env, free_ports, instrumented
 from tests.support.jsonl import json_lines
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.paths import PLAIN_TRAIN
@@ -152,11 +152,43 @@ def test_the_files_sdk_exports_to_its_endpoint_with_its_resource(workdir, door, 
             assert (run.trace_id, run.parent_span_id) == (TRACE_ID, LAUNCHER_SPAN_ID)
         else:
             assert run.trace_id != TRACE_ID and run.parent_span_id == ""
+        unread = [line for line in done.stderr.splitlines() if f"TRACEPARENT={TRACEPARENT} is ignored" in line]
+        assert len(unread) == (0 if "tracecontext" in propagators else 1), done.stderr[-3000:]
         assert {p.metric for p in declared.points()} >= {"mindformers.train.step.duration", "mindformers.train.steps"}
         assert environment.spans() == [] and environment.points() == [] and environment.log_count() == 0
         assert declared.log_count() == 0  # the file configures no logger provider: no logs, none of ours either
         ignored = [line for line in done.stderr.splitlines() if "OTEL_PYTHON_MINDFORMERS_CONFIG is ignored" in line]
         assert len(ignored) == (0 if door == "MonitorCallback" else 1), done.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.mindspore_api
+def test_a_second_rank_on_the_node_trains_beside_the_files_prometheus_pull_reader(workdir):
+    """msrun's rank 1 of 2 on a node whose rank 0 already listens on the file's port: it
+    listens on port + 1 and trains (it was refused: Address already in use)."""
+    port = free_ports(2)
+    with socket.socket() as rank_0:
+        rank_0.bind(("127.0.0.1", port))
+        rank_0.listen()
+        path = workdir / "otel-config.yaml"
+        path.write_text(
+            json.dumps(
+                {
+                    "file_format": "1.0",
+                    "meter_provider": {
+                        "readers": [
+                            {"pull": {"exporter": {"prometheus/development": {"host": "127.0.0.1", "port": port}}}}
+                        ]
+                    },
+                    "instrumentation/development": {"python": {config_file.NAME: MONITOR}},
+                }
+            )
+        )
+        env = child_env(OTEL_CONFIG_FILE=str(path), RANK_ID="1", RANK_SIZE="2", DEVICE_ID="1")
+        done = train("opentelemetry-instrument", workdir, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [line["step"] for line in json_lines(workdir / "output" / "m_rank_1.json")] == [1, 2, 4]
 
 
 def _refused(done: subprocess.CompletedProcess) -> str:
@@ -242,6 +274,61 @@ def test_a_file_that_does_not_load_is_one_config_error_naming_it(tmp_path, fresh
     assert again.value is raised.value
 
 
+def test_the_specs_env_prefixed_references_are_substituted(tmp_path, fresh):
+    """The spec's `${env:VAR}` (its getting-started example's spelling) reads the variable as
+    `${VAR}` does, defaults included; `$$` still escapes. opentelemetry-configuration 0.66b2
+    leaves `${env:...}` as written: an endpoint `${env:COLLECTOR}/v1/traces` then fails at
+    every export, after training started."""
+    path = tmp_path / "otel.yaml"
+    path.write_text(
+        'file_format: "1.0"\n'
+        "tracer_provider: {processors: [{batch: {exporter: {otlp_http: {endpoint: '${env:COLLECTOR}/v1/traces'}}}}]}\n"
+        "instrumentation/development:\n"
+        "  python:\n"
+        "    mindformers: {service_name: '${env:SERVICE:-fallback}', job_id: '${env:JOB}', tensorboard_path: '$${env:JOB}'}\n"
+    )
+    fresh.setenv(config_file.VARIABLE, str(path))
+    fresh.setenv("COLLECTOR", "http://127.0.0.1:4318")
+    fresh.setenv("JOB", "llama-7b")
+    fresh.delenv("SERVICE", raising=False)
+    model, declared = config_file._load(str(path))
+    assert model.tracer_provider.processors[0].batch.exporter.otlp_http.endpoint == "http://127.0.0.1:4318/v1/traces"
+    assert declared.options == {"service_name": "fallback", "job_id": "llama-7b", "tensorboard_path": "${env:JOB}"}
+
+
+PULL_READERS = (
+    'file_format: "1.0"\n'
+    "meter_provider:\n"
+    "  readers:\n"
+    "    - pull: {exporter: {prometheus/development: {host: 127.0.0.1, port: 19464}}}\n"
+    "    - pull: {exporter: {prometheus/development: {}}}\n"
+    "    - pull: {exporter: {prometheus/development: {port: 0}}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("environment", "listens"),
+    [
+        ({"RANK_ID": "3", "RANK_SIZE": "4", "DEVICE_ID": "1"}, ["127.0.0.1:19465", "localhost:9465", "localhost:0"]),
+        ({"DEVICE_ID": "1"}, ["127.0.0.1:19464", "localhost:9464", "localhost:0"]),  # a process alone keeps its port
+    ],
+)
+def test_the_files_prometheus_pull_readers_get_a_port_per_local_rank(tmp_path, fresh, environment, listens):
+    """Two ranks on a node, one file: its pull reader's port would be taken by the first and
+    refuse the second rank's training. As the `prometheus` output, local rank r listens on
+    port + r."""
+    from otel_mindformers.job.identity import detect_identity
+
+    path = tmp_path / "otel.yaml"
+    path.write_text(PULL_READERS)
+    for name in ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "MS_WORKER_NUM", "LOCAL_RANK"):
+        fresh.delenv(name, raising=False)
+    for name, value in environment.items():
+        fresh.setenv(name, value)
+    model, _ = config_file._load(str(path))
+    assert config_file._rank_ports(model, detect_identity()) == listens
+
+
 @pytest.mark.parametrize("value", ["", "  "])
 def test_an_empty_otel_config_file_is_unset(tmp_path, fresh, value):
     """`export OTEL_CONFIG_FILE=` (how a shell unsets it for a child) configures nothing and
@@ -292,6 +379,25 @@ def test_an_sdk_configured_for_one_signal_already_is_left_as_it_is(tmp_path, fre
     assert trace.get_tracer_provider() is theirs
     assert not type(metrics.get_meter_provider()).__module__.startswith("opentelemetry.sdk")
     assert not type(_logs.get_logger_provider()).__module__.startswith("opentelemetry.sdk")
+
+
+@pytest.mark.parametrize(("argv0", "role"), [("/opt/venv/bin/msrun", "MS_WORKER"), ("worker.py", "MS_SCHED")])
+def test_msruns_launcher_and_scheduler_leave_the_sdk_unconfigured(tmp_path, fresh, sdk_globals, argv0, role):
+    """`opentelemetry-instrument msrun ...` runs the configurator in msrun itself and in its
+    scheduler: neither trains, and the file's Prometheus pull reader there took the port
+    that local rank 0 then could not listen on (its training refused, the job stopped)."""
+    trace, metrics, _logs = sdk_globals
+    path = tmp_path / "otel.yaml"
+    path.write_text(
+        'file_format: "1.0"\n'
+        "tracer_provider: {processors: [{simple: {exporter: {console: {}}}}]}\n"
+        "instrumentation/development: {python: {mindformers: {interval: 3}}}\n"
+    )
+    fresh.setenv(config_file.VARIABLE, str(path))
+    fresh.setenv("MS_ROLE", role)
+    fresh.setattr(sys, "argv", [argv0, "--worker_num=2"])
+    assert config_file.configure() == config_file.FileConfiguration(str(path), {"interval": 3})
+    assert not type(trace.get_tracer_provider()).__module__.startswith("opentelemetry.sdk")
 
 
 def test_monitor_callback_without_the_package_raises_at_construction_naming_the_extra(tmp_path, fresh):

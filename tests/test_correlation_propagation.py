@@ -87,3 +87,53 @@ def test_unregister_removes_the_wrapper(wrapped_popen):
     assert wrapped()
     MindFormersInstrumentor().unregister()
     assert not wrapped()
+
+
+# --- the launcher's TRACEPARENT, read by the run ---------------------------------------------------
+@pytest.fixture
+def propagators(monkeypatch):
+    """Sets the global propagators for one test (as OTEL_PROPAGATORS or OTEL_CONFIG_FILE's
+    `propagator` would), and forgets the process's said-once warnings."""
+    from opentelemetry import propagate
+
+    from otel_mindformers.core import guarded_log
+
+    monkeypatch.setattr(guarded_log, "_said", set())
+    monkeypatch.setattr(propagate, "_HTTP_TEXT_FORMAT", propagate.get_global_textmap())
+    return propagate.set_global_textmap
+
+
+@pytest.mark.parametrize(
+    ("names", "traceparent", "why"),
+    [
+        ((), LAUNCHER, "the configured propagators do not read it"),  # a declarative file without `propagator`
+        (("baggage",), LAUNCHER, "the configured propagators do not read it"),
+        (("tracecontext",), "00-not-a-span", "it is not a W3C traceparent"),
+    ],
+)
+def test_a_traceparent_the_run_cannot_read_is_said_once(propagators, monkeypatch, caplog, names, traceparent, why):
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from otel_mindformers.runtime.parts import launcher_context
+
+    known = {"tracecontext": TraceContextTextMapPropagator(), "baggage": W3CBaggagePropagator()}
+    propagators(CompositePropagator([known[name] for name in names]))
+    monkeypatch.setenv("TRACEPARENT", traceparent)
+    launcher_context()
+    launcher_context()  # a second run of the process: said once
+    said = [r.getMessage() for r in caplog.records if "TRACEPARENT" in r.getMessage()]
+    assert len(said) == 1 and f"TRACEPARENT={traceparent} is ignored: {why}" in said[0], said
+
+
+def test_a_traceparent_the_run_reads_is_not_mentioned(propagators, monkeypatch, caplog):
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from otel_mindformers.runtime.parts import launcher_context
+
+    propagators(TraceContextTextMapPropagator())
+    monkeypatch.setenv("TRACEPARENT", LAUNCHER)
+    assert trace.get_current_span(launcher_context()).get_span_context().span_id == 0xB7AD6B7169203331
+    assert not [r for r in caplog.records if "TRACEPARENT" in r.getMessage()]

@@ -226,6 +226,9 @@ def test_rank_device_follows_ascend_rt_visible_devices(fake_npu_smi, monkeypatch
     monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "1,0")
     ascend = next(s for s in build_sources(DeviceConfig(sources=["ascend"]), identity))
     assert ascend.read().snapshot["npu_hbm_used_mb"] == 3197.0  # logical 1 is the driver's 0
+    first = Identity(rank=0, local_rank=0, device_id=0, device_target="Ascend")
+    ascend = next(s for s in build_sources(DeviceConfig(sources=["ascend"]), first))
+    assert ascend.read().snapshot["npu_hbm_used_mb"] == 21504.0  # logical 0 is the driver's 1
 
 
 def test_auto_finds_npu_smi_on_path_even_on_cpu(fake_npu_smi):

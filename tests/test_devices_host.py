@@ -1,8 +1,10 @@
 """Host readings through the real psutil, and MindSpore's allocator through the real runtime."""
 
+import threading
 import time
 
 import psutil
+import pytest
 
 from otel_mindformers.devices.host import CPU_WINDOW_S, HostSource
 from otel_mindformers.devices.mindspore_memory import MindSporeMemorySource
@@ -75,6 +77,36 @@ def test_first_cpu_reading_waits_for_a_whole_window_and_later_polls_repeat_it():
     assert 0.0 <= values(measured)[semconv.PROCESS_CPU_UTILIZATION] <= 1.0
     clock.now += CPU_WINDOW_S / 10  # a poll inside the next window repeats the last measurement
     assert source.read().snapshot["process_cpu_percent"] == measured.snapshot["process_cpu_percent"]
+
+
+def test_process_cpu_utilization_is_cpu_time_over_wall_time_and_the_processs_cpus():
+    """process.cpu.utilization (OTel semantic conventions): CPU time over the elapsed time and
+    the CPUs available to the process, so 1.0 is all of them busy; a busy thread of a
+    two-core process is about 0.5, where psutil's percent says about 100."""
+    process = psutil.Process()
+    cpus = len(process.cpu_affinity())
+    clock = Clock()
+    cpu_before, wall_before = sum(process.cpu_times()[:2]), time.monotonic()
+    source = HostSource(RANK, None, clock=clock)
+    while sum(process.cpu_times()[:2]) - cpu_before < 0.3:  # CPU time, whatever the load: ticks are 10 ms
+        sum(range(1000))
+    clock.now += CPU_WINDOW_S
+    readings = source.read()
+    cpu_after, wall_after = sum(process.cpu_times()[:2]), time.monotonic()
+    expected = (cpu_after - cpu_before) / (wall_after - wall_before) / cpus
+    assert values(readings)[semconv.PROCESS_CPU_UTILIZATION] == pytest.approx(expected, rel=0.2)
+    assert readings.snapshot["process_cpu_percent"] == pytest.approx(expected * cpus * 100, rel=0.2)
+
+
+def test_node_cpu_is_measured_when_read_on_another_thread_than_built():
+    # Built on the training thread, read on the poller's: psutil 7 keeps cpu_percent's
+    # baseline per thread, so the node's first window read 0 % under a busy training.
+    source, _clock = windowed(RANK, NODE)
+    got = {}
+    poller = threading.Thread(target=lambda: got.update(source.read().snapshot))
+    poller.start()
+    poller.join()
+    assert got["host_cpu_percent"] > 0.0
 
 
 def test_node_series_only_on_the_rank_that_reports_the_node():

@@ -132,3 +132,41 @@ def test_model_train_with_a_transformer_config_reports_tokens_per_second_from_it
     assert lines
     for line in lines:
         assert line[tm.TOKENS_PER_SECOND] == pytest.approx(line[tm.SAMPLES_PER_SECOND] * 16, rel=1e-9)
+
+
+def _missing_notices(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "cannot report without" in r.getMessage()]
+
+
+@pytest.mark.slow
+def test_a_chosen_figure_the_run_cannot_make_is_said_once_with_the_key_that_gives_it(workdir, caplog):
+    """`monitored_metrics` that names MFU or tokens per second where nothing gives their inputs
+    (no model config, no peak for the CPU): one warning naming the keys, before training, not
+    an absent series found later. The default list (all figures) says nothing."""
+    from types import SimpleNamespace
+
+    from otel_mindformers import MonitorCallback
+    from tests.support import training
+
+    chosen = {"interval": 5, "output_type": ["json_file"], "monitored_metrics": ["loss", "mfu", "tokens_per_second"]}
+    training.train([MonitorCallback(chosen)], steps=10)
+    (notice,) = _missing_notices(caplog)
+    assert "mfu, tokens_per_second" in notice
+    assert "`tokens_per_sample`" in notice and "`flops_per_token`" in notice and "`peak_tflops`" not in notice
+    assert not any(
+        tm.MFU in line or tm.TOKENS_PER_SECOND in line for line in json_lines(workdir / "output" / "train_metric.json")
+    )
+
+    # With a model config, FLOPs and tokens are known: only the CPU's peak is missing.
+    caplog.clear()
+    llama = SimpleNamespace(num_layers=2, hidden_size=32, num_heads=2, vocab_size=64, seq_length=16)
+    training.train(
+        [MonitorCallback({**chosen, "json_log_path": str(workdir / "second.json")})], steps=10, model_config=llama
+    )
+    (notice,) = _missing_notices(caplog)
+    assert "asks for mfu," in notice and "`peak_tflops` (the device's peak is not known: CPU)" in notice
+    assert "`flops_per_token`" not in notice and "`tokens_per_sample`" not in notice
+
+    caplog.clear()
+    training.train([MonitorCallback({"interval": 5, "json_log_path": str(workdir / "third.json")})], steps=10)
+    assert _missing_notices(caplog) == []

@@ -235,6 +235,35 @@ def test_a_dead_runs_segment_holds_the_exact_tail_and_step_and_its_file_those_of
         ]
 
 
+def test_hang_report_takes_each_ranks_exact_step_from_its_ring(tmp_path):
+    """Rank 0 killed at step 33 (its log's last line: step 30, sampled every 5), rank 1 alive
+    at step 30 (log and ring agree): the ring, not the log, says rank 1 stopped first. A
+    report from the logs alone saw every rank at step 30."""
+    from otel_mindformers.hangs.offline.hang_report import build_hang_report
+
+    killed = _a_run_killed_at_33(tmp_path)
+    alive = _ring(tmp_path, rank=1, attempt_id="b1")
+    for rank, last in ((0, 30), (1, 30)):
+        (tmp_path / f"train_metric_rank_{rank}.json").write_text(
+            "".join(
+                json.dumps({"time_stamp": 1_800_000_000.0 + step, "step": step, "rank": rank, "job": JOB}) + "\n"
+                for step in range(5, last + 1, 5)
+            )
+        )
+    for step in range(1, 31):
+        alive.finished[0] = step
+    _die(killed)
+    try:
+        beats = {beat.rank: (beat.step, beat.source) for beat in build_hang_report([tmp_path]).heartbeats}
+        assert beats == {0: (33, "flight ring"), 1: (30, "log")}
+    finally:
+        _die(alive)
+        for ring in (killed.path, alive.path):  # their segments go with the recovery
+            tail = take_tail(ring)
+            if tail is not None:
+                tail.release()
+
+
 def _field(path: Path, offset: int, fmt: str, value) -> None:
     with open(path, "r+b") as stream:
         stream.seek(offset)

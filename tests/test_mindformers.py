@@ -97,6 +97,29 @@ def test_a_native_only_section_still_configures_us_through_the_aliases(mf, workd
     assert (ours(section).enable, ours(section).interval) == (True, 4)
 
 
+def test_a_custom_monitor_beside_the_mindformers_yaml_is_found_from_elsewhere(mf, workdir):
+    """The YAML's folder is importable (docs/custom_monitors.md) also when MindFormers loads the
+    YAML, which keeps no file name: a run from another folder found no module beside it."""
+    from otel_mindformers import load_monitor_config
+    from otel_mindformers.runtime.custom_monitors import load_monitor_class
+
+    folder = workdir / "conf"
+    folder.mkdir()
+    (folder / "beside_yaml_monitor.py").write_text(
+        "from otel_mindformers import BaseMonitor\n\nclass Beside(BaseMonitor):\n    pass\n"
+    )
+    (folder / "train.yaml").write_text(
+        yaml.safe_dump(
+            {"run_mode": "train", "monitor_config": {"custom_monitor_callback": "beside_yaml_monitor.Beside"}}
+        )
+    )
+    config = mf.MindFormerConfig(str(folder / "train.yaml"))  # the working directory is `workdir`
+    run_config = mindformers_glue._run_monitor_config(config, listed=True, zero_code=None)
+    assert run_config is not None and run_config.source_dir == str(folder)
+    assert load_monitor_class(run_config).__name__ == "Beside"
+    assert load_monitor_config(config).source_dir == str(folder)  # the article's `config` handed to us
+
+
 @pytest.mark.parametrize(
     ("section", "message"),
     [

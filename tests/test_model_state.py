@@ -113,8 +113,11 @@ def test_per_layer_norms_from_the_wrapper_equal_the_gradients(workdir, otlp_rece
     `target` limits the per-parameter series to the parameters it selects."""
     cb = MonitorCallback(otlp_config(otlp_receiver, workdir, target=["layers.1."]))
     train([cb], steps=3)
-    last = lines(workdir / "m.json")[-1]["model_state"]["grad_norm"]
+    line = lines(workdir / "m.json")[-1]
+    last = line["model_state"]["grad_norm"]
     assert sorted(last["layer"]) == ["0", "1", "2", "3"]
+    # The cell's global norm (the 7-tuple's fifth) is the L2 norm over every layer's.
+    assert line["grad_norm"] == pytest.approx(math.sqrt(sum(v * v for v in last["layer"].values())), rel=1e-5)
     assert sorted(last["parameter"]) == ["layers.1.0.bias", "layers.1.0.weight"]
     # The layer norm is the L2 norm over its parameters.
     layer1 = math.sqrt(sum(v * v for v in last["parameter"].values()))
@@ -281,3 +284,20 @@ def test_the_grad_norm_spike_names_the_layer_and_parameter_that_rose_most_not_th
     finding = rule.check(record(6, [10.5, 6.0], 50.0))
     assert finding.attributes == {ATTR_LAYER: "1", ATTR_PARAMETER: names[1]}
     assert finding.detail.endswith(f"moved most: layer 1, {names[1]}")
+
+
+def test_stdout_names_the_largest_parameter_and_the_layer_with_the_largest_norm(workdir, capsys):
+    """docs/model_state.md: stdout carries aggregates only, the largest parameter norm and
+    the top layer; a spike in layer 2's data makes it the top layer at that step."""
+    config = {"interval": 1, "output_type": ["stdout", "json_file"], "json_log_path": str(workdir / "m.json")}
+    train([MonitorCallback(config)], steps=4, spike=(3, 2, 50.0))
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[otel_mindformers]")]
+    logged = {line["step"]: line["model_state"]["grad_norm"] for line in lines(workdir / "m.json")}
+    assert len(printed) == len(logged) == 4
+    for text in printed:
+        grad = logged[int(text.split(" step ")[1].split(" ")[0])]
+        top = max(grad["layer"], key=grad["layer"].__getitem__)
+        largest = grad["max"]
+        assert f"grad_norm_max {largest['value']:.4g} ({largest['parameter']})" in text, text
+        assert f"top layer {top} {grad['layer'][top]:.4g}" in text, text
+    assert max(logged[3]["layer"], key=logged[3]["layer"].__getitem__) == "2"

@@ -111,7 +111,10 @@ def test_moe_readings_in_mindformers_format_become_layer_series():
         INBOX.put_log_line("layer: 3, drop_rate: 0.30000", 7)
         INBOX.put_expert_load("expert_load/3", {"ep_0": 4.0, "ep_1": 1.0, "ep_2": 1.0, "ep_3": 2.0}, 7)
         INBOX.put_log_line("layer: 4, drop_rate: 0.10000", 5)  # before the window: left out
-        _, state = INBOX.take(after_step=6)
+        # Written for step 6 after its line was (a callback after ours): step 6's, not step 7's.
+        INBOX.put_log_line("layer: 5, drop_rate: 0.20000", 6)
+        INBOX.put("weight_norm", np.array(2.0, dtype=np.float32), 6)
+        scalars, state = INBOX.take(after_step=6)
     finally:
         INBOX.close_run()
     measured = {
@@ -119,3 +122,31 @@ def test_moe_readings_in_mindformers_format_become_layer_series():
         for m in recording.model_state_measurements(state.summary(), {})
     }
     assert measured == {(specs.DROP_RATE.name, "3"): 0.3, (specs.EXPERT_LOAD_IMBALANCE.name, "3"): 2.0}
+    assert scalars == {}
+
+
+def test_micro_batch_local_losses_are_one_tensorboard_scalar_their_mean(tmp_path):
+    """MindFormers writes `micro_local_<x>_loss` once per micro-batch: TensorBoard shows the
+    step's local loss, their mean, beside the device's accumulated one; read back with
+    TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from otel_mindformers.core.step_record import StepRecord
+    from otel_mindformers.model_state.inbox import INBOX
+    from otel_mindformers.outputs.tensorboard import TensorBoardSink
+
+    INBOX.open_run()
+    try:
+        for loss in (1.0, 2.0, 6.0):
+            INBOX.put("micro_local_lm_loss", np.array(loss, dtype=np.float32), 7)
+        INBOX.put("device_accum_local_lm_loss", np.array(4.5, dtype=np.float32), 7)
+        _, state = INBOX.take(after_step=6)
+    finally:
+        INBOX.close_run()
+    sink = TensorBoardSink(tmp_path / "rank_0")
+    sink.write([StepRecord(step=7, epoch=1, rank=0, time_stamp=1.0, model_state=state)])
+    sink.close()
+    accumulator = EventAccumulator(str(tmp_path / "rank_0"))
+    accumulator.Reload()
+    assert [(e.step, e.value) for e in accumulator.Scalars(specs.SUMMARY_LOCAL_LOSS)] == [(7, 3.0)]
+    assert [(e.step, e.value) for e in accumulator.Scalars(f"{specs.SUMMARY_DEVICE_LOCAL_LOSS}/lm")] == [(7, 4.5)]

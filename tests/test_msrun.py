@@ -2,6 +2,9 @@
 monitored with environment variables alone, correlated with the launcher's trace."""
 
 import json
+import re
+import subprocess
+import urllib.request
 
 import pytest
 
@@ -9,15 +12,18 @@ from otel_mindformers.job.identity import detect_identity
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from tests.support.instrumented import (
+    BIN,
     LAUNCHER_SPAN_ID,
     REPO,
     TRACE_ID,
     TRACEPARENT,
     child_env,
     free_port,
+    free_ports,
     run,
 )
 from tests.support.job_traces import job_step_traces
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.mindspore_api
 
@@ -186,3 +192,47 @@ def test_two_rank_msrun_job_monitored_with_environment_variables_alone(workdir, 
     assert ranks_of(tm.instrument_name(tm.LOSS)) == {(0, 0)}
     assert ranks_of(tm.instrument_name(tm.STEP_TIME)) == {(0, 0), (1, 1)}
     assert {rank for rank, _ in ranks_of(semconv.PROCESS_MEMORY_USAGE)} == {0, 1}
+
+
+def _scraped_ranks(port: int) -> set[str]:
+    """The ranks whose heartbeat the scrape endpoint on `port` serves now."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return set()
+    return set(re.findall(r'^mindformers_progress_step\{[^}]*training_rank="(\d+)"', text, re.MULTILINE))
+
+
+@pytest.mark.slow
+@pytest.mark.msrun_job
+def test_each_rank_of_a_node_serves_the_sdks_prometheus_exporter_on_its_own_port(workdir):
+    """`OTEL_METRICS_EXPORTER=prometheus opentelemetry-instrument msrun ...`, as docs/zero_code.md
+    advises for a scrape endpoint: msrun itself took the port first, and every rank that lost it
+    skipped every instrumentor ("Failed to auto initialize OpenTelemetry"): no rank was
+    monitored. Local rank r serves on the port + r; msrun and its scheduler serve none."""
+    port = free_ports(2)
+    env = child_env(
+        OTEL_METRICS_EXPORTER="prometheus",
+        OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
+        OTEL_EXPORTER_PROMETHEUS_PORT=str(port),
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_PYTHON_MINDFORMERS_CONFIG=str(REPO / "examples" / "msrun_monitor.yaml"),
+    )
+    command = [
+        str(BIN / "opentelemetry-instrument"), "msrun", "--worker_num=2", "--local_worker_num=2",
+        f"--master_port={free_port()}", "--join=True", f"--log_dir={workdir / 'msrun_log'}",
+        str(REPO / "examples" / "msrun_worker.py"), "--steps", "400",
+    ]  # fmt: skip
+    job = subprocess.Popen(command, env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for rank in (0, 1):
+            wait_until(lambda r=rank: _scraped_ranks(port + r) == {str(r)}, f"rank {rank} on port + {rank}", job, 240)
+        assert job.wait(timeout=240) == 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    for log in sorted((workdir / "msrun_log").glob("*.log")):
+        assert "Failed to auto initialize" not in log.read_text(errors="replace"), log.name

@@ -140,3 +140,22 @@ def test_otlp_temporality(workdir, otlp_receiver, monkeypatch, temporality, env,
     }
     assert metrics["mindformers.train.step.duration"].histogram.aggregation_temporality == expected
     assert metrics["mindformers.train.steps"].sum.aggregation_temporality == expected
+
+
+@pytest.mark.slow
+def test_metrics_are_exported_every_export_interval_seconds(workdir, otlp_receiver):
+    """`otlp.export_interval` is in seconds: a run of a few seconds at 1 s sends about one
+    metrics request a second, and one more as it ends."""
+    from otel_mindformers.runtime.callback import MonitorCallback
+    from tests.support.training import Faults, train
+
+    otlp = {"endpoint": otlp_receiver.grpc_endpoint, "export_interval": 1}
+    started = time.monotonic()
+    train(
+        [MonitorCallback({"interval": 1, "output_type": ["otlp"], "otlp": otlp})],
+        steps=6,
+        faults=Faults(sleep_at={step: 0.5 for step in range(2, 7)}),
+    )
+    elapsed = time.monotonic() - started
+    assert elapsed >= 2.5
+    assert 2 <= len(otlp_receiver.metric_requests) <= elapsed + 2, (len(otlp_receiver.metric_requests), elapsed)

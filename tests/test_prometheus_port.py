@@ -6,6 +6,7 @@ import logging
 import socket
 import urllib.request
 
+import psutil
 import pytest
 from mindspore.train import Callback
 
@@ -28,8 +29,11 @@ class Scrape(Callback):
 
     def on_train_step_end(self, run_context):
         if run_context.original_args().cur_step_num == self.at_step:
-            with urllib.request.urlopen(self.url, timeout=10) as response:
-                self.body = response.read().decode()
+            self.body = self.read()
+
+    def read(self) -> str:
+        with urllib.request.urlopen(self.url, timeout=10) as response:
+            return response.read().decode()
 
 
 def _config(workdir, port: int, **overrides) -> dict:
@@ -92,6 +96,8 @@ def test_the_next_run_in_the_process_gets_the_port_while_the_last_still_shuts_do
     [
         ({"DEVICE_ID": "3"}, 0),  # alone on device 3: the configured port
         ({"DEVICE_ID": "1", "RANK_ID": "1", "RANK_SIZE": "2"}, 1),  # two local ranks: port + local rank
+        # The second node's local rank 1 (global rank 9): its node's ports, not rank 9's.
+        ({"DEVICE_ID": "1", "LOCAL_RANK": "1", "RANK_ID": "9", "RANK_SIZE": "16"}, 1),
     ],
 )
 def test_the_port_moves_by_local_rank_only_with_several_ranks(workdir, monkeypatch, env, offset):
@@ -114,3 +120,36 @@ def _free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def _listening() -> set[int]:
+    return {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+
+
+class _NewListeners(Callback):
+    """The ports this process listens on at a step that it did not before training, and
+    what the one port serves."""
+
+    def __init__(self, before: set[int]) -> None:
+        super().__init__()
+        self.before, self.ports, self.body = before, set(), ""
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num == 2:
+            self.ports = _listening() - self.before
+            if len(self.ports) == 1:
+                self.body = Scrape(next(iter(self.ports))).read()
+
+
+def test_port_0_is_any_free_port_on_every_rank(workdir, monkeypatch):
+    """`prometheus.port: 0` is any free port (docs): with several ranks, not `0 + local rank`."""
+    for name in ("DEVICE_ID", "LOCAL_RANK", "SLURM_LOCALID", "RANK", "RANK_ID", "RANK_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DEVICE_ID", "1")
+    monkeypatch.setenv("RANK_ID", "1")
+    monkeypatch.setenv("RANK_SIZE", "2")
+    listeners = _NewListeners(_listening())
+    training.train([MonitorCallback(_config(workdir, 0, report_ranks="all")), listeners], steps=3)
+    (port,) = listeners.ports
+    assert port >= 1024, port  # the kernel's pick, not a privileged port picked by a sum
+    assert f"{LOSS_SERIES}{{" in listeners.body

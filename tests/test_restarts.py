@@ -226,7 +226,9 @@ def test_report_and_plot_show_the_attempts(job, tmp_path):
 @pytest.mark.slow
 def test_a_killed_attempts_last_step_comes_from_its_log_when_the_heartbeat_lags():
     """A heartbeat every 10 minutes: the ledger last heard of attempt 1 at its step-20
-    checkpoint, its log at step 25. The report counts the five steps attempt 2 computes again."""
+    checkpoint, its log at step 25. The report counts the five steps attempt 2 computes again,
+    and the wait for data attempt 1's last line carries (the ledger's is of an earlier step:
+    without a heartbeat since its first step, it would be none)."""
     with worker.private_dir() as workdir:
         checkpoints, output, clock = workdir / "ckpt", workdir / "output", workdir / "clock.jsonl"
         checkpoints.mkdir()
@@ -238,7 +240,7 @@ def test_a_killed_attempts_last_step_comes_from_its_log_when_the_heartbeat_lags(
         }
         base = {
             "config": config, "epochs": EPOCHS, "steps": STEPS, "checkpoint_dir": str(checkpoints),
-            "save_steps": SAVE, "clock": str(clock),
+            "save_steps": SAVE, "clock": str(clock), "step_sleep": STEP_SLEEP,
         }  # fmt: skip
         with worker.reaped(worker.spawn({**base, "pause_at": 25}, workdir)) as process:
             worker.wait_for_line(output / "train_metric.json", 25)
@@ -259,3 +261,6 @@ def test_a_killed_attempts_last_step_comes_from_its_log_when_the_heartbeat_lags(
         last_line = [json.loads(line) for line in (output / "train_metric.json").read_text().splitlines()][24]
         assert last_line["step"] == 25 and killed["end"] >= last_line["time_stamp"] - 1e-6
         assert sum(job["totals"]["seconds"].values()) == pytest.approx(job["totals"]["wall_seconds"], rel=1e-6)
+        assert ledger["attempts"][0]["data_wait_step"] < 25, "the test needs a ledger behind the log's wait"
+        assert killed["seconds"]["data_wait"] == pytest.approx(last_line["time"]["data_wait"], rel=1e-6)
+        assert killed["seconds"]["data_wait"] >= 20 * STEP_SLEEP

@@ -304,3 +304,84 @@ def test_a_phase_after_the_last_step_is_not_taken_out_of_the_last_window(tmp_pat
     assert sections["window"] == pytest.approx(
         sum(v for k, v in sections.items() if k not in ("window", "steps")), abs=1e-5
     )
+
+
+def test_a_phase_before_the_run_is_taken_out_of_start_up_not_counted_twice(tmp_path):
+    """A checkpoint loaded before training (here a user phase) is part of the run's start-up
+    time, charged to its own phase: start-up is what no other phase covers, so the first
+    line's productive time is the first step's own, not less the load."""
+    load_seconds = 0.3
+    with phase("load"):
+        time.sleep(load_seconds)
+    before, after = StepTimes(), StepTimes()
+    training.train([before, MonitorCallback(config(tmp_path, interval=1)), after], steps=3)
+    spent = _lines(tmp_path / "m.json")[0]["time"]
+    assert spent["user.load"] >= load_seconds
+    # Ours reads its step clocks between the two timers' (1 ms: the wall clock is derived).
+    inner, outer = before.ends[0] - after.begins[0], after.ends[0] - before.begins[0]
+    assert inner - 1e-3 <= spent["productive"] <= outer + 1e-3, (inner, spent, outer)
+    assert spent["startup"] + spent["user.load"] + spent["productive"] == pytest.approx(spent["wall"], abs=1e-6)
+
+
+class _SleepAtStepEnd(Callback):
+    """Listed before ours: sleeps at the end of the steps named, inside our step's clock."""
+
+    def __init__(self, seconds_at: dict[int, float]) -> None:
+        super().__init__()
+        self.seconds_at, self.step = seconds_at, 0
+
+    def on_train_step_end(self, run_context):
+        self.step += 1
+        time.sleep(self.seconds_at.get(self.step, 0.0))
+
+
+def test_compile_is_the_first_steps_excess_over_the_median_of_the_next_three(tmp_path):
+    """docs/time.md: the median of the next 3 sampled steps, known (and in the line) at the
+    third of them. Steps 2-4 of unequal lengths tell the median from their mean, and a long
+    step 5 tells three samples from four."""
+    capture = Capture()
+    sleeper = _SleepAtStepEnd({1: 0.6, 2: 0.02, 3: 0.03, 4: 0.2, 5: 0.4})
+    before, after = StepTimes(), StepTimes()
+    training.train(
+        [sleeper, before, capture.callback(config(tmp_path, interval=1)), after], steps=6, mode=ms.GRAPH_MODE
+    )
+    (span,) = capture.finished("mindformers.phase.compile")
+    inner = [before.ends[k] - after.begins[k] for k in range(6)]
+    outer = [after.ends[k] - before.begins[k] for k in range(6)]
+    steady = span.attributes["training.steady_step.seconds"]
+    assert statistics.median(inner[1:4]) - 1e-3 <= steady <= statistics.median(outer[1:4]) + 1e-3, (inner, steady)
+    first = span.attributes["training.first_step.seconds"]
+    assert inner[0] - 1e-3 <= first <= outer[0] + 1e-3
+    assert (span.end_time - span.start_time) / 1e9 == pytest.approx(first - steady, abs=1e-6)
+    lines = {line["step"]: line for line in _lines(tmp_path / "m.json")}
+    assert "compile" not in lines[3]["time"]
+    assert lines[4]["time"]["compile"] == pytest.approx(first - steady, abs=1e-6)
+
+
+class _PhaseAtStepEnd(Callback):
+    """Listed before ours: a user phase inside every step (its end hook runs before ours)."""
+
+    SECONDS = 0.1
+
+    def on_train_step_end(self, run_context):
+        with phase("inside_step"):
+            time.sleep(self.SECONDS)
+
+
+def test_a_phase_inside_a_step_is_not_taken_out_of_the_data_wait(tmp_path):
+    """Only a phase between two steps lies in their gap: one that ends inside a step leaves
+    the gap's data wait whole."""
+    steps = 6
+    before, timer = StepTimes(), StepTimes()
+    faults = Faults(sleep_at={step: SLEEP for step in range(2, steps + 1)})
+    training.train(
+        [_PhaseAtStepEnd(), before, MonitorCallback(config(tmp_path, interval=1)), timer],
+        steps=steps,
+        faults=faults,
+        mode=ms.GRAPH_MODE,
+    )
+    last = _lines(tmp_path / "m.json")[-1]
+    inner = sum(before.begins[k] - timer.ends[k - 1] for k in range(1, steps))
+    outer = sum(timer.begins[k] - before.ends[k - 1] for k in range(1, steps))
+    assert inner - 1e-5 <= last["time"]["data_wait"] <= outer + 1e-5, (inner, last["time"], outer)
+    assert last["time"]["user.inside_step"] >= steps * _PhaseAtStepEnd.SECONDS

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from otel_mindformers.config import OTLP_PROTOCOLS
 from otel_mindformers.config.extras import MATPLOTLIB_MODULES, TENSORBOARD_MODULES, missing_package
+from otel_mindformers.core.image_file import image_file
 from otel_mindformers.outputs.jsonl_reader import (
     AnalysisError,
     Location,
@@ -30,7 +31,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     plot = commands.add_parser("plot", help="plot loss, learning rate, grad norm and step time")
     plot.add_argument("logs", nargs="+", metavar="LOG", help=_LOGS_HELP)
     plot.add_argument(
-        "-o", "--output", default="training.png", help="image file; the suffix picks the format (.png, .svg, .pdf)"
+        "-o",
+        "--output",
+        type=image_file,
+        default="training.png",
+        help="image file; the suffix picks the format (.png, .svg, .pdf)",
     )
     plot.add_argument(
         "--smooth",
@@ -133,7 +138,8 @@ def _note_damaged_tails(locations: Iterable[Location | str]) -> None:
 
 
 def _one_line_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Unreadable logs, refused replays and missing optional packages end in one stderr line."""
+    """Unreadable logs, refused replays, missing optional packages and an output the system
+    refuses (a folder under a file, no permission) end in one stderr line."""
 
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
@@ -141,6 +147,10 @@ def _one_line_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[
             return command(args)
         except AnalysisError as exc:
             print(f"error: {exc}", file=sys.stderr)
+        except OSError as exc:
+            if exc.filename is None:  # not a path of the user's: a fault to show whole
+                raise
+            print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
     return run

@@ -77,6 +77,8 @@ class LoggedAttempt:
     attempt: int
     last_step: int
     last_time: float | None
+    # The run's wait for data up to that line (its `time` object's `data_wait`), when it has one.
+    data_wait: float | None = None
 
 
 @dataclass
@@ -275,7 +277,7 @@ class SeriesStats:
         self._time_before: dict[str, float] = {}  # the finished runs' last `time` objects, summed
         self._time: dict[str, float] | None = None  # the current run's latest one
         self.sections = stragglers.SectionHistory()
-        self._attempts: dict[tuple[str, int], list] = {}  # (job id, attempt) -> [last step, its time]
+        self._attempts: dict[tuple[str, int], list] = {}  # (job id, attempt) -> [last step, its time, data wait]
 
     def add(self, point: StepPoint) -> None:
         if point.world_size is not None and point.world_size > self.world_size:
@@ -283,10 +285,11 @@ class SeriesStats:
         stamp = point.time_stamp
         if point.job is not None:
             seen = self._attempts.get(point.job)
+            data_wait = point.time.get(phase_names.PHASE_DATA_WAIT) if point.time else None
             if seen is None:
-                self._attempts[point.job] = [point.step, stamp]
+                self._attempts[point.job] = [point.step, stamp, data_wait]
             elif point.step > seen[0]:
-                seen[0], seen[1] = point.step, stamp
+                seen[0], seen[1], seen[2] = point.step, stamp, data_wait
         if stamp is not None:
             self.first_stamp = stamp if self.first_stamp is None else min(self.first_stamp, stamp)
             self.last_stamp = stamp if self.last_stamp is None else max(self.last_stamp, stamp)

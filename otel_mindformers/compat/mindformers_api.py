@@ -1,7 +1,8 @@
 """MindFormers' internals this package patches or reads, each found where this release has it.
 
-- the trainer's run (`BaseTrainer.training_process`) and its config templates (`Config.apply`,
-  the `MonitorConfig` section class), which the integration wraps (integration/mindformers_glue.py);
+- the trainer's run (`BaseTrainer.training_process`), its config templates (`Config.apply`,
+  the `MonitorConfig` section class) and its YAML reader (`MindFormerConfig._file2dict`),
+  which the integration wraps (integration/mindformers_glue.py);
 - the resume loads of `mindformers.trainer.base_trainer` (integration/checkpoint_load.py);
 - the training-state monitor and MoE callbacks whose readings become series (model_state/);
 - the attributes its callbacks hold the resumed step in (job/resume.py);
@@ -19,6 +20,7 @@ from otel_mindformers.compat import releases
 from otel_mindformers.compat.lookup import find
 
 REGISTER = "mindformers.tools.register"
+CONFIG = "mindformers.tools.register.config"
 BASE_TRAINER = "mindformers.trainer.base_trainer"
 TEMPLATE = "mindformers.tools.register.template"
 CALLBACKS = "mindformers.core.callback.callback"
@@ -54,6 +56,13 @@ def config_template() -> Any:
     """`Config`, the base of the YAML section classes, whose `apply` fills a section's defaults."""
     _find(f"{TEMPLATE}:Config.apply", "the article's keys in a MindFormers monitor_config")
     return _find(f"{TEMPLATE}:Config", "the article's keys in a MindFormers monitor_config")
+
+
+def config_file_reader() -> Any:
+    """`MindFormerConfig`, whose static `_file2dict(filename)` reads a YAML file (and its bases)."""
+    needed_for = "a custom monitor beside a MindFormers YAML"
+    _find(f"{CONFIG}:MindFormerConfig._file2dict", needed_for)
+    return _find(f"{CONFIG}:MindFormerConfig", needed_for)
 
 
 def monitor_section() -> Any:

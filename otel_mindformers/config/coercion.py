@@ -196,7 +196,9 @@ def parse_section(cls: type, raw: Any, path: str):
             if home is not None:  # `stop_on_nonfinite` beside `interval`: a key one section down
                 problems.append(f"{key}: unknown key here; it is a key of {path}.{home}: write it there")
             else:
-                problems.append(f"{key}: unknown key{suggestion(raw_key, known)}")
+                # MindFormers' own keys are valid here too: a misspelt `dump_path` is one of them.
+                candidates = [*known, *getattr(cls, "NATIVE_KEYS", ())]
+                problems.append(f"{key}: unknown key{suggestion(raw_key, candidates)}")
             continue
         field = fields[name]
         try:

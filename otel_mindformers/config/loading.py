@@ -19,9 +19,19 @@ from otel_mindformers.config.limits import MAX_NESTING, MAX_YAML_NODES
 from otel_mindformers.config.schema import MonitorConfig
 from otel_mindformers.config.yaml_loader import read_yaml
 
+# The folder of the MindFormers YAML a section was loaded from (MindFormers' config keeps no
+# file name): the integration writes it into the section it loads, so that a custom monitor
+# beside the YAML is found, as `load_monitor_config(path)` finds it.
+YAML_FOLDER_KEY = "otel_mindformers_yaml_folder"
+
 
 def parse_monitor_config(section: Mapping[str, Any] | None, source_dir: str | None = None) -> MonitorConfig:
     """Validate a `monitor_config` mapping (already extracted from its YAML file)."""
+    if isinstance(section, Mapping) and YAML_FOLDER_KEY in section:
+        section = dict(section)
+        folder = section.pop(YAML_FOLDER_KEY)
+        if source_dir is None and isinstance(folder, str):
+            source_dir = folder
     config = parse_section(MonitorConfig, _plain(section, "monitor_config"), "monitor_config")
     config.source_dir = source_dir
     return config

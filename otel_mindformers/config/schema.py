@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import os
 from collections.abc import Callable
 from typing import Any, ClassVar, Union
@@ -37,11 +38,13 @@ from otel_mindformers.config.checks import (
     _seconds,
 )
 from otel_mindformers.config.coercion import keys_of, parse_section
+from otel_mindformers.config.errors import ConfigError, suggestion
 from otel_mindformers.config.limits import (
     DEVICE_SOURCES,
     LOGS_QUEUE_SIZE,
     MAX_LOGS_QUEUE_SIZE,
     MAX_PROFILE_STEPS,
+    MAX_SECONDS,
     MINDFORMERS_NATIVE_KEYS,
     NOTIFIER_TYPES,
     OTLP_PROTOCOLS,
@@ -74,7 +77,26 @@ def _key(
 
 
 class _Section:
-    """A repr that shows no secret field, and URLs (`otlp.endpoint`) without credentials."""
+    """A repr that shows no secret field, and URLs (`otlp.endpoint`) without credentials.
+    Assigning a key in code (`cfg.grad_monitor = False`, as the monitor_config article
+    does) accepts the section's keys and their aliases, and refuses any other name."""
+
+    # How messages name the section; the class name where one class serves several keys.
+    KEY_PATH: ClassVar[str | None] = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_"):
+            fields = dataclasses.fields(self)  # type: ignore[arg-type]  # every section is a dataclass
+            if name not in {f.name for f in fields}:
+                aliases = {a: f.name for f in fields for a in f.metadata.get("aliases", ())}
+                if name not in aliases:
+                    # A misspelt key would be a new attribute that nothing reads: the
+                    # override would be lost without a word.
+                    known = [f.name for f in fields if f.name not in getattr(self, "INTERNAL_FIELDS", ())]
+                    path = self.KEY_PATH or type(self).__name__
+                    raise ConfigError(f"{path}.{name}: unknown key{suggestion(name, [*known, *aliases])}")
+                name = aliases[name]  # MindFormers' `step_interval` is our `interval`
+        super().__setattr__(name, value)
 
     def __repr__(self) -> str:
         shown = []
@@ -196,6 +218,7 @@ class AlertConfig(_Section):
     """
 
     SWITCH: ClassVar[str] = "enable_alert"  # `alert_config: true` (the monitor_config article's switch)
+    KEY_PATH: ClassVar[str | None] = "monitor_config.alert_config"
 
     enable_alert: bool = _key(default=False)
     loss_threshold: Union[float, None] = _key(default=None, check=_at_least(0.0))
@@ -254,7 +277,17 @@ class OtlpConfig(_Section):
     logs_queue_size: Union[int, None] = _key(default=None, check=_at_least(1, MAX_LOGS_QUEUE_SIZE))
 
     def resolved_protocol(self) -> str:
-        return self.protocol or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+        """`protocol`, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc. A variable that names no
+        protocol is refused, as the SDK refuses it, rather than sent as HTTP/protobuf."""
+        if self.protocol:
+            return self.protocol
+        variable = os.environ.get(PROTOCOL_VARIABLE, "").strip()
+        if variable and variable not in OTLP_PROTOCOLS:
+            raise ConfigError(
+                f"{PROTOCOL_VARIABLE}: unknown value {variable!r}{suggestion(variable, OTLP_PROTOCOLS)}; "
+                f"allowed: {', '.join(OTLP_PROTOCOLS)}"
+            )
+        return variable or "grpc"
 
     def resolved_logs_queue_size(self) -> int:
         """`logs_queue_size`, else a valid OTEL_BLRP_MAX_QUEUE_SIZE, else LOGS_QUEUE_SIZE."""
@@ -266,10 +299,34 @@ class OtlpConfig(_Section):
         return LOGS_QUEUE_SIZE
 
     def resolved_export_interval(self) -> float:
-        """Seconds between metric exports (OTEL_METRIC_EXPORT_INTERVAL is in ms)."""
+        """Seconds between metric exports: `export_interval`, else OTEL_METRIC_EXPORT_INTERVAL
+        (ms), else 10 s. A variable that is no number of ms from 10 ms to a day counts as
+        unset, as the SDK's reader treats it (`export_interval_variable_ignored` names it)."""
         if self.export_interval is not None:
             return self.export_interval
-        return float(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "10000")) / 1000.0
+        millis = _export_interval_millis(os.environ.get(EXPORT_INTERVAL_VARIABLE, ""))
+        return (millis if millis is not None else DEFAULT_EXPORT_INTERVAL_MS) / 1000.0
+
+    def export_interval_variable_ignored(self) -> str | None:
+        """OTEL_METRIC_EXPORT_INTERVAL's value when it decides the interval but is not usable."""
+        value = os.environ.get(EXPORT_INTERVAL_VARIABLE, "")
+        if self.export_interval is None and value.strip() and _export_interval_millis(value) is None:
+            return value
+        return None
+
+
+PROTOCOL_VARIABLE = "OTEL_EXPORTER_OTLP_PROTOCOL"
+EXPORT_INTERVAL_VARIABLE = "OTEL_METRIC_EXPORT_INTERVAL"
+DEFAULT_EXPORT_INTERVAL_MS = 10_000.0
+
+
+def _export_interval_millis(value: str) -> float | None:
+    """`value` as milliseconds between exports, None when blank or out of `export_interval`'s range."""
+    try:
+        millis = float(value)
+    except ValueError:
+        return None
+    return millis if math.isfinite(millis) and 10.0 <= millis <= MAX_SECONDS * 1000.0 else None
 
 
 @dataclasses.dataclass(repr=False)
@@ -470,6 +527,7 @@ class MonitorConfig(_Section):
 
     # Fields that are not YAML keys, and MindFormers' own keys the section may hold.
     INTERNAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"mindformers_native", "source_dir"})
+    KEY_PATH: ClassVar[str | None] = "monitor_config"
     NATIVE_KEYS: ClassVar[frozenset[str]] = MINDFORMERS_NATIVE_KEYS
 
     enable: bool = _key(default=True, aliases=("monitor_on",))

@@ -16,6 +16,18 @@ from otel_mindformers.names import semconv
 CPU_WINDOW_S = 0.5
 
 
+def _node_cpu_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the node, counted as `psutil.cpu_percent` counts them.
+
+    Our own baseline, not `psutil.cpu_percent(None)`'s: psutil 7 keeps that one per calling
+    thread, and the source is built on the training thread but read on the poller's, so
+    every first window read as 0 %."""
+    times = psutil.cpu_times()
+    # Linux counts guest time inside user and nice too.
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
+
+
 class HostSource:
     """`node_attributes` is None on every rank but one per node, so the node's CPU and
     memory series are not reported once per rank; `process_attributes` is None where this
@@ -44,14 +56,14 @@ class HostSource:
             self._cpus = psutil.cpu_count() or 1
         # Start the first window: psutil's first call only records the CPU times.
         self._process.cpu_percent(None)
-        psutil.cpu_percent(None)
+        self._node_seconds = _node_cpu_seconds()
         self._window_start = self._clock()
         self._cpu: tuple[float, float] | None = None  # (process %, node %) of the last window
 
     def read(self) -> Readings:
         if self._clock() - self._window_start >= CPU_WINDOW_S:
             # 100 per fully busy core for the process; 0..100 across all cores for the node.
-            self._cpu = (self._process.cpu_percent(None), psutil.cpu_percent(None))
+            self._cpu = (self._process.cpu_percent(None), self._node_cpu_percent())
             self._window_start = self._clock()
         rss = self._process.memory_info().rss
         memory = psutil.virtual_memory()
@@ -86,6 +98,13 @@ class HostSource:
                     Point(semconv.SYSTEM_CPU_UTILIZATION, self._cpu[1] / 100.0, self._node_attributes, "psutil")
                 )
         return Readings(tuple(points), snapshot)
+
+    def _node_cpu_percent(self) -> float:
+        (busy_before, total_before), self._node_seconds = self._node_seconds, _node_cpu_seconds()
+        busy, total = self._node_seconds
+        if total <= total_before:
+            return 0.0
+        return min(100.0, max(0.0, 100.0 * (busy - busy_before) / (total - total_before)))
 
     def close(self) -> None:
         """Nothing is held between polls."""

@@ -24,7 +24,9 @@ skip every instrumentor and let the script train with nothing exported.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry.environment_variables import (
@@ -40,13 +42,17 @@ from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
     OTEL_EXPORTER_OTLP_PROTOCOL,
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_EXPORTER_PROMETHEUS_PORT,
 )
 
 from otel_mindformers.config import ConfigError
 from otel_mindformers.integration.instrumentor import file_problem_said
+from otel_mindformers.job.identity import detect_identity, runs_no_training
 from otel_mindformers.telemetry import config_file
 
 RESOURCE_DETECTOR = "mindformers"
+# The SDK's Prometheus exporter's port where OTEL_EXPORTER_PROMETHEUS_PORT is unset.
+_PROMETHEUS_PORT = 9464
 # Our `opentelemetry_traces_exporter` and `opentelemetry_logs_exporter` entry points: the
 # SDK's OTLP/gRPC exporters, sending the requests telemetry/otlp_wire_encoder.py writes.
 IN_PLACE_EXPORTER = "otlp_in_place"
@@ -85,10 +91,40 @@ class MindFormersConfigurator(_OTelSDKConfigurator):
     for `OTEL_CONFIG_FILE`: read by telemetry/config_file.py."""
 
     def _configure(self, **kwargs: Any) -> None:
+        if runs_no_training():  # msrun's launcher and scheduler: a scrape endpoint there takes rank 0's port
+            return
         if config_file.path() is None:
-            super()._configure(**kwargs)
+            with _prometheus_port_per_rank():
+                super()._configure(**kwargs)
             return
         try:
             config_file.configure()
         except ConfigError as exc:
             file_problem_said(exc)
+
+
+@contextlib.contextmanager
+def _prometheus_port_per_rank() -> Iterator[None]:
+    """`OTEL_METRICS_EXPORTER=prometheus` starts a scrape endpoint on
+    `OTEL_EXPORTER_PROMETHEUS_PORT` (9464) in every process: the ranks of a node would all
+    ask for one port, and each that lost would skip every instrumentor (the SDK's "Failed to
+    auto initialize"). As the `prometheus` output does, local rank r listens on port + r, for
+    the configuration only: the process's children see the variable as it was."""
+    exporters = {name.strip() for name in os.environ.get(OTEL_METRICS_EXPORTER, "").split(",")}
+    before = os.environ.get(OTEL_EXPORTER_PROMETHEUS_PORT)
+    try:
+        port = int(before or _PROMETHEUS_PORT)
+    except ValueError:  # the exporter says what is wrong with it
+        port = 0
+    listens = detect_identity().node_port(port)
+    if "prometheus" not in exporters or listens == port:
+        yield
+        return
+    os.environ[OTEL_EXPORTER_PROMETHEUS_PORT] = str(listens)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[OTEL_EXPORTER_PROMETHEUS_PORT]
+        else:
+            os.environ[OTEL_EXPORTER_PROMETHEUS_PORT] = before

@@ -8,6 +8,9 @@ These places in MindFormers are patched, each restored by `Patches.undo()`:
   article's keys (every key of our `MonitorConfig`) are validated by us, with a
   `ConfigError` naming the key, and kept in the section; MindFormers' native keys still go
   through MindFormers, so its own `TrainingStateMonitor` sees them as before.
+- `MindFormerConfig._file2dict` in `mindformers.tools.register.config`, which reads a YAML:
+  a `monitor_config` that names a `custom_monitor_callback` gets the file's folder
+  (`YAML_FOLDER_KEY`), where the monitor's module is looked for, as beside any YAML we load.
 - MindFormers' callback registry: `callbacks: - type: MonitorCallback` builds ours.
 - `BaseTrainer.training_process`, where MindFormers builds the callback list: a run gets
   exactly one MonitorCallback — the user's instance, else the YAML's entry (given the YAML's
@@ -27,6 +30,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import inspect
+import os
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,14 +38,16 @@ from typing import Any
 from otel_mindformers.compat import mindformers_api
 from otel_mindformers.compat.lookup import ApiNotFound, feature_off
 from otel_mindformers.config import MonitorConfig, load_monitor_config, parse_monitor_config
+from otel_mindformers.config.loading import YAML_FOLDER_KEY
 from otel_mindformers.integration.patches import Patches
 from otel_mindformers.job.layout import record_mindformers_run
 
 # The names a YAML `callbacks:` entry may use for our callback.
 CALLBACK_NAMES = ("MonitorCallback", "OtelCallback")
 
-# Every key of our section; a MindFormers YAML may use any of them inside `monitor_config`.
-OWN_KEYS = frozenset(f.name for f in dataclasses.fields(MonitorConfig))
+# Every key of our section; a MindFormers YAML may use any of them inside `monitor_config`
+# (and the YAML's folder is kept there beside them).
+OWN_KEYS = frozenset(f.name for f in dataclasses.fields(MonitorConfig)) | {YAML_FOLDER_KEY}
 # MindFormers' spelling → ours (`monitor_on` → `enable`, `step_interval` → `interval`).
 NATIVE_ALIASES = {alias: f.name for f in dataclasses.fields(MonitorConfig) for alias in f.metadata.get("aliases", ())}
 
@@ -82,6 +88,10 @@ def patch_mindformers(training_process: Callable) -> Patches:
     except ApiNotFound as exc:
         feature_off("the article's keys in a MindFormers monitor_config", exc)
     try:
+        patches.wrap(mindformers_api.config_file_reader(), "_file2dict", _note_yaml_folder)
+    except ApiNotFound as exc:
+        feature_off("a custom monitor beside a MindFormers YAML", exc)
+    try:
         patches.wrap(mindformers_api.base_trainer(), "training_process", training_process)
     except ApiNotFound as exc:
         feature_off("one MonitorCallback per MindFormers Trainer run", exc)
@@ -111,6 +121,17 @@ def monitor_section(section: Mapping[str, Any] | None) -> dict[str, Any]:
         if article in ours:
             ours.pop(native, None)
     return ours
+
+
+def _note_yaml_folder(wrapped: Callable, _cls: Any, args: tuple, kwargs: dict) -> Any:
+    """Wraps `MindFormerConfig._file2dict(filename)` → the file as a dict: a `monitor_config`
+    that names a custom monitor also holds the file's folder, where its module may live."""
+    loaded = wrapped(*args, **kwargs)
+    section = loaded.get("monitor_config") if isinstance(loaded, Mapping) else None
+    filename = args[0] if args else kwargs.get("filename")
+    if isinstance(section, MutableMapping) and section.get("custom_monitor_callback") and isinstance(filename, str):
+        section[YAML_FOLDER_KEY] = os.path.dirname(os.path.realpath(filename))
+    return loaded
 
 
 def _apply_config(wrapped: Callable, cls: Any, args: tuple, kwargs: dict) -> Any:

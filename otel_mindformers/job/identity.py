@@ -84,6 +84,12 @@ class Identity:
     def distributed(self) -> bool:
         return self.world_size > 1
 
+    def node_port(self, port: int) -> int:
+        """The port this rank listens on for a server every rank starts on `port` (a
+        Prometheus scrape endpoint): ranks sharing a node cannot share one, so with several
+        ranks, local rank r takes `port + r`. A process alone keeps `port`; 0 stays "any"."""
+        return port + self.local_rank if port and self.distributed else port
+
     @property
     def instance_id(self) -> str:
         job = self.workdir if self.job_id_from_ledger else self.job_id or self.workdir
@@ -230,6 +236,14 @@ def _kubernetes(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         if value is not None:
             found.append((attribute, value))
     return tuple(found)
+
+
+def runs_no_training(env: Mapping[str, str] | None = None) -> bool:
+    """msrun's launcher and its scheduler (`MS_ROLE=MS_SCHED`), which `opentelemetry-instrument
+    msrun` starts with the workers' environment: they coordinate the workers and never train."""
+    env = os.environ if env is None else env
+    launcher = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return env.get("MS_ROLE") == "MS_SCHED" or launcher == "msrun"
 
 
 def rank_in_environment(env: Mapping[str, str] | None = None) -> bool:

@@ -30,6 +30,7 @@ from otel_mindformers.runtime.parts import Providers
 from otel_mindformers.runtime.run import MonitorRun
 from otel_mindformers.runtime.training_loop import TrainingLoop
 from otel_mindformers.telemetry import config_file
+from otel_mindformers.telemetry.providers import check_own_exporters
 
 _logger = get_logger(__name__)
 
@@ -88,6 +89,7 @@ class MonitorCallback(Callback):
             # OTEL_CONFIG_FILE: the process's SDK from that file, now, before training (a
             # file that cannot be used raises its ConfigError here); telemetry/config_file.py.
             config_file.configure_for(self.config)
+            check_own_exporters(self.config.telemetry)
         monitor_cls = load_monitor_class(self.config)
         if monitor_cls is not None:
             # A custom monitor may open its files when it is built (the monitor_config article's opens

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from otel_mindformers.alerts import AlertEngine
 
 CUSTOM_MONITOR_KEY = "monitor_config.custom_monitor_callback"
+# The monitor_config article's custom monitor imports its base class from here; MindFormers
+# has no such module, so that import is the one line the article's file needs changed.
+_ARTICLE_BASE_MODULE = "mindformers.monitor"
 
 _logger = get_logger(__name__)
 
@@ -103,8 +106,11 @@ def load_monitor_class(config: MonitorConfig) -> type[BaseMonitor] | None:
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:  # any import-time failure is the config's problem to report
+            fix = ""
+            if isinstance(exc, ModuleNotFoundError) and exc.name == _ARTICLE_BASE_MODULE:
+                fix = "; write `from otel_mindformers import BaseMonitor` there (docs/custom_monitors.md)"
             raise ConfigError(
-                f"{CUSTOM_MONITOR_KEY}: cannot import module {module_name!r} ({type(exc).__name__}: {exc})"
+                f"{CUSTOM_MONITOR_KEY}: cannot import module {module_name!r} ({type(exc).__name__}: {exc}){fix}"
             ) from None
     cls = getattr(module, class_name, None)
     if not isinstance(cls, type):

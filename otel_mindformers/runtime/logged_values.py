@@ -108,7 +108,8 @@ class LoggedReader:
     ) -> None:
         """`step_now`: the step being read (a learning-rate schedule given as `lr` is evaluated
         at it; asked only then, so a sampled step's common path pays nothing for it).
-        `grad_norm_asked`: `grad_monitor: True`; a loop that logs no gradients is told once."""
+        `grad_norm_asked`: `grad_monitor: True` on a rank that reports it; a loop that logs no
+        gradients is told once."""
         self._wanted = wanted
         self._per_parameter_norms = per_parameter
         self._optimizer = optimizer
@@ -119,7 +120,7 @@ class LoggedReader:
         self._step_now = step_now
         self._warned: set[str] = set()
         # Checked at the first logged step read: the last step `end()` samples has no gradients.
-        self._check_norm_given = grad_norm_asked and custom_scalars
+        self._check_norm_given = grad_norm_asked
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:

@@ -86,7 +86,29 @@ def launcher_context() -> otel_context.Context:
         for header, var in (("traceparent", "TRACEPARENT"), ("tracestate", "TRACESTATE"), ("baggage", "BAGGAGE"))
         if var in os.environ
     }
-    return propagate.extract(carrier)
+    launcher = propagate.extract(carrier)
+    if "traceparent" in carrier and not trace.get_current_span(launcher).get_span_context().is_valid:
+        _say_launcher_span_unread(carrier["traceparent"])
+    return launcher
+
+
+def _say_launcher_span_unread(traceparent: str) -> None:
+    """Once: the launcher named its span and the run spans will not be its children."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    readable = trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": traceparent}))
+    why = (
+        "the configured propagators do not read it (OTEL_PROPAGATORS, or the `propagator` section of "
+        "OTEL_CONFIG_FILE, which without one has none): add tracecontext"
+        if readable.get_span_context().is_valid
+        else "it is not a W3C traceparent (00-<32 hex trace id>-<16 hex span id>-<2 hex flags>)"
+    )
+    _logger.warning_once(
+        "TRACEPARENT",
+        "otel_mindformers: TRACEPARENT=%.60s is ignored: %s; the run spans start traces of their own",
+        traceparent,
+        why,
+    )
 
 
 class Providers(TypedDict):

@@ -172,7 +172,7 @@ class Run:
                     custom_scalars=not local,
                     per_parameter=per_parameter and not local,
                     step_now=lambda: scope.step,  # the step a sampled step's reader reads
-                    grad_norm_asked=config.grad_norm is GradNorm.MEASURED,
+                    grad_norm_asked=config.grad_norm is GradNorm.MEASURED and not local,
                 )
             )
             for monitor in monitors:
@@ -345,15 +345,15 @@ class Run:
 
     def _backwards(self, step: int, last: int) -> None:
         scope = self._scope
-        if step == last and scope.step_begin < scope.last_step_end:
-            # Entered before the last step ended: a `with run.step(n)` inside another one.
-            self._warn_once(
-                "nested", "run.step(%d) was entered inside another `with run.step(...)`: steps do not nest (one "
-                "`with run.step(n):` around the whole step, its micro-batches included); the inner one counted "
-                "step %d and its data wait twice", step, step,
-            )  # fmt: skip
-            return
         if step == last:
+            if scope.step_begin < scope.last_step_end:
+                # Entered before the last step ended: a `with run.step(n)` inside another one.
+                self._warn_once(
+                    "nested", "run.step(%d) was entered inside another `with run.step(...)`: steps do not nest "
+                    "(one `with run.step(n):` around the whole step, its micro-batches included); the inner one "
+                    "counted step %d and its data wait twice", step, step,
+                )  # fmt: skip
+                return
             self._warn_once(
                 "repeated", "run.step(%d) again after step %d ended: one `with run.step(n):` per step, around all "
                 "of its work and its run.log; this block is not recorded", step, step,

@@ -28,16 +28,19 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import _logs, metrics, trace
 
 from otel_mindformers.config import ConfigError, MonitorConfig
 from otel_mindformers.config.extras import install_hint
-from otel_mindformers.job.identity import detect_identity
+from otel_mindformers.job.identity import Identity, detect_identity, runs_no_training
 from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 
 VARIABLE = "OTEL_CONFIG_FILE"
@@ -47,6 +50,10 @@ NAME = "mindformers"
 OPTIONS_KEY = f"instrumentation/development.python.{NAME}"
 # The package's loader logs what it raises, with a traceback: our one error says it instead.
 _LOADER_LOGGER = "opentelemetry.configuration.file._loader"
+# The Prometheus pull exporter's port where the file names none (opentelemetry-configuration's).
+_PROMETHEUS_PORT = 9464
+# A substitution reference with the spec's `env:` prefix, or a `$$` escape to step over.
+_ENV_PREFIXED = re.compile(r"\$\$|\$\{env:(?=[A-Za-z_])")
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,12 @@ def read() -> FileConfiguration | None:
     file = path()
     if file is None:
         return None
+    return read_file(file)
+
+
+def read_file(file: str) -> FileConfiguration:
+    """What a declarative configuration file says of us, loaded as `OTEL_CONFIG_FILE` would
+    be (`otel-mindformers validate` checks one); nothing is configured. Raises its ConfigError."""
     _, declared = _load(file)
     return declared
 
@@ -137,11 +150,11 @@ def _load(file: str) -> tuple[Any, FileConfiguration]:
         ) from None
     except Exception as exc:  # an installed package that cannot be imported
         raise _error(file, f"{MODULE} fails on import ({type(exc).__name__}: {_one_line(exc)})") from None
-    with _quiet(_LOADER_LOGGER):
+    with _quiet(_LOADER_LOGGER), _env_prefix_read(file) as readable:
         try:
-            model = configuration.load_config_file(file)
+            model = configuration.load_config_file(readable)
         except Exception as exc:  # ConfigurationError, and whatever a broken file makes the loader raise
-            raise _error(file, _one_line(exc)) from None
+            raise _error(file, _one_line(exc).replace(readable, file)) from None
     options = _take_our_options(model)
     enabled = True
     if options is not None:
@@ -149,9 +162,30 @@ def _load(file: str) -> tuple[Any, FileConfiguration]:
     return model, FileConfiguration(file, options, enabled)
 
 
+@contextlib.contextmanager
+def _env_prefix_read(file: str) -> Iterator[str]:
+    """The file, or a copy of it whose `${env:VAR}` references read `${VAR}`: the spec's
+    substitution takes both spellings, opentelemetry-configuration (0.66b2) only the second,
+    and would leave an endpoint `${env:COLLECTOR}/v1/traces` as written. `$$` stays an escape."""
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # the loader says what is wrong with it
+        yield file
+        return
+    rewritten = _ENV_PREFIXED.sub(lambda match: "${" if match.group(0) != "$$" else "$$", text)
+    if rewritten == text:
+        yield file
+        return
+    with tempfile.TemporaryDirectory(prefix="otel_config_file.") as folder:
+        copy = Path(folder) / Path(file).name  # the loader reads the format from the suffix
+        copy.write_text(rewritten, encoding="utf-8")
+        yield str(copy)
+
+
 def _configure(file: str, resource_attributes: Mapping[str, Any] | None) -> FileConfiguration:
     model, declared = _load(file)
-    if _sdk_configured():
+    # msrun's launcher and scheduler: a pull reader there would take local rank 0's port.
+    if _sdk_configured() or runs_no_training():
         return declared
     import opentelemetry.configuration as configuration
     from opentelemetry.configuration import models
@@ -166,11 +200,28 @@ def _configure(file: str, resource_attributes: Mapping[str, Any] | None) -> File
     # First in the list: the file's own detectors run after ours and win, its attributes over all.
     detection.detectors = [models.ExperimentalResourceDetector(**{NAME: detector}), *(detection.detectors or [])]
     resource.detection_development, model.resource = detection, resource
+    listens = _rank_ports(model, detect_identity())
     try:
         configuration.configure_sdk(model)
     except Exception as exc:  # an exporter or sampler the file names that cannot be built
-        raise _error(file, f"cannot apply it: {_one_line(exc)}") from None
+        where = f" (its Prometheus pull readers listen on {', '.join(listens)})" if listens else ""
+        raise _error(file, f"cannot apply it: {_one_line(exc)}{where}") from None
     return declared
+
+
+def _rank_ports(model: Any, identity: Identity) -> list[str]:
+    """Ranks sharing a node cannot share a port: as the `prometheus` output does, with several
+    ranks, local rank r's Prometheus pull reader listens on the file's port + r (9464 + r where
+    it names none), port 0 staying "any". Returns where each pull reader will listen."""
+    readers = model.meter_provider.readers if model.meter_provider is not None else None
+    listens = []
+    for reader in readers or []:
+        exporter = reader.pull.exporter.prometheus_development if reader.pull is not None else None
+        if exporter is None:
+            continue
+        exporter.port = identity.node_port(_PROMETHEUS_PORT if exporter.port is None else exporter.port)
+        listens.append(f"{exporter.host or 'localhost'}:{exporter.port}")
+    return listens
 
 
 def _take_our_options(model: Any) -> dict[str, Any] | None:
@@ -213,4 +264,5 @@ __all__ = [
     "configure_for",
     "path",
     "read",
+    "read_file",
 ]

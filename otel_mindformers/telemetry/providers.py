@@ -29,7 +29,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from otel_mindformers.config import OtlpConfig, TelemetryConfig
+from otel_mindformers.config import ConfigError, OtlpConfig, TelemetryConfig
 from otel_mindformers.config.extras import PROMETHEUS_MODULES, output_off_warning
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.job.identity import Identity
@@ -155,6 +155,30 @@ def build_resource(config: TelemetryConfig, identity: Identity) -> Resource:
 def _is_configured(provider: Any) -> bool:
     """True for an SDK provider someone installed globally (not the API's proxy/no-op)."""
     return type(provider).__module__.startswith("opentelemetry.sdk")
+
+
+def check_own_exporters(config: TelemetryConfig) -> None:
+    """Build our OTLP exporters once now, so that settings they refuse (an
+    OTEL_EXPORTER_OTLP_PROTOCOL naming no protocol, OTEL_EXPORTER_OTLP_TIMEOUT=5s, an unknown
+    compression) are one ConfigError before training and before the run is entered in the
+    job's ledger, not an exception as the run starts. Nothing to check where the process's
+    SDK is configured: its exporters are used then."""
+    if "otlp" not in config.output_type or config_file.applied() is not None:
+        return
+    globals_ = (trace.get_tracer_provider(), metrics.get_meter_provider(), _logs.get_logger_provider())
+    if all(_is_configured(provider) for provider in globals_):
+        return
+    config.otlp.resolved_protocol()
+    try:
+        exporters = otlp_exporters(config.otlp, exported_signals())
+    except Exception as exc:  # the SDK's exporters read and check their variables when built
+        raise ConfigError(
+            "the OTLP exporters refuse their settings (monitor_config.otlp, the OTEL_EXPORTER_OTLP_* "
+            f"variables): {type(exc).__name__}: {exc}"
+        ) from None
+    for exporter in exporters:
+        if exporter is not None:
+            exporter.shutdown()
 
 
 class SdkExitGuard:
@@ -346,11 +370,7 @@ def _prometheus_reader(config: TelemetryConfig, identity: Identity) -> tuple[Met
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
-    # Ranks sharing a node cannot share a port: with several ranks, local rank r serves on
-    # `port + r`. A process alone keeps the configured port, whatever device it runs on.
-    port = config.prometheus.port
-    if port and identity.distributed:
-        port += identity.local_rank
+    port = identity.node_port(config.prometheus.port)
     # A registry per run: a previous run's reader that is still shutting down keeps its own.
     registry = CollectorRegistry(auto_describe=True)
     try:
@@ -461,6 +481,14 @@ def build_telemetry(
     if meter_provider is None:
         readers: list[MetricReader] = []
         if metric_exporter is not None:
+            ignored_interval = config.otlp.export_interval_variable_ignored()
+            if ignored_interval is not None:  # the SDK's reader says the same and goes on
+                _logger.warning(
+                    "otel_mindformers: OTEL_METRIC_EXPORT_INTERVAL=%r is not a number of milliseconds "
+                    "from 10 to 86400000; metrics are exported every %g s",
+                    ignored_interval,
+                    config.otlp.resolved_export_interval(),
+                )
             readers.append(
                 PeriodicExportingMetricReader(
                     metric_exporter,

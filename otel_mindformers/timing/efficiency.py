@@ -253,6 +253,30 @@ class StepEfficiency:
             peak_tflops(device_name(device_target), dtype) if (self._mfu and self.flops_per_token) else None
         )
         self._eta = Eta(total_steps)
+        if list(monitored) != list(tm.KNOWN_METRICS):  # chosen by the user, not the default "all"
+            self._say_what_is_missing(list(monitored), device_target)
+
+    def _say_what_is_missing(self, chosen: list[str], device_target: str | None) -> None:
+        """One warning at start when `monitored_metrics` names a figure this run cannot make,
+        with the key that would give it: otherwise the figure is just absent from every output."""
+        tm = self._keys
+        needs: dict[str, list[str]] = {}
+        if not self.tokens_per_sample:
+            for key in (tm.TOKENS_PER_SECOND, tm.TFLOPS, tm.MFU):
+                needs.setdefault(key, []).append("`tokens_per_sample` (no model config with a `seq_length` was found)")
+        if not self.flops_per_token:
+            for key in (tm.TFLOPS, tm.MFU):
+                needs.setdefault(key, []).append("`flops_per_token` (no transformer model config was found)")
+        elif not self.peak_tflops:
+            device = device_name(device_target) or device_target or "unknown"
+            needs.setdefault(tm.MFU, []).append(f"`peak_tflops` (the device's peak is not known: {device})")
+        wanted = [key for key in chosen if key in needs]
+        if wanted:
+            keys = sorted({need for key in wanted for need in needs[key]})
+            _logger.warning(
+                "otel_mindformers: monitored_metrics asks for %s, which this run cannot report without %s in "
+                "monitor_config (docs/time.md)", ", ".join(wanted), " and ".join(keys),
+            )  # fmt: skip
 
     def add(
         self,

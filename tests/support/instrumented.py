@@ -7,6 +7,7 @@ imports it is the `mindformers` distro's job, and these runs prove it does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -58,3 +59,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` ports in a row free on 127.0.0.1 now (local rank r's is first + r)."""
+    while True:
+        first = free_port()
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + count):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return first

@@ -27,6 +27,7 @@ from otel_mindformers.captures.offline.profile_trace import TraceError
 from otel_mindformers.compat.profiler import CPU_ANALYSIS, ApiNotFound, check_cpu_analysis
 from otel_mindformers.config.extras import MATPLOTLIB_MODULES, is_installed, missing_package, needs_line
 from otel_mindformers.config.limits import MAX_PROFILE_STEPS
+from otel_mindformers.core.image_file import image_file
 from otel_mindformers.names import capture_names as names
 
 
@@ -41,7 +42,9 @@ def add_command(commands: argparse._SubParsersAction) -> None:
     action = capture.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="list the captures under DIR")
     action.add_argument("--analyse", action="store_true", help="analyse the profiles taken with `analysis: deferred`")
-    action.add_argument("--plot", metavar="PNG", help="draw the newest analysed capture's operators, step by step")
+    action.add_argument(
+        "--plot", metavar="PNG", type=image_file, help="draw the newest analysed capture's operators, step by step"
+    )
     action.add_argument(
         "--cancel", action="store_true", help="stop the capture the ranks have in flight (a profile of too many steps)"
     )
@@ -239,7 +242,7 @@ def _why_not_analysed(done: subprocess.CompletedProcess[str]) -> str:
     return f"MindSpore's parser exited with status {done.returncode}" + (f": {lines[-1]}" if lines else "")
 
 
-def _plot(root: str, output: str) -> int:
+def _plot(root: str, output: Path) -> int:
     missing = missing_package("capture --plot", MATPLOTLIB_MODULES)
     if missing is not None:
         print(f"error: {missing}", file=sys.stderr)

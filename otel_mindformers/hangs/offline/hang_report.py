@@ -3,7 +3,8 @@ merged into which ranks are behind, where each group of ranks is stuck, and the 
 non-finite value.
 
 Heartbeats are each rank's last finished step and its time, from the newest of its JSON
-log's last line and its latest stack dump. Ranks whose latest dumps hold the same stacks
+log's last line and its latest stack dump, or the step its flight ring holds where that is
+further (every step, where the log has the sampled ones; its time is then unknown). Ranks whose latest dumps hold the same stacks
 (the same code positions in every thread that is not telemetry) form one group, shown once
 with its ranks, as PyTorch's flight-recorder analysis groups ranks by collective.
 """
@@ -39,7 +40,7 @@ class Heartbeat:
     rank: int
     step: int
     time_stamp: float | None  # Unix time the step finished (None when unknown)
-    source: str  # "log" or "dump"
+    source: str  # "log", "dump" or "flight ring"
     behind_steps: int = 0
     behind_seconds: float | None = None
 
@@ -99,6 +100,10 @@ def build_hang_report(inputs: Sequence[str | Path]) -> HangReport:
         known = beats.get(rank)
         if known is None or step > known.step:
             beats[rank] = Heartbeat(rank, step, stamp, "log")
+    for rank, step in _ring_heartbeats(inputs):  # a log line is a sampled step; the ring has every step
+        known = beats.get(rank)
+        if known is None or step > known.step:
+            beats[rank] = Heartbeat(rank, step, None, "flight ring")
     if not beats:
         raise HangReportError(
             f"no stack dumps ({records.FILE_PATTERN}) or JSON step logs under {', '.join(map(str, inputs))}"
@@ -131,6 +136,26 @@ def _logged_series(inputs: Sequence[str | Path]) -> list[Any]:
         except AnalysisError:  # a folder with dumps only, or a dump file named directly
             continue
     return series
+
+
+def _ring_heartbeats(inputs: Sequence[str | Path]) -> Iterable[tuple[int, int]]:
+    """(rank, last finished step) from each flight ring beside the JSON logs under the inputs
+    (docs/flight_recorder.md): the exact step a rank got to, alive or killed, where its log
+    holds only the sampled steps (a 1-step split at interval 10 looks like none)."""
+    from otel_mindformers.flight_recorder.recovery import finished_steps
+    from otel_mindformers.flight_recorder.ring import SUFFIX
+    from otel_mindformers.outputs.jsonl_reader import walk_files
+
+    folders: set[Path] = set()
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            folders |= {found.parent for found in walk_files(path) if found.name.endswith(SUFFIX)}
+        elif path.exists():
+            folders.add(path.parent)
+    for folder in sorted(folders):
+        for (rank, _attempt), finished in finished_steps(folder).items():
+            yield rank, finished.step
 
 
 def _logged_heartbeats(series: list[Any]) -> Iterable[tuple[int, int, float | None]]:

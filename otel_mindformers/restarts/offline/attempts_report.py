@@ -81,9 +81,16 @@ def _one_job(read: dict[Path, dict[str, Any]]) -> dict[Path, int]:
 
 def _as_logged(entry: dict[str, Any], logged: Any) -> dict[str, Any]:
     """The ledger's entry, with the last step its rank's log saw when that is later (the
-    heartbeat that would have said so never came: the attempt was killed). It was alive at
-    that line: an attempt without an end record ends no earlier (restarts/goodput.py)."""
-    if logged is None or logged.last_step <= int(entry.get("last_step") or 0):
+    heartbeat that would have said so never came: the attempt was killed), and the data wait
+    that line carries. It was alive at that line: an attempt without an end record ends no
+    earlier (restarts/goodput.py)."""
+    if logged is None:
+        return entry
+    if logged.data_wait is not None and logged.last_step > int(entry.get("data_wait_step") or 0):
+        # The wait as of that line: a heartbeat lagging it (an attempt killed within one
+        # `heartbeat_interval` of its first steps) would leave the job's data wait at 0.
+        entry = {**entry, "data_wait_seconds": logged.data_wait, "data_wait_step": logged.last_step}
+    if logged.last_step <= int(entry.get("last_step") or 0):
         return entry
     corrected = {**entry, "last_step": logged.last_step}
     if logged.last_time is not None:
