@@ -1414,6 +1414,22 @@ def test_restarts_ten_lost_steps_and_the_recovered_records_reach_otlp_once_with_
         # No ring is left: each was recovered and removed, the last run's once it wrote all.
         assert list(output.glob("*.flight")) == []
 
+        # `replay` of the log joins the live data: each attempt's job id and attempt, each step
+        # in the trace and under the root that the live step span of that step has (attempt 3's,
+        # and the recovered ones: the killed attempts' own spans died in their export queues).
+        def by_step(spans: list) -> dict:
+            return {
+                (s.attributes.get(job_names.ATTR_ATTEMPT, s.resource[job_names.ATTR_ATTEMPT]),
+                 s.attributes[semconv.ATTR_STEP]): (s.resource[semconv.ATTR_JOB_ID], s.trace_id, s.parent_span_id)
+                for s in spans
+            }  # fmt: skip
+
+        live = by_step(receiver.spans(semconv.SPAN_STEP))
+        with OtlpReceiver() as replayed:
+            assert cli("replay", str(output), "--endpoint", replayed.grpc_endpoint).returncode == 0
+            again = by_step(replayed.spans(semconv.SPAN_STEP))
+        assert len(live) >= 30 + len(recovered) and {key: again[key] for key in live} == live
+
 
 @pytest.mark.slow  # a real 2-rank msrun job, one rank SIGKILLed
 @pytest.mark.integration
