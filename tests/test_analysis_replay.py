@@ -10,9 +10,11 @@ from opentelemetry.trace import StatusCode
 
 from otel_mindformers.analysis.replay import build_metrics, build_spans, replay_otlp
 from otel_mindformers.config import OtlpConfig
+from otel_mindformers.names import job as job_names
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.outputs.jsonl_reader import as_records, read_logs
+from otel_mindformers.telemetry.step_ids import job_step_ids, job_trace_key
 from tests.support.paths import LOG_FIXTURES as FIXTURES
 
 pytestmark = pytest.mark.analysis
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.analysis
 
 def spans_of(name: str):
     (series,) = read_logs([FIXTURES / name])
-    return series, build_spans(series, as_records(series), "run-x", Resource.create({}), {})
+    return series, build_spans(series, as_records(series), "run-x", lambda job: (Resource.create({}), {}))
 
 
 def metric_points(series) -> dict[str, list]:
@@ -113,3 +115,60 @@ def test_replayed_tensorboard_shows_a_resumed_runs_steps_once(tmp_path):
     events.Reload()
     shown = [(e.step, round(e.value, 3)) for e in events.Scalars("loss")]
     assert shown == [(1, 1.1), (2, 2.1), (3, 3.1), (4, 4.5), (5, 5.5), (6, 6.5), (7, 7.5), (8, 8.5)]
+
+
+def _job_lines(path, rank: int, attempts: dict[int, range], job_id: str = "job-7") -> None:
+    """A rank's log of a restarted job: each attempt's steps, every step sampled, lines naming their job."""
+    lines = [
+        {"time_stamp": 1000.0 + 10 * attempt + step, "step": step, "epoch": 1, "rank": rank, "loss": 1.0 / step,
+         "train_per_step_time": 100.0, "job": {"id": job_id, "attempt": attempt}}
+        for attempt, steps in attempts.items() for step in steps
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+@pytest.mark.slow  # a real OTLP receiver
+def test_replay_names_the_lines_job_and_attempt_and_puts_each_job_step_in_its_live_trace(tmp_path, otlp_receiver):
+    """Two ranks of job-7: attempt 1 logged steps 1..3, attempt 2 resumed at 2 and logged 2..4.
+    Replayed, each attempt has the live resource (the lines' job id and attempt, not the run
+    id), its own run span and counters; each job step is one trace across the ranks, under
+    one `mindformers.job.step` root from rank 0, at the ids the live ranks derive."""
+    for rank in (0, 1):
+        _job_lines(tmp_path / f"train_metric_rank_{rank}.json", rank, {1: range(1, 4), 2: range(2, 5)})
+    config = OtlpConfig(endpoint=otlp_receiver.http_endpoint, protocol="http/protobuf")
+    replay_otlp(read_logs([tmp_path]), config, run_id="run-x")
+
+    steps = otlp_receiver.spans(semconv.SPAN_STEP)
+    assert len(steps) == 2 * (3 + 3)
+    assert {(s.resource[semconv.ATTR_JOB_ID], s.resource[job_names.ATTR_ATTEMPT]) for s in steps} == {
+        ("job-7", 1), ("job-7", 2)
+    }  # fmt: skip
+    roots = {(int(r.trace_id, 16), int(r.span_id, 16)): r for r in otlp_receiver.spans(semconv.SPAN_JOB_STEP)}
+    assert len(roots) == 6 and {r.resource[semconv.ATTR_RANK] for r in roots.values()} == {0}
+    for span in steps:
+        attempt = span.resource[job_names.ATTR_ATTEMPT]
+        window = span.attributes[semconv.ATTR_STEP] - span.attributes[semconv.ATTR_STEPS_IN_WINDOW]
+        ids = job_step_ids(job_trace_key("job-7", attempt), window)
+        assert (int(span.trace_id, 16), int(span.parent_span_id, 16)) == ids
+        root = roots[ids]
+        assert root.attributes[job_names.ATTR_ATTEMPT] == attempt and root.attributes[semconv.ATTR_JOB_ID] == "job-7"
+    runs = otlp_receiver.spans(semconv.SPAN_RUN)
+    assert sorted((r.resource[semconv.ATTR_RANK], r.resource[job_names.ATTR_ATTEMPT]) for r in runs) == [
+        (0, 1), (0, 2), (1, 1), (1, 2)
+    ]  # fmt: skip
+    counted = [p for p in otlp_receiver.points(tm.STEPS.name) if p.resource[semconv.ATTR_RANK] == 0]
+    by_attempt = {a: [p.value for p in counted if p.resource[job_names.ATTR_ATTEMPT] == a] for a in (1, 2)}
+    assert by_attempt == {1: [1, 2, 3], 2: [1, 2, 3]}, "each attempt's counters start at its own process's start"
+
+
+@pytest.mark.slow  # a real OTLP receiver
+def test_lines_without_a_job_keep_the_run_id_as_the_job(tmp_path, otlp_receiver):
+    log = tmp_path / "train_metric.json"
+    log.write_text("".join(json.dumps({"time_stamp": 1000.0 + s, "step": s, "rank": 0}) + "\n" for s in (1, 2)))
+    replay_otlp(
+        read_logs([log]), OtlpConfig(endpoint=otlp_receiver.http_endpoint, protocol="http/protobuf"), run_id="r"
+    )
+    spans = otlp_receiver.spans()
+    assert {s.resource[semconv.ATTR_JOB_ID] for s in spans} == {"r"}
+    assert all(job_names.ATTR_ATTEMPT not in s.resource for s in spans)
+    assert otlp_receiver.spans(semconv.SPAN_JOB_STEP) == [] and all(s.parent_span_id == "" for s in spans)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from otel_mindformers import MonitorCallback
+from otel_mindformers.names import job as job_names
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from tests.support import training
@@ -163,7 +164,10 @@ def test_replay_into_a_real_otlp_receiver(run, otlp_receiver, protocol):
             assert (span.end_time_unix_nano - span.start_time_unix_nano) / 1e6 == pytest.approx(
                 line["train_per_step_time"], abs=1e-3
             )
-            assert span.resource[semconv.ATTR_JOB_ID] == "job-42"
+            # The job and attempt the run's lines carry, not the run id: the live data's.
+            assert (span.resource[semconv.ATTR_JOB_ID], span.resource[job_names.ATTR_ATTEMPT]) == (
+                line["job"]["id"], line["job"]["attempt"]
+            )  # fmt: skip
             assert span.status_code == (2 if "nonfinite" in line else 0)
     (run_span,) = [s for s in otlp_receiver.spans(semconv.SPAN_RUN) if s.resource[semconv.ATTR_RANK] == 0]
     assert all(s.links == [(run_span.trace_id, run_span.span_id)] for s in steps if s.resource[semconv.ATTR_RANK] == 0)

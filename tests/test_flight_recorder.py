@@ -521,6 +521,7 @@ HOSTILE_BYTES = {  # hand-crafted: what no writer of this package writes
     "an unknown flag": (32, "<I", 0x80),
     "a last step of 2**62": (ring_format.FINISHED_OFFSET, "<q", 2**62),
     "a negative written step": (ring_format.WRITTEN_OFFSET, "<q", -5),
+    "a negative first unsent step": (ring_format.UNSENT_OFFSET, "<q", -5),
     "a negative attempt": (80, "<i", -1),
     "a name past the header": (128, "<H", 1023),
     "a name that is no UTF-8": (130, "<2s", b"\xff\xfe"),
@@ -653,7 +654,8 @@ def test_recovery_skips_the_lines_an_output_wrote_past_the_rings_mark(tmp_path):
     path = _dead(_ring(tmp_path), range(1, 11), written=4)
     assert recover_rings([path]) == [(log, 3)]
     assert [line["step"] for line in json_lines(log)] == list(range(1, 11))
-    assert parse_header(path.read_bytes()).written_step == 10, "offline recovery advances the ring's mark"
+    header = parse_header(path.read_bytes())
+    assert (header.written_step, header.unsent_from) == (4, 8), "report notes what it wrote, not that it is out"
     assert recover_rings([path]) == []
 
     live = tmp_path / "live"
@@ -686,8 +688,8 @@ def test_offline_recovery_into_a_missing_log_or_one_without_job_lines(tmp_path, 
     path = _dead(_ring(tmp_path), range(1, 6), written=2)
     assert recover_rings([path]) == [(log, 3)]
     assert [line["step"] for line in json_lines(log)][-3:] == [3, 4, 5]
-    assert parse_header(path.read_bytes()).written_step == 5
-    assert path.exists(), "the ring stays for its last finished step"
+    assert parse_header(path.read_bytes()).unsent_from == 3
+    assert path.exists(), "the ring stays for its last finished step and the next attempt's spans"
 
 
 def test_the_next_attempt_recovers_every_dead_ring_oldest_first_and_removes_them(tmp_path):
@@ -720,6 +722,27 @@ def test_recovered_step_spans_link_to_the_dead_attempts_run_span(tmp_path):
         ]
     assert spans[-1].end_time == int((1_800_000_000.0 + 3) * 1e9)  # the step's own end
     assert spans[-1].start_time == int((1_800_000_000.0 + 2.5) * 1e9)  # its predecessor's end
+
+
+@pytest.mark.parametrize("reports", [0, 1, 2], ids=["no-report", "report", "report-twice"])
+def test_the_next_attempt_sends_the_tail_once_whether_or_not_report_wrote_it_first(tmp_path, reports):
+    """Attempt 1 died with steps 3..6 past its outputs' mark, 3 in its log already (a
+    batch written part way). `report` between the attempts writes 4..6 into the log; the
+    next attempt still sends them over OTLP, and writes no line twice."""
+    log = tmp_path / "train_metric.json"
+    _log(log, range(1, 4))
+    path = _dead(_ring(tmp_path, attempt_id="dead1"), range(1, 7), written=2)
+    for _ in range(reports):
+        recover_rings([path])
+    flight, capture = _start(tmp_path, "job-a", 2)
+    flight.close(lambda: 1.0)
+    assert [line["step"] for line in json_lines(log)] == list(range(1, 7))
+    spans = capture.spans.get_finished_spans()
+    assert [span.attributes[semconv.ATTR_STEP] for span in spans] == [4, 5, 6]
+    assert not path.exists()
+    again, capture = _start(tmp_path, "job-a", 3)
+    again.close(lambda: 1.0)
+    assert capture.spans.get_finished_spans() == (), "sent once: the ring is gone"
 
 
 def test_another_jobs_dead_ring_goes_to_its_own_log_and_another_ranks_is_never_touched(tmp_path, caplog):
@@ -1319,10 +1342,13 @@ STEPS, SAVE = 10, 10
 
 
 @pytest.mark.slow  # three real attempts of a job, two SIGKILLed
-def test_restarts_ten_lost_steps_and_the_recovered_records_reach_otlp_once_with_their_times():
+@pytest.mark.parametrize("report_between", [False, True], ids=["restarted", "report-between"])
+def test_restarts_ten_lost_steps_and_the_recovered_records_reach_otlp_once_with_their_times(report_between):
     """Checkpoints every 10 steps; attempt 1 killed at 25, resumed from 20; attempt 2 killed
     at 35, resumed from 30; attempt 3 completes at 60. The heartbeat (every 5 s by default)
-    lags the steps: the lost steps come from the rings."""
+    lags the steps: the lost steps come from the rings. With `report_between`, a user runs
+    `report` on the folder after each kill, before the next attempt: it writes the dead
+    tail into the log, and the next attempt still sends it over OTLP, once."""
     with restart_worker.private_dir() as workdir, OtlpReceiver() as receiver:
         checkpoints, output = workdir / "ckpt", workdir / "output"
         checkpoints.mkdir()
@@ -1345,6 +1371,8 @@ def test_restarts_ten_lost_steps_and_the_recovered_records_reach_otlp_once_with_
             with restart_worker.reaped(restart_worker.spawn(spec, workdir)) as process:
                 _, err = process.communicate(timeout=300)
                 assert process.returncode == (-signal.SIGKILL if "kill_at" in extra else 0), err[-4000:]
+            if report_between and "kill_at" in extra:
+                _cli_report(output)
 
         lines = json_lines(output / "train_metric.json")
         assert [line["step"] for line in lines] == list(range(1, 26)) + list(range(21, 36)) + list(range(31, 61))
@@ -1385,6 +1413,22 @@ def test_restarts_ten_lost_steps_and_the_recovered_records_reach_otlp_once_with_
             assert (int(span.trace_id, 16), int(span.parent_span_id, 16)) == job_step_ids(key, window)
         # No ring is left: each was recovered and removed, the last run's once it wrote all.
         assert list(output.glob("*.flight")) == []
+
+        # `replay` of the log joins the live data: each attempt's job id and attempt, each step
+        # in the trace and under the root that the live step span of that step has (attempt 3's,
+        # and the recovered ones: the killed attempts' own spans died in their export queues).
+        def by_step(spans: list) -> dict:
+            return {
+                (s.attributes.get(job_names.ATTR_ATTEMPT, s.resource[job_names.ATTR_ATTEMPT]),
+                 s.attributes[semconv.ATTR_STEP]): (s.resource[semconv.ATTR_JOB_ID], s.trace_id, s.parent_span_id)
+                for s in spans
+            }  # fmt: skip
+
+        live = by_step(receiver.spans(semconv.SPAN_STEP))
+        with OtlpReceiver() as replayed:
+            assert cli("replay", str(output), "--endpoint", replayed.grpc_endpoint).returncode == 0
+            again = by_step(replayed.spans(semconv.SPAN_STEP))
+        assert len(live) >= 30 + len(recovered) and {key: again[key] for key in live} == live
 
 
 @pytest.mark.slow  # a real 2-rank msrun job, one rank SIGKILLed

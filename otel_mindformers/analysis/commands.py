@@ -98,7 +98,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     replay.add_argument(
         "--run-id",
-        help="the id ids are derived from (default: the run's first time stamp); also sent as training.job.id",
+        help="the id ids are derived from (default: the run's first time stamp); also sent as "
+        "training.job.id for lines that name no job",
     )
     replay.add_argument("--service-name", help="service.name (default: OTEL_SERVICE_NAME, else mindformers-train)")
     replay.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard scalars under DIR/rank_<x>/ instead")

@@ -2,16 +2,19 @@
 
 An air-gapped run only leaves JSON lines; replay turns them into what the live callback
 would have sent, with the original time stamps:
-- per series a run span (`mindformers.train`), and per record a step span
-  (`mindformers.train.step`) in its own trace, linked to the run span, as the callback
-  does; attributes, status and alert events as live;
+- per series and attempt a run span (`mindformers.train`), and per record a step span
+  (`mindformers.train.step`) linked to it, as the callback does; lines that name their job
+  (id and attempt) give the live resource and the live traces: one per job step across the
+  ranks, under its `mindformers.job.step` root (telemetry/step_ids.py), and lines without
+  one a trace per step span; attributes, status and alert events as live;
 - the training metrics as OTLP points stamped with each record's time (the SDK's
   instruments always stamp "now", so the points are built as SDK export data and handed to
   the official OTLP exporters, which do the encoding and transport);
 - or TensorBoard scalars with the original steps and wall times.
 
-Replay is idempotent. Trace and span ids are derived from the run id, the series, the step
-and the step's occurrence (a restarted run logs a step twice), so sending the same logs
+Replay is idempotent. Span ids are derived from the run id, the series, the step and the
+step's occurrence (a restarted run logs a step twice), trace ids from those too or from the
+job step (its job id, attempt and step), so sending the same logs
 again yields the same ids, which trace backends treat as the same spans; metric points
 repeat the same series at the same time stamps with the same values, which metric
 backends store once. TensorBoard output goes to one fixed file name per rank, replaced
@@ -28,7 +31,7 @@ import re
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,7 @@ from otel_mindformers.config import OtlpConfig
 from otel_mindformers.core import measurements
 from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.job.identity import Identity
+from otel_mindformers.names import job as job_names
 from otel_mindformers.names import semconv
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
@@ -64,6 +68,7 @@ from otel_mindformers.outputs.jsonl_reader import AlertMark, AnalysisError, Seri
 from otel_mindformers.outputs.runs import set_aside_stamp
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.telemetry.providers import otlp_exporters
+from otel_mindformers.telemetry.step_ids import job_step_ids, job_trace_key
 from otel_mindformers.version import __version__
 
 SPANS_PER_EXPORT = 512
@@ -114,15 +119,21 @@ def _ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
-def _identity_attributes(series: Series, run_id: str, world_size: int) -> dict[str, Any]:
-    """What the logs tell of the rank's identity (host and device were not logged)."""
+def _identity_attributes(series: Series, run_id: str, world_size: int, job: Job | None) -> dict[str, Any]:
+    """What the logs tell of the rank's identity (host and device were not logged): the job id
+    and attempt its lines carry (`job`), as the live run's resource names them; the run id
+    for lines without one."""
     rank = series.rank or 0
-    return {
-        "service.instance.id": Identity(rank=rank, world_size=world_size, job_id=run_id).instance_id,
+    job_id = job[0] if job else run_id
+    attributes: dict[str, Any] = {
+        "service.instance.id": Identity(rank=rank, world_size=world_size, job_id=job_id).instance_id,
         semconv.ATTR_RANK: rank,
         semconv.ATTR_WORLD_SIZE: world_size,
-        semconv.ATTR_JOB_ID: run_id,
+        semconv.ATTR_JOB_ID: job_id,
     }
+    if job:
+        attributes[job_names.ATTR_ATTEMPT] = job[1]
+    return attributes
 
 
 def _world_size(series: Sequence[Series]) -> int:
@@ -133,52 +144,110 @@ def _world_size(series: Sequence[Series]) -> int:
 # --- spans -------------------------------------------------------------------------------------
 
 
-def build_spans(
-    series: Series, records: list[StepRecord], run_id: str, resource: Resource, run_attributes: dict[str, Any]
-) -> list[ReadableSpan]:
-    """The run span and one step span per record, with ids derived from what they describe:
-    the run id, the series (its label: the rank, or the file when ranks repeat), the step
-    and how many times that step was logged before."""
-    if not records:
-        return []
-    run_context = _span_context(run_id, series.label, "run")
-    # An alert belongs to the first record at or after its step (a stall fires between
-    # samples); alerts after the last record, or without a step, go on the run span.
-    pending = sorted((a for a in series.alerts if a.step is not None), key=lambda a: a.step or 0)
-    steps: list[ReadableSpan] = []
-    seen: dict[int, int] = {}
+Job = tuple[str, int]  # a line's job id and attempt number
+
+
+def _job_of(record: StepRecord) -> Job | None:
+    return (str(record.job["id"]), int(record.job["attempt"])) if record.job else None  # type: ignore[call-overload]
+
+
+def attempts(records: list[StepRecord]) -> list[list[StepRecord]]:
+    """The records cut where the lines' job or attempt changes: live, each attempt is a process
+    of its own (its resource, its run span, its counters from zero)."""
+    parts: list[list[StepRecord]] = []
     for record in records:
-        occurrence = seen[record.step] = seen.get(record.step, -1) + 1
-        alerts = []
-        while pending and (pending[0].step or 0) <= record.step:
-            alerts.append(pending.pop(0))
-        fields = measurements.step_span(record)
-        steps.append(
-            ReadableSpan(
-                name=fields.name,
-                context=_span_context(run_id, series.label, record.step, occurrence),
-                resource=resource,
-                attributes=fields.attributes,
-                events=[_alert_event(a, record.time_stamp) for a in alerts],
-                links=[Link(run_context)],
-                status=_status(fields.status, alerts),
-                start_time=_ns(fields.start_time),
-                end_time=_ns(fields.end_time),
-                instrumentation_scope=_SCOPE,
+        if parts and _job_of(parts[-1][0]) == _job_of(record):
+            parts[-1].append(record)
+        else:
+            parts.append([record])
+    return parts
+
+
+def build_spans(
+    series: Series,
+    records: list[StepRecord],
+    run_id: str,
+    identity_of: Callable[[Job | None], tuple[Resource, dict[str, Any]]],
+    roots: set[tuple[bytes, int]] | None = None,
+) -> list[ReadableSpan]:
+    """Per attempt a run span, and one step span per record, with ids derived from what they
+    describe: the run id, the series (its label: the rank, or the file when ranks repeat),
+    the step and how many times that step was logged before. A record whose line names its
+    job and attempt goes into its job step's trace, as live (telemetry/step_ids.py), under
+    the job step's root, which the first series to reach it emits (`roots`: the job steps
+    emitted so far; the caller goes through the series lowest rank first, as live the lowest
+    rank emits it). `identity_of(job)`: the resource and run span attributes of an attempt."""
+    # An alert belongs to the first record at or after its step (a stall fires between
+    # samples); alerts after the last record, or without a step, go on the last run span.
+    pending = sorted((a for a in series.alerts if a.step is not None), key=lambda a: a.step or 0)
+    roots = set() if roots is None else roots
+    spans: list[ReadableSpan] = []
+    seen: dict[int, int] = {}
+    parts = attempts(records)
+    for index, part in enumerate(parts):
+        job = _job_of(part[0])
+        resource, run_attributes = identity_of(job)
+        run_context = _span_context(run_id, series.label, "run", *(job or ()))
+        job_key = job_trace_key(*job) if job else None
+        steps: list[ReadableSpan] = []
+        for record in part:
+            occurrence = seen[record.step] = seen.get(record.step, -1) + 1
+            alerts = []
+            while pending and (pending[0].step or 0) <= record.step:
+                alerts.append(pending.pop(0))
+            fields = measurements.step_span(record)
+            context, parent = _span_context(run_id, series.label, record.step, occurrence), None
+            if job_key is not None:
+                trace_id, root_id = job_step_ids(job_key, record.step - record.steps_in_window)
+                context = SpanContext(trace_id, context.span_id, is_remote=False, trace_flags=_SAMPLED)
+                parent = SpanContext(trace_id, root_id, is_remote=True, trace_flags=_SAMPLED)
+                if (job_key, trace_id) not in roots:
+                    roots.add((job_key, trace_id))
+                    steps.append(_root_span(parent, resource, record, fields, run_attributes))
+            steps.append(
+                ReadableSpan(
+                    name=fields.name,
+                    context=context,
+                    parent=parent,
+                    resource=resource,
+                    attributes=fields.attributes,
+                    events=[_alert_event(a, record.time_stamp) for a in alerts],
+                    links=[Link(run_context)],
+                    status=_status(fields.status, alerts),
+                    start_time=_ns(fields.start_time),
+                    end_time=_ns(fields.end_time),
+                    instrumentation_scope=_SCOPE,
+                )
             )
+        leftover = pending + [a for a in series.alerts if a.step is None] if index == len(parts) - 1 else []
+        run = ReadableSpan(
+            name=semconv.SPAN_RUN,
+            context=run_context,
+            resource=resource,
+            attributes={**run_attributes, semconv.ATTR_STEP: part[-1].step},
+            events=[_alert_event(a, part[-1].time_stamp) for a in leftover],
+            start_time=_ns(measurements.span_start(part[0])),
+            end_time=_ns(part[-1].time_stamp),
+            instrumentation_scope=_SCOPE,
         )
-    leftover = pending + [a for a in series.alerts if a.step is None]
-    run = ReadableSpan(
-        name=semconv.SPAN_RUN,
-        context=run_context,
+        spans += [run, *steps]
+    return spans
+
+
+def _root_span(
+    context: SpanContext, resource: Resource, record: StepRecord, fields: Any, run_attributes: dict[str, Any]
+) -> ReadableSpan:
+    """The job step's root, with this rank's step times (runtime/pipeline.py `_emit_root`)."""
+    named = (semconv.ATTR_JOB_ID, job_names.ATTR_ATTEMPT, semconv.ATTR_WORLD_SIZE)
+    return ReadableSpan(
+        name=semconv.SPAN_JOB_STEP,
+        context=SpanContext(context.trace_id, context.span_id, is_remote=False, trace_flags=_SAMPLED),
         resource=resource,
-        attributes={**run_attributes, semconv.ATTR_STEP: records[-1].step},
-        events=[_alert_event(a, records[-1].time_stamp) for a in leftover],
-        start_time=_ns(measurements.span_start(records[0])),
-        end_time=_ns(records[-1].time_stamp),
+        attributes={semconv.ATTR_STEP: record.step, **{k: run_attributes[k] for k in named if k in run_attributes}},
+        start_time=_ns(fields.start_time),
+        end_time=_ns(fields.end_time),
         instrumentation_scope=_SCOPE,
     )
-    return [run, *steps]
 
 
 def _alert_event(alert: AlertMark, fallback_time: float) -> Event:
@@ -334,23 +403,29 @@ def replay_otlp(
     ).install()
     target = failures.destination
     sent_spans = sent_points = records_total = skipped = 0
+    roots: set[tuple[bytes, int]] = set()
     try:
-        for one in series:
+        for one in sorted(series, key=lambda one: one.rank or 0):  # the lowest rank emits a job step's root
             records = as_records(one)
             records_total += len(records)
             skipped += len(one.points) - len(records)
-            identity = _identity_attributes(one, run_id, world)
-            resource = Resource.create({"service.name": service, **identity})
-            built = build_spans(one, records, run_id, resource, identity)
+
+            def identity_of(job: Job | None, one: Series = one) -> tuple[Resource, dict[str, Any]]:
+                identity = _identity_attributes(one, run_id, world, job)
+                return Resource.create({"service.name": service, **identity}), identity
+
+            built = build_spans(one, records, run_id, identity_of, roots)
             for start in range(0, len(built), SPANS_PER_EXPORT):
                 batch = built[start : start + SPANS_PER_EXPORT]
                 if span_exporter.export(batch) is not SpanExportResult.SUCCESS:
                     raise ReplayError(_refused("spans", one, target, failures.first_failure))
                 sent_spans += len(batch)
-            for data in build_metrics(records, one.rank or 0, resource):
-                if metric_exporter.export(data) is not MetricExportResult.SUCCESS:
-                    raise ReplayError(_refused("metrics", one, target, failures.first_failure))
-                sent_points += _point_count(data)
+            for part in attempts(records):
+                resource, _ = identity_of(_job_of(part[0]))
+                for data in build_metrics(part, one.rank or 0, resource):
+                    if metric_exporter.export(data) is not MetricExportResult.SUCCESS:
+                        raise ReplayError(_refused("metrics", one, target, failures.first_failure))
+                    sent_points += _point_count(data)
     finally:
         for exporter in (span_exporter, metric_exporter, log_exporter):
             exporter.shutdown()

@@ -157,7 +157,8 @@ def _hand_on(tail: Tail, config: MonitorConfig, identity: Identity, tracer: Any,
         return
     unwritten = tail.records()
     records = tail.unlogged(last_step_line(rank_path(config.json_log_path, identity)))
-    if not records and "tensorboard" not in config.outputs.output_type:  # the JSON log holds them all
+    unsent = tail.unsent(records)  # `report` may have written them into the log: not sent yet
+    if not records and not unsent and "tensorboard" not in config.outputs.output_type:  # all out
         tail.mark_written()
         tail.release(remove=True)
         return
@@ -173,7 +174,7 @@ def _hand_on(tail: Tail, config: MonitorConfig, identity: Identity, tracer: Any,
     try:
         links = _run_span_of(tail.header.attempt_id, history)
         _record_spans(
-            records, tracer, links, tail.header.attempt, job_trace_key(tail.header.job_id, tail.header.attempt)
+            unsent, tracer, links, tail.header.attempt, job_trace_key(tail.header.job_id, tail.header.attempt)
         )
     except Exception as exc:  # telemetry: the lines are out
         _logger.warning("otel_mindformers: cannot export the records recovered from %s: %s", tail.path, exc)

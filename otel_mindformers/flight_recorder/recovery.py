@@ -44,6 +44,7 @@ from otel_mindformers.flight_recorder.ring import (
     FILE_BYTES,
     FLAG_STEP_TIME,
     SUFFIX,
+    UNSENT_OFFSET,
     WRITTEN_OFFSET,
     Header,
     Held,
@@ -92,6 +93,21 @@ class Tail:
         if last_line is None or not _same_run(last_line, self.header):
             return records
         return [record for record in records if record.step > last_line["step"]]
+
+    def unsent(self, unlogged: list[StepRecord]) -> list[StepRecord]:
+        """The tail's records that no process sent over OTLP: those an offline reader wrote
+        into the JSON log (from the ring's first unsent step on), else `unlogged`, the
+        records past the log's last line (what its run wrote into the log, it had sent)."""
+        if not self.header.unsent_from:
+            return unlogged
+        return [record for record in self.records() if record.step >= self.header.unsent_from]
+
+    def mark_logged(self, records: Sequence[StepRecord]) -> None:
+        """`records` go into the JSON log (an offline reader's): the ring notes the first,
+        unless an earlier reader noted one, so that the next attempt still sends them over
+        OTLP; its written step stays the dead run's, and the tail with it."""
+        if records and not self.header.unsent_from:
+            os.pwrite(self._fd, records[0].step.to_bytes(8, "little", signed=True), UNSENT_OFFSET)
 
     def mark_written(self) -> None:
         """The tail is out: a later recovery finds nothing past the written step."""

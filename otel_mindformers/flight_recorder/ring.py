@@ -28,8 +28,9 @@ dies half way leaves the tail where it was. Layout, little-endian:
   rank, pid, flags, the run's (perf_counter, Unix time) origin, when it was created; the
   last finished job step (`FINISHED_OFFSET`: the step hook's store, every step); the step
   of the last record the outputs wrote (`WRITTEN_OFFSET`, the pipeline worker's); the
-  attempt number and the slot layout's id; the job id, the attempt id and the JSON log's
-  file name; at `SEGMENT_OFFSET` the segment's id (-1: none, or its bytes are in the file
+  attempt number and the slot layout's id; the first step an offline reader wrote into the
+  JSON log without sending it over OTLP (`UNSENT_OFFSET`, 0: none); the job id, the attempt id and
+  the JSON log's file name; at `SEGMENT_OFFSET` the segment's id (-1: none, or its bytes are in the file
   now), a random token, the boot id and IPC namespace it lives in, and the file's (device,
   inode): a reader takes a segment only when all of them, its owner and its header match;
 - SLOT_COUNT slots of SLOT_BYTES (32 eight-byte words), used round-robin. A slot: its
@@ -98,6 +99,10 @@ FINISHED_OFFSET = 64  # int64: the last finished job step (the step hook's store
 WRITTEN_OFFSET = 72  # int64: the step of the last record the outputs wrote (the worker's)
 _ATTEMPT = struct.Struct("<iI")  # the attempt number, the slot layout's id
 _ATTEMPT_OFFSET = 80
+# int64: the first step of the tail that an offline reader (`report`) wrote into the JSON log
+# before the next attempt took the ring, 0: none. From it on, no process sent the tail over
+# OTLP: the next attempt still does. Its run writes 0 there (a ring of an older version too).
+UNSENT_OFFSET = 88
 _TEXT_OFFSET = 128  # job id, attempt id, JSON log name: each a 2-byte length and its bytes
 _TEXT_LIMIT = 1024  # bytes each may take
 # The segment: its id (-1: none), a token, boot id, IPC namespace, the file's (device, inode).
@@ -181,6 +186,7 @@ class Header:
     created: float
     finished_step: int
     written_step: int
+    unsent_from: int
     attempt: int
     job_id: str
     attempt_id: str
@@ -531,6 +537,7 @@ def parse_header(data: bytes) -> Header:
         raise RingError("a name in its header is not UTF-8") from exc
     (finished,) = _STEP.unpack_from(data, FINISHED_OFFSET)
     (written,) = _STEP.unpack_from(data, WRITTEN_OFFSET)
+    (unsent_from,) = _STEP.unpack_from(data, UNSENT_OFFSET)
     segment_id, token, boot, namespace, device, inode = _SEGMENT.unpack_from(data, SEGMENT_OFFSET)
     problem = (
         f"rank {rank}" if not 0 <= rank < MAX_RANK
@@ -538,6 +545,7 @@ def parse_header(data: bytes) -> Header:
         else f"flags {flags:#x}" if flags & ~_KNOWN_FLAGS
         else f"clock ({perf0!r}, {wall0!r}, {created!r})" if not all(map(_plain_time, (perf0, wall0, created)))
         else f"last step {finished}, written step {written}" if not (0 <= finished <= MAX_STEP and 0 <= written <= MAX_STEP)
+        else f"first unsent step {unsent_from}" if not 0 <= unsent_from <= MAX_STEP
         else f"attempt {attempt}" if attempt < 0
         else f"job id {job_id!r}" if not job_id.isprintable()
         else f"attempt id {attempt_id!r}" if not _ATTEMPT_ID.fullmatch(attempt_id)
@@ -549,7 +557,7 @@ def parse_header(data: bytes) -> Header:
         raise RingError(f"its header is no run's: {problem}")
     return Header(
         rank=rank, pid=pid, flags=flags, perf0=perf0, wall0=wall0, created=created, finished_step=finished,
-        written_step=written, attempt=attempt, job_id=job_id, attempt_id=attempt_id, json_name=json_name,
+        written_step=written, unsent_from=unsent_from, attempt=attempt, job_id=job_id, attempt_id=attempt_id, json_name=json_name,
         segment=SegmentRef(segment_id, token, boot, namespace, (device, inode)),
     )  # fmt: skip
 
@@ -650,7 +658,10 @@ def segment_of(header: Header, file: os.stat_result) -> Held | None:
             problem = str(exc)
         else:
             steps = dataclasses.replace(
-                contents.header, finished_step=header.finished_step, written_step=header.written_step
+                contents.header,
+                finished_step=header.finished_step,
+                written_step=header.written_step,
+                unsent_from=header.unsent_from,
             )
             if steps == header:
                 return Held(data, contents)
@@ -668,6 +679,7 @@ def fold(fd: int, held: Held) -> None:
 
 __all__ = [
     "FILE_BYTES", "FINISHED_OFFSET", "FORMAT_VERSION", "Header", "Held", "MAX_STEP", "NotItsSegment", "READINGS",
-    "RingContents", "RingError", "RingWriter", "SEGMENT_OFFSET", "SLOT_FIELDS", "SUFFIX", "SegmentRef", "Slot", "WRITTEN_OFFSET",
+    "RingContents", "RingError", "RingWriter", "SEGMENT_OFFSET", "SLOT_FIELDS", "SUFFIX", "SegmentRef", "Slot", "UNSENT_OFFSET",
+    "WRITTEN_OFFSET",
     "fold", "name_parts", "parse_header", "parse_ring", "ring_name", "rings_beside", "segment_of",
 ]  # fmt: skip

@@ -591,6 +591,7 @@ def as_records(series: Series) -> list[StepRecord]:
                 values=values,
                 device=device,
                 model_state=ModelState.from_summary(point.model_state) if point.model_state else None,
+                job={"id": point.job[0], "attempt": point.job[1]} if point.job else None,
             )
         )
     return records

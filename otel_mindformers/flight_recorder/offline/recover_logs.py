@@ -1,7 +1,8 @@
 """The offline commands' share of the flight recorder: before `report`, `replay` or
 `hang-report` reads a folder, what a dead run's ring holds past what its outputs wrote goes
-into its own JSON log (flight_recorder/recovery.py takes the tail and finds the log; the
-ring stays, for its last finished step)."""
+into its own JSON log (flight_recorder/recovery.py takes the tail and finds the log). The
+ring stays, for its last finished step and for the next attempt, which sends the tail over
+OTLP: it notes where the lines it wrote begin (`Tail.mark_logged`), not that they are out."""
 
 from __future__ import annotations
 
@@ -55,9 +56,9 @@ def recover_rings(rings: Iterable[Path]) -> list[tuple[Path, int]]:
                 continue
             records = tail.unlogged(last_step_line(log))
             if records:
+                tail.mark_logged(records)  # first: lines a failed write left are still sent by the next attempt
                 write_log(records, log, tail.header.rank)
                 appended.append((log, len(records)))
-            tail.mark_written()
         except OSError as exc:
             _logger.warning_once(
                 str(path), "otel_mindformers: cannot recover the flight ring %s into its log (%s)", path, exc
