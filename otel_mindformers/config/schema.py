@@ -301,17 +301,21 @@ class OtlpConfig(_Section):
     def resolved_export_interval(self) -> float:
         """Seconds between metric exports: `export_interval`, else OTEL_METRIC_EXPORT_INTERVAL
         (ms), else 10 s. A variable that is no number of ms from 10 ms to a day counts as
-        unset, as the SDK's reader treats it (`export_interval_variable_ignored` names it)."""
+        unset, as the SDK's reader treats it (`export_interval_warning` names it)."""
         if self.export_interval is not None:
             return self.export_interval
         millis = _export_interval_millis(os.environ.get(EXPORT_INTERVAL_VARIABLE, ""))
         return (millis if millis is not None else DEFAULT_EXPORT_INTERVAL_MS) / 1000.0
 
-    def export_interval_variable_ignored(self) -> str | None:
-        """OTEL_METRIC_EXPORT_INTERVAL's value when it decides the interval but is not usable."""
+    def export_interval_warning(self) -> str | None:
+        """The warning a run logs (and `validate` prints) when OTEL_METRIC_EXPORT_INTERVAL
+        decides the interval but is not usable; None when it is usable or not read."""
         value = os.environ.get(EXPORT_INTERVAL_VARIABLE, "")
         if self.export_interval is None and value.strip() and _export_interval_millis(value) is None:
-            return value
+            return (
+                f"{EXPORT_INTERVAL_VARIABLE}={value!r} is not a number of milliseconds from 10 to "
+                f"{MAX_SECONDS * 1000:.0f}; metrics are exported every {self.resolved_export_interval():g} s"
+            )
         return None
 
 
