@@ -220,9 +220,14 @@ def test_cli_validate_checks_the_otel_variables_a_run_here_would_read(tmp_path):
         "warning: OTEL_METRIC_EXPORT_INTERVAL='10s' is not a number of milliseconds from 10 to 86400000; "
         "metrics are exported every 10 s"
     ) in warned.stderr.splitlines()
-    # Without an otlp output, or with monitoring off, a run reads none of them.
-    path.write_text("monitor_config:\n  output_type: [stdout]\n")
+    # Without an otlp output, with monitoring off, or where OTEL_CONFIG_FILE names the
+    # exporters (the spec has the other variables ignored then), a run reads none of them.
     bad = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grcp", "OTEL_METRIC_EXPORT_INTERVAL": "10s"}
+    declared = tmp_path / "otel.yaml"
+    declared.write_text('file_format: "1.0"\n')
+    filed = cli("validate", str(path), cwd=tmp_path, env={**bad, "OTEL_CONFIG_FILE": str(declared)})
+    assert filed.returncode == 0 and "OTEL_" not in filed.stderr, filed.stderr
+    path.write_text("monitor_config:\n  output_type: [stdout]\n")
     quiet = cli("validate", str(path), cwd=tmp_path, env=bad)
     assert quiet.returncode == 0 and "OTEL_" not in quiet.stderr, quiet.stderr
     path.write_text("monitor_config:\n  enable: false\n  output_type: [otlp]\n")
