@@ -131,10 +131,12 @@ class SpikeRuleConfig(_Section):
 
 @dataclasses.dataclass(repr=False)
 class StepTimeRuleConfig(_Section):
-    """Step time more than `factor` times its rolling median."""
+    """Step time more than `factor` times its rolling median, and more than `min_increase`
+    seconds above it: a few milliseconds of jitter on millisecond steps is no regression."""
 
     enable: bool = _key(default=True)
     factor: float = _key(default=2.0, check=_at_least(1.0))
+    min_increase: float = _key(default=0.05, check=_at_least(0.0, MAX_SECONDS))
     window: int = _key(default=100, check=_at_least(3, 1_000_000))
     warmup: int = _key(default=20, check=_at_least(1))
 
