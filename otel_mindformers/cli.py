@@ -70,14 +70,14 @@ def _validate(args: argparse.Namespace) -> int:
             load_monitor_class(config)  # imports the user's module: validate's job, not the loader's
         except ConfigError as exc:
             problems += exc.problems
-        if config.enable and not kind and not missing:  # without the exporters' package: nothing to build
+        if _reads_otlp_variables(config, kind) and not missing:  # without the exporters' package: nothing to build
             problems += _otlp_variable_problems(config)
     if problems:
         for problem in problems:
             print(f"invalid: {problem}", file=sys.stderr)
         return 1
     warnings = [config.alert_config.ignored_while_off(stall_used=config.cluster.tell)]
-    if config.enable and not kind and _builds_own_otlp_exporters(config):
+    if _reads_otlp_variables(config, kind) and _builds_own_otlp_exporters(config):
         warnings.append(config.otlp.export_interval_warning())
     for warning in filter(None, warnings):  # valid, and what the run would warn about
         print(f"warning: {warning}", file=sys.stderr)
@@ -88,6 +88,12 @@ def _validate(args: argparse.Namespace) -> int:
     outputs = ", ".join(dict.fromkeys(config.output_type)) or "none"
     print(f"{args.config}: valid; {kind}monitoring {state}, every {config.interval} steps, outputs: {outputs}")
     return 0
+
+
+def _reads_otlp_variables(config: MonitorConfig, kind: str) -> bool:
+    """A run of a monitor_config file (not an OTEL_CONFIG_FILE's entry) with an otlp output;
+    checked before the SDK is imported, which other configurations' `validate` does not need."""
+    return config.enable and not kind and "otlp" in config.output_type
 
 
 def _builds_own_otlp_exporters(config: MonitorConfig) -> bool:
