@@ -224,9 +224,13 @@ def test_cli_validate_checks_the_otel_variables_a_run_here_would_read(tmp_path):
     # exporters (the spec has the other variables ignored then), a run reads none of them.
     bad = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grcp", "OTEL_METRIC_EXPORT_INTERVAL": "10s"}
     declared = tmp_path / "otel.yaml"
-    declared.write_text('file_format: "1.0"\n')
-    filed = cli("validate", str(path), cwd=tmp_path, env={**bad, "OTEL_CONFIG_FILE": str(declared)})
-    assert filed.returncode == 0 and "OTEL_" not in filed.stderr, filed.stderr
+    declared.write_text(
+        'file_format: "1.0"\ninstrumentation/development: {python: {mindformers: {output_type: [otlp]}}}\n'
+    )
+    # A monitor_config under OTEL_CONFIG_FILE, and that file itself, which the run is to be given.
+    for validated, variable in ((path, {"OTEL_CONFIG_FILE": str(declared)}), (declared, {})):
+        filed = cli("validate", str(validated), cwd=tmp_path, env={**bad, **variable})
+        assert filed.returncode == 0 and "OTEL_" not in filed.stderr, filed.stderr
     path.write_text("monitor_config:\n  output_type: [stdout]\n")
     quiet = cli("validate", str(path), cwd=tmp_path, env=bad)
     assert quiet.returncode == 0 and "OTEL_" not in quiet.stderr, quiet.stderr
