@@ -109,7 +109,7 @@ def test_real_nvml_without_a_driver_library_is_an_absent_tool():
     with pytest.raises(SourceError) as raised:
         source.read()
     assert raised.value.error_type == "not_found"
-    assert str(raised.value) == "no NVIDIA driver (NVML's library is not installed)"
+    assert str(raised.value) == "no NVIDIA driver on this node"
     source.close()
 
 

@@ -84,7 +84,7 @@ class NvmlSource:
         except getattr(nvml, "NVMLError_LibraryNotFound", ()):
             # No NVIDIA driver on this node (an Ascend or CPU one): the source's tool is absent,
             # as a missing npu-smi is, and the poller stops asking.
-            raise SourceError("not_found", "no NVIDIA driver (NVML's library is not installed)") from None
+            raise SourceError("not_found", "no NVIDIA driver on this node") from None
         except nvml.NVMLError as exc:
             raise SourceError(type(exc).__name__, f"NVML: {exc}") from None
         return Readings(tuple(points), snapshot)
