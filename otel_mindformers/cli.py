@@ -49,7 +49,9 @@ def _monitor_config_of(path: str) -> tuple[MonitorConfig, str]:
 
 def _validate(args: argparse.Namespace) -> int:
     """Every problem of the file at once: its keys and values, the output paths, the custom
-    monitor class, the optional packages the enabled outputs need. Creates nothing. An
+    monitor class, the optional packages the enabled outputs need, and with an `otlp` output
+    the OTEL_EXPORTER_OTLP_* and OTEL_METRIC_EXPORT_INTERVAL variables of this environment, as
+    a run started here reads them. Creates nothing. An
     OTEL_CONFIG_FILE (OTel's declarative configuration) is checked too: the file as
     opentelemetry-configuration loads it, and its `mindformers` entry."""
     kind = ""
@@ -62,18 +64,23 @@ def _validate(args: argparse.Namespace) -> int:
         from otel_mindformers.outputs.paths import check_output_paths
         from otel_mindformers.runtime.custom_monitors import load_monitor_class
 
-        problems = check_output_paths(config) + missing_extras(config)
+        missing = missing_extras(config)
+        problems = check_output_paths(config) + missing
         try:
             load_monitor_class(config)  # imports the user's module: validate's job, not the loader's
         except ConfigError as exc:
             problems += exc.problems
+        if _reads_otlp_variables(config, kind) and not missing:  # without the exporters' package: nothing to build
+            problems += _otlp_variable_problems(config)
     if problems:
         for problem in problems:
             print(f"invalid: {problem}", file=sys.stderr)
         return 1
-    ignored = config.alert_config.ignored_while_off(stall_used=config.cluster.tell)
-    if ignored:  # valid, and what the run would warn about
-        print(f"warning: {ignored}", file=sys.stderr)
+    warnings = [config.alert_config.ignored_while_off(stall_used=config.cluster.tell)]
+    if _reads_otlp_variables(config, kind) and _builds_own_otlp_exporters(config):
+        warnings.append(config.otlp.export_interval_warning())
+    for warning in filter(None, warnings):  # valid, and what the run would warn about
+        print(f"warning: {warning}", file=sys.stderr)
     for outside in releases.outside_tested_range():
         print(f"warning: {outside}", file=sys.stderr)
     print(f"found {releases.found()}")
@@ -81,6 +88,30 @@ def _validate(args: argparse.Namespace) -> int:
     outputs = ", ".join(dict.fromkeys(config.output_type)) or "none"
     print(f"{args.config}: valid; {kind}monitoring {state}, every {config.interval} steps, outputs: {outputs}")
     return 0
+
+
+def _reads_otlp_variables(config: MonitorConfig, kind: str) -> bool:
+    """A run of a monitor_config file (not an OTEL_CONFIG_FILE's entry) with an otlp output;
+    checked before the SDK is imported, which other configurations' `validate` does not need."""
+    return config.enable and not kind and "otlp" in config.output_type
+
+
+def _builds_own_otlp_exporters(config: MonitorConfig) -> bool:
+    from otel_mindformers.telemetry.providers import builds_own_otlp_exporters  # the SDK: only when asked
+
+    return builds_own_otlp_exporters(config.telemetry)
+
+
+def _otlp_variable_problems(config: MonitorConfig) -> list[str]:
+    """What a run in this environment would refuse of the OTEL_EXPORTER_OTLP_* variables,
+    checked as the run checks them (an OTEL_CONFIG_FILE's exporters are the file's)."""
+    from otel_mindformers.telemetry.providers import check_own_exporters
+
+    try:
+        check_own_exporters(config.telemetry)
+    except ConfigError as exc:
+        return exc.problems
+    return []
 
 
 # Every subcommand beside `validate`, each registered by its feature (in `--help`'s order):

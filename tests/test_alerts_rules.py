@@ -105,11 +105,26 @@ def test_overflow_streak():
 
 
 def test_step_time_regression_against_own_median():
-    rule = rules.StepTimeRegressionRule(factor=2.0, window=20, warmup=5)
+    rule = rules.StepTimeRegressionRule(factor=2.0, window=20, warmup=5, min_increase=0.05)  # the defaults' floor
     verdicts = feed(rule, "train_per_step_time", [100.0, 110.0, 95.0, 105.0, 100.0, 190.0, 260.0, 100.0])
     fired = [(i + 1, v.threshold) for i, v in enumerate(verdicts) if isinstance(v, Finding)]
     assert fired == [(7, 205.0)]  # 2 x median(100, 110, 95, 105, 100, 190)
     assert "ms" in verdicts[6].detail
+
+
+def step_time_findings(series, min_increase):
+    rule = rules.StepTimeRegressionRule(factor=2.0, window=20, warmup=5, min_increase=min_increase)
+    return [v for v in feed(rule, "train_per_step_time", series) if isinstance(v, Finding)]
+
+
+def test_step_time_regression_needs_a_rise_of_min_increase_too():
+    """1 ms steps with a 4 ms one fired at the default factor: jitter, not a regression."""
+    jitter = [1.0, 1.2, 0.9, 1.1, 1.0, 4.0, 1.0]
+    assert step_time_findings(jitter, min_increase=0.05) == []
+    (fired,) = step_time_findings(jitter, min_increase=0.0)  # the factor alone
+    assert fired.value == 4.0 and fired.threshold == 2.0
+    (fired,) = step_time_findings([1.0, 1.2, 0.9, 1.1, 1.0, 60.0], min_increase=0.05)
+    assert fired.threshold == 51.0 and fired.detail == "step time 60 ms > rolling median 1 ms + 50 ms"
 
 
 def test_build_rules_follows_the_config():

@@ -5,8 +5,11 @@ training does not notice."""
 import json
 import logging
 import threading
+import time
 
+import mindspore as ms
 import pytest
+from mindspore.train import Callback
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
@@ -134,6 +137,30 @@ def test_loss_spike_fires_once_then_resolves(workdir):
     assert [status for _, status, _ in spike] == ["firing", "resolved"]
     assert spike[1][2] > 15
     assert len(run.lines()) == 30
+
+
+class SlowSteps(Callback):
+    """Sleeps inside the given steps (after the monitor's step begin): seconds by step."""
+
+    def __init__(self, seconds_at: dict[int, float]) -> None:
+        self.seconds_at = seconds_at
+
+    def on_train_step_begin(self, run_context):
+        time.sleep(self.seconds_at.get(run_context.original_args().cur_step_num, 0.0))
+
+
+def test_step_time_regression_ignores_millisecond_jitter_and_fires_on_a_slow_step(workdir):
+    """Graph-mode steps of about a millisecond: one 25 ms longer is jitter (it fired at twice
+    the median), one 400 ms longer is a regression."""
+    with WebhookReceiver() as receiver:
+        run = Run(workdir, {"notifiers": [{"type": "webhook", "url": receiver.url()}]})
+        train([run.callback, SlowSteps({30: 0.025, 45: 0.4})], steps=60, mode=ms.GRAPH_MODE)
+        fired = [
+            step for rule, status, step in notices(receiver) if (rule, status) == ("step_time_regression", "firing")
+        ]
+    step_times = {line["step"]: line["train_per_step_time"] for line in run.lines()}
+    assert step_times[30] >= 25.0 > 2 * sorted(step_times.values())[30], "step 30 was more than twice the median"
+    assert 30 not in fired and 45 in fired, fired
 
 
 def test_stalled_data_wait_is_dumped_named_stuck_and_resolved(workdir):

@@ -252,7 +252,7 @@ def test_every_string_the_page_shows_reads_as_written_and_none_is_markup(hostile
     found = [li.text() for li in page.by_id("glance").all("li", "finding")]
     assert f"b{EVIL_NAME}_rank_0: holds the job back in data_wait" in found[0]
     assert f"a{EVIL_NAME}_rank_0: alert, step 20: {EVIL}" in found
-    assert [td.text() for td in page.all("td", "col-ended")] == [f"crashed ({EVIL})", "completed"]
+    assert [td.text() for td in page.all("td", "col-ended")] == [f"crashed — {EVIL}", "completed"]
     assert EVIL in page.by_id("timeline-attempts").all("figcaption")[0].text()
     (capture,) = page.all("tr", "capture")
     cells = [td.text() for td in capture.all("td")]

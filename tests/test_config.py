@@ -195,6 +195,50 @@ def test_an_otlp_variable_the_exporters_refuse_is_a_config_error_before_training
     assert not (workdir / "out").exists()
 
 
+@pytest.mark.slow  # `otel-mindformers validate` in child processes, each with its environment
+def test_cli_validate_checks_the_otel_variables_a_run_here_would_read(tmp_path):
+    """validate said "valid" where the run then refused these variables at callback build."""
+    path = tmp_path / "otlp.yaml"
+    path.write_text("monitor_config:\n  output_type: [otlp, stdout]\n  otlp: {endpoint: 'http://127.0.0.1:9'}\n")
+    refused = [
+        (
+            {"OTEL_EXPORTER_OTLP_PROTOCOL": "grcp"},
+            "invalid: OTEL_EXPORTER_OTLP_PROTOCOL: unknown value 'grcp' (did you mean 'grpc'?); "
+            "allowed: grpc, http/protobuf, http/json",
+        ),
+        ({"OTEL_EXPORTER_OTLP_TIMEOUT": "5s"}, "ValueError: could not convert string to float: '5s'"),
+        ({"OTEL_EXPORTER_OTLP_COMPRESSION": "zip"}, 'Invalid value "zip" for compression envvar'),
+    ]
+    for env, said in refused:
+        result = cli("validate", str(path), cwd=tmp_path, env=env)
+        assert result.returncode == 1, (env, result.stdout)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("invalid: ") and said in line, (env, result.stderr)
+    warned = cli("validate", str(path), cwd=tmp_path, env={"OTEL_METRIC_EXPORT_INTERVAL": "10s"})
+    assert warned.returncode == 0, warned.stderr
+    assert (
+        "warning: OTEL_METRIC_EXPORT_INTERVAL='10s' is not a number of milliseconds from 10 to 86400000; "
+        "metrics are exported every 10 s"
+    ) in warned.stderr.splitlines()
+    # Without an otlp output, with monitoring off, or where OTEL_CONFIG_FILE names the
+    # exporters (the spec has the other variables ignored then), a run reads none of them.
+    bad = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grcp", "OTEL_METRIC_EXPORT_INTERVAL": "10s"}
+    declared = tmp_path / "otel.yaml"
+    declared.write_text(
+        'file_format: "1.0"\ninstrumentation/development: {python: {mindformers: {output_type: [otlp]}}}\n'
+    )
+    # A monitor_config under OTEL_CONFIG_FILE, and that file itself, which the run is to be given.
+    for validated, variable in ((path, {"OTEL_CONFIG_FILE": str(declared)}), (declared, {})):
+        filed = cli("validate", str(validated), cwd=tmp_path, env={**bad, **variable})
+        assert filed.returncode == 0 and "OTEL_" not in filed.stderr, filed.stderr
+    path.write_text("monitor_config:\n  output_type: [stdout]\n")
+    quiet = cli("validate", str(path), cwd=tmp_path, env=bad)
+    assert quiet.returncode == 0 and "OTEL_" not in quiet.stderr, quiet.stderr
+    path.write_text("monitor_config:\n  enable: false\n  output_type: [otlp]\n")
+    off = cli("validate", str(path), cwd=tmp_path, env=bad)
+    assert off.returncode == 0 and "OTEL_" not in off.stderr, off.stderr
+
+
 def test_otlp_settings_default_to_standard_env(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "2500")

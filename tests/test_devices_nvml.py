@@ -102,11 +102,14 @@ def test_gpu_target_selects_nvml():
     assert names[:2] == ["nvml", "psutil"]
 
 
-def test_real_nvml_without_a_driver_library_is_a_source_error():
+def test_real_nvml_without_a_driver_library_is_an_absent_tool():
+    """As a missing npu-smi: the poller stops asking, and `devices` says it in one plain line
+    on an Ascend or CPU node, where an NVML error's name was noise."""
     source = NvmlSource(pynvml, ["0"], "0", ATTRS)
     with pytest.raises(SourceError) as raised:
         source.read()
-    assert raised.value.error_type.startswith("NVMLError")
+    assert raised.value.error_type == "not_found"
+    assert str(raised.value) == "no NVIDIA driver on this node"
     source.close()
 
 

@@ -168,6 +168,21 @@ def test_a_missing_tool_is_counted_once_and_not_run_again():
     assert counter.adds == [(1, {semconv.ATTR_DEVICE_SOURCE: "flaky", semconv.ATTR_ERROR_TYPE: "not_found"})]
 
 
+def test_a_gpu_run_without_an_nvidia_driver_warns_once_and_stops_asking_nvml(caplog):
+    import pynvml  # the real nvidia-ml-py; no driver library on this machine
+
+    from otel_mindformers.devices.nvidia import NvmlSource
+
+    counter = CountingCounter()
+    poller = Poller([NvmlSource(pynvml, ["0"], "0", {})], ReadingCache(60.0), 60.0, counter)
+    with caplog.at_level(logging.WARNING, logger="otel_mindformers.devices.poller"):
+        for _ in range(3):
+            poller.poll_once()
+    assert counter.adds == [(1, {semconv.ATTR_DEVICE_SOURCE: "nvml", semconv.ATTR_ERROR_TYPE: "not_found"})]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "device source 'nvml' failed (not_found: no NVIDIA driver on this node)" in warning
+
+
 def test_poller_thread_closes_sources_when_stopped():
     source = Flaky([Readings()] * 1000)
     poller = Poller([source], ReadingCache(60.0), 0.01)
@@ -347,7 +362,8 @@ def test_devices_command_prints_one_block_per_device_with_the_tool_of_each_readi
         "hccn_tool -optical"
     )
     assert line_with(out, "system.memory.limit").endswith("psutil")
-    assert "nvml: no readings (NVMLError" in out  # nvidia-ml-py is installed, no driver here
+    # nvidia-ml-py is installed, no driver here: one plain line, not an NVML error.
+    assert line_with(out, "nvml") == "nvml: no NVIDIA driver on this node"
 
 
 @pytest.mark.slow  # the `devices` command in a child process

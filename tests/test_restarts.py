@@ -17,6 +17,7 @@ from otel_mindformers.names import job as job_names
 from otel_mindformers.names import semconv
 from otel_mindformers.names.diagnosis import PROGRESS_STEP
 from tests.support import restart_worker as worker
+from tests.support.html_dom import parse
 from tests.support.instrumented import LAUNCHER_SPAN_ID, TRACE_ID, TRACEPARENT
 from tests.support.otlp_receiver import OtlpReceiver
 
@@ -221,6 +222,11 @@ def test_report_and_plot_show_the_attempts(job, tmp_path):
     result = _cli("plot", "--attempts", str(job["output"]), "-o", str(image), cwd=job["workdir"])
     assert result.returncode == 0, result.stderr
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = tmp_path / "job.html"
+    assert _cli("report", str(job["output"]), "--html", str(html), cwd=job["workdir"]).returncode == 0
+    ended = [td.text() for td in parse(html.read_text(encoding="utf-8")).all("td", "col-ended")]
+    # It read "killed (no end record (inferred from its last heartbeat))".
+    assert ended == ["killed — no end record, inferred from its last heartbeat"] * 2 + ["completed"]
 
 
 @pytest.mark.slow

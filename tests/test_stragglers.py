@@ -166,6 +166,18 @@ def test_each_episode_is_counted_and_the_training_log_warns_once(world_size, cap
     assert SIGNALS in warning  # where the later episodes went
 
 
+def test_a_share_just_over_the_threshold_reads_over_it(caplog):
+    """It said "20% of its wall time ... (threshold 20%)" for 20.3 %."""
+    from otel_mindformers.telemetry.training_instruments import Coalesced
+
+    capture, sections = _rank_sections(windows=2, data_share=0.2)
+    with caplog.at_level("WARNING", logger="otel_mindformers"):
+        for step in (1, 2):
+            sections.observe(_window(step, 0.203), None, Coalesced())
+    (warning,) = [r.getMessage() for r in caplog.records if "waited between steps" in r.getMessage()]
+    assert "outside run.step) 20.3% of its wall time for 2 sampled window(s) (threshold 20%)" in warning
+
+
 @timed
 def test_a_rank_whose_steps_slow_down_against_its_own_history_records_it(tmp_path):
     busy = _BusyFrom(start=12)

@@ -230,22 +230,26 @@ class GradNormSpikeRule(SpikeRule):
 
 
 class StepTimeRegressionRule(BaselineRule):
-    """Step time more than `factor` times the run's own rolling median."""
+    """Step time more than `factor` times the run's own rolling median and more than
+    `min_increase` seconds above it: on steps of a few ms, scheduler or GC jitter doubles a
+    step without anything having regressed."""
 
-    def __init__(self, factor: float, window: int, warmup: int) -> None:
+    def __init__(self, factor: float, window: int, warmup: int, min_increase: float) -> None:
         super().__init__(STEP_TIME_REGRESSION, metrics.STEP_TIME, window, warmup)
         self._factor = factor
+        self._min_increase_ms = min_increase * 1000.0
 
     def _judge(self, value: float, median: float) -> Finding | None:
-        limit = self._factor * median
+        relative, absolute = self._factor * median, median + self._min_increase_ms
+        limit = max(relative, absolute)
         if value <= limit:
             return None
-        return Finding(
-            metrics.STEP_TIME,
-            value,
-            limit,
-            f"step time {format_number(value)} ms > {self._factor:g} x rolling median {format_number(median)} ms",
+        above = (
+            f"{self._factor:g} x rolling median {format_number(median)} ms"
+            if relative >= absolute
+            else f"rolling median {format_number(median)} ms + {format_number(self._min_increase_ms)} ms"
         )
+        return Finding(metrics.STEP_TIME, value, limit, f"step time {format_number(value)} ms > {above}")
 
 
 class OverflowStreakRule:
@@ -449,7 +453,9 @@ def build_rules(config: AlertConfig, on_spike_score: Callable[[float], None] | N
         rules.append(OverflowStreakRule(config.overflow_streak))
     regression = config.step_time_regression
     if regression.enable:
-        rules.append(StepTimeRegressionRule(regression.factor, regression.window, regression.warmup))
+        rules.append(
+            StepTimeRegressionRule(regression.factor, regression.window, regression.warmup, regression.min_increase)
+        )
     score = config.loss_spike_score
     if score.enable:
         rules.append(SpikeScoreRule(score.sigma, score.window, score.warmup, score.threshold, on_spike_score))

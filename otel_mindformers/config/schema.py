@@ -131,10 +131,12 @@ class SpikeRuleConfig(_Section):
 
 @dataclasses.dataclass(repr=False)
 class StepTimeRuleConfig(_Section):
-    """Step time more than `factor` times its rolling median."""
+    """Step time more than `factor` times its rolling median, and more than `min_increase`
+    seconds above it: a few milliseconds of jitter on millisecond steps is no regression."""
 
     enable: bool = _key(default=True)
     factor: float = _key(default=2.0, check=_at_least(1.0))
+    min_increase: float = _key(default=0.05, check=_at_least(0.0, MAX_SECONDS))
     window: int = _key(default=100, check=_at_least(3, 1_000_000))
     warmup: int = _key(default=20, check=_at_least(1))
 
@@ -301,17 +303,21 @@ class OtlpConfig(_Section):
     def resolved_export_interval(self) -> float:
         """Seconds between metric exports: `export_interval`, else OTEL_METRIC_EXPORT_INTERVAL
         (ms), else 10 s. A variable that is no number of ms from 10 ms to a day counts as
-        unset, as the SDK's reader treats it (`export_interval_variable_ignored` names it)."""
+        unset, as the SDK's reader treats it (`export_interval_warning` names it)."""
         if self.export_interval is not None:
             return self.export_interval
         millis = _export_interval_millis(os.environ.get(EXPORT_INTERVAL_VARIABLE, ""))
         return (millis if millis is not None else DEFAULT_EXPORT_INTERVAL_MS) / 1000.0
 
-    def export_interval_variable_ignored(self) -> str | None:
-        """OTEL_METRIC_EXPORT_INTERVAL's value when it decides the interval but is not usable."""
+    def export_interval_warning(self) -> str | None:
+        """The warning a run logs (and `validate` prints) when OTEL_METRIC_EXPORT_INTERVAL
+        decides the interval but is not usable; None when it is usable or not read."""
         value = os.environ.get(EXPORT_INTERVAL_VARIABLE, "")
         if self.export_interval is None and value.strip() and _export_interval_millis(value) is None:
-            return value
+            return (
+                f"{EXPORT_INTERVAL_VARIABLE}={value!r} is not a number of milliseconds from 10 to "
+                f"{MAX_SECONDS * 1000:.0f}; metrics are exported every {self.resolved_export_interval():g} s"
+            )
         return None
 
 

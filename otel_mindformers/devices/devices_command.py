@@ -42,7 +42,9 @@ def print_devices(config: MonitorConfig, out: TextIO = sys.stdout) -> int:
         try:
             readings = source.read()
         except Exception as exc:  # show what went wrong, as training would count it
-            print(f"{source.name}: no readings ({_error(exc)})", file=out)
+            # A tool this node lacks (no npu-smi, no NVIDIA driver) is no fault: one plain line.
+            absent = isinstance(exc, SourceError) and exc.error_type == "not_found"
+            print(f"{source.name}: {exc}" if absent else f"{source.name}: no readings ({_error(exc)})", file=out)
             continue
         finally:
             source.close()

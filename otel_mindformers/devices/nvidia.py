@@ -81,6 +81,10 @@ class NvmlSource:
                 points.extend(gpu_points)
                 if selector == self._own_device:
                     snapshot = gpu_snapshot
+        except getattr(nvml, "NVMLError_LibraryNotFound", ()):
+            # No NVIDIA driver on this node (an Ascend or CPU one): the source's tool is absent,
+            # as a missing npu-smi is, and the poller stops asking.
+            raise SourceError("not_found", "no NVIDIA driver on this node") from None
         except nvml.NVMLError as exc:
             raise SourceError(type(exc).__name__, f"NVML: {exc}") from None
         return Readings(tuple(points), snapshot)

@@ -51,6 +51,8 @@ OUTCOME_COMPLETED = "completed"
 OUTCOME_STOPPED = "stopped"
 OUTCOME_CRASHED = "crashed"
 OUTCOME_KILLED = "killed"  # no end record: inferred from its last heartbeat
+# The reason the ledger gives a killed attempt (no parentheses: reports show reasons in them).
+INFERRED_KILL = "no end record, inferred from its last heartbeat"
 OUTCOME_RUNNING = "running"  # the attempt still going on (or not yet known to have died)
 
 # --- the job's time, by category, and the ml-goodput-measurement BadputType it maps to ----------

@@ -228,7 +228,7 @@ class AttemptTracker:
             for earlier in history:
                 if earlier.get("outcome") is None:  # no end record: it was killed
                     earlier["outcome"] = names.OUTCOME_KILLED
-                    earlier["reason"] = "no end record (inferred from its last heartbeat)"
+                    earlier["reason"] = names.INFERRED_KILL
                     how_far = (finished or {}).get(str(earlier.get("attempt_id")))
                     if how_far is not None:
                         earlier.update(goodput.as_finished(earlier, *how_far))

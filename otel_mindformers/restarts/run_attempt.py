@@ -213,7 +213,7 @@ def record_killed_attempt(telemetry: Any, step_ids: Any, tracker: AttemptTracker
                 "training.job.attempt.recorded_by": tracker.attempt_id,
             },
         )
-    span.set_status(Status(StatusCode.ERROR, "killed: no end record (inferred from its last heartbeat)"))
+    span.set_status(Status(StatusCode.ERROR, f"{names.OUTCOME_KILLED}: {names.INFERRED_KILL}"))
     span.end(end_time=int(attempt_end(previous) * 1e9))
     telemetry.flush_soon()  # this attempt may be killed too before the batch goes out
 

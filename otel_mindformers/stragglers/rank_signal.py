@@ -54,6 +54,12 @@ TELL_APART = (
 )
 
 
+def _above(share: float, threshold: float) -> str:
+    """`share` as a percentage that reads above `threshold`: 20.3 % is not "20% (threshold 20%)"."""
+    whole = f"{share:.0%}"
+    return whole if whole != f"{threshold:.0%}" else f"{share:.1%}"
+
+
 class _Streak:
     """Consecutive windows over a threshold; `hit` is true on the window that completes
     `needed` of them, once per episode (the streak must break to fire again)."""
@@ -116,7 +122,8 @@ class RankSections:
             # (a custom loop: its own code between two `run.step` blocks).
             waited = (
                 "it waited between steps (for its data, or for work between steps: callbacks, a custom loop's "
-                f"code outside run.step) {share:.0%} of its wall time for {config.windows} sampled window(s) "
+                f"code outside run.step) {_above(share, config.data_share)} of its wall time for {config.windows} "
+                "sampled window(s) "
                 f"(threshold {config.data_share:.0%})"
             )
             self._signal(

@@ -157,16 +157,23 @@ def _is_configured(provider: Any) -> bool:
     return type(provider).__module__.startswith("opentelemetry.sdk")
 
 
+def builds_own_otlp_exporters(config: TelemetryConfig) -> bool:
+    """Whether a run of `config` in this process builds our OTLP exporters: `otlp` is an
+    output, no OTEL_CONFIG_FILE brings the file's (a run applies it before building ours),
+    and no SDK configured for the process (opentelemetry-instrument's) brings its own."""
+    if "otlp" not in config.output_type or config_file.path() is not None:
+        return False
+    globals_ = (trace.get_tracer_provider(), metrics.get_meter_provider(), _logs.get_logger_provider())
+    return not all(_is_configured(provider) for provider in globals_)
+
+
 def check_own_exporters(config: TelemetryConfig) -> None:
     """Build our OTLP exporters once now, so that settings they refuse (an
     OTEL_EXPORTER_OTLP_PROTOCOL naming no protocol, OTEL_EXPORTER_OTLP_TIMEOUT=5s, an unknown
     compression) are one ConfigError before training and before the run is entered in the
-    job's ledger, not an exception as the run starts. Nothing to check where the process's
-    SDK is configured: its exporters are used then."""
-    if "otlp" not in config.output_type or config_file.applied() is not None:
-        return
-    globals_ = (trace.get_tracer_provider(), metrics.get_meter_provider(), _logs.get_logger_provider())
-    if all(_is_configured(provider) for provider in globals_):
+    job's ledger, not an exception as the run starts. Nothing to check where the run does
+    not build them (`builds_own_otlp_exporters`)."""
+    if not builds_own_otlp_exporters(config):
         return
     config.otlp.resolved_protocol()
     try:
@@ -481,14 +488,9 @@ def build_telemetry(
     if meter_provider is None:
         readers: list[MetricReader] = []
         if metric_exporter is not None:
-            ignored_interval = config.otlp.export_interval_variable_ignored()
-            if ignored_interval is not None:  # the SDK's reader says the same and goes on
-                _logger.warning(
-                    "otel_mindformers: OTEL_METRIC_EXPORT_INTERVAL=%r is not a number of milliseconds "
-                    "from 10 to 86400000; metrics are exported every %g s",
-                    ignored_interval,
-                    config.otlp.resolved_export_interval(),
-                )
+            interval_warning = config.otlp.export_interval_warning()
+            if interval_warning is not None:  # the SDK's reader says the same and goes on
+                _logger.warning("otel_mindformers: %s", interval_warning)
             readers.append(
                 PeriodicExportingMetricReader(
                     metric_exporter,

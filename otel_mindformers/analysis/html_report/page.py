@@ -669,7 +669,9 @@ def attempt_steps(attempt: dict[str, Any]) -> str:
 
 
 def _ended(attempt: dict[str, Any]) -> str:
-    ended = attempt["outcome"] + (f" ({attempt['reason']})" if attempt.get("reason") else "")
+    # A dash, not parentheses: a reason often holds its own (an exception's message, older
+    # ledgers' "no end record (inferred …)"), and nested ones read badly.
+    ended = attempt["outcome"] + (f" — {attempt['reason']}" if attempt.get("reason") else "")
     cluster_fault = what_ended(attempt)  # cluster/: the ClusterD fault that ended it
     return ended if cluster_fault is None else f"{ended}; ClusterD: {cluster_fault}"
 
