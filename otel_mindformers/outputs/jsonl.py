@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
+from otel_mindformers.core import safe_json
 from otel_mindformers.core.file_lock import LOCK_WAIT_SECONDS, FileLocked, lock_within
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.step_record import StepRecord
@@ -63,7 +64,7 @@ def _last_lines(path: Path) -> list[dict]:
     lines = []
     for line in reversed(tail):
         try:
-            parsed = json.loads(line)
+            parsed = safe_json.loads(line)
         except ValueError:
             continue
         if isinstance(parsed, dict):

@@ -17,7 +17,6 @@ An unparseable line anywhere else raises `LogReadError` naming the file and line
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import os
 import re
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
+from otel_mindformers.core import safe_json
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.step_record import StepRecord, counted_nonfinite
 from otel_mindformers.model_state.state import ModelState
@@ -299,7 +299,7 @@ def _looks_like_step_log(path: Path) -> bool:
     try:
         with path.open(encoding="utf-8") as handle:
             first = handle.readline(64 * 1024)
-        data = json.loads(first)
+        data = safe_json.loads(first)
     except (OSError, UnicodeDecodeError, ValueError):
         return False
     return isinstance(data, dict) and "step" in data
@@ -456,7 +456,7 @@ def _lines(path: Path, damaged_tails: list[Location]) -> Iterator[tuple[object, 
                     raise LogReadError(f"{location}: not a JSON line ({reason})")
                 location = Location(path, number)
                 try:
-                    data = json.loads(text)
+                    data = safe_json.loads(text)
                 except ValueError as exc:
                     failed = (location, f"{getattr(exc, 'msg', exc)}: {text.strip()[:80]!r}")
                     continue
