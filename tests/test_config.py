@@ -1,6 +1,7 @@
 """monitor_config loading: the article's keys, aliases, assignment, and one clear error per problem."""
 
 import dataclasses
+import logging
 import os
 import re
 import sys
@@ -193,6 +194,31 @@ def test_an_otlp_variable_the_exporters_refuse_is_a_config_error_before_training
         MonitorCallback(section)
     assert "OTEL_EXPORTER_OTLP_*" in str(raised.value) and said in str(raised.value)
     assert not (workdir / "out").exists()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])
+@pytest.mark.parametrize(
+    ("variable", "value", "place"),
+    [
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization: Bearer hdr-51c0-do-not-print", "entry 1 of 1"),
+        ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", 'x-team=a, "api-key"=hdr-51c0-do-not-print', "entry 2 of 2"),
+    ],
+)
+def test_a_malformed_otlp_header_variable_is_a_config_error_that_does_not_show_it(
+    workdir, monkeypatch, caplog, capfd, protocol, variable, value, place
+):
+    """`authorization: Bearer <token>` (a colon, not `=`): the SDK's exporters logged the whole
+    entry, token included, once per exporter on every rank, dropped it, and every export was
+    then refused by the collector."""
+    from otel_mindformers import MonitorCallback
+
+    section = {"output_type": ["otlp"], "otlp": {"endpoint": "http://127.0.0.1:9", "protocol": protocol}}
+    monkeypatch.setenv(variable, value)
+    with caplog.at_level(logging.DEBUG), pytest.raises(ConfigError) as raised:
+        MonitorCallback(section)
+    assert f"{variable}: {place} is not name=value" in str(raised.value), raised.value
+    said = str(raised.value) + caplog.text + "".join(capfd.readouterr())
+    assert "hdr-51c0-do-not-print" not in said
 
 
 def test_otlp_settings_default_to_standard_env(monkeypatch):
