@@ -316,6 +316,33 @@ def test_a_config_error_does_not_quote_a_secret(tmp_path, fresh, text, secret, p
     assert problem in str(raised.value) and secret not in str(raised.value), str(raised.value)
 
 
+@pytest.mark.slow
+def test_a_setting_the_sdk_refuses_is_not_quoted_when_it_comes_from_a_variable(tmp_path):
+    """Applying the file (in a child process: it sets the process's SDK): the SDK's error quotes
+    the value it refuses, which here is a variable's."""
+    path = tmp_path / "otel.yaml"
+    path.write_text(
+        'file_format: "1.0"\n'
+        "tracer_provider:\n"
+        "  processors:\n"
+        "    - batch:\n"
+        "        exporter:\n"
+        "          otlp_grpc:\n"
+        "            endpoint: http://127.0.0.1:9\n"
+        "            compression: ${env:OTLP_SETTING}\n"
+    )
+    script = "from otel_mindformers.telemetry import config_file\nconfig_file.configure({})\n"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=child_env(OTEL_CONFIG_FILE=str(path), OTLP_SETTING="tok-6d2e-do-not-print"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "cannot apply it: Unsupported compression value '***'" in done.stderr, done.stderr
+    assert "tok-6d2e-do-not-print" not in done.stderr + done.stdout
+
+
 ALIAS_BOMB = 'file_format: "1.0"\na: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]\n' + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
     f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
