@@ -69,3 +69,26 @@ def test_report_on_a_log_with_a_deep_line_says_where(tmp_path):
     done = cli("report", str(log))
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode != 0 and "metrics.jsonl:2: not a JSON line (nested too deep" in done.stderr, done
+
+
+def test_a_line_of_many_megabytes_is_not_held(tmp_path):
+    """One line of 80 MiB (no step line comes near 16): skipped over a bounded piece at a
+    time, named as not read; before, it was read whole and handed to the parser."""
+    import tracemalloc
+
+    from otel_mindformers.outputs.jsonl_reader import MAX_LINE_CHARS
+
+    log = tmp_path / "metrics.jsonl"
+    with log.open("w") as out:
+        out.write(_step(1) + "\n" + '{"step": 2, "pad": "')
+        for _ in range(80):
+            out.write("x" * 2**20)
+        out.write('"}\n' + _step(3) + "\n")
+    tracemalloc.start()
+    try:
+        with pytest.raises(LogReadError, match=r"metrics.jsonl:2: not a JSON line \(longer than 16 MiB; not read\)"):
+            read_logs([log])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MAX_LINE_CHARS, peak  # the line is 80 MiB
