@@ -65,6 +65,7 @@ def test_the_page_is_self_contained_and_fetches_nothing(tmp_path, capsys):
     (policy,) = [m for m in page.all("meta") if m.attrs.get("http-equiv") == "Content-Security-Policy"]
     csp = content_security_policy()
     assert policy.attrs["content"] == csp and "default-src 'none'" in csp and "unsafe-inline" not in csp
+    assert "base-uri 'none'" in csp and "form-action 'none'" in csp  # default-src covers neither
     assert not page.all("link") and not page.all("img") and not page.all("iframe")
     assert all("src" not in e.attrs for e in page.walk()), "an element loads something"
     anchors = [e.attrs["href"] for e in page.walk() if "href" in e.attrs]

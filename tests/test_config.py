@@ -1,6 +1,7 @@
 """monitor_config loading: the article's keys, aliases, assignment, and one clear error per problem."""
 
 import dataclasses
+import logging
 import os
 import re
 import sys
@@ -237,6 +238,31 @@ def test_cli_validate_checks_the_otel_variables_a_run_here_would_read(tmp_path):
     path.write_text("monitor_config:\n  enable: false\n  output_type: [otlp]\n")
     off = cli("validate", str(path), cwd=tmp_path, env=bad)
     assert off.returncode == 0 and "OTEL_" not in off.stderr, off.stderr
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])
+@pytest.mark.parametrize(
+    ("variable", "value", "place"),
+    [
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization: Bearer hdr-51c0-do-not-print", "entry 1 of 1"),
+        ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", 'x-team=a, "api-key"=hdr-51c0-do-not-print', "entry 2 of 2"),
+    ],
+)
+def test_a_malformed_otlp_header_variable_is_a_config_error_that_does_not_show_it(
+    workdir, monkeypatch, caplog, capfd, protocol, variable, value, place
+):
+    """`authorization: Bearer <token>` (a colon, not `=`): the SDK's exporters logged the whole
+    entry, token included, once per exporter on every rank, dropped it, and every export was
+    then refused by the collector."""
+    from otel_mindformers import MonitorCallback
+
+    section = {"output_type": ["otlp"], "otlp": {"endpoint": "http://127.0.0.1:9", "protocol": protocol}}
+    monkeypatch.setenv(variable, value)
+    with caplog.at_level(logging.DEBUG), pytest.raises(ConfigError) as raised:
+        MonitorCallback(section)
+    assert f"{variable}: {place} is not name=value" in str(raised.value), raised.value
+    said = str(raised.value) + caplog.text + "".join(capfd.readouterr())
+    assert "hdr-51c0-do-not-print" not in said
 
 
 def test_otlp_settings_default_to_standard_env(monkeypatch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -249,7 +250,10 @@ def fresh(monkeypatch):
             'file_format: "1.0"\ntracer_provider: {processors: [{batch: {exporter: {otlp_grpc: {endpointt: x}}}}]}\n',
             "Configuration does not match schema: Additional properties are not allowed ('endpointt' was unexpected)",
         ),
-        ('file_format: "1.0"\ntracer_provider: [\n', "Failed to parse YAML: while parsing a flow node"),
+        (
+            'file_format: "1.0"\ntracer_provider: [\n',
+            "not valid YAML at line 3, column 1: did not find expected node content",
+        ),
         ('file_format: "2.0"\n', "Unsupported file_format '2.0'"),
         (None, "Configuration file not found"),
         (
@@ -272,6 +276,98 @@ def test_a_file_that_does_not_load_is_one_config_error_naming_it(tmp_path, fresh
     with pytest.raises(ConfigError) as again:  # kept: every door reports the same one
         config_file.configure()
     assert again.value is raised.value
+
+
+HEADER_FROM_ENV = (
+    'file_format: "1.0"\n'
+    "tracer_provider:\n"
+    "  processors:\n"
+    "    - batch:\n"
+    "        exporter:\n"
+    "          otlp_http:\n"
+    "            headers:\n"
+    "              - name: authorization\n"
+    "                value: ${env:OTLP_TOKEN}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "problem"),
+    [
+        # A numeric token: the loader types it an int, and its schema error quoted the value.
+        (HEADER_FROM_ENV, "90817263545", "*** is not of type 'string', 'null' (at tracer_provider -> processors"),
+        # A token written in the file, on a line the parser cannot read: it quoted the line.
+        (
+            'file_format: "1.0"\ntracer_provider: {processors: [{batch: {exporter: {otlp_http: '
+            '{headers_list: "authorization=Bearer tok-9c1f7e" : x}}}}]}\n',
+            "tok-9c1f7e",
+            "not valid YAML at line 2, column",
+        ),
+    ],
+)
+def test_a_config_error_does_not_quote_a_secret(tmp_path, fresh, text, secret, problem):
+    """Headers hold tokens: what the loader says of a value, or of a line, is not repeated."""
+    path = tmp_path / "otel.yaml"
+    path.write_text(text)
+    fresh.setenv(config_file.VARIABLE, str(path))
+    fresh.setenv("OTLP_TOKEN", secret)
+    with pytest.raises(ConfigError) as raised:
+        config_file.configure()
+    assert problem in str(raised.value) and secret not in str(raised.value), str(raised.value)
+
+
+@pytest.mark.slow
+def test_a_setting_the_sdk_refuses_is_not_quoted_when_it_comes_from_a_variable(tmp_path):
+    """Applying the file (in a child process: it sets the process's SDK): the SDK's error quotes
+    the value it refuses, which here is a variable's."""
+    path = tmp_path / "otel.yaml"
+    path.write_text(
+        'file_format: "1.0"\n'
+        "tracer_provider:\n"
+        "  processors:\n"
+        "    - batch:\n"
+        "        exporter:\n"
+        "          otlp_grpc:\n"
+        "            endpoint: http://127.0.0.1:9\n"
+        "            compression: ${env:OTLP_SETTING}\n"
+    )
+    script = "from otel_mindformers.telemetry import config_file\nconfig_file.configure({})\n"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=child_env(OTEL_CONFIG_FILE=str(path), OTLP_SETTING="tok-6d2e-do-not-print"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "cannot apply it: Unsupported compression value '***'" in done.stderr, done.stderr
+    assert "tok-6d2e-do-not-print" not in done.stderr + done.stdout
+
+
+ALIAS_BOMB = 'file_format: "1.0"\na: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]\n' + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+    for i in range(8)
+)
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda path: path.write_text(ALIAS_BOMB), "more than 100000 values once its aliases are expanded"),
+        (lambda path: path.write_text("a: 1\n" + "#" * (5 << 20)), "not a regular file of at most 4 MiB"),
+        (os.mkfifo, "not a regular file of at most 4 MiB"),  # it blocked the process until someone wrote
+        (lambda path: path.write_text('file_format: "1.0"\nfile_format: "1.0"\n'), "key 'file_format' given twice"),
+    ],
+)
+def test_a_file_is_read_within_the_configurations_bounds(tmp_path, fresh, make, problem):
+    """A ten-line alias bomb stands for 387 million values, which the loader would build and
+    validate one by one; a FIFO or a huge file would stall every rank before training."""
+    path = tmp_path / "otel.yaml"
+    make(path)
+    fresh.setenv(config_file.VARIABLE, str(path))
+    with pytest.raises(ConfigError) as raised:
+        config_file.configure()
+    assert str(raised.value).startswith(f"OTEL_CONFIG_FILE={path}: ") and problem in str(raised.value), raised.value
 
 
 def test_the_specs_env_prefixed_references_are_substituted(tmp_path, fresh):

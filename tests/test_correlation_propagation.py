@@ -127,6 +127,21 @@ def test_a_traceparent_the_run_cannot_read_is_said_once(propagators, monkeypatch
     assert len(said) == 1 and f"TRACEPARENT={traceparent} is ignored: {why}" in said[0], said
 
 
+def test_a_traceparent_with_control_characters_is_shown_escaped(propagators, monkeypatch, caplog):
+    """The warning quotes the variable: a line break or a terminal escape in it would write
+    a forged line into the job's log."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from otel_mindformers.runtime.parts import launcher_context
+
+    propagators(TraceContextTextMapPropagator())
+    monkeypatch.setenv("TRACEPARENT", "00-x\nERROR training failed\x1b[2J")
+    launcher_context()
+    (said,) = [r.getMessage() for r in caplog.records if "TRACEPARENT" in r.getMessage()]
+    assert "TRACEPARENT=00-x\\nERROR training failed\\x1b[2J is ignored" in said, said
+    assert "\n" not in said and "\x1b" not in said
+
+
 def test_a_traceparent_the_run_reads_is_not_mentioned(propagators, monkeypatch, caplog):
     from opentelemetry import trace
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator

@@ -617,6 +617,24 @@ def test_a_ring_is_recovered_only_into_its_own_runs_log(tmp_path, caplog, case):
     tail.release()
 
 
+def test_a_link_put_at_the_logs_name_after_the_check_is_not_written_through(tmp_path):
+    """own_log looks at the name, write_log opens it: a link planted in between (a planter
+    racing `report` in a shared folder) had the recovered lines appended wherever it pointed."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("first line\n")
+    path = _dead(_ring(tmp_path), range(1, 4))
+    tail = take_tail(path)
+    try:
+        log, _ = recovery.own_log(path, tail.header)
+        assert log == tmp_path / "train_metric.json"  # none yet: the log its run would have created
+        log.symlink_to(victim)
+        with pytest.raises(OSError):
+            recovery.write_log(tail.records(), log)
+    finally:
+        tail.release()
+    assert victim.read_text() == "first line\n"
+
+
 def test_a_name_with_brackets_is_no_pattern(tmp_path):
     """`[` `]` in json_log_path's name (issue 46): the ring is found again, and a log whose
     name the pattern would have matched is another log's, not taken."""

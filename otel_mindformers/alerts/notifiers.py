@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import time
 import urllib.parse
 from typing import Any, Protocol
@@ -18,6 +17,7 @@ from typing import Any, Protocol
 from otel_mindformers.alerts.alert import Alert
 from otel_mindformers.config import NotifierConfig
 from otel_mindformers.config.redaction import Redactor, secret_parts
+from otel_mindformers.core import safe_json
 
 
 class PlatformError(Exception):
@@ -40,7 +40,7 @@ class Notifier(Protocol):
 
 def _json_reply(body: bytes) -> dict[str, Any]:
     try:
-        reply = json.loads(body or b"{}")
+        reply = safe_json.loads(body or b"{}")
     except ValueError:
         return {}
     return reply if isinstance(reply, dict) else {}

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_mindformers.config.limits import MAX_PROFILE_STEPS
+from otel_mindformers.core import safe_json
 from otel_mindformers.core.bounded_read import read_small_file
 from otel_mindformers.core.file_lock import lock_within
 from otel_mindformers.core.guarded_log import get_logger
@@ -100,7 +101,7 @@ def _read_json(path: Path, max_bytes: int) -> Any:
     missing, unreadable, too large, no regular file (a FIFO), or not JSON."""
     try:
         data = read_small_file(path, max_bytes)
-        return None if data is None else json.loads(data.decode("utf-8"))
+        return None if data is None else safe_json.loads(data.decode("utf-8"))
     except (OSError, ValueError):
         return None
 

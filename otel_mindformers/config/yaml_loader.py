@@ -28,6 +28,12 @@ def read_yaml(path: Path) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read config file {str(path)!r}: not UTF-8 (byte {exc.start})") from None
+    return parse_yaml(path, text)
+
+
+def parse_yaml(path: Path, text: str) -> Any:
+    """The document in `text` (read from `path`, named in errors), within the node, nesting and
+    duplicate-key bounds above; a syntax error names its line and column, never quotes the line."""
     loader = _Loader(text)
     try:
         node = loader.get_single_node()

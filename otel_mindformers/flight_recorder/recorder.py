@@ -197,7 +197,7 @@ def _to_own_log(tail: Tail) -> None:
     records = tail.unlogged(last_step_line(log))
     if records:
         try:
-            write_log(records, log, tail.header.rank)
+            write_log(records, log)
         except OSError as exc:
             _logger.warning("otel_mindformers: cannot write the records recovered from %s: %s", tail.path, exc)
             tail.release()

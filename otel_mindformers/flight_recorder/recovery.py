@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from otel_mindformers.config import ConfigError, LogRotationConfig, OutputsConfig
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.flight_recorder.ring import (
@@ -58,10 +57,8 @@ from otel_mindformers.flight_recorder.ring import (
     rings_beside,
     segment_of,
 )
-from otel_mindformers.job.identity import Identity
 from otel_mindformers.names import training as tm
-from otel_mindformers.outputs import build_sinks
-from otel_mindformers.outputs.jsonl import last_job_id, last_step_line
+from otel_mindformers.outputs.jsonl import JsonLinesSink, last_job_id, last_step_line
 from otel_mindformers.outputs.runs import is_set_aside
 from otel_mindformers.timing.accounting import training_seconds
 
@@ -156,19 +153,16 @@ def to_record(header: Header, slot: Slot) -> StepRecord:
     )
 
 
-def write_log(records: Sequence[StepRecord], log: Path, rank: int) -> None:
+def write_log(records: Sequence[StepRecord], log: Path) -> None:
     """Recovered records into one JSON log, through the run's own output (outputs/): whole
-    lines after what it holds. OSError when it cannot be written."""
-    outputs = OutputsConfig(["json_file"], str(log), "", LogRotationConfig())
+    lines after what it holds. OSError when it cannot be written, or when a link took the
+    log's place since `own_log` looked (it would have written wherever the link points);
+    FileLocked when a writer holds it."""
+    sink = JsonLinesSink(log, follow_links=False)
     try:
-        sinks = build_sinks(outputs, Identity(rank=rank), reports_training=False, recovered=True)
-    except ConfigError as exc:
-        raise OSError(str(exc)) from None
-    for sink in sinks:
-        try:
-            sink.write(records)
-        finally:
-            sink.close()
+        sink.write(records)
+    finally:
+        sink.close()
 
 
 # --- whose log ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from otel_mindformers.core import safe_json
 from otel_mindformers.outputs.runs import is_set_aside
 
 KIND_STACKS = "stacks"
@@ -53,7 +54,7 @@ def read(path: Path) -> Iterator[dict[str, Any]]:
     with path.open(encoding="utf-8", errors="replace") as lines:
         for line in lines:
             try:
-                record = json.loads(line)
+                record = safe_json.loads(line)
             except ValueError:
                 continue
             if isinstance(record, dict) and isinstance(record.get("kind"), str):

@@ -17,7 +17,6 @@ ranks. What a record must hold (outputs/diagnosis_file.py writes it):
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import os
 from collections.abc import Iterable, Iterator
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from otel_mindformers.core import safe_json
 from otel_mindformers.outputs import diagnosis_file as records
 from otel_mindformers.outputs.jsonl_reader import walk_files
 
@@ -126,7 +126,7 @@ def read_records(files: Iterable[Path]) -> DiagnosisRecords:
             with path.open(encoding="utf-8", errors="replace") as lines:
                 for number, line in enumerate(lines, start=1):
                     try:
-                        record = json.loads(line)
+                        record = safe_json.loads(line)
                     except ValueError:
                         continue
                     if not (isinstance(record, dict) and isinstance(record.get("kind"), str)):

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from otel_mindformers.config import LogRotationConfig
+from otel_mindformers.core import safe_json
 from otel_mindformers.core.file_lock import LOCK_WAIT_SECONDS, FileLocked, lock_within
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.step_record import StepRecord
@@ -63,7 +64,7 @@ def _last_lines(path: Path) -> list[dict]:
     lines = []
     for line in reversed(tail):
         try:
-            parsed = json.loads(line)
+            parsed = safe_json.loads(line)
         except ValueError:
             continue
         if isinstance(parsed, dict):
@@ -98,9 +99,12 @@ def encode(record: StepRecord) -> bytes:
 class JsonLinesSink:
     name = "json_file"
 
-    def __init__(self, path: Path, rotation: LogRotationConfig | None = None) -> None:
+    def __init__(self, path: Path, rotation: LogRotationConfig | None = None, *, follow_links: bool = True) -> None:
+        """`follow_links=False`: a link at `path` is an OSError (ELOOP), never written through,
+        for a log whose name a file in a shared folder chose (flight_recorder/recovery.py)."""
         self.path = path
         self._rotation = rotation or LogRotationConfig()
+        self._open_flags = 0 if follow_links else os.O_NOFOLLOW
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = self._open()
         try:
@@ -121,7 +125,7 @@ class JsonLinesSink:
         size = os.fstat(self._fd).st_size
         if not size:
             return
-        reader = os.open(self.path, os.O_RDONLY)
+        reader = os.open(self.path, os.O_RDONLY | self._open_flags)
         try:
             if os.pread(reader, 1, size - 1) == b"\n":
                 return
@@ -147,7 +151,7 @@ class JsonLinesSink:
         )
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | self._open_flags, 0o644)
 
     def write(self, records: Sequence[StepRecord]) -> None:
         try:

@@ -17,7 +17,6 @@ An unparseable line anywhere else raises `LogReadError` naming the file and line
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import os
 import re
@@ -26,8 +25,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TextIO, TypeVar
 
+from otel_mindformers.core import safe_json
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.core.step_record import StepRecord, counted_nonfinite
 from otel_mindformers.model_state.state import ModelState
@@ -299,7 +299,7 @@ def _looks_like_step_log(path: Path) -> bool:
     try:
         with path.open(encoding="utf-8") as handle:
             first = handle.readline(64 * 1024)
-        data = json.loads(first)
+        data = safe_json.loads(first)
     except (OSError, UnicodeDecodeError, ValueError):
         return False
     return isinstance(data, dict) and "step" in data
@@ -388,7 +388,7 @@ def _why_empty(one: Scanned) -> str:
         where = one.damaged_tails[0]
         try:
             with where.path.open(encoding="utf-8", errors="replace") as handle:
-                text = next((line for n, line in enumerate(handle, 1) if n == where.line), "")
+                text = next((line or "" for n, line in _bounded_lines(handle) if n == where.line), "")
         except OSError:
             text = ""
         if text.lstrip().startswith("{"):  # half a record: the writer was killed writing it
@@ -441,6 +441,25 @@ def _scan_set(log_set: LogSet, new_sink: Callable[[], S]) -> list[Scanned[S]]:
     return list(by_rank.values())
 
 
+# No step line comes near it; a file in a shared folder that is one line of gigabytes would
+# otherwise be read whole, then parsed into several times its size.
+MAX_LINE_CHARS = 16 * 2**20
+
+
+def _bounded_lines(handle: TextIO) -> Iterator[tuple[int, str | None]]:
+    """(number, line) for each line of `handle`, from 1; None for a line longer than
+    MAX_LINE_CHARS, which is skipped over without being held."""
+    number = 0
+    while text := handle.readline(MAX_LINE_CHARS + 1):
+        number += 1
+        if len(text) <= MAX_LINE_CHARS:
+            yield number, text
+            continue
+        while text and not text.endswith("\n"):  # the rest of it, a bounded piece at a time
+            text = handle.readline(MAX_LINE_CHARS)
+        yield number, None
+
+
 def _lines(path: Path, damaged_tails: list[Location]) -> Iterator[tuple[object, Location]]:
     """The parsed lines of `path`, one at a time."""
     # A line that fails to parse is only an error once another line follows it: the last
@@ -448,15 +467,18 @@ def _lines(path: Path, damaged_tails: list[Location]) -> Iterator[tuple[object, 
     failed: tuple[Location, str] | None = None
     try:
         with path.open(encoding="utf-8", errors="replace") as handle:
-            for number, text in enumerate(handle, start=1):
-                if not text.strip():
+            for number, text in _bounded_lines(handle):
+                if text is not None and not text.strip():
                     continue
                 if failed is not None:
                     location, reason = failed
                     raise LogReadError(f"{location}: not a JSON line ({reason})")
                 location = Location(path, number)
+                if text is None:
+                    failed = (location, f"longer than {MAX_LINE_CHARS // 2**20} MiB; not read")
+                    continue
                 try:
-                    data = json.loads(text)
+                    data = safe_json.loads(text)
                 except ValueError as exc:
                     failed = (location, f"{getattr(exc, 'msg', exc)}: {text.strip()[:80]!r}")
                     continue

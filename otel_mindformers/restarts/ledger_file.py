@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from otel_mindformers.core import safe_json
 from otel_mindformers.core.bounded_read import read_small_file
 from otel_mindformers.core.file_lock import LOCK_WAIT_SECONDS, lock_within
 from otel_mindformers.core.guarded_log import get_logger
@@ -68,7 +69,7 @@ def read_ledger(path: Path, *, repair: bool = True) -> dict[str, Any] | None:
         )
         return None
     try:
-        data = json.loads(text) if text is not None else None
+        data = safe_json.loads(text) if text is not None else None
     except (ValueError, UnicodeDecodeError):
         data = None
     if _valid(data):

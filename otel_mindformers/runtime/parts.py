@@ -105,8 +105,9 @@ def _say_launcher_span_unread(traceparent: str) -> None:
     )
     _logger.warning_once(
         "TRACEPARENT",
-        "otel_mindformers: TRACEPARENT=%.60s is ignored: %s; the run spans start traces of their own",
-        traceparent,
+        "otel_mindformers: TRACEPARENT=%s is ignored: %s; the run spans start traces of their own",
+        # Escaped: a line break or terminal control in it would forge the log's next lines.
+        traceparent[:60].encode("unicode_escape").decode("ascii"),
         why,
     )
 

@@ -40,6 +40,10 @@ from opentelemetry import _logs, metrics, trace
 
 from otel_mindformers.config import ConfigError, MonitorConfig
 from otel_mindformers.config.extras import install_hint
+from otel_mindformers.config.limits import MAX_CONFIG_BYTES
+from otel_mindformers.config.redaction import Redactor
+from otel_mindformers.config.yaml_loader import parse_yaml
+from otel_mindformers.core.bounded_read import read_small_file
 from otel_mindformers.job.identity import Identity, detect_identity, runs_no_training
 from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 
@@ -54,6 +58,10 @@ _LOADER_LOGGER = "opentelemetry.configuration.file._loader"
 _PROMETHEUS_PORT = 9464
 # A substitution reference with the spec's `env:` prefix, or a `$$` escape to step over.
 _ENV_PREFIXED = re.compile(r"\$\$|\$\{env:(?=[A-Za-z_])")
+# The variables a file reads: their values (tokens in headers) are masked in our messages.
+_REFERENCE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)")
+# A value this short is no secret, and masking it would garble the message.
+_MIN_SECRET_CHARS = 4
 
 
 @dataclass(frozen=True)
@@ -150,11 +158,12 @@ def _load(file: str) -> tuple[Any, FileConfiguration]:
         ) from None
     except Exception as exc:  # an installed package that cannot be imported
         raise _error(file, f"{MODULE} fails on import ({type(exc).__name__}: {_one_line(exc)})") from None
-    with _quiet(_LOADER_LOGGER), _env_prefix_read(file) as readable:
+    text = _bounded_text(file)
+    with _quiet(_LOADER_LOGGER), _env_prefix_read(file, text) as readable:
         try:
             model = configuration.load_config_file(readable)
         except Exception as exc:  # ConfigurationError, and whatever a broken file makes the loader raise
-            raise _error(file, _one_line(exc).replace(readable, file)) from None
+            raise _error(file, _masked(text, _one_line(exc).replace(readable, file))) from None
     options = _take_our_options(model)
     enabled = True
     if options is not None:
@@ -162,14 +171,44 @@ def _load(file: str) -> tuple[Any, FileConfiguration]:
     return model, FileConfiguration(file, options, enabled)
 
 
-@contextlib.contextmanager
-def _env_prefix_read(file: str) -> Iterator[str]:
-    """The file, or a copy of it whose `${env:VAR}` references read `${VAR}`: the spec's
-    substitution takes both spellings, opentelemetry-configuration (0.66b2) only the second,
-    and would leave an endpoint `${env:COLLECTOR}/v1/traces` as written. `$$` stays an escape."""
+def _bounded_text(file: str) -> str | None:
+    """The file's text, held to our configuration's bounds before the loader (which reads any
+    size, and builds every expansion of an alias) sees it: a regular file (a FIFO would block
+    the process) of at most MAX_CONFIG_BYTES, YAML within the node and nesting bounds, a syntax
+    error without the parser's quote of the line. None: the loader says what is wrong."""
     try:
-        text = Path(file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):  # the loader says what is wrong with it
+        data = read_small_file(file, MAX_CONFIG_BYTES)
+    except OSError:
+        return None
+    if data is None:
+        raise _error(file, f"not a regular file of at most {MAX_CONFIG_BYTES // 2**20} MiB; not read")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if Path(file).suffix.lower() in (".yaml", ".yml"):
+        try:
+            parse_yaml(Path(file), text)
+        except ConfigError as exc:
+            raise _error(file, str(exc).removeprefix(f"{file}: ")) from None
+    return text
+
+
+def _masked(text: str | None, message: str) -> str:
+    """`message` without the values of the variables the file reads: the loader's schema error
+    quotes a value (a numeric token), the SDK's a setting it refuses."""
+    names = set(_REFERENCE.findall(text or ""))
+    values = (os.environ.get(name, "").strip() for name in names)
+    return Redactor(value for value in values if len(value) >= _MIN_SECRET_CHARS)(message)
+
+
+@contextlib.contextmanager
+def _env_prefix_read(file: str, text: str | None) -> Iterator[str]:
+    """The file, or a copy of its `text` whose `${env:VAR}` references read `${VAR}`: the spec's
+    substitution takes both spellings, opentelemetry-configuration (0.66b2) only the second,
+    and would leave an endpoint `${env:COLLECTOR}/v1/traces` as written. `$$` stays an escape.
+    The copy holds the references, never their values, in a folder only this user can read."""
+    if text is None:  # the loader says what is wrong with it
         yield file
         return
     rewritten = _ENV_PREFIXED.sub(lambda match: "${" if match.group(0) != "$$" else "$$", text)
@@ -205,7 +244,7 @@ def _configure(file: str, resource_attributes: Mapping[str, Any] | None) -> File
         configuration.configure_sdk(model)
     except Exception as exc:  # an exporter or sampler the file names that cannot be built
         where = f" (its Prometheus pull readers listen on {', '.join(listens)})" if listens else ""
-        raise _error(file, f"cannot apply it: {_one_line(exc)}{where}") from None
+        raise _error(file, f"cannot apply it: {_masked(_bounded_text(file), _one_line(exc))}{where}") from None
     return declared
 
 

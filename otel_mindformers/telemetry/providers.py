@@ -38,6 +38,7 @@ from otel_mindformers.names.semconv import DEFAULT_SERVICE_NAME
 from otel_mindformers.telemetry import config_file
 from otel_mindformers.telemetry.export_errors import ExportErrorReporter
 from otel_mindformers.telemetry.failed_exports import free_failed_batches
+from otel_mindformers.telemetry.header_variables import check_header_variables
 from otel_mindformers.telemetry.observables import RunObservables
 from otel_mindformers.version import __version__
 
@@ -178,6 +179,8 @@ def check_own_exporters(config: TelemetryConfig) -> None:
     config.otlp.resolved_protocol()
     try:
         exporters = otlp_exporters(config.otlp, exported_signals())
+    except ConfigError:  # ours, already naming the variable
+        raise
     except Exception as exc:  # the SDK's exporters read and check their variables when built
         raise ConfigError(
             "the OTLP exporters refuse their settings (monitor_config.otlp, the OTEL_EXPORTER_OTLP_* "
@@ -284,6 +287,8 @@ def otlp_exporters(otlp: OtlpConfig, signals: frozenset[str] = frozenset(_EXPORT
     kwargs: dict[str, Any] = {}
     if otlp.headers:
         kwargs["headers"] = dict(otlp.headers)
+    else:  # the exporters read the variables: checked first, or the SDK logs a bad one whole
+        check_header_variables()
     if otlp.timeout is not None:
         kwargs["timeout"] = otlp.timeout
     # Each branch imports its protocol's classes under these names.

@@ -108,9 +108,14 @@ def _asset(name: str) -> str:
 @functools.cache
 def content_security_policy() -> str:
     """Nothing fetched, and only the page's own inline scripts and stylesheet run, named by
-    their SHA-256: a script that data smuggled into the page would not run."""
+    their SHA-256: a script that data smuggled into the page would not run. `base-uri` and
+    `form-action` are not covered by `default-src`: a smuggled `<base>` or form could still
+    point the page's links or a submission elsewhere."""
     scripts = " ".join(csp_source(_asset(name)) for name in _SCRIPTS)
-    return f"default-src 'none'; style-src {csp_source(_asset(_STYLE))}; script-src {scripts}"
+    return (
+        f"default-src 'none'; style-src {csp_source(_asset(_STYLE))}; script-src {scripts}; "
+        "base-uri 'none'; form-action 'none'"
+    )
 
 
 def build_page(run: RunData) -> str:

@@ -57,7 +57,7 @@ def recover_rings(rings: Iterable[Path]) -> list[tuple[Path, int]]:
             records = tail.unlogged(last_step_line(log))
             if records:
                 tail.mark_logged(records)  # first: lines a failed write left are still sent by the next attempt
-                write_log(records, log, tail.header.rank)
+                write_log(records, log)
                 appended.append((log, len(records)))
         except OSError as exc:
             _logger.warning_once(
