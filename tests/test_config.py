@@ -62,6 +62,10 @@ def test_a_misspelt_key_assigned_in_code_is_refused_not_ignored():
         match=re.escape("monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)"),
     ):
         cfg.alert_config.loss_treshold = 2.0
+    with pytest.raises(
+        ConfigError, match=re.escape("monitor_config.monitor_onn: unknown key (did you mean 'monitor_on'?)")
+    ):
+        cfg.monitor_onn = True  # a misspelt MindFormers alias gets the alias
     cfg.step_interval = 4  # MindFormers' name, as in the YAML
     assert (cfg.interval, cfg.alert_config.loss_threshold) == (4, 8.0)
     assert not hasattr(cfg, "intervall") and not hasattr(cfg, "step_interval")
@@ -146,6 +150,17 @@ def test_an_unusable_metric_export_interval_variable_is_the_default_with_one_war
         f"otel_mindformers: OTEL_METRIC_EXPORT_INTERVAL={value!r} is not a number of milliseconds "
         "from 10 to 86400000; metrics are exported every 10 s"
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("10", 0.01), ("86400000", 86400.0), ("9.99", 10.0), ("86400001", 10.0)]
+)
+def test_the_metric_export_interval_variable_is_used_from_10_ms_to_a_day(monkeypatch, value, seconds):
+    """The range `export_interval` allows, both ends included, in ms; past it the default."""
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", value)
+    otlp = load_monitor_config({"output_type": ["otlp"]}).otlp
+    assert otlp.resolved_export_interval() == seconds
+    assert otlp.export_interval_variable_ignored() == (None if seconds != 10.0 else value)
 
 
 def test_an_otlp_protocol_variable_naming_no_protocol_is_refused_before_training(workdir, monkeypatch):
