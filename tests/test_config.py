@@ -210,6 +210,27 @@ def test_an_otlp_variable_the_exporters_refuse_is_a_config_error_before_training
     assert not (workdir / "out").exists()
 
 
+def test_an_sdk_configured_for_traces_only_leaves_our_metrics_and_logs_exporters_checked(workdir, monkeypatch):
+    """Someone set an SDK tracer provider, not a meter or logger provider: the run builds our
+    own OTLP exporters for those, and a protocol they refuse is still one error before training."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.util._once import Once
+
+    from otel_mindformers import MonitorCallback
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
+    theirs = TracerProvider()
+    trace.set_tracer_provider(theirs)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grcp")
+    try:
+        with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL: unknown value 'grcp'"):
+            MonitorCallback({"output_type": ["otlp"], "otlp": {"endpoint": "http://127.0.0.1:9"}})
+    finally:
+        theirs.shutdown()
+
+
 def test_otlp_settings_default_to_standard_env(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "2500")
@@ -384,6 +405,17 @@ def test_source_dir_is_set_from_code_only(tmp_path):
     cfg = load_monitor_config({"interval": 2}).with_overrides(source_dir="/x", step_interval=4)
     assert (cfg.source_dir, cfg.interval) == ("/x", 4)
     assert cfg.validate() is cfg
+
+
+def test_the_yaml_folder_a_mindformers_section_carries_gives_way_to_a_source_dir_from_code():
+    """MindFormers' YAML reader notes the file's folder in its section (`YAML_FOLDER_KEY`, not a
+    key of ours): the custom monitor is looked for there, unless code names the folder."""
+    from otel_mindformers.config.loading import YAML_FOLDER_KEY
+
+    section = {"custom_monitor_callback": "my_monitor.Monitor", YAML_FOLDER_KEY: "/yaml/folder"}
+    assert parse_monitor_config(section).source_dir == "/yaml/folder"
+    assert parse_monitor_config(section, source_dir="/from/code").source_dir == "/from/code"
+    assert YAML_FOLDER_KEY in section  # the caller's section is left as it was
 
 
 CLASS_ERRORS = [
