@@ -745,6 +745,24 @@ def test_the_next_attempt_sends_the_tail_once_whether_or_not_report_wrote_it_fir
     assert capture.spans.get_finished_spans() == (), "sent once: the ring is gone"
 
 
+def test_a_second_report_after_a_cut_write_keeps_the_first_unsent_step(tmp_path):
+    """`report` wrote 4..6 into the log and the write was cut after 5 (a full disk); the next
+    `report` writes 6. The next attempt sends 4..6 over OTLP: the second report's own first
+    line (6) does not move where the unsent tail begins."""
+    log = tmp_path / "train_metric.json"
+    _log(log, range(1, 4))
+    path = _dead(_ring(tmp_path, attempt_id="dead1"), range(1, 7), written=2)
+    recover_rings([path])
+    lines = log.read_text().splitlines(keepends=True)
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, 7))
+    log.write_text("".join(lines[:-1]))
+    recover_rings([path])
+    flight, capture = _start(tmp_path, "job-a", 2)
+    flight.close(lambda: 1.0)
+    assert [line["step"] for line in json_lines(log)] == list(range(1, 7))
+    assert [span.attributes[semconv.ATTR_STEP] for span in capture.spans.get_finished_spans()] == [4, 5, 6]
+
+
 def test_another_jobs_dead_ring_goes_to_its_own_log_and_another_ranks_is_never_touched(tmp_path, caplog):
     """Runs killed before their first checkpoint and started again from scratch are new jobs
     (issue 46): each dead run's tail goes into its own log (still at its name, or set
