@@ -235,10 +235,12 @@ def test_a_dead_runs_segment_holds_the_exact_tail_and_step_and_its_file_those_of
         ]
 
 
-def test_hang_report_takes_each_ranks_exact_step_from_its_ring(tmp_path):
+@pytest.mark.parametrize("given", ["folder", "log files"])
+def test_hang_report_takes_each_ranks_exact_step_from_its_ring(tmp_path, given):
     """Rank 0 killed at step 33 (its log's last line: step 30, sampled every 5), rank 1 alive
     at step 30 (log and ring agree): the ring, not the log, says rank 1 stopped first. A
-    report from the logs alone saw every rank at step 30."""
+    report from the logs alone saw every rank at step 30. The rings beside logs named one
+    by one are read too."""
     from otel_mindformers.hangs.offline.hang_report import build_hang_report
 
     killed = _a_run_killed_at_33(tmp_path)
@@ -254,7 +256,8 @@ def test_hang_report_takes_each_ranks_exact_step_from_its_ring(tmp_path):
         alive.finished[0] = step
     _die(killed)
     try:
-        beats = {beat.rank: (beat.step, beat.source) for beat in build_hang_report([tmp_path]).heartbeats}
+        inputs = [tmp_path] if given == "folder" else sorted(tmp_path.glob("train_metric_rank_*.json"))
+        beats = {beat.rank: (beat.step, beat.source) for beat in build_hang_report(inputs).heartbeats}
         assert beats == {0: (33, "flight ring"), 1: (30, "log")}
     finally:
         _die(alive)
