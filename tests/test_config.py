@@ -530,6 +530,16 @@ def test_cli_validate_says_what_the_run_would_warn_about_and_lists_outputs_once(
             0,
         ),
         (
+            "instrumentation/development: {python: {mindformers: {enabled: false, interval: 5}}}\n",
+            "valid; an OTEL_CONFIG_FILE, its monitor configuration: monitoring disabled (enable: false), every 5 steps",
+            0,
+        ),
+        (  # the custom monitor beside the file, found from another working directory
+            "instrumentation/development: {python: {mindformers: {custom_monitor_callback: beside_otel.Mine}}}\n",
+            "valid; an OTEL_CONFIG_FILE, its monitor configuration: monitoring enabled",
+            0,
+        ),
+        (
             "instrumentation/development: {python: {mindformers: {intervl: 5}}}\n",
             "invalid: instrumentation/development.python.mindformers.intervl: unknown key (did you mean 'interval'?)",
             1,
@@ -541,12 +551,18 @@ def test_cli_validate_says_what_the_run_would_warn_about_and_lists_outputs_once(
         ),
     ],
 )
-def test_cli_validate_checks_an_otel_config_file_as_a_run_would_load_it(tmp_path, capsys, entry, said, code):
+def test_cli_validate_checks_an_otel_config_file_as_a_run_would_load_it(
+    tmp_path, capsys, monkeypatch, entry, said, code
+):
     """The file OTEL_CONFIG_FILE names refuses every rank's training when it or its
     `mindformers` entry is bad: `validate` checks it beforehand. It said "no monitor_config
     section" and exited 1 on every such file, good or bad."""
     path = tmp_path / "otel.yaml"
     path.write_text('file_format: "1.0"\n' + entry)
+    (tmp_path / "beside_otel.py").write_text(
+        "from otel_mindformers import BaseMonitor\n\nclass Mine(BaseMonitor):\n    pass\n"
+    )
+    monkeypatch.chdir(tmp_path.parent)
     assert cli_main(["validate", str(path)]) == code
     out = capsys.readouterr()
     assert said in (out.out if code == 0 else out.err), out
