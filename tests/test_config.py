@@ -231,6 +231,16 @@ def test_an_sdk_configured_for_traces_only_leaves_our_metrics_and_logs_exporters
         theirs.shutdown()
 
 
+def test_a_signal_turned_off_leaves_its_exporter_unbuilt_by_the_check(workdir, monkeypatch):
+    """OTEL_LOGS_EXPORTER=none: the check before training builds the span and metric
+    exporters only, and the callback is made."""
+    from otel_mindformers import MonitorCallback
+
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
+    callback = MonitorCallback({"output_type": ["otlp"], "otlp": {"endpoint": "http://127.0.0.1:9"}})
+    assert callback.config.output_type == ["otlp"]
+
+
 def test_otlp_settings_default_to_standard_env(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "2500")
