@@ -235,18 +235,21 @@ def test_a_dead_runs_segment_holds_the_exact_tail_and_step_and_its_file_those_of
         ]
 
 
-@pytest.mark.parametrize("given", ["folder", "log files"])
+@pytest.mark.parametrize("given", ["folder", "folder above", "log files"])
 def test_hang_report_takes_each_ranks_exact_step_from_its_ring(tmp_path, given):
     """Rank 0 killed at step 33 (its log's last line: step 30, sampled every 5), rank 1 alive
     at step 30 (log and ring agree): the ring, not the log, says rank 1 stopped first. A
     report from the logs alone saw every rank at step 30. The rings beside logs named one
-    by one are read too."""
+    by one are read too, and those in a folder under the one named."""
     from otel_mindformers.hangs.offline.hang_report import build_hang_report
 
-    killed = _a_run_killed_at_33(tmp_path)
-    alive = _ring(tmp_path, rank=1, attempt_id="b1")
+    output = tmp_path / "output"
+    output.mkdir()
+
+    killed = _a_run_killed_at_33(output)
+    alive = _ring(output, rank=1, attempt_id="b1")
     for rank, last in ((0, 30), (1, 30)):
-        (tmp_path / f"train_metric_rank_{rank}.json").write_text(
+        (output / f"train_metric_rank_{rank}.json").write_text(
             "".join(
                 json.dumps({"time_stamp": 1_800_000_000.0 + step, "step": step, "rank": rank, "job": JOB}) + "\n"
                 for step in range(5, last + 1, 5)
@@ -256,7 +259,7 @@ def test_hang_report_takes_each_ranks_exact_step_from_its_ring(tmp_path, given):
         alive.finished[0] = step
     _die(killed)
     try:
-        inputs = [tmp_path] if given == "folder" else sorted(tmp_path.glob("train_metric_rank_*.json"))
+        inputs = {"folder": [output], "folder above": [tmp_path]}.get(given) or sorted(output.glob("*_rank_*.json"))
         beats = {beat.rank: (beat.step, beat.source) for beat in build_hang_report(inputs).heartbeats}
         assert beats == {0: (33, "flight ring"), 1: (30, "log")}
     finally:
