@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -104,6 +105,20 @@ def test_an_output_that_is_no_image_file_is_refused_before_drawing(tmp_path, out
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"argument -o/--output: {said}" in done.stderr
     assert list(tmp_path.iterdir()) == [] and not (tmp_path.parent / f"{tmp_path.name}.png").exists()
+
+
+def test_the_image_suffix_is_read_in_any_case_and_a_home_folder_is_a_folder(tmp_path, monkeypatch):
+    """matplotlib reads `RUN.PNG` as a PNG; `--output=~` (no shell expands that `~`) names
+    the home folder, refused as a folder, not as a name without a suffix."""
+    import argparse
+
+    from otel_mindformers.core.image_file import image_file
+
+    assert image_file("RUN.PNG") == Path("RUN.PNG")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert image_file("~/run.svg") == tmp_path / "run.svg"
+    with pytest.raises(argparse.ArgumentTypeError, match="'~' is a folder; name the image file"):
+        image_file("~")
 
 
 @pytest.mark.slow  # the CLI, as users run it

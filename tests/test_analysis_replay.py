@@ -127,6 +127,22 @@ def _job_lines(path, rank: int, attempts: dict[int, range], job_id: str = "job-7
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
+def test_an_alert_after_the_last_step_goes_on_the_last_attempts_run_span(tmp_path):
+    """A restarted job's log ends with an alert past its last step line (the run stopped on
+    it): the event is on the run span of the attempt that logged it, the last."""
+    log = tmp_path / "train_metric.json"
+    _job_lines(log, 0, {1: range(1, 4), 2: range(2, 5)})
+    with log.open("a") as lines:
+        lines.write(json.dumps({"time_stamp": 1030.0, "step": 5, "alert": "loss 9.3 above loss_threshold 8.0"}) + "\n")
+    (series,) = read_logs([log])
+    spans = build_spans(series, as_records(series), "run-x", lambda job: (Resource.create({}), {"attempt": job[1]}))
+    runs = [s for s in spans if s.name == semconv.SPAN_RUN]
+    assert [(run.attributes["attempt"], [e.name for e in run.events]) for run in runs] == [
+        (1, []),
+        (2, [semconv.EVENT_ALERT]),
+    ]
+
+
 @pytest.mark.slow  # a real OTLP receiver
 def test_replay_names_the_lines_job_and_attempt_and_puts_each_job_step_in_its_live_trace(tmp_path, otlp_receiver):
     """Two ranks of job-7: attempt 1 logged steps 1..3, attempt 2 resumed at 2 and logged 2..4.

@@ -63,6 +63,10 @@ def test_a_misspelt_key_assigned_in_code_is_refused_not_ignored():
         match=re.escape("monitor_config.alert_config.loss_treshold: unknown key (did you mean 'loss_threshold'?)"),
     ):
         cfg.alert_config.loss_treshold = 2.0
+    with pytest.raises(
+        ConfigError, match=re.escape("monitor_config.monitor_onn: unknown key (did you mean 'monitor_on'?)")
+    ):
+        cfg.monitor_onn = True  # a misspelt MindFormers alias gets the alias
     cfg.step_interval = 4  # MindFormers' name, as in the YAML
     assert (cfg.interval, cfg.alert_config.loss_threshold) == (4, 8.0)
     assert not hasattr(cfg, "intervall") and not hasattr(cfg, "step_interval")
@@ -147,6 +151,17 @@ def test_an_unusable_metric_export_interval_variable_is_the_default_with_one_war
         f"otel_mindformers: OTEL_METRIC_EXPORT_INTERVAL={value!r} is not a number of milliseconds "
         "from 10 to 86400000; metrics are exported every 10 s"
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("10", 0.01), ("86400000", 86400.0), ("9.99", 10.0), ("86400001", 10.0)]
+)
+def test_the_metric_export_interval_variable_is_used_from_10_ms_to_a_day(monkeypatch, value, seconds):
+    """The range `export_interval` allows, both ends included, in ms; past it the default."""
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", value)
+    otlp = load_monitor_config({"output_type": ["otlp"]}).otlp
+    assert otlp.resolved_export_interval() == seconds
+    assert otlp.export_interval_variable_ignored() == (None if seconds != 10.0 else value)
 
 
 def test_an_otlp_protocol_variable_naming_no_protocol_is_refused_before_training(workdir, monkeypatch):
@@ -263,6 +278,37 @@ def test_a_malformed_otlp_header_variable_is_a_config_error_that_does_not_show_i
     assert f"{variable}: {place} is not name=value" in str(raised.value), raised.value
     said = str(raised.value) + caplog.text + "".join(capfd.readouterr())
     assert "hdr-51c0-do-not-print" not in said
+
+
+def test_an_sdk_configured_for_traces_only_leaves_our_metrics_and_logs_exporters_checked(workdir, monkeypatch):
+    """Someone set an SDK tracer provider, not a meter or logger provider: the run builds our
+    own OTLP exporters for those, and a protocol they refuse is still one error before training."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.util._once import Once
+
+    from otel_mindformers import MonitorCallback
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
+    theirs = TracerProvider()
+    trace.set_tracer_provider(theirs)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grcp")
+    try:
+        with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL: unknown value 'grcp'"):
+            MonitorCallback({"output_type": ["otlp"], "otlp": {"endpoint": "http://127.0.0.1:9"}})
+    finally:
+        theirs.shutdown()
+
+
+def test_a_signal_turned_off_leaves_its_exporter_unbuilt_by_the_check(workdir, monkeypatch):
+    """OTEL_LOGS_EXPORTER=none: the check before training builds the span and metric
+    exporters only, and the callback is made."""
+    from otel_mindformers import MonitorCallback
+
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
+    callback = MonitorCallback({"output_type": ["otlp"], "otlp": {"endpoint": "http://127.0.0.1:9"}})
+    assert callback.config.output_type == ["otlp"]
 
 
 def test_otlp_settings_default_to_standard_env(monkeypatch):
@@ -441,6 +487,17 @@ def test_source_dir_is_set_from_code_only(tmp_path):
     assert cfg.validate() is cfg
 
 
+def test_the_yaml_folder_a_mindformers_section_carries_gives_way_to_a_source_dir_from_code():
+    """MindFormers' YAML reader notes the file's folder in its section (`YAML_FOLDER_KEY`, not a
+    key of ours): the custom monitor is looked for there, unless code names the folder."""
+    from otel_mindformers.config.loading import YAML_FOLDER_KEY
+
+    section = {"custom_monitor_callback": "my_monitor.Monitor", YAML_FOLDER_KEY: "/yaml/folder"}
+    assert parse_monitor_config(section).source_dir == "/yaml/folder"
+    assert parse_monitor_config(section, source_dir="/from/code").source_dir == "/from/code"
+    assert YAML_FOLDER_KEY in section  # the caller's section is left as it was
+
+
 CLASS_ERRORS = [
     ("no_such_module_xyz.Monitor", "cannot import module 'no_such_module_xyz'"),
     ("json.NoSuchClass", "module 'json' has no class 'NoSuchClass'"),
@@ -553,6 +610,16 @@ def test_cli_validate_says_what_the_run_would_warn_about_and_lists_outputs_once(
             0,
         ),
         (
+            "instrumentation/development: {python: {mindformers: {enabled: false, interval: 5}}}\n",
+            "valid; an OTEL_CONFIG_FILE, its monitor configuration: monitoring disabled (enable: false), every 5 steps",
+            0,
+        ),
+        (  # the custom monitor beside the file, found from another working directory
+            "instrumentation/development: {python: {mindformers: {custom_monitor_callback: beside_otel.Mine}}}\n",
+            "valid; an OTEL_CONFIG_FILE, its monitor configuration: monitoring enabled",
+            0,
+        ),
+        (
             "instrumentation/development: {python: {mindformers: {intervl: 5}}}\n",
             "invalid: instrumentation/development.python.mindformers.intervl: unknown key (did you mean 'interval'?)",
             1,
@@ -564,12 +631,18 @@ def test_cli_validate_says_what_the_run_would_warn_about_and_lists_outputs_once(
         ),
     ],
 )
-def test_cli_validate_checks_an_otel_config_file_as_a_run_would_load_it(tmp_path, capsys, entry, said, code):
+def test_cli_validate_checks_an_otel_config_file_as_a_run_would_load_it(
+    tmp_path, capsys, monkeypatch, entry, said, code
+):
     """The file OTEL_CONFIG_FILE names refuses every rank's training when it or its
     `mindformers` entry is bad: `validate` checks it beforehand. It said "no monitor_config
     section" and exited 1 on every such file, good or bad."""
     path = tmp_path / "otel.yaml"
     path.write_text('file_format: "1.0"\n' + entry)
+    (tmp_path / "beside_otel.py").write_text(
+        "from otel_mindformers import BaseMonitor\n\nclass Mine(BaseMonitor):\n    pass\n"
+    )
+    monkeypatch.chdir(tmp_path.parent)
     assert cli_main(["validate", str(path)]) == code
     out = capsys.readouterr()
     assert said in (out.out if code == 0 else out.err), out

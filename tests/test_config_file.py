@@ -381,7 +381,8 @@ def test_the_specs_env_prefixed_references_are_substituted(tmp_path, fresh):
         "tracer_provider: {processors: [{batch: {exporter: {otlp_http: {endpoint: '${env:COLLECTOR}/v1/traces'}}}}]}\n"
         "instrumentation/development:\n"
         "  python:\n"
-        "    mindformers: {service_name: '${env:SERVICE:-fallback}', job_id: '${env:JOB}', tensorboard_path: '$${env:JOB}'}\n"
+        "    mindformers: {service_name: '${env:SERVICE:-fallback}', job_id: '${env:JOB}',\n"
+        "                  tensorboard_path: '$${env:JOB}/${env:9}'}\n"  # no variable is named 9: left as written
     )
     fresh.setenv(config_file.VARIABLE, str(path))
     fresh.setenv("COLLECTOR", "http://127.0.0.1:4318")
@@ -389,7 +390,11 @@ def test_the_specs_env_prefixed_references_are_substituted(tmp_path, fresh):
     fresh.delenv("SERVICE", raising=False)
     model, declared = config_file._load(str(path))
     assert model.tracer_provider.processors[0].batch.exporter.otlp_http.endpoint == "http://127.0.0.1:4318/v1/traces"
-    assert declared.options == {"service_name": "fallback", "job_id": "llama-7b", "tensorboard_path": "${env:JOB}"}
+    assert declared.options == {
+        "service_name": "fallback",
+        "job_id": "llama-7b",
+        "tensorboard_path": "${env:JOB}/${env:9}",
+    }
 
 
 PULL_READERS = (
@@ -423,6 +428,27 @@ def test_the_files_prometheus_pull_readers_get_a_port_per_local_rank(tmp_path, f
         fresh.setenv(name, value)
     model, _ = config_file._load(str(path))
     assert config_file._rank_ports(model, detect_identity()) == listens
+
+
+def test_a_pull_readers_port_taken_is_named_in_the_refusal(tmp_path, fresh, sdk_globals):
+    """Another process holds local rank 1's port (file port + 1): the refusal says where the
+    rank's pull reader listens, not only the SDK's 'Address already in use'."""
+    port = free_ports(2)
+    path = tmp_path / "otel.yaml"
+    path.write_text(
+        'file_format: "1.0"\n'
+        f"meter_provider: {{readers: [{{pull: {{exporter: {{prometheus/development: {{host: 127.0.0.1, port: {port}}}}}}}}}]}}\n"
+    )
+    fresh.setenv(config_file.VARIABLE, str(path))
+    for name, value in {"RANK_ID": "1", "RANK_SIZE": "2", "DEVICE_ID": "1"}.items():
+        fresh.setenv(name, value)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port + 1))
+        taken.listen()
+        with pytest.raises(ConfigError) as refused:
+            config_file.configure()
+    (message,) = refused.value.problems
+    assert message.endswith(f"(its Prometheus pull readers listen on 127.0.0.1:{port + 1})"), message
 
 
 @pytest.mark.parametrize("value", ["", "  "])
@@ -493,6 +519,24 @@ def test_msruns_launcher_and_scheduler_leave_the_sdk_unconfigured(tmp_path, fres
     fresh.setenv("MS_ROLE", role)
     fresh.setattr(sys, "argv", [argv0, "--worker_num=2"])
     assert config_file.configure() == config_file.FileConfiguration(str(path), {"interval": 3})
+    assert not type(trace.get_tracer_provider()).__module__.startswith("opentelemetry.sdk")
+
+
+@pytest.mark.parametrize(("argv0", "role"), [("/opt/venv/bin/msrun", "MS_WORKER"), ("worker.py", "MS_SCHED")])
+def test_msruns_launcher_and_scheduler_leave_the_sdk_unconfigured_without_a_file_too(
+    fresh, sdk_globals, monkeypatch, argv0, role
+):
+    """The same under plain OTEL_* variables (`OTEL_METRICS_EXPORTER=prometheus` advised for a
+    scrape endpoint): the distro's configurator there configures nothing."""
+    from otel_mindformers.integration.distro import MindFormersConfigurator
+
+    trace, metrics, _logs = sdk_globals
+    fresh.delenv(config_file.VARIABLE, raising=False)
+    monkeypatch.setattr(sys, "argv", [argv0, "--worker_num=2"])
+    environment = {"MS_ROLE": role, "OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"}
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    MindFormersConfigurator()._configure()
     assert not type(trace.get_tracer_provider()).__module__.startswith("opentelemetry.sdk")
 
 

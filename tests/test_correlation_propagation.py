@@ -152,3 +152,13 @@ def test_a_traceparent_the_run_reads_is_not_mentioned(propagators, monkeypatch, 
     monkeypatch.setenv("TRACEPARENT", LAUNCHER)
     assert trace.get_current_span(launcher_context()).get_span_context().span_id == 0xB7AD6B7169203331
     assert not [r for r in caplog.records if "TRACEPARENT" in r.getMessage()]
+
+
+def test_without_a_traceparent_the_run_starts_its_own_traces_unsaid(propagators, monkeypatch, caplog):
+    from opentelemetry import trace
+
+    from otel_mindformers.runtime.parts import launcher_context
+
+    monkeypatch.delenv("TRACEPARENT", raising=False)
+    assert not trace.get_current_span(launcher_context()).get_span_context().is_valid
+    assert not [r for r in caplog.records if "TRACEPARENT" in r.getMessage()]

@@ -109,6 +109,20 @@ def test_node_cpu_is_measured_when_read_on_another_thread_than_built():
     assert got["host_cpu_percent"] > 0.0
 
 
+def test_node_cpu_is_the_share_of_all_cores_busy_as_psutil_counts_it():
+    """host_cpu_percent is 0..100 across the node's cores: psutil's own figure for the same
+    window (read on this thread, where its baseline is), not a fraction of it."""
+    clock = Clock()
+    source = HostSource(RANK, NODE, clock=clock)
+    psutil.cpu_percent(None)
+    busy(0.3)
+    clock.now += CPU_WINDOW_S
+    ours = source.read()
+    theirs = psutil.cpu_percent(None)
+    assert ours.snapshot["host_cpu_percent"] == pytest.approx(theirs, abs=5.0)
+    assert values(ours)[semconv.SYSTEM_CPU_UTILIZATION] == pytest.approx(theirs / 100, abs=0.05)
+
+
 def test_node_series_only_on_the_rank_that_reports_the_node():
     got = values(windowed(RANK, None)[0].read())
     assert set(got) == {semconv.PROCESS_CPU_UTILIZATION, semconv.PROCESS_MEMORY_USAGE}

@@ -170,3 +170,22 @@ def test_a_chosen_figure_the_run_cannot_make_is_said_once_with_the_key_that_give
     caplog.clear()
     training.train([MonitorCallback({"interval": 5, "json_log_path": str(workdir / "third.json")})], steps=10)
     assert _missing_notices(caplog) == []
+
+
+@pytest.mark.parametrize(
+    ("chosen", "given", "named", "unnamed"),
+    [
+        # TFLOPS needs the FLOPs per token as well as the tokens.
+        (["tflops"], {"tokens_per_sample": 16}, "`flops_per_token`", "`tokens_per_sample`"),
+        # MFU needs the tokens per sample as well as the FLOPs and the peak.
+        (["mfu"], {"flops_per_token": 1.0e6, "peak_tflops": 100.0}, "`tokens_per_sample`", "`flops_per_token`"),
+    ],
+)
+def test_each_figure_names_every_input_it_lacks(caplog, chosen, given, named, unnamed):
+    from otel_mindformers import load_monitor_config
+    from otel_mindformers.timing.efficiency import StepEfficiency
+
+    config = load_monitor_config({"monitored_metrics": chosen, **given})
+    StepEfficiency(chosen, config, None, 0, "CPU")
+    (notice,) = _missing_notices(caplog)
+    assert f"asks for {chosen[0]}, " in notice and named in notice and unnamed not in notice

@@ -235,16 +235,21 @@ def test_a_dead_runs_segment_holds_the_exact_tail_and_step_and_its_file_those_of
         ]
 
 
-def test_hang_report_takes_each_ranks_exact_step_from_its_ring(tmp_path):
+@pytest.mark.parametrize("given", ["folder", "folder above", "log files"])
+def test_hang_report_takes_each_ranks_exact_step_from_its_ring(tmp_path, given):
     """Rank 0 killed at step 33 (its log's last line: step 30, sampled every 5), rank 1 alive
     at step 30 (log and ring agree): the ring, not the log, says rank 1 stopped first. A
-    report from the logs alone saw every rank at step 30."""
+    report from the logs alone saw every rank at step 30. The rings beside logs named one
+    by one are read too, and those in a folder under the one named."""
     from otel_mindformers.hangs.offline.hang_report import build_hang_report
 
-    killed = _a_run_killed_at_33(tmp_path)
-    alive = _ring(tmp_path, rank=1, attempt_id="b1")
+    output = tmp_path / "output"
+    output.mkdir()
+
+    killed = _a_run_killed_at_33(output)
+    alive = _ring(output, rank=1, attempt_id="b1")
     for rank, last in ((0, 30), (1, 30)):
-        (tmp_path / f"train_metric_rank_{rank}.json").write_text(
+        (output / f"train_metric_rank_{rank}.json").write_text(
             "".join(
                 json.dumps({"time_stamp": 1_800_000_000.0 + step, "step": step, "rank": rank, "job": JOB}) + "\n"
                 for step in range(5, last + 1, 5)
@@ -254,7 +259,8 @@ def test_hang_report_takes_each_ranks_exact_step_from_its_ring(tmp_path):
         alive.finished[0] = step
     _die(killed)
     try:
-        beats = {beat.rank: (beat.step, beat.source) for beat in build_hang_report([tmp_path]).heartbeats}
+        inputs = {"folder": [output], "folder above": [tmp_path]}.get(given) or sorted(output.glob("*_rank_*.json"))
+        beats = {beat.rank: (beat.step, beat.source) for beat in build_hang_report(inputs).heartbeats}
         assert beats == {0: (33, "flight ring"), 1: (30, "log")}
     finally:
         _die(alive)
@@ -761,6 +767,24 @@ def test_the_next_attempt_sends_the_tail_once_whether_or_not_report_wrote_it_fir
     again, capture = _start(tmp_path, "job-a", 3)
     again.close(lambda: 1.0)
     assert capture.spans.get_finished_spans() == (), "sent once: the ring is gone"
+
+
+def test_a_second_report_after_a_cut_write_keeps_the_first_unsent_step(tmp_path):
+    """`report` wrote 4..6 into the log and the write was cut after 5 (a full disk); the next
+    `report` writes 6. The next attempt sends 4..6 over OTLP: the second report's own first
+    line (6) does not move where the unsent tail begins."""
+    log = tmp_path / "train_metric.json"
+    _log(log, range(1, 4))
+    path = _dead(_ring(tmp_path, attempt_id="dead1"), range(1, 7), written=2)
+    recover_rings([path])
+    lines = log.read_text().splitlines(keepends=True)
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, 7))
+    log.write_text("".join(lines[:-1]))
+    recover_rings([path])
+    flight, capture = _start(tmp_path, "job-a", 2)
+    flight.close(lambda: 1.0)
+    assert [line["step"] for line in json_lines(log)] == list(range(1, 7))
+    assert [span.attributes[semconv.ATTR_STEP] for span in capture.spans.get_finished_spans()] == [4, 5, 6]
 
 
 def test_another_jobs_dead_ring_goes_to_its_own_log_and_another_ranks_is_never_touched(tmp_path, caplog):

@@ -2,6 +2,7 @@
 monitored with environment variables alone, correlated with the launcher's trace."""
 
 import json
+import os
 import re
 import subprocess
 import urllib.request
@@ -38,6 +39,29 @@ MSRUN_WORKER_1 = {
     "MS_SCHED_HOST": "127.0.0.1",
     "MS_SCHED_PORT": "8118",
 }
+
+
+@pytest.mark.parametrize(
+    ("environment", "inside"),
+    [
+        ({"OTEL_METRICS_EXPORTER": "otlp, prometheus", **MSRUN_WORKER_1}, "9465"),
+        ({"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "19464", **MSRUN_WORKER_1}, "19465"),
+        ({"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "0", **MSRUN_WORKER_1}, "0"),
+        ({"OTEL_METRICS_EXPORTER": "otlp", **MSRUN_WORKER_1}, None),
+        ({"OTEL_METRICS_EXPORTER": "prometheus", "DEVICE_ID": "1"}, None),  # a process alone keeps the port
+    ],
+)
+def test_the_sdks_prometheus_port_moves_by_the_local_rank_for_the_configuration_only(monkeypatch, environment, inside):
+    """`OTEL_METRICS_EXPORTER=prometheus` under msrun: worker 1 of a node serves on the port + 1
+    while the SDK is configured; the variable is as it was afterwards (its children's)."""
+    from otel_mindformers.integration.distro import _prometheus_port_per_rank
+
+    monkeypatch.setattr(os, "environ", dict(environment))
+    with _prometheus_port_per_rank():
+        assert os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") == (
+            inside or environment.get("OTEL_EXPORTER_PROMETHEUS_PORT")
+        )
+    assert os.environ == environment
 
 
 @pytest.mark.slow
