@@ -287,6 +287,18 @@ def test_every_string_the_page_shows_reads_as_written_and_none_is_markup(hostile
     assert "pwned='1'</script>" not in text and "<!--<script>" not in text
 
 
+def test_each_bar_chart_keeps_its_caption_and_every_category_has_a_colour(hostile_page):
+    _, page = hostile_page
+    assert page.by_id("bars-time").all("figcaption")[0].text().startswith("Where each rank's time went")
+    assert page.by_id("bars-job").all("figcaption")[0].text().startswith("The job's ")
+    coloured = set(re.findall(r"\.(k\d+)\{fill:", content_of_css()))
+    for chart in ("bars-time", "bars-job"):
+        swatches = [
+            next(c for c in i.classes if re.fullmatch(r"k\d+", c)) for i in page.by_id(chart).all("i", "swatch")
+        ]
+        assert swatches and set(swatches) <= coloured, (chart, sorted(set(swatches) - coloured))
+
+
 def test_the_page_modules_write_no_markup_but_through_the_builder():
     """Escape by construction: outside markup.py no string literal of the page's modules
     opens or closes a tag, and no module but markup.py makes `Html` by hand."""

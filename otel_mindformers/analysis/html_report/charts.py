@@ -415,9 +415,9 @@ def stacked_bars(
                 continue
             width = value / longest * (right - left)
             share = value / total if total > 0 else 0.0
-            title = el("title", f"{bar.label}: {name} {fmt(value, unit)} ({share:.1%})")
+            tooltip = el("title", f"{bar.label}: {name} {fmt(value, unit)} ({share:.1%})")
             parts.append(
-                el("rect", title, class_=f"segment k{index[name]}", x=_c(x), y=y, width=_c(max(width, 0.5)),
+                el("rect", tooltip, class_=f"segment k{index[name]}", x=_c(x), y=y, width=_c(max(width, 0.5)),
                    height=bar_h)
             )  # fmt: skip
             x += width
