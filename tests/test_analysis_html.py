@@ -487,7 +487,7 @@ def test_a_page_of_hostile_strings_builds_whole_in_chromium_and_runs_none_of_the
     sections_built, figures_built, pwned, ready, title, ended, errors, readout = loaded.values
     assert (sections_built, figures_built) == (7, len(page.all("figure"))), loaded.dom[-3000:]
     assert pwned is None and ready == "1" and errors == "" and loaded.console == [], (loaded.console, errors)
-    assert title == f"Training run {EVIL}" and ended == [f"crashed ({EVIL})", "completed"]
+    assert title == f"Training run {EVIL}" and ended == [f"crashed — {EVIL}", "completed"]
     assert f"a{EVIL_NAME}_rank_0: " in readout and f"b{EVIL_NAME}_rank_0: " in readout, readout
     assert loaded.requests == [output.as_uri()]
     # Had one string gone in unescaped, its script would still not run: the policy lets only
