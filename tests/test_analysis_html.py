@@ -299,6 +299,21 @@ def test_each_bar_chart_keeps_its_caption_and_every_category_has_a_colour(hostil
         assert swatches and set(swatches) <= coloured, (chart, sorted(set(swatches) - coloured))
 
 
+def test_the_ranks_bar_and_the_jobs_bar_colour_the_same_time_alike(hostile_page):
+    _, page = hostile_page
+
+    def colours(chart: str) -> dict[str, str]:
+        legend = page.by_id(chart).all("span")
+        return {s.text(): next(c for c in s.all("i")[0].classes if re.fullmatch(r"k\d+", c)) for s in legend}
+
+    ranks, job = colours("bars-time"), colours("bars-job")
+    same = {"productive": "productive", "startup": "startup", "compile": "compile", "data_wait": "data_wait"}
+    same |= {"evaluation": "evaluation", "checkpoint.load": "checkpoint_load", "checkpoint.save": "checkpoint_save"}
+    same |= {"other": "user_phases", "unaccounted": "other"}
+    assert {r: ranks[r] for r in same} == {r: job[j] for r, j in same.items()}
+    assert len(set(job.values())) == len(job), job  # and no two of the job's categories alike
+
+
 def test_the_page_modules_write_no_markup_but_through_the_builder():
     """Escape by construction: outside markup.py no string literal of the page's modules
     opens or closes a tag, and no module but markup.py makes `Html` by hand."""
