@@ -287,6 +287,33 @@ def test_every_string_the_page_shows_reads_as_written_and_none_is_markup(hostile
     assert "pwned='1'</script>" not in text and "<!--<script>" not in text
 
 
+def test_each_bar_chart_keeps_its_caption_and_every_category_has_a_colour(hostile_page):
+    _, page = hostile_page
+    assert page.by_id("bars-time").all("figcaption")[0].text().startswith("Where each rank's time went")
+    assert page.by_id("bars-job").all("figcaption")[0].text().startswith("The job's ")
+    coloured = set(re.findall(r"\.(k\d+)\{fill:", content_of_css()))
+    for chart in ("bars-time", "bars-job"):
+        swatches = [
+            next(c for c in i.classes if re.fullmatch(r"k\d+", c)) for i in page.by_id(chart).all("i", "swatch")
+        ]
+        assert swatches and set(swatches) <= coloured, (chart, sorted(set(swatches) - coloured))
+
+
+def test_the_ranks_bar_and_the_jobs_bar_colour_the_same_time_alike(hostile_page):
+    _, page = hostile_page
+
+    def colours(chart: str) -> dict[str, str]:
+        legend = page.by_id(chart).all("span")
+        return {s.text(): next(c for c in s.all("i")[0].classes if re.fullmatch(r"k\d+", c)) for s in legend}
+
+    ranks, job = colours("bars-time"), colours("bars-job")
+    same = {"productive": "productive", "startup": "startup", "compile": "compile", "data_wait": "data_wait"}
+    same |= {"evaluation": "evaluation", "checkpoint.load": "checkpoint_load", "checkpoint.save": "checkpoint_save"}
+    same |= {"other": "user_phases", "unaccounted": "other"}
+    assert {r: ranks[r] for r in same} == {r: job[j] for r, j in same.items()}
+    assert len(set(job.values())) == len(job), job  # and no two of the job's categories alike
+
+
 def test_the_page_modules_write_no_markup_but_through_the_builder():
     """Escape by construction: outside markup.py no string literal of the page's modules
     opens or closes a tag, and no module but markup.py makes `Html` by hand."""
@@ -475,7 +502,7 @@ def test_a_page_of_hostile_strings_builds_whole_in_chromium_and_runs_none_of_the
     sections_built, figures_built, pwned, ready, title, ended, errors, readout = loaded.values
     assert (sections_built, figures_built) == (7, len(page.all("figure"))), loaded.dom[-3000:]
     assert pwned is None and ready == "1" and errors == "" and loaded.console == [], (loaded.console, errors)
-    assert title == f"Training run {EVIL}" and ended == [f"crashed ({EVIL})", "completed"]
+    assert title == f"Training run {EVIL}" and ended == [f"crashed — {EVIL}", "completed"]
     assert f"a{EVIL_NAME}_rank_0: " in readout and f"b{EVIL_NAME}_rank_0: " in readout, readout
     assert loaded.requests == [output.as_uri()]
     # Had one string gone in unescaped, its script would still not run: the policy lets only

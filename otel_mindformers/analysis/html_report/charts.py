@@ -9,7 +9,7 @@ are a small JSON block beside the SVG that page_hover.js reads; the page works w
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from otel_mindformers.analysis.html_report.binning import Axis, Band, Cell, RankRows
@@ -396,14 +396,21 @@ class Bar:
 
 
 def stacked_bars(
-    chart_id: str, title: str, bars: Sequence[Bar], categories: Sequence[str], unit: str, note: str = ""
+    chart_id: str,
+    title: str,
+    bars: Sequence[Bar],
+    categories: Sequence[str],
+    unit: str,
+    note: str = "",
+    colours: Mapping[str, int] | None = None,
 ) -> Html:
-    """Horizontal bars, one per rank (or group of ranks), split by category."""
+    """Horizontal bars, one per rank (or group of ranks), split by category; `colours` gives a
+    category's colour class (`k<i>`) where another chart shows the same thing, else its place."""
     bar_h, gap = 16, 4
     height = _TOP + len(bars) * (bar_h + gap) + 24
     longest = max((sum(v for _, v in bar.segments) for bar in bars), default=0.0) or 1.0
     left, right = 110, WIDTH - 90
-    index = {name: i for i, name in enumerate(categories)}
+    index = {name: i for i, name in enumerate(categories)} | dict(colours or {})
     parts = []
     for row, bar in enumerate(bars):
         y = _TOP + row * (bar_h + gap)
@@ -415,14 +422,14 @@ def stacked_bars(
                 continue
             width = value / longest * (right - left)
             share = value / total if total > 0 else 0.0
-            title = el("title", f"{bar.label}: {name} {fmt(value, unit)} ({share:.1%})")
+            tooltip = el("title", f"{bar.label}: {name} {fmt(value, unit)} ({share:.1%})")
             parts.append(
-                el("rect", title, class_=f"segment k{index[name]}", x=_c(x), y=y, width=_c(max(width, 0.5)),
+                el("rect", tooltip, class_=f"segment k{index[name]}", x=_c(x), y=y, width=_c(max(width, 0.5)),
                    height=bar_h)
             )  # fmt: skip
             x += width
         parts.append(el("text", bar.total_text, class_="tick", x=_c(x + 6), y=y + bar_h - 4))
-    legend = [el("span", el("i", class_=f"swatch k{i}"), name) for i, name in enumerate(categories)]
+    legend = [el("span", el("i", class_=f"swatch k{index[name]}"), name) for name in categories]
     return el(
         "figure",
         el("figcaption", title),

@@ -53,6 +53,7 @@ from otel_mindformers.captures.offline.profile_trace import TraceError, short_na
 from otel_mindformers.cluster.offline.attempt_fault import what_ended
 from otel_mindformers.names import straggler_names as sections
 from otel_mindformers.names import training as tm
+from otel_mindformers.names.phase_names import PHASE_CHECKPOINT_LOAD, PHASE_CHECKPOINT_SAVE
 from otel_mindformers.outputs.jsonl_reader import local_time
 from otel_mindformers.stragglers.offline import verdict as stragglers
 from otel_mindformers.stragglers.offline.verdict import COLUMNS, SectionHistory
@@ -90,6 +91,25 @@ HEAT_SECTIONS = (
 # what no phase accounts for.
 UNACCOUNTED = "unaccounted"
 TIME_CATEGORIES = ("productive", *BUILT_IN_PHASES, OTHER_PHASES, UNACCOUNTED)
+# The job's categories named otherwise than their counterparts in the ranks' bar: the two
+# bars colour the same time alike; the job's own (lost_progress, no_process) come after.
+JOB_COUNTERPARTS = {
+    "checkpoint_load": PHASE_CHECKPOINT_LOAD,
+    "checkpoint_save": PHASE_CHECKPOINT_SAVE,
+    "user_phases": OTHER_PHASES,
+    "other": UNACCOUNTED,
+}
+
+
+def _job_colours(categories: list[str]) -> dict[str, int]:
+    colours, spare = {}, len(TIME_CATEGORIES)
+    for name in categories:
+        counterpart = JOB_COUNTERPARTS.get(name, name)
+        if counterpart in TIME_CATEGORIES:
+            colours[name] = TIME_CATEGORIES.index(counterpart)
+        else:
+            colours[name], spare = spare, spare + 1
+    return colours
 
 
 # What a curve the page leaves out needs, in the run's monitor_config or its loop.
@@ -766,6 +786,7 @@ def _attempts(job: dict[str, Any] | None) -> Html:
         [Bar("job", list(totals["seconds"].items()), _seconds(wall))],
         list(totals["seconds"]),
         "s",
+        colours=_job_colours(list(totals["seconds"])),
         note="Categories map to ml-goodput-measurement's BadputType: "
         + ", ".join(f"{k} = {v}" for k, v in totals["badput_types"].items() if v)
         + f"; in each attempt, {STARTUP_FROM}.",
