@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -35,12 +34,10 @@ def _monitor_config_of(path: str) -> tuple[MonitorConfig, str]:
     mindformers:` entry is one (loaded as opentelemetry-configuration loads it)."""
     if not _declarative(path):
         return load_monitor_config(path), ""
-    from otel_mindformers.config.coercion import parse_section
     from otel_mindformers.telemetry import config_file
 
     declared = config_file.read_file(path)
-    config = parse_section(MonitorConfig, declared.options or {}, config_file.OPTIONS_KEY)
-    config.source_dir = os.path.dirname(os.path.abspath(path))
+    config = declared.monitor_config() or MonitorConfig()
     if not declared.enabled:
         config.enable = False
     entry = "its" if declared.options is not None else f"no {config_file.OPTIONS_KEY} entry, the default"

@@ -654,3 +654,33 @@ def test_the_files_unreachable_collector_is_one_warning_naming_the_file(workdir)
     assert len(lines) == 1, done.stderr[-3000:]
     assert lines[0].startswith(f"otel_mindformers: OTLP export to the endpoints of OTEL_CONFIG_FILE={path} is failing")
     assert environment.grpc_endpoint not in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.mindspore_api
+def test_the_files_custom_monitor_is_found_beside_the_file_from_another_folder(workdir):
+    """`custom_monitor_callback` in the file's entry names a module beside the file, as beside
+    any monitor_config YAML: a run started elsewhere finds it, as `validate` does (it refused
+    the training before: the module was looked for in the working directory only)."""
+    configs = workdir / "configs"
+    configs.mkdir()
+    (configs / "beside_otel.py").write_text(
+        "from pathlib import Path\nfrom otel_mindformers import BaseMonitor\n\n"
+        "class Mine(BaseMonitor):\n"
+        "    def on_train_step_end(self, run_context):\n"
+        "        Path('seen_by_mine').write_text('step')\n"
+    )
+    path = configs / "otel.yaml"
+    entry = {"output_type": ["json_file"], "custom_monitor_callback": "beside_otel.Mine"}
+    path.write_text(
+        json.dumps({"file_format": "1.0", "instrumentation/development": {"python": {"mindformers": entry}}})
+    )
+    run_in = workdir / "elsewhere"
+    run_in.mkdir()
+    command = instrumented("python", str(PLAIN_TRAIN), "--steps", "4")
+    done = subprocess.run(
+        command, cwd=run_in, env=child_env(OTEL_CONFIG_FILE=str(path)), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and "training finished" in done.stdout, done.stderr[-3000:]
+    assert (run_in / "seen_by_mine").read_text() == "step", done.stderr[-3000:]

@@ -46,7 +46,6 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from otel_mindformers.compat import releases
 from otel_mindformers.config import ConfigError, MonitorConfig, load_monitor_config
-from otel_mindformers.config.coercion import parse_section
 from otel_mindformers.core.guarded_log import get_logger
 from otel_mindformers.integration import checkpoint_load, mindformers_glue, propagation
 from otel_mindformers.integration.environment_variables import (
@@ -351,8 +350,6 @@ def _config_from_environment(declared: config_file.FileConfiguration | None = No
     entry (validated as `monitor_config`, each problem naming its key there), else
     OTEL_PYTHON_MINDFORMERS_CONFIG (`declared` is None: no OTEL_CONFIG_FILE), else None."""
     if declared is not None:
-        if declared.options is None:
-            return None
-        return parse_section(MonitorConfig, declared.options, config_file.OPTIONS_KEY)
+        return declared.monitor_config()
     path = os.environ.get(OTEL_PYTHON_MINDFORMERS_CONFIG)
     return load_monitor_config(path) if path else None

@@ -39,6 +39,7 @@ from typing import Any
 from opentelemetry import _logs, metrics, trace
 
 from otel_mindformers.config import ConfigError, MonitorConfig
+from otel_mindformers.config.coercion import parse_section
 from otel_mindformers.config.extras import install_hint
 from otel_mindformers.config.limits import MAX_CONFIG_BYTES
 from otel_mindformers.config.redaction import Redactor
@@ -72,6 +73,16 @@ class FileConfiguration:
     path: str
     options: dict[str, Any] | None
     enabled: bool = True
+
+    def monitor_config(self) -> MonitorConfig | None:
+        """Our entry as a `monitor_config` (each problem naming its key there), None when the
+        file has none. A custom monitor is looked for beside the file, as beside any YAML
+        `load_monitor_config` reads: the run and `validate` find the same one."""
+        if self.options is None:
+            return None
+        config = parse_section(MonitorConfig, self.options, OPTIONS_KEY)
+        config.source_dir = os.path.dirname(os.path.abspath(self.path))
+        return config
 
 
 _lock = threading.Lock()
