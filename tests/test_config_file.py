@@ -388,7 +388,7 @@ def test_the_specs_env_prefixed_references_are_substituted(tmp_path, fresh):
     fresh.setenv("COLLECTOR", "http://127.0.0.1:4318")
     fresh.setenv("JOB", "llama-7b")
     fresh.delenv("SERVICE", raising=False)
-    model, declared = config_file._load(str(path))
+    model, declared, _ = config_file._load(str(path))
     assert model.tracer_provider.processors[0].batch.exporter.otlp_http.endpoint == "http://127.0.0.1:4318/v1/traces"
     assert declared.options == {
         "service_name": "fallback",
@@ -426,7 +426,7 @@ def test_the_files_prometheus_pull_readers_get_a_port_per_local_rank(tmp_path, f
         fresh.delenv(name, raising=False)
     for name, value in environment.items():
         fresh.setenv(name, value)
-    model, _ = config_file._load(str(path))
+    model, _, _ = config_file._load(str(path))
     assert config_file._rank_ports(model, detect_identity()) == listens
 
 

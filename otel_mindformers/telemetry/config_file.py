@@ -151,12 +151,13 @@ def read() -> FileConfiguration | None:
 def read_file(file: str) -> FileConfiguration:
     """What a declarative configuration file says of us, loaded as `OTEL_CONFIG_FILE` would
     be (`otel-mindformers validate` checks one); nothing is configured. Raises its ConfigError."""
-    _, declared = _load(file)
+    _, declared, _ = _load(file)
     return declared
 
 
-def _load(file: str) -> tuple[Any, FileConfiguration]:
-    """The file's model (our entry taken out) and what it says of us."""
+def _load(file: str) -> tuple[Any, FileConfiguration, str | None]:
+    """The file's model (our entry taken out), what it says of us, and its text as read
+    (None where the loader read it itself), whose variables an error message masks."""
     try:
         import opentelemetry.configuration as configuration
     except ModuleNotFoundError as exc:
@@ -179,7 +180,7 @@ def _load(file: str) -> tuple[Any, FileConfiguration]:
     enabled = True
     if options is not None:
         enabled = options.pop("enabled", True) is not False
-    return model, FileConfiguration(file, options, enabled)
+    return model, FileConfiguration(file, options, enabled), text
 
 
 def _bounded_text(file: str) -> str | None:
@@ -233,7 +234,7 @@ def _env_prefix_read(file: str, text: str | None) -> Iterator[str]:
 
 
 def _configure(file: str, resource_attributes: Mapping[str, Any] | None) -> FileConfiguration:
-    model, declared = _load(file)
+    model, declared, text = _load(file)
     # msrun's launcher and scheduler: a pull reader there would take local rank 0's port.
     if _sdk_configured() or runs_no_training():
         return declared
@@ -255,7 +256,7 @@ def _configure(file: str, resource_attributes: Mapping[str, Any] | None) -> File
         configuration.configure_sdk(model)
     except Exception as exc:  # an exporter or sampler the file names that cannot be built
         where = f" (its Prometheus pull readers listen on {', '.join(listens)})" if listens else ""
-        raise _error(file, f"cannot apply it: {_masked(_bounded_text(file), _one_line(exc))}{where}") from None
+        raise _error(file, f"cannot apply it: {_masked(text, _one_line(exc))}{where}") from None
     return declared
 
 
