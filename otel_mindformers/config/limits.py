@@ -4,6 +4,9 @@ on what a configuration file may make the loader and the run do."""
 from __future__ import annotations
 
 OUTPUT_TYPES = ("stdout", "json_file", "tensorboard", "otlp", "prometheus")
+# The Prometheus exporter's port (the registered default the SDK's exporter, opentelemetry-configuration's
+# pull reader and our `prometheus` output all use); each rank of a node adds its local rank.
+PROMETHEUS_PORT = 9464
 OTLP_PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 OTLP_TEMPORALITIES = ("cumulative", "delta")
 DEVICE_SOURCES = ("auto", "ascend", "nvidia", "host", "mindspore")

@@ -50,6 +50,7 @@ from otel_mindformers.config.limits import (
     OTLP_PROTOCOLS,
     OTLP_TEMPORALITIES,
     OUTPUT_TYPES,
+    PROMETHEUS_PORT,
 )
 from otel_mindformers.config.redaction import redact_url
 from otel_mindformers.names import capture_names
@@ -340,7 +341,7 @@ class PrometheusConfig(_Section):
     """`monitor_config.prometheus`: the scrape endpoint of the `prometheus` output."""
 
     host: str = _key(default="127.0.0.1", check=_check_host)
-    port: int = _key(default=9464, check=_between(0, 65535))
+    port: int = _key(default=PROMETHEUS_PORT, check=_between(0, 65535))
 
 
 @dataclasses.dataclass(repr=False)

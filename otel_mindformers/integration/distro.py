@@ -46,13 +46,12 @@ from opentelemetry.sdk.environment_variables import (
 )
 
 from otel_mindformers.config import ConfigError
+from otel_mindformers.config.limits import PROMETHEUS_PORT
 from otel_mindformers.integration.instrumentor import file_problem_said
 from otel_mindformers.job.identity import detect_identity, runs_no_training
 from otel_mindformers.telemetry import config_file
 
 RESOURCE_DETECTOR = "mindformers"
-# The SDK's Prometheus exporter's port where OTEL_EXPORTER_PROMETHEUS_PORT is unset.
-_PROMETHEUS_PORT = 9464
 # Our `opentelemetry_traces_exporter` and `opentelemetry_logs_exporter` entry points: the
 # SDK's OTLP/gRPC exporters, sending the requests telemetry/otlp_wire_encoder.py writes.
 IN_PLACE_EXPORTER = "otlp_in_place"
@@ -113,7 +112,7 @@ def _prometheus_port_per_rank() -> Iterator[None]:
     exporters = {name.strip() for name in os.environ.get(OTEL_METRICS_EXPORTER, "").split(",")}
     before = os.environ.get(OTEL_EXPORTER_PROMETHEUS_PORT)
     try:
-        port = int(before or _PROMETHEUS_PORT)
+        port = int(before or PROMETHEUS_PORT)
     except ValueError:  # the exporter says what is wrong with it
         port = 0
     listens = detect_identity().node_port(port)

@@ -41,7 +41,7 @@ from opentelemetry import _logs, metrics, trace
 from otel_mindformers.config import ConfigError, MonitorConfig
 from otel_mindformers.config.coercion import parse_section
 from otel_mindformers.config.extras import install_hint
-from otel_mindformers.config.limits import MAX_CONFIG_BYTES
+from otel_mindformers.config.limits import MAX_CONFIG_BYTES, PROMETHEUS_PORT
 from otel_mindformers.config.redaction import Redactor
 from otel_mindformers.config.yaml_loader import parse_yaml
 from otel_mindformers.core.bounded_read import read_small_file
@@ -55,8 +55,6 @@ NAME = "mindformers"
 OPTIONS_KEY = f"instrumentation/development.python.{NAME}"
 # The package's loader logs what it raises, with a traceback: our one error says it instead.
 _LOADER_LOGGER = "opentelemetry.configuration.file._loader"
-# The Prometheus pull exporter's port where the file names none (opentelemetry-configuration's).
-_PROMETHEUS_PORT = 9464
 # A substitution reference with the spec's `env:` prefix, or a `$$` escape to step over.
 _ENV_PREFIXED = re.compile(r"\$\$|\$\{env:(?=[A-Za-z_])")
 # The variables a file reads: their values (tokens in headers) are masked in our messages.
@@ -270,7 +268,7 @@ def _rank_ports(model: Any, identity: Identity) -> list[str]:
         exporter = reader.pull.exporter.prometheus_development if reader.pull is not None else None
         if exporter is None:
             continue
-        exporter.port = identity.node_port(_PROMETHEUS_PORT if exporter.port is None else exporter.port)
+        exporter.port = identity.node_port(PROMETHEUS_PORT if exporter.port is None else exporter.port)
         listens.append(f"{exporter.host or 'localhost'}:{exporter.port}")
     return listens
 
