@@ -266,6 +266,26 @@ def test_the_jobs_totals_come_from_a_rank_that_saw_every_attempt(tmp_path):
     assert job["totals"]["wall_seconds"] == 51.0
 
 
+def test_an_attempt_of_several_ranks_got_as_far_as_its_furthest_rank(tmp_path):
+    """msrun tore rank 0 down before its step 23 was recorded, after rank 1 (which died)
+    finished it: the attempt, and the job, reached step 23, with 13 steps at risk."""
+    from otel_mindformers.restarts.offline.attempts_report import job_report
+
+    killed = {"end": 26.0, "outcome": "killed", "durable": 10}
+    ledgers = {
+        0: _entry(1, 0.0, 10.0, 12.0, 24.0, 0, 22, **killed),
+        1: _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 23, **killed),
+    }
+    json_log = str(tmp_path / "train_metric.json")
+    for rank, entry in ledgers.items():
+        ledger_path(json_log, rank).write_text(json.dumps({**new_ledger("job"), "attempts": [entry]}))
+    job = job_report([str(tmp_path)], now=100.0)
+    (attempt,) = job["attempts"]
+    assert attempt["ranks"] == [0, 1]
+    assert (attempt["last_step"], attempt["steps"], attempt["at_risk_steps"]) == (23, 23, 13)
+    assert job["totals"]["furthest_step"] == 23
+
+
 def test_an_attempts_process_is_gone_when_its_pid_is_free_or_reused_on_this_host():
     """On its own host an attempt's heartbeat is not the last word: the process table is."""
     here, began = socket.gethostname(), started_at()

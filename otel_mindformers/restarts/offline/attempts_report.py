@@ -165,7 +165,10 @@ def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
             first["reason"] = f"on rank {worst_rank}: {worst['reason']}"
         # ClusterD's fault is in the ledger of the rank that listened (cluster/), whichever it is.
         first["cluster_fault"] = next((row["cluster_fault"] for _, row in ranked if row.get("cluster_fault")), None)
-        first["lost_steps"] = max(row["lost_steps"] for _, row in ranked)
+        # The attempt got as far as its furthest rank: a rank torn down a step behind the one
+        # that died (its step's end not yet recorded) does not set the job back.
+        for key in ("last_step", "steps", "lost_steps", "at_risk_steps"):
+            first[key] = max(row[key] for _, row in ranked)
         first["start"] = min(row["start"] for _, row in ranked)
         first["end"] = max(row["end"] for _, row in ranked)
         merged.append(first)
@@ -217,6 +220,7 @@ def job_report(
     totals = dict(timelines[held_back]["totals"])
     totals["rank"] = held_back
     totals["lost_steps"] = sum(row["lost_steps"] for row in attempts)
+    totals["furthest_step"] = max((row["last_step"] for row in attempts), default=0)
     return {
         "job_id": read[next(iter(ledgers))]["job_id"],
         "ranks": sorted(timelines),
