@@ -286,6 +286,29 @@ def test_an_attempt_of_several_ranks_got_as_far_as_its_furthest_rank(tmp_path):
     assert job["totals"]["furthest_step"] == 23
 
 
+def test_report_over_two_nodes_folders_with_their_own_job_ids_names_the_ledger_it_left_out(tmp_path):
+    """Two msrun nodes, each writing in its own folder with no launcher's job id, mint two
+    local ids (the folder's hash): `report node0/ node1/` reads one job and names the other
+    node's ledger it left out, with how to join them, instead of dropping it silently."""
+    from otel_mindformers.restarts.offline.attempts_report import job_report, render_job
+
+    folders = {rank: tmp_path / f"node{rank}" / "output" for rank in (0, 1)}
+    for rank, folder in folders.items():
+        path = ledger_path(str(folder / "train_metric.json"), rank)
+        path.parent.mkdir(parents=True)
+        entry = _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, end=26.0, outcome="completed")
+        path.write_text(json.dumps({**new_ledger(f"local-node{rank}-1"), "attempts": [entry]}))
+    job = job_report([str(folders[0]), str(folders[1])], now=100.0)
+    assert job["job_id"] == "local-node0-1" and job["ranks"] == [0]
+    other = str(ledger_path(str(folders[1] / "train_metric.json"), 1))
+    assert job["left_out"] == [{"ledger": other, "job_id": "local-node1-1"}]
+    for fmt in ("text", "markdown"):
+        assert f"left out, another job's: {other} (job local-node1-1)" in render_job(job, fmt)
+        assert "the same OTEL_MINDFORMERS_JOB_ID" in render_job(job, fmt)
+    alone = job_report([str(folders[0])], now=100.0)
+    assert alone["left_out"] == [] and "left out" not in render_job(alone)
+
+
 def test_an_attempts_process_is_gone_when_its_pid_is_free_or_reused_on_this_host():
     """On its own host an attempt's heartbeat is not the last word: the process table is."""
     here, began = socket.gethostname(), started_at()

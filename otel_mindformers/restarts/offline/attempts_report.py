@@ -79,6 +79,18 @@ def _one_job(read: dict[Path, dict[str, Any]]) -> dict[Path, int]:
     return {path: int(_RANK.search(path.name)[1]) for path in read if read[path]["job_id"] == job}  # type: ignore[index]
 
 
+def _other_jobs(read: dict[Path, dict[str, Any]], kept: dict[Path, int]) -> list[dict[str, str]]:
+    """The ledgers at their live names that `_one_job` left out: another job's. The nodes of
+    one job that no launcher names each mint their own id from their folder, so folders of two
+    nodes given together look like two jobs; say so rather than drop one silently. (A ledger
+    set aside as `.jobN` is an earlier job's, left out as a matter of course.)"""
+    return [
+        {"ledger": str(path), "job_id": data["job_id"]}
+        for path, data in read.items()
+        if path not in kept and _RANK.search(path.name)[2] is None  # type: ignore[index]
+    ]
+
+
 def _as_logged(entry: dict[str, Any], logged: Any) -> dict[str, Any]:
     """The ledger's entry, with the last step its rank's log saw when that is later (the
     heartbeat that would have said so never came: the attempt was killed), and the data wait
@@ -184,6 +196,7 @@ def job_report(
     last line by up to `heartbeat_interval`."""
     read = {path: data for path in _ledger_ranks(inputs) if (data := read_ledger(path, repair=False)) is not None}
     ledgers = _one_job(read)
+    left_out = _other_jobs(read, ledgers)
     rank_rows: dict[int, list[dict[str, Any]]] = {}
     timelines: dict[int, dict[str, Any]] = {}
     last_logged = {
@@ -225,6 +238,7 @@ def job_report(
         "job_id": read[next(iter(ledgers))]["job_id"],
         "ranks": sorted(timelines),
         "ledgers": [str(p) for p in ledgers],
+        "left_out": left_out,
         "attempts": attempts,
         "totals": totals,
     }
@@ -314,9 +328,22 @@ def render_job(job: dict[str, Any], fmt: str = "text") -> str:
         lines += [f"| {' | '.join(cells)} |" for cells in _categories(job["totals"])]
         lines += [f"- {line.strip()}" for line in rest[len(job["totals"]["seconds"]) :]]
         lines += [f"- {line}" for line in _ended_by(job)]
+        lines += [f"- {line.strip()}" for line in _left_out(job)]
         return "\n".join(lines) + "\n"
     ended = [f"  {line}" for line in _ended_by(job)]
-    return "\n".join([header, *_aligned(_rows(job)), *ended, *_totals_lines(job)]) + "\n"
+    return "\n".join([header, *_aligned(_rows(job)), *ended, *_totals_lines(job), *_left_out(job)]) + "\n"
+
+
+def _left_out(job: dict[str, Any]) -> list[str]:
+    """What `job_report` left out (`_other_jobs`), with how to join the nodes of one job."""
+    if not job.get("left_out"):
+        return []
+    lines = [f"  left out, another job's: {_shown(o['ledger'])} (job {_shown(o['job_id'])})" for o in job["left_out"]]
+    hint = (
+        "  one job on several nodes? Without a launcher's job id each node names its own from its output folder: "
+        "give every node the same OTEL_MINDFORMERS_JOB_ID (or monitor_config.job_id)"
+    )
+    return [*lines, hint]
 
 
 def _ended_by(job: dict[str, Any]) -> list[str]:
