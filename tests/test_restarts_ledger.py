@@ -309,6 +309,47 @@ def test_report_over_two_nodes_folders_with_their_own_job_ids_names_the_ledger_i
     assert alone["left_out"] == [] and "left out" not in render_job(alone)
 
 
+# The error a rank's collective raised when the other node of a 2-node msrun job died (MindSpore
+# 2.9 on CPU, recorded in a walk; the file paths shortened).
+ALLREDUCE_FAILED = """
+----------------------------------------------------
+- Kernel error:
+----------------------------------------------------
+Launch kernel failed: Default/AllReduce-op0
+
+----------------------------------------------------
+- The Function Call Stack: (For framework developers)
+----------------------------------------------------
+In file mindspore/nn/wrap/grad_reducer.py:385~386, 23~91/            new_grad = self.map_(ops.partial(reduce_opt,/
+
+----------------------------------------------------
+- C++ Call Stack: (For framework developers)
+----------------------------------------------------
+mindspore/ccsrc/backend/ms_backend/runtime/actors/base/kernel_actor.cc:995 OnMemoryAllocFinish
+"""
+
+
+def test_a_crash_reason_is_one_line_of_the_message_without_mindspores_call_stacks(tmp_path):
+    """The reason the ledger, the run span and the notice carry is the message's one line; a
+    ledger that holds a multi-line reason (written before) still gives one table row."""
+    from otel_mindformers.core.run_part import outcome_of_error
+    from otel_mindformers.restarts.offline.attempts_report import job_report, render_job
+
+    reason = "RuntimeError: - Kernel error: Launch kernel failed: Default/AllReduce-op0"
+    assert outcome_of_error(RuntimeError(ALLREDUCE_FAILED)) == ("crashed", reason)
+    assert outcome_of_error(RuntimeError("x" * 1000))[1] == "RuntimeError: " + "x" * 285 + "…"
+    crashed = _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, end=26.0, outcome="crashed")
+    path = ledger_path(str(tmp_path / "train_metric.json"), 0)
+    path.write_text(
+        json.dumps({**new_ledger("job"), "attempts": [{**crashed, "reason": f"RuntimeError: {ALLREDUCE_FAILED}"}]})
+    )
+    for fmt in ("text", "markdown"):
+        (row,) = [
+            line for line in render_job(job_report([str(tmp_path)], now=100.0), fmt).splitlines() if "crashed" in line
+        ]
+        assert f"crashed ({reason})" in row
+
+
 def test_an_attempts_process_is_gone_when_its_pid_is_free_or_reused_on_this_host():
     """On its own host an attempt's heartbeat is not the last word: the process table is."""
     here, began = socket.gethostname(), started_at()

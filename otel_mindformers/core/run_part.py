@@ -15,6 +15,7 @@ import dataclasses
 import signal
 from collections.abc import Callable
 
+from otel_mindformers.core.one_line import one_line
 from otel_mindformers.core.step_record import StepRecord
 
 Remaining = Callable[[], float]  # seconds left of the run's shutdown deadline
@@ -65,7 +66,7 @@ def outcome_of_error(error: BaseException) -> tuple[str, str]:
                 pass
             else:
                 return "stopped", f"the process exited on {name} (sys.exit({code}))"
-    return "crashed", f"{type(error).__name__}: {error}"
+    return "crashed", one_line(f"{type(error).__name__}: {error}")
 
 
 class RunPart:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_mindformers.cluster.offline.attempt_fault import ended_by
+from otel_mindformers.core.one_line import one_line
 from otel_mindformers.flight_recorder.recovery import Finished, finished_steps
 from otel_mindformers.names import job as names
 from otel_mindformers.outputs.jsonl import last_job_id
@@ -261,7 +262,10 @@ def _rows(job: dict[str, Any]) -> list[tuple[str, ...]]:
         ("attempt", "ranks", "start", "end", "ended", "steps", "lost steps", "downtime before")
     ]
     for row in job["attempts"]:
-        outcome = row["outcome"] + (f" ({row['reason']})" if row.get("reason") and row["outcome"] != "killed" else "")
+        # One line: a reason written before the run kept it to one (core/one_line.py), or by
+        # another tool, would break the table.
+        reason = one_line(str(row.get("reason") or ""))
+        outcome = row["outcome"] + (f" ({reason})" if reason and row["outcome"] != "killed" else "")
         rows.append((
             str(row["attempt"]), str(len(row["ranks"])), _clock(row["start"]), _clock(row["end"]), outcome,
             f"{row['resume_step'] + 1}..{row['last_step']}" if row["steps"] else "-",
