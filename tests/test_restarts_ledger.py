@@ -286,10 +286,11 @@ def test_an_attempt_of_several_ranks_got_as_far_as_its_furthest_rank(tmp_path):
     assert job["totals"]["furthest_step"] == 23
 
 
-def test_report_over_two_nodes_folders_with_their_own_job_ids_names_the_ledger_it_left_out(tmp_path):
+def test_report_over_two_nodes_folders_with_their_own_job_ids_names_the_ledger_it_left_out(tmp_path, capsys):
     """Two msrun nodes, each writing in its own folder with no launcher's job id, mint two
     local ids (the folder's hash): `report node0/ node1/` reads one job and names the other
     node's ledger it left out, with how to join them, instead of dropping it silently."""
+    from otel_mindformers.cli import main as cli_main
     from otel_mindformers.restarts.offline.attempts_report import job_report, render_job
 
     folders = {rank: tmp_path / f"node{rank}" / "output" for rank in (0, 1)}
@@ -307,6 +308,16 @@ def test_report_over_two_nodes_folders_with_their_own_job_ids_names_the_ledger_i
         assert "the same OTEL_MINDFORMERS_JOB_ID" in render_job(job, fmt)
     alone = job_report([str(folders[0])], now=100.0)
     assert alone["left_out"] == [] and "left out" not in render_job(alone)
+    # `plot --attempts` and `report --html` over the same folders say it too.
+    for rank, folder in folders.items():
+        lines = [{"time_stamp": 10.0 + step, "step": step, "rank": rank, "loss": 1.0} for step in range(1, 15)]
+        (folder / f"train_metric_rank_{rank}.json").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    capsys.readouterr()
+    assert cli_main(["plot", "--attempts", str(folders[0]), str(folders[1]), "-o", str(tmp_path / "a.png")]) == 0
+    assert f"left out, another job's: {other} (job local-node1-1)" in capsys.readouterr().out
+    page = tmp_path / "run.html"
+    assert cli_main(["report", str(folders[0]), str(folders[1]), "--html", str(page)]) == 0
+    assert f"left out, another job's: {other} (job local-node1-1)" in page.read_text()
 
 
 # The error a rank's collective raised when the other node of a 2-node msrun job died (MindSpore

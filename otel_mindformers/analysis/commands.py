@@ -181,13 +181,15 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _plot_attempts(args: argparse.Namespace) -> int:
     from otel_mindformers.restarts.offline.attempts_plot import plot_attempts
-    from otel_mindformers.restarts.offline.attempts_report import job_report
+    from otel_mindformers.restarts.offline.attempts_report import job_report, left_out_lines
 
     job = job_report(args.logs)
     if job is None:
         raise AnalysisError(f"no job ledger (*.job.rank_N.ledger) beside {', '.join(map(str, args.logs))}")
     output = plot_attempts(job, args.output, size=args.size, title=args.title)
     print(f"wrote {output} ({len(job['attempts'])} attempts, {len(job['ranks'])} rank(s))")
+    for line in left_out_lines(job):
+        print(line.strip())
     return 0
 
 

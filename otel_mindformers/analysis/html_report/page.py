@@ -55,6 +55,7 @@ from otel_mindformers.names import straggler_names as sections
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.phase_names import PHASE_CHECKPOINT_LOAD, PHASE_CHECKPOINT_SAVE
 from otel_mindformers.outputs.jsonl_reader import local_time
+from otel_mindformers.restarts.offline.attempts_report import left_out_lines
 from otel_mindformers.stragglers.offline import verdict as stragglers
 from otel_mindformers.stragglers.offline.verdict import COLUMNS, SectionHistory
 from otel_mindformers.stragglers.sections import STEPS_KEY, WINDOW_KEY
@@ -798,7 +799,10 @@ def _attempts(job: dict[str, Any] | None) -> Html:
         class_="attempts-summary",
         data_lost_steps=totals["lost_steps"],
     )
-    return _section("attempts", summary, figure, el("table", header, rows, class_="grid-table"), category_bar)
+    left_out = [_note(line.strip()) for line in left_out_lines(job)]
+    return _section(
+        "attempts", summary, *left_out, figure, el("table", header, rows, class_="grid-table"), category_bar
+    )
 
 
 # --- devices -------------------------------------------------------------------------------

@@ -332,13 +332,13 @@ def render_job(job: dict[str, Any], fmt: str = "text") -> str:
         lines += [f"| {' | '.join(cells)} |" for cells in _categories(job["totals"])]
         lines += [f"- {line.strip()}" for line in rest[len(job["totals"]["seconds"]) :]]
         lines += [f"- {line}" for line in _ended_by(job)]
-        lines += [f"- {line.strip()}" for line in _left_out(job)]
+        lines += [f"- {line.strip()}" for line in left_out_lines(job)]
         return "\n".join(lines) + "\n"
     ended = [f"  {line}" for line in _ended_by(job)]
-    return "\n".join([header, *_aligned(_rows(job)), *ended, *_totals_lines(job), *_left_out(job)]) + "\n"
+    return "\n".join([header, *_aligned(_rows(job)), *ended, *_totals_lines(job), *left_out_lines(job)]) + "\n"
 
 
-def _left_out(job: dict[str, Any]) -> list[str]:
+def left_out_lines(job: dict[str, Any]) -> list[str]:
     """What `job_report` left out (`_other_jobs`), with how to join the nodes of one job."""
     if not job.get("left_out"):
         return []
@@ -366,4 +366,4 @@ def with_job(rendered: str, job: dict[str, Any] | None, fmt: str) -> str:
     return rendered.rstrip("\n") + "\n\n" + render_job(job, fmt)
 
 
-__all__ = ["find_ledgers", "job_report", "render_job", "with_job"]
+__all__ = ["find_ledgers", "job_report", "left_out_lines", "render_job", "with_job"]
