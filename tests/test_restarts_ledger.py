@@ -266,6 +266,29 @@ def test_the_jobs_totals_come_from_a_rank_that_saw_every_attempt(tmp_path):
     assert job["totals"]["wall_seconds"] == 51.0
 
 
+def test_each_attempts_downtime_is_from_the_clocks_that_give_the_totals(tmp_path):
+    """Two nodes: rank 1's node died at 25 s, rank 0 waited in its all-reduce until the
+    scheduler gave up at 40 s; rank 1 waited longer for its data, so its clocks give the
+    totals. The row's downtime before attempt 2 is rank 1's too: one restart, one number."""
+    from otel_mindformers.restarts.offline.attempts_report import job_report, render_job
+
+    second = {"end": 71.0, "outcome": "completed"}
+    ledgers = {
+        0: [_entry(1, 0.0, 10.0, 12.0, 40.0, 0, 14, outcome="killed", durable=10),
+            _entry(2, 50.0, 60.0, 61.0, 70.0, 10, 20, **second)],
+        1: [_entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed", durable=10, data_wait=2.0),
+            _entry(2, 50.0, 60.0, 61.0, 70.0, 10, 20, data_wait=2.0, **second)],
+    }  # fmt: skip
+    json_log = str(tmp_path / "train_metric.json")
+    for rank, attempts in ledgers.items():
+        ledger_path(json_log, rank).write_text(json.dumps({**new_ledger("job"), "attempts": attempts}))
+    job = job_report([str(tmp_path)], now=100.0)
+    assert job["totals"]["rank"] == 1
+    assert job["attempts"][1]["downtime"]["total"] == pytest.approx(61.0 - 25.5)
+    assert job["totals"]["downtime_seconds"] == pytest.approx(61.0 - 25.5)
+    assert "35.5 s" in render_job(job).splitlines()[3]
+
+
 def test_an_attempt_of_several_ranks_got_as_far_as_its_furthest_rank(tmp_path):
     """msrun tore rank 0 down before its step 23 was recorded, after rank 1 (which died)
     finished it: the attempt, and the job, reached step 23, with 13 steps at risk."""

@@ -157,7 +157,12 @@ def _inferred(reason: str | None) -> bool:
     return not reason or reason.startswith("no end record")
 
 
-def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _merge(rank_rows: dict[int, list[dict[str, Any]]], clocks: int) -> list[dict[str, Any]]:
+    """One row per attempt across the ranks. Its time (the downtime before it, its
+    categories) is rank `clocks`' where that rank saw it, the rank whose clocks give the
+    totals, so the rows add up to them: the nodes of a job do not end together (a node
+    whose peer died waits in its collective until the scheduler gives up on the job), so
+    the ranks' downtimes differ by that wait."""
     by_attempt: dict[int, list[tuple[int, dict[str, Any]]]] = {}
     for rank, rows in rank_rows.items():
         for row in rows:
@@ -165,7 +170,7 @@ def _merge(rank_rows: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     merged = []
     for attempt in sorted(by_attempt):
         ranked = sorted(by_attempt[attempt], key=lambda item: item[0])
-        first = dict(ranked[0][1])
+        first = dict(next((row for rank, row in ranked if rank == clocks), ranked[0][1]))
         first["ranks"] = [rank for rank, _ in ranked]
         # The worst outcome, with the reason of the rank it happened on: the rank that raised,
         # not one that msrun tore down after it (whose reason is only inferred).
@@ -230,7 +235,7 @@ def job_report(
     most = max(len(rows) for rows in rank_rows.values())
     witnesses = sorted(rank for rank in timelines if len(rank_rows[rank]) == most)
     held_back = max(witnesses, key=lambda rank: timelines[rank]["totals"]["seconds"]["data_wait"])
-    attempts = _merge(rank_rows)
+    attempts = _merge(rank_rows, held_back)
     totals = dict(timelines[held_back]["totals"])
     totals["rank"] = held_back
     totals["lost_steps"] = sum(row["lost_steps"] for row in attempts)
