@@ -384,6 +384,36 @@ def test_a_crash_reason_is_one_line_of_the_message_without_mindspores_call_stack
         assert f"crashed ({reason})" in row
 
 
+@pytest.mark.parametrize(
+    ("crash_end", "outcome", "reason"),
+    [
+        # Two nodes: rank 1's died at 25 s; rank 0's all-reduce failed when the scheduler gave up.
+        (60.0, "killed", "rank 1 was killed; 34 s later rank 0 crashed: RuntimeError: - Kernel error: Launch kernel"),
+        # One msrun: rank 0 crashed, msrun tore rank 1 down at once (heard last a heartbeat before).
+        (26.0, "crashed", "on rank 0: RuntimeError: - Kernel error: Launch kernel"),
+    ],
+)
+def test_an_attempt_that_lost_a_rank_before_another_crashed_was_killed_by_that_loss(
+    tmp_path, crash_end, outcome, reason
+):
+    """The report names the rank gone first, not the peer whose collective failed after it."""
+    from otel_mindformers.restarts.offline.attempts_report import job_report, render_job
+
+    failed = "RuntimeError: - Kernel error: Launch kernel failed: Default/AllReduce-op0"  # as a run writes it
+    ledgers = {
+        0: {**_entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, end=crash_end, outcome="crashed"), "reason": failed},
+        1: {**_entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed"), "reason": "no end record, inferred"},
+    }
+    json_log = str(tmp_path / "train_metric.json")
+    for rank, entry in ledgers.items():
+        entry["heartbeat_interval"] = 5.0
+        ledger_path(json_log, rank).write_text(json.dumps({**new_ledger("job"), "attempts": [entry]}))
+    job = job_report([str(tmp_path)], now=100.0)
+    (attempt,) = job["attempts"]
+    assert attempt["outcome"] == outcome and attempt["reason"].startswith(reason)
+    assert f"{outcome} ({reason}" in render_job(job)
+
+
 def test_an_attempts_process_is_gone_when_its_pid_is_free_or_reused_on_this_host():
     """On its own host an attempt's heartbeat is not the last word: the process table is."""
     here, began = socket.gethostname(), started_at()

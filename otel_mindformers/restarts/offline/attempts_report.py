@@ -157,7 +157,31 @@ def _inferred(reason: str | None) -> bool:
     return not reason or reason.startswith("no end record")
 
 
-def _merge(rank_rows: dict[int, list[dict[str, Any]]], clocks: int) -> list[dict[str, Any]]:
+# msrun polls its workers once a second: a rank it tears down after another's crash is heard
+# last within that and one heartbeat interval of the crash.
+_TEARDOWN_SECONDS = 1.0
+
+
+def _killed_first(
+    ranked: list[tuple[int, dict[str, Any]]], crashed: dict[str, Any], heartbeats: dict[tuple[int, int], float]
+) -> tuple[int, dict[str, Any]] | None:
+    """The rank killed before the crash could have caused it, when one was: on several nodes
+    a node's death makes its peers' collectives fail (MindSpore's "Launch kernel failed:
+    AllReduce") tens of seconds later, when the scheduler gives up. Heard last (its last
+    heartbeat, or its flight ring's last step) more than a heartbeat interval and msrun's
+    teardown before the crash, it was gone first. None when no rank was."""
+    before = [
+        (rank, row)
+        for rank, row in ranked
+        if row["outcome"] == names.OUTCOME_KILLED
+        and row["end"] + heartbeats.get((rank, row["attempt"]), 0.0) + _TEARDOWN_SECONDS < crashed["end"]
+    ]
+    return min(before, key=lambda item: item[1]["end"]) if before else None
+
+
+def _merge(
+    rank_rows: dict[int, list[dict[str, Any]]], clocks: int, heartbeats: dict[tuple[int, int], float]
+) -> list[dict[str, Any]]:
     """One row per attempt across the ranks. Its time (the downtime before it, its
     categories) is rank `clocks`' where that rank saw it, the rank whose clocks give the
     totals, so the rows add up to them: the nodes of a job do not end together (a node
@@ -181,6 +205,13 @@ def _merge(rank_rows: dict[int, list[dict[str, Any]]], clocks: int) -> list[dict
         first["reason"] = worst.get("reason")
         if len(ranked) > 1 and worst.get("reason") and not _inferred(worst.get("reason")):
             first["reason"] = f"on rank {worst_rank}: {worst['reason']}"
+        gone = _killed_first(ranked, worst, heartbeats) if worst["outcome"] == names.OUTCOME_CRASHED else None
+        if gone is not None:
+            gap = worst["end"] - gone[1]["end"]
+            first["outcome"] = names.OUTCOME_KILLED
+            first["reason"] = (
+                f"rank {gone[0]} was killed; {gap:.0f} s later rank {worst_rank} crashed: {worst['reason']}"
+            )
         # ClusterD's fault is in the ledger of the rank that listened (cluster/), whichever it is.
         first["cluster_fault"] = next((row["cluster_fault"] for _, row in ranked if row.get("cluster_fault")), None)
         # The attempt got as far as its furthest rank: a rank torn down a step behind the one
@@ -235,7 +266,13 @@ def job_report(
     most = max(len(rows) for rows in rank_rows.values())
     witnesses = sorted(rank for rank in timelines if len(rank_rows[rank]) == most)
     held_back = max(witnesses, key=lambda rank: timelines[rank]["totals"]["seconds"]["data_wait"])
-    attempts = _merge(rank_rows, held_back)
+    heartbeats = {
+        (rank, int(entry["attempt"])): float(entry.get("heartbeat_interval") or 0.0)
+        for path, rank in ledgers.items()
+        for entry in read[path]["attempts"]
+        if entry.get("attempt") is not None
+    }
+    attempts = _merge(rank_rows, held_back, heartbeats)
     totals = dict(timelines[held_back]["totals"])
     totals["rank"] = held_back
     totals["lost_steps"] = sum(row["lost_steps"] for row in attempts)
@@ -270,7 +307,7 @@ def _rows(job: dict[str, Any]) -> list[tuple[str, ...]]:
         # One line: a reason written before the run kept it to one (core/one_line.py), or by
         # another tool, would break the table.
         reason = one_line(str(row.get("reason") or ""))
-        outcome = row["outcome"] + (f" ({reason})" if reason and row["outcome"] != "killed" else "")
+        outcome = row["outcome"] + (f" ({reason})" if not _inferred(reason) else "")
         rows.append((
             str(row["attempt"]), str(len(row["ranks"])), _clock(row["start"]), _clock(row["end"]), outcome,
             f"{row['resume_step'] + 1}..{row['last_step']}" if row["steps"] else "-",
