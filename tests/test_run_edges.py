@@ -19,6 +19,8 @@ from mindspore import nn
 from mindspore.train.callback import RunContext, _InternalCallbackParam
 
 from otel_mindformers import ConfigError, MonitorCallback
+from otel_mindformers.analysis.report import build_report
+from otel_mindformers.outputs.jsonl_reader import read_logs
 from tests.support import monitors, training
 from tests.support.jsonl import json_lines as lines
 
@@ -36,6 +38,42 @@ def test_sink_mode_samples_by_the_real_step_not_the_sink_size(workdir):
     written = lines(log)
     assert [line["step"] for line in written] == [1, 5, 10, 15, 20, 24]
     assert [line["epoch"] for line in written] == [1, 1, 1, 2, 2, 2]
+
+
+@pytest.mark.slow
+def test_device_sink_mode_reports_per_step_values_and_no_gaps(workdir):
+    """On a device, graph-mode sink mode calls the step hooks once per sink with
+    `cur_step_num += sink_size` (Model._train_dataset_sink_process; the CPU cannot sink, so
+    MindSpore's own RunContext is driven as that loop drives it): 4-step sinks of 5 ms steps at
+    interval 6 are sampled at 4, 8, 12, 20, 24, with the step time and throughput of one step,
+    and `report` finds no gap where sampling skipped a sink end."""
+    sink, sinks, step_seconds = 4, 6, 0.005
+    params = _InternalCallbackParam()
+    params.batch_num, params.epoch_num, params.cur_step_num, params.dataset_sink_mode = sink, sinks, 0, True
+    params.train_dataset = training.build_dataset(steps=10)
+    params.optimizer = nn.Momentum(nn.Dense(2, 1).trainable_params(), learning_rate=0.01, momentum=0.9)
+    params.train_network = params.network = None
+    context = RunContext(params)
+    log = workdir / "m.json"
+    cb = MonitorCallback({"interval": 6, "output_type": ["json_file"], "json_log_path": str(log)})
+    cb.on_train_begin(context)
+    for epoch in range(1, sinks + 1):
+        params.cur_epoch_num = epoch
+        cb.on_train_epoch_begin(context)
+        params.cur_step_num += sink
+        cb.on_train_step_begin(context)
+        time.sleep(sink * step_seconds)  # the sink's steps
+        params.net_outputs = ms.Tensor(1.0 / epoch)
+        cb.on_train_step_end(context)
+        cb.on_train_epoch_end(context)
+    cb.on_train_end(context)
+    written = lines(log)
+    assert [line["step"] for line in written] == [4, 8, 12, 20, 24]
+    for line in written[1:]:  # the first window holds the start-up
+        assert step_seconds * 1000 <= line["train_per_step_time"] < 3 * step_seconds * 1000  # a sink: 4x
+        assert line["samples_per_second"] == pytest.approx(training.BATCH * 1000 / line["train_per_step_time"])
+    (summary,) = build_report(read_logs([log])).series
+    assert summary.gaps == []
 
 
 def test_step_time_is_the_mean_over_the_window_not_the_last_step(workdir):
