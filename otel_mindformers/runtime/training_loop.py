@@ -51,11 +51,12 @@ class TrainingLoop:
     def known_last_step(self) -> int:
         """The job's last step where the loop's length is known, else 0 (the ETA's end). A
         `Model.train` call's epochs are the ones it runs, after its `initial_epoch`: they go on
-        from the job's step it starts at."""
+        from the epoch of the job's step it starts at (a resume inside an epoch, MindSpore's
+        own or MindFormers', finishes that epoch first)."""
         if self.last_step:
             return self.last_step
         if self.epochs and self.steps_per_epoch:
-            return self.first_step + self.epochs * self.steps_per_epoch
+            return (self.first_step // self.steps_per_epoch + self.epochs) * self.steps_per_epoch
         return 0
 
     @classmethod
