@@ -93,6 +93,24 @@ def test_gaps_and_restarts_point_at_their_lines():
     assert [(r.from_step, r.to_step, r.location) for r in summary.restarts] == [(80, 1, f"{where}:7")]
 
 
+def test_sink_mode_sampling_off_the_interval_grid_is_no_gap_but_a_lost_record_is(tmp_path):
+    """Device sink mode (sink 4, interval 6) samples the first sink end past each multiple of
+    6: 4, 8, 12, 20, 24, 32, each record's window (`sections.steps`) spanning its jump. A
+    record lost before step 44 leaves step 44's window shorter than the jump: that is a gap."""
+    steps = [4, 8, 12, 20, 24, 32, 36, 44]
+    windows = [None, 4, 4, 8, 4, 8, 4, 4]  # 40 was sampled and lost: 44's window is 41..44
+    log = tmp_path / "train_metric.json"
+    log.write_text(
+        "".join(
+            json.dumps({"time_stamp": 100.0 + step, "step": step, "rank": 0, "loss": 1.0,
+                        **({"sections": {"in_step": 0.04, "window": 0.04, "steps": w}} if w else {})}) + "\n"
+            for step, w in zip(steps, windows)
+        )
+    )  # fmt: skip
+    (summary,) = build_report(read_logs([log])).series
+    assert [(g.after, g.before) for g in summary.gaps] == [(36, 44)]
+
+
 def test_rotated_set_has_no_gap_at_the_file_boundaries():
     (summary,) = build_report(read_logs([FIXTURES / "rotated"])).series
     assert (summary.records, summary.first_step, summary.last_step) == (60, 1, 60)

@@ -323,6 +323,38 @@ def test_a_rule_that_fires_behind_the_training_thread_still_records_its_batch(tm
     controller.close()
 
 
+def test_a_batch_of_a_sink_sized_epoch_is_placed_in_its_pass_over_the_dataset(tmp_path):
+    """`Model.train(..., sink_size=4)` over a 10-batch dataset says `batch_num` 4, but the data
+    runs on through the dataset (a device's sinks; on a CPU, whole epochs step by step): step 7
+    is the dataset's 7th batch, samples 24..28, not the 3rd of a 4-step epoch."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore.dataset import GeneratorDataset
+
+    config = load_monitor_config(
+        {
+            "alert_config": {
+                "enable_alert": True,
+                "capture": {"path": str(tmp_path), "rules": ["loss_spike"], "kinds": ["batch"]},
+            }
+        }
+    )
+    providers = Capture().providers()
+    telemetry = SimpleNamespace(
+        logger=providers["logger_provider"].get_logger("t"), meter=providers["meter_provider"].get_meter("t")
+    )
+    dataset = GeneratorDataset([(np.zeros(8, np.float32),)] * 40, column_names=["x"], shuffle=False).batch(4)
+    cb_params = {"batch_num": 4, "dataset_sink_mode": False, "train_dataset": dataset}  # the CPU's at train begin
+    controller = CaptureController.start(
+        config.alert_config.capture, Identity(rank=0, world_size=1), telemetry, cb_params, StepClock()
+    )
+    controller.note_batch({"train_dataset_element": (ms.Tensor(np.zeros((4, 8), np.float32)),), "cur_epoch_num": 1}, 7)
+    controller.on_sampled_step(7, None, ended_at=0.0)
+    batch = json.loads((Path(controller.on_alert("loss_spike", 7, None)) / names.BATCH_FILE).read_text())
+    assert (batch["epoch"], batch["step_in_epoch"], batch["sample_range_if_unshuffled"]) == (1, 7, [24, 28])
+    controller.close()
+
+
 def _capture(rank_root, name, size):
     folder = rank_root / name
     folder.mkdir(parents=True)

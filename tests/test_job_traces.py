@@ -301,8 +301,9 @@ def test_two_ranks_share_each_steps_trace_and_an_outside_rank_sends_only_anomali
 @pytest.mark.slow
 @pytest.mark.mindspore_api
 def test_the_last_step_span_a_step_spans_cadence_adds_at_the_end_has_its_job_root(workdir, monkeypatch):
-    """`step_spans: 2`, 15 steps sampled every 5: step 15's span is skipped at its step (odd,
-    not yet known to be the last) and started at the run's end, under its own job step root."""
+    """`step_spans: 10`, 15 steps sampled every 5: step 15's span is skipped at its step (its
+    window 11..15 passed no multiple of 10, and it is not yet known to be the last) and started
+    at the run's end, under its own job step root."""
     from tests.support import training
     from tests.support.in_memory import Capture
 
@@ -310,7 +311,7 @@ def test_the_last_step_span_a_step_spans_cadence_adds_at_the_end_has_its_job_roo
     monkeypatch.setenv("RANK_SIZE", "2")
     capture = Capture()
     config = {
-        "interval": 5, "step_spans": 2, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"),
+        "interval": 5, "step_spans": 10, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json"),
         "job_id": "j",
     }  # fmt: skip
     training.train([capture.callback(config)], steps=15)

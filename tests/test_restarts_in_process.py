@@ -60,7 +60,17 @@ def config(workdir: Path, **overrides) -> dict:
     }
 
 
-def train(callbacks, *, epochs: int, initial_epoch: int = 0, lr=0.01, sink: bool = False, save=None, load=None) -> None:
+def train(
+    callbacks,
+    *,
+    epochs: int,
+    initial_epoch: int = 0,
+    lr=0.01,
+    sink: bool = False,
+    sink_size=STEPS,
+    save=None,
+    load=None,
+) -> None:
     """`save`: a checkpoint of the train network (the optimizer's step with it) written after
     training; `load`: one loaded before, as a resume does."""
     ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -71,7 +81,12 @@ def train(callbacks, *, epochs: int, initial_epoch: int = 0, lr=0.01, sink: bool
     dataset = training.build_dataset(STEPS)
     if sink:
         model.train(
-            epochs, dataset, callbacks=callbacks, dataset_sink_mode=True, sink_size=STEPS, initial_epoch=initial_epoch
+            epochs,
+            dataset,
+            callbacks=callbacks,
+            dataset_sink_mode=True,
+            sink_size=sink_size,
+            initial_epoch=initial_epoch,
         )
     else:
         model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=False, initial_epoch=initial_epoch)
@@ -201,6 +216,16 @@ def test_a_resume_with_initial_epoch_carries_the_jobs_step_and_appends(workdir):
 def test_sink_mode_resume_carries_the_jobs_step(workdir):
     train([MonitorCallback(config(workdir))], epochs=3, initial_epoch=1, sink=True)
     assert [line["step"] for line in lines(workdir)] == [11, 15, 20, 25, 30]
+
+
+def test_cpu_sink_fallback_counts_whole_epochs_in_the_resume_and_the_eta(workdir):
+    """On a CPU, sink mode falls back to feeding whole epochs (10 steps) step by step while
+    MindSpore's `batch_num` says the sink size (4): the job's step after `initial_epoch` and
+    the ETA count the steps that ran (with the sink size: steps 5..24, ETA 0 from step 10)."""
+    train([MonitorCallback(config(workdir))], epochs=3, initial_epoch=1, sink=True, sink_size=4)
+    written = lines(workdir)
+    assert [line["step"] for line in written] == [11, 15, 20, 25, 30]
+    assert [line["eta"] > 0 for line in written[1:]] == [True, True, True, False]
 
 
 def test_a_fresh_run_without_a_job_id_starts_a_new_job(workdir):

@@ -19,7 +19,11 @@ from mindspore import nn
 from mindspore.train.callback import RunContext, _InternalCallbackParam
 
 from otel_mindformers import ConfigError, MonitorCallback
+from otel_mindformers.analysis.report import build_report
+from otel_mindformers.names import semconv
+from otel_mindformers.outputs.jsonl_reader import read_logs
 from tests.support import monitors, training
+from tests.support.in_memory import Capture
 from tests.support.jsonl import json_lines as lines
 
 
@@ -36,6 +40,62 @@ def test_sink_mode_samples_by_the_real_step_not_the_sink_size(workdir):
     written = lines(log)
     assert [line["step"] for line in written] == [1, 5, 10, 15, 20, 24]
     assert [line["epoch"] for line in written] == [1, 1, 1, 2, 2, 2]
+
+
+def _drive_sinks(cb, *, sink: int, sinks: int, step_seconds: float = 0.0) -> None:
+    """`cb` as graph-mode sink mode on a device calls it: the step hooks once per sink with
+    `cur_step_num += sink_size` (Model._train_dataset_sink_process). The CPU cannot sink, so
+    MindSpore's own RunContext is driven as that loop drives it."""
+    params = _InternalCallbackParam()
+    params.batch_num, params.epoch_num, params.cur_step_num, params.dataset_sink_mode = sink, sinks, 0, True
+    params.train_dataset = training.build_dataset(steps=10)
+    params.optimizer = nn.Momentum(nn.Dense(2, 1).trainable_params(), learning_rate=0.01, momentum=0.9)
+    params.train_network = params.network = None
+    context = RunContext(params)
+    cb.on_train_begin(context)
+    for epoch in range(1, sinks + 1):
+        params.cur_epoch_num = epoch
+        cb.on_train_epoch_begin(context)
+        params.cur_step_num += sink
+        cb.on_train_step_begin(context)
+        time.sleep(sink * step_seconds)  # the sink's steps
+        params.net_outputs = ms.Tensor(1.0 / epoch)
+        cb.on_train_step_end(context)
+        cb.on_train_epoch_end(context)
+    cb.on_train_end(context)
+
+
+@pytest.mark.slow
+def test_device_sink_mode_reports_per_step_values_and_no_gaps(workdir):
+    """4-step sinks of 5 ms steps at interval 6 are sampled at 4, 8, 12, 20, 24 (the first
+    sink end past each multiple of 6), with the step time and throughput of one step, not of
+    a sink, and `report` finds no gap where sampling skipped a sink end."""
+    log, step_seconds = workdir / "m.json", 0.005
+    cb = MonitorCallback({"interval": 6, "output_type": ["json_file"], "json_log_path": str(log)})
+    _drive_sinks(cb, sink=4, sinks=6, step_seconds=step_seconds)
+    written = lines(log)
+    assert [line["step"] for line in written] == [4, 8, 12, 20, 24]
+    for line in written[1:]:  # the first window holds the start-up
+        assert step_seconds * 1000 <= line["train_per_step_time"] < 3 * step_seconds * 1000  # a sink: 4x
+        assert line["samples_per_second"] == pytest.approx(training.BATCH * 1000 / line["train_per_step_time"])
+    (summary,) = build_report(read_logs([log])).series
+    assert summary.gaps == []
+
+
+@pytest.mark.slow
+def test_device_sink_mode_keeps_a_step_span_every_n_steps(workdir):
+    """3-step sinks at interval 10 are sampled at 3, 12, 21, 30, 42, 51, 60: `step_spans: 20`
+    keeps the samples first past 20, 40 and 60 (21, 42, 60; `step % 20` would keep 60 alone)."""
+    capture = Capture()
+    log = str(workdir / "m.json")
+    # No straggler signal: an anomaly (a sink that only waits is "input-bound") adds its span.
+    config = {"interval": 10, "step_spans": 20, "output_type": ["json_file"], "json_log_path": log}
+    cb = capture.callback({**config, "stragglers": {"signal": False}})
+    _drive_sinks(cb, sink=3, sinks=20)
+    sampled = [line["step"] for line in lines(workdir / "m.json")]
+    assert sampled == [3, 12, 21, 30, 42, 51, 60]
+    spans = sorted(s.attributes[semconv.ATTR_STEP] for s in capture.finished(semconv.SPAN_STEP))
+    assert spans == [21, 42, 60]
 
 
 def test_step_time_is_the_mean_over_the_window_not_the_last_step(workdir):

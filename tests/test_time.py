@@ -16,6 +16,7 @@ from mindspore.train.callback import CheckpointConfig
 from otel_mindformers import MonitorCallback, phase
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.phase_names import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
+from otel_mindformers.runtime.training_loop import TrainingLoop
 from otel_mindformers.timing.accounting import DATA_WAIT_SPAN_SECONDS
 from tests.support import training
 from tests.support.configs import config
@@ -237,6 +238,25 @@ def test_fit_evaluations_are_not_step_time_and_the_last_line_adds_up(tmp_path):
         assert spent["productive"] > 0
 
 
+@pytest.mark.parametrize(
+    ("steps_done", "offset", "epochs"),
+    [
+        (0, 0, 3),  # a fresh Model.train of 3 epochs
+        (0, 20, 1),  # initial_epoch=2: the 3rd epoch
+        (13, 0, 2),  # MindSpore's own resume (cur_step_num starts at 13): the rest of epoch 2, then 3
+        (0, 13, 2),  # MindFormers' resume at its step 13 (initial_epoch 1): the same
+    ],
+)
+def test_the_eta_ends_at_the_jobs_last_step_whatever_the_resume(steps_done, offset, epochs):
+    """3 epochs of 10 steps end at the job's step 30, however far a resume took the start."""
+    loop = TrainingLoop(
+        network=None, train_network=None, optimizer=None, dataset=None, batch_size=None, epochs=epochs,
+        steps_per_epoch=10, steps_done=steps_done, step_offset=offset, callbacks=(), step_view={},
+        checkpoint_step=lambda: 0,
+    )  # fmt: skip
+    assert loop.known_last_step == 30
+
+
 def test_eta_counts_down_in_sink_mode(tmp_path):
     capture = Capture()
     training.train([capture.callback(config(tmp_path, interval=2))], steps=8, epochs=2, sink_size=4, mode=ms.GRAPH_MODE)
@@ -244,7 +264,8 @@ def test_eta_counts_down_in_sink_mode(tmp_path):
     etas = [(line["step"], line[tm.ETA]) for line in lines if tm.ETA in line]
     assert etas and etas[-1][1] == 0
     assert all(eta >= 0 for _, eta in etas)
-    # 2 epochs x sink_size 4 = 8 steps in all (MindSpore reports batch_num = sink_size). Each
+    # 2 epochs x 8 = 16 steps in all: the CPU falls back from sink mode to feeding whole epochs
+    # while MindSpore reports batch_num = sink_size (4), which would end the ETA at step 8. Each
     # ETA is the remaining steps x the step time smoothed over the windows the lines report
     # (their own step times, so no load can move the expectation): a window of n steps
     # weighs 1 - 0.7^n, the first window (compilation) gives none.
@@ -256,7 +277,7 @@ def test_eta_counts_down_in_sink_mode(tmp_path):
             continue
         mean = line[tm.STEP_TIME] / 1000
         smoothed = mean if smoothed is None else smoothed + (1 - 0.7**steps) * (mean - smoothed)
-        expected.append((line["step"], max(0, 8 - line["step"]) * smoothed))
+        expected.append((line["step"], max(0, 16 - line["step"]) * smoothed))
     assert [step for step, _ in etas] == [step for step, _ in expected]
     for (_, eta), (_, want) in zip(etas, expected):
         assert eta == pytest.approx(want, rel=1e-3, abs=1e-6)

@@ -21,6 +21,7 @@ from otel_mindformers.outputs.jsonl_reader import Location, Scanned, Series, Ste
 from otel_mindformers.restarts.offline.attempts_report import job_report
 from otel_mindformers.stragglers.offline import verdict as stragglers
 from otel_mindformers.stragglers.offline.verdict import Verdict
+from otel_mindformers.stragglers.sections import STEPS_KEY
 
 FORMATS = ("text", "json", "markdown")
 DEFAULT_STRAGGLER_THRESHOLD = 0.10
@@ -340,8 +341,11 @@ class SeriesStats:
         if point.step > previous.step:
             difference = point.step - previous.step
             self._strides[difference] += 1
-            where = self._paths.setdefault(point.location.path, len(self._paths))
-            self._jumps.setdefault(difference, array("q")).extend((where, point.location.line, point.step))
+            # A record whose own window spans the jump lost nothing before it: device sink mode
+            # samples the first sink end past each multiple of `interval`, off that grid.
+            if (point.sections or {}).get(STEPS_KEY) != difference:
+                where = self._paths.setdefault(point.location.path, len(self._paths))
+                self._jumps.setdefault(difference, array("q")).extend((where, point.location.line, point.step))
             if previous.time_stamp is not None and point.time_stamp is not None:
                 self._progress[0] += difference
                 self._progress[1] += point.time_stamp - previous.time_stamp

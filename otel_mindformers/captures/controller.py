@@ -554,9 +554,11 @@ def _dataset_meta(cb_params: Any) -> dict[str, Any]:
 
 
 def _step_only(step: int, meta: dict[str, Any]) -> dict[str, Any]:
-    """Step, epoch and step in epoch; the sample range holds for an unshuffled dataset only
-    (MindSpore's pipeline does not expose the sampler's indices)."""
-    batch_num = meta.get("batch_num") or meta.get("dataset_size") or 0
+    """Step, epoch and the step's place in its pass over the dataset; the sample range holds
+    for an unshuffled dataset only (MindSpore's pipeline does not expose the sampler's
+    indices). The dataset's size before `batch_num`: with a `sink_size` the latter is the sink,
+    while the data runs on through the dataset (a device's sinks; the CPU's whole epochs)."""
+    batch_num = meta.get("dataset_size") or meta.get("batch_num") or 0
     in_epoch = (step - 1) % batch_num + 1 if batch_num else None
     batch_size = meta.get("batch_size")
     record = {

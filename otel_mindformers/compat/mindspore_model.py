@@ -21,6 +21,7 @@ from otel_mindformers.compat.lookup import ApiNotFound, find
 CB_PARAMS: dict[str, tuple[str, str]] = {
     "cur_step_num": ("on_train_begin", "the step number"),
     "batch_num": ("on_train_begin", "steps per epoch (ETA, resume offset, capture's place in the epoch)"),
+    "dataset_sink_mode": ("on_train_begin", "whether an epoch is `batch_num` steps (sink) or the dataset's"),
     "epoch_num": ("on_train_begin", "the run's epochs (ETA, the run span)"),
     "list_callback": ("on_train_begin", "the run's other callbacks (checkpoint and LR-scheduler phases, resume)"),
     "train_network": ("on_train_begin", "the network (model state, FLOPs, the optimizer under MindFormers)"),
@@ -52,6 +53,20 @@ def batch_inputs(cb_params: Any) -> Any:
     if "train_dataset_element" not in cb_params:
         check_cb_params(cb_params, "on_train_step_begin")
     return cb_params["train_dataset_element"]
+
+
+def steps_per_epoch(cb_params: Any) -> int:
+    """The steps one epoch of `Model.train` runs (0: unknown). `batch_num` is the sink size
+    whenever `sink_size` is given, but only a sinking loop runs that many per epoch: where
+    MindSpore feeds step by step (the CPU falls back so from sink mode, and says
+    `dataset_sink_mode` False) an epoch is the whole dataset."""
+    batch_num = int(cb_params.get("batch_num") or 0)
+    if cb_params.get("dataset_sink_mode", True):
+        return batch_num
+    try:  # Model.train asked the dataset its size before train begin: the dataset kept it
+        return int(cb_params.get("train_dataset").get_dataset_size()) or batch_num
+    except Exception:  # no dataset, or one that cannot tell: MindSpore's count
+        return batch_num
 
 
 def callbacks(cb_params: Any) -> Any:

@@ -9,11 +9,11 @@ again. The job's step is `cur_step_num` plus the offset found here once, at trai
 - MindFormers (`Trainer(resume_training=True)`): its callbacks carry the resumed step,
   `runner_config.initial_step` (`CheckpointMonitor._append_step_num`, `MFLossMonitor` and
   `TrainingStateMonitor.initial_step`);
-- plain MindSpore `Model.train(..., initial_epoch=E)`: `E` × steps per epoch (`batch_num`,
-  the sink size in sink mode, which is one epoch's steps on a device). `initial_epoch` is
+- plain MindSpore `Model.train(..., initial_epoch=E)`: `E` × steps per epoch (the sink
+  size in sink mode on a device; the dataset's size where MindSpore feeds step by step, the
+  CPU's fallback from sink mode included: compat/mindspore_model.py). `initial_epoch` is
   not in `cb_params` at train begin, so it is read from the `Model.train` call on the
-  stack. (On CPU, sink mode falls back to per-step feeding while `batch_num` stays the sink
-  size: a resume there is off by the difference.)
+  stack.
 """
 
 from __future__ import annotations
@@ -64,8 +64,7 @@ def step_offset(cb_params: Any) -> int:
     if from_mindformers is not None:
         return from_mindformers
     initial_epoch = initial_epoch_on_stack()
-    batch_num = int(cb_params.get("batch_num") or 0)
-    return initial_epoch * batch_num if initial_epoch else 0
+    return initial_epoch * mindspore_model.steps_per_epoch(cb_params) if initial_epoch else 0
 
 
 __all__ = ["initial_epoch_on_stack", "mindformers_initial_step", "step_offset"]

@@ -46,13 +46,15 @@ class Cadence:
         """True when the run's last step `step` has not been sampled yet."""
         return step > self.last_sampled
 
-    def wants_span(self, step: int, is_last: bool) -> bool:
-        """`step_spans`: true, false, or every N-th step plus the last. (Anomalous steps get
-        theirs regardless, through LazySpan.)"""
+    def wants_span(self, step: int, window_start: int, is_last: bool) -> bool:
+        """`step_spans`: true, false, or N: a sampled step whose window (`window_start`, the
+        previous sample, to `step`) passed a multiple of N, plus the last. Device sink mode
+        samples past the multiples of `interval`, so `step % N` would rarely hold there.
+        (Anomalous steps get theirs regardless, through LazySpan.)"""
         every = self.step_spans
         if isinstance(every, bool):
             return every
-        return step % every == 0 or is_last
+        return step // every > window_start // every or is_last
 
 
 class KnownLengthCadence(Cadence):

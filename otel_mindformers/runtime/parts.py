@@ -466,7 +466,7 @@ def start_pipeline(
     # Every rank times its steps; goodput, MFU and ETA are the reporting rank's.
     monitored = config.monitored_metrics if reports_training else []
     network = loop.train_network if loop.train_network is not None else loop.network
-    efficiency = StepEfficiency(monitored, config, network, loop.epochs * loop.steps_per_epoch, identity.device_target)
+    efficiency = StepEfficiency(monitored, config, network, loop.known_last_step, identity.device_target)
     accounting = StepAccounting(
         wall_clock=wall_clock, monitored=config.monitored_metrics, efficiency=efficiency,
         batch_size=loop.batch_size, tokens_per_sample=efficiency.tokens_per_sample, before=timeline.before,

@@ -69,7 +69,7 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
-def _no_span(step: int, is_last: bool) -> bool:
+def _no_span(step: int, window_start: int, is_last: bool) -> bool:
     return False
 
 
@@ -242,7 +242,7 @@ class SampledStepPipeline(BoundedWorker[object]):
 
         # Steps that `step_spans` (or `export_ranks.spans`) skips still get their span if an
         # anomaly is recorded on them.
-        span = start_span() if self._wants_span(record.step, record.is_last) else LazySpan(start_span)
+        span = start_span() if self._wants_span(record.step, window, record.is_last) else LazySpan(start_span)
         with trace.use_span(span, end_on_exit=False):
             if self._sends_metrics:
                 self._instruments.apply(measurements.measurements(record, self._point_attributes))
@@ -285,7 +285,7 @@ class SampledStepPipeline(BoundedWorker[object]):
 
     def _end_run(self, end: float) -> None:
         skipped, self._skipped_span = self._skipped_span, None
-        if skipped is not None and self._wants_span(skipped[2], True):  # "every N-th step plus the last"
+        if skipped is not None and self._wants_span(skipped[2], skipped[1], True):  # "every N-th step plus the last"
             start_span, window, step, fields = skipped
             start_span().end(end_time=_ns(fields.end_time))
             if self._emits_root:

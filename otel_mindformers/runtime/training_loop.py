@@ -39,13 +39,25 @@ class TrainingLoop:
     # The job's step a checkpoint saved now holds (a save phase ending on the training thread).
     checkpoint_step: Callable[[], int]
     # The job's last step where the loop names it (the run API's epochs × steps_per_epoch), else
-    # 0: `Model.train`'s `batch_num` is the sink size in sink mode, not the epoch's length.
+    # 0: `Model.train`'s last step is sampled at its train end (runtime/cadence.py).
     last_step: int = 0
 
     @property
     def first_step(self) -> int:
         """The job's step before this run's first step."""
         return self.steps_done + self.step_offset
+
+    @property
+    def known_last_step(self) -> int:
+        """The job's last step where the loop's length is known, else 0 (the ETA's end). A
+        `Model.train` call's epochs are the ones it runs, after its `initial_epoch`: they go on
+        from the epoch of the job's step it starts at (a resume inside an epoch, MindSpore's
+        own or MindFormers', finishes that epoch first)."""
+        if self.last_step:
+            return self.last_step
+        if self.epochs and self.steps_per_epoch:
+            return (self.first_step // self.steps_per_epoch + self.epochs) * self.steps_per_epoch
+        return 0
 
     @classmethod
     def of_model_train(cls, cb_params: Any) -> TrainingLoop:
@@ -59,7 +71,7 @@ class TrainingLoop:
             dataset=dataset,
             batch_size=batch_size_of(dataset),
             epochs=int(cb_params.get("epoch_num") or 0),
-            steps_per_epoch=int(cb_params.get("batch_num") or 0),
+            steps_per_epoch=mindspore_model.steps_per_epoch(cb_params),
             steps_done=int(cb_params.get("cur_step_num") or 0),
             step_offset=offset,
             callbacks=tuple(mindspore_model.callbacks(cb_params) or ()),

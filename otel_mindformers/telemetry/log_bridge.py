@@ -133,7 +133,7 @@ class RunCorrelation:
         if self.step_ids is None or threading.get_ident() != self.training_thread:
             return current
         cadence, upcoming = self.cadence, self.clock.step + 1
-        if upcoming >= cadence.next_sample and cadence.wants_span(upcoming, False):
+        if upcoming >= cadence.next_sample and cadence.wants_span(upcoming, cadence.window_step, False):
             return self.step_ids.context_of(cadence.window_step)
         return current
 

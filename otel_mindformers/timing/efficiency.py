@@ -233,7 +233,7 @@ class StepEfficiency:
         self, monitored: list[str], config: Any, network: Any, total_steps: int, device_target: str | None
     ) -> None:
         """`network`: the cell a step runs, or the model's (its config gives FLOPs per token);
-        `total_steps`: the run's length in steps, 0 when unknown (no ETA)."""
+        `total_steps`: the job's last step this run runs to, 0 when unknown (no ETA)."""
         from otel_mindformers.names import training as tm
 
         self._goodput, self._eta_key = tm.GOODPUT in monitored, tm.ETA in monitored
