@@ -151,7 +151,12 @@ class JsonLinesSink:
         )
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | self._open_flags, 0o644)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | self._open_flags
+        try:
+            return os.open(self.path, flags, 0o644)
+        except FileNotFoundError:  # its folder removed while the run writes (`rm -rf out/`)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, flags, 0o644)
 
     def write(self, records: Sequence[StepRecord]) -> None:
         try:
@@ -171,7 +176,8 @@ class JsonLinesSink:
                 if size and 0 < limit < size + len(line):
                     self._write_whole(b"".join(chunk))
                     self._roll_over()
-                    size, chunk = 0, []
+                    # Another writer may have written into the new file before our lock on it.
+                    size, chunk = os.fstat(self._fd).st_size, []
                 chunk.append(line)
                 size += len(line)
             self._write_whole(b"".join(chunk))
@@ -204,7 +210,6 @@ class JsonLinesSink:
                 pass
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
-            self.path.parent.mkdir(parents=True, exist_ok=True)  # its folder removed (`rm -rf out/`)
             self._fd = self._open()
 
     def _roll_over(self) -> None:
