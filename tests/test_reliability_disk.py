@@ -136,7 +136,9 @@ def test_disk_filling_up_under_the_flight_ring_mid_run(tmp_path, small_tmpfs):
     spec = _spec(small_tmpfs, report=str(tmp_path / "report.json"), at={"5": [["fill", str(small_tmpfs / "filler")]]})
     process, report = run(spec, tmp_path)
     assert list((small_tmpfs / "logs").glob("*.flight")), "the test needs a ring made before the disk filled"
-    warnings = _assert_survived(process, report, json_path, at_least=1)
+    # The writer thread may not have written its first batch by step 5 (a loaded machine):
+    # the log may hold no line at all; the ring holds every step either way.
+    warnings = _assert_survived(process, report, json_path, at_least=0)
     assert any(str(json_path) in w for w in warnings), warnings
 
 
