@@ -4,9 +4,12 @@ their users read them: a pipe's reader, TensorBoard's own reader."""
 from __future__ import annotations
 
 import os
+import shutil
 
 from otel_mindformers.core.step_record import StepRecord
+from otel_mindformers.outputs.jsonl import JsonLinesSink
 from otel_mindformers.outputs.runs import stamp
+from otel_mindformers.outputs.sink import SinkFanout
 from otel_mindformers.outputs.stdout import StdoutSink
 from otel_mindformers.outputs.tensorboard import TensorBoardSink, set_previous_run_aside
 
@@ -49,3 +52,30 @@ def test_a_previous_runs_event_files_go_into_a_folder_named_when_it_last_wrote(t
     assert {run: [e.step for e in multiplexer.Scalars(run, "loss")] for run in multiplexer.Runs()} == {
         f"rank_0/{kept.name}": [1, 2]
     }
+
+
+def test_a_failing_output_is_said_once_tried_again_and_its_return_said_once(tmp_path, caplog):
+    """outputs/sink.py: the JSON log's folder taken by a file fails every write (ENOTDIR) until
+    it is given back; the first failure and the first return are said as they happen, a later
+    failure once at the end, with the batches it cost."""
+    logs = tmp_path / "logs"
+    fanout = SinkFanout([JsonLinesSink(logs / "train_metric.json")])
+
+    def take_the_folder() -> None:
+        shutil.rmtree(logs)
+        logs.write_text("")
+
+    wrote = [fanout.write([_record(1)])]
+    take_the_folder()
+    wrote += [fanout.write([_record(2)]), fanout.write([_record(3)])]
+    logs.unlink()
+    wrote.append(fanout.write([_record(4)]))
+    take_the_folder()
+    wrote += [fanout.write([_record(5)]), fanout.write([_record(6)])]
+    fanout.close()
+    assert wrote == [True, False, False, True, False, False]
+    said = [r.getMessage() for r in caplog.records if "output 'json_file'" in r.getMessage()]
+    assert len(said) == 3, said
+    assert "failed: cannot write" in said[0] and "Not a directory" in said[0]
+    assert "writes again from step 4 (the records of steps 2..3 are missing from it)" in said[1]
+    assert "failed again after it first wrote again: 2 more batch(es) missing from it, the last up to step 6" in said[2]

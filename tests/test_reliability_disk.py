@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tests.support.backends import unavailable
 from tests.support.permissions import obey_file_permissions
 from tests.support.reliability_worker import run, spawn
 from tests.support.tensorboard_events import loss_steps
+from tests.support.waiting import wait_until
 
 STEPS = 60
 
@@ -134,7 +136,9 @@ def test_disk_filling_up_under_the_flight_ring_mid_run(tmp_path, small_tmpfs):
     spec = _spec(small_tmpfs, report=str(tmp_path / "report.json"), at={"5": [["fill", str(small_tmpfs / "filler")]]})
     process, report = run(spec, tmp_path)
     assert list((small_tmpfs / "logs").glob("*.flight")), "the test needs a ring made before the disk filled"
-    warnings = _assert_survived(process, report, json_path, at_least=1)
+    # The writer thread may not have written its first batch by step 5 (a loaded machine):
+    # the log may hold no line at all; the ring holds every step either way.
+    warnings = _assert_survived(process, report, json_path, at_least=0)
     assert any(str(json_path) in w for w in warnings), warnings
 
 
@@ -184,3 +188,60 @@ def test_log_folder_unwritable_mid_run(tmp_path):
     json_warnings = [w for w in warnings if "'json_file'" in w]
     assert len(json_warnings) == 1, warnings
     assert str(logs / "train_metric.json") in json_warnings[0]
+
+
+def _outputs_warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("otel_mindformers: output ")]
+
+
+def _in_order_to_the_last_step(steps: list[int]) -> None:
+    assert steps == sorted(set(steps)) and steps[-1] == STEPS, steps
+
+
+@pytest.mark.slow
+def test_disk_space_coming_back_is_written_to_again(tmp_path, small_tmpfs):
+    """A full disk, then space again (a checkpoint removed): each output says once that it
+    failed and once that it writes again, and writes on to the last step."""
+    logs, filler, freed = small_tmpfs / "logs", small_tmpfs / "filler", tmp_path / "freed"
+    # Twenty steps on a full disk are more lines than the JSON log's last page has room for.
+    spec = _spec(small_tmpfs, report=str(tmp_path / "report.json"), at={"20": [["fill", str(filler)]]})
+    spec["at"]["40"] = [["await", str(freed)]]
+    process = spawn(spec, tmp_path)
+    stderr: list[str] = []
+    reader = threading.Thread(target=lambda: stderr.extend(process.stderr), daemon=True)
+    reader.start()
+    try:
+        both_failed = ("output 'json_file' failed", "output 'tensorboard' failed")
+        wait_until(
+            lambda: all(w in "".join(stderr) for w in both_failed), "both outputs' failure", process, timeout=120
+        )
+        filler.unlink()
+        freed.touch()
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        reader.join()
+    assert process.returncode == 0, "".join(stderr)[-3000:]
+    _in_order_to_the_last_step([line["step"] for line in _whole_lines(logs / "train_metric.json")])
+    _in_order_to_the_last_step(loss_steps(logs / "tensorboard" / "rank_0"))
+    warnings = _outputs_warnings("".join(stderr))
+    for output in ("json_file", "tensorboard"):
+        said = [w for w in warnings if f"'{output}'" in w]
+        assert len(said) == 2 and "failed" in said[0] and "writes again from step" in said[1], warnings
+
+
+@pytest.mark.slow
+def test_output_folder_removed_mid_run_is_written_to_again(tmp_path):
+    """`rm -rf` of the output folder while the run writes: the JSON log starts again at its
+    path, TensorBoard in a new event file, said once; neither goes on into a removed file."""
+    logs = tmp_path / "logs"
+    process, report = run(_spec(tmp_path, at={"20": [["remove", str(logs)]]}), tmp_path)
+    assert process.returncode == 0, process.stderr[-3000:]
+    for steps in (
+        [line["step"] for line in _whole_lines(logs / "train_metric.json")],
+        loss_steps(logs / "tensorboard" / "rank_0"),
+    ):
+        assert steps[-1] == STEPS and steps == sorted(set(steps)) and steps[0] <= 21, steps
+    removed = [line for line in process.stderr.splitlines() if "was removed while the run wrote it" in line]
+    assert len(removed) == 1, process.stderr[-3000:]

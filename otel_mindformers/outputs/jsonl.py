@@ -3,13 +3,13 @@
 A batch of lines goes out in a single `write(2)` on an O_APPEND descriptor while holding an
 exclusive `flock`, so lines never interleave with another writer of the same file (the
 article's custom monitor appends to `json_log_path` too, and several ranks may share a
-folder). A disk error disables the sink with one warning naming the path; lines already
-written stay whole.
+folder). A disk error is said once, naming the path (outputs/sink.py), and the next batch
+is tried again; lines already written stay whole.
 
 With `log_rotation.max_bytes`, the file rolls over between two whole lines, under the same
 lock: `x.json` becomes `x.json.1`, older backups shift up to `x.json.{backup_count}`, the
 oldest is dropped. A writer that finds the path now names another file (someone else
-rolled it over) reopens it before writing.
+rolled it over, moved it, removed its folder) reopens it before writing.
 
 A new run sets the previous run's lines aside first (outputs/runs.py), so the file at
 `json_log_path` holds one run. A resumed run writes on in the file; a half line a killed
@@ -151,7 +151,12 @@ class JsonLinesSink:
         )
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | self._open_flags, 0o644)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | self._open_flags
+        try:
+            return os.open(self.path, flags, 0o644)
+        except FileNotFoundError:  # its folder removed while the run writes (`rm -rf out/`)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, flags, 0o644)
 
     def write(self, records: Sequence[StepRecord]) -> None:
         try:
@@ -171,7 +176,8 @@ class JsonLinesSink:
                 if size and 0 < limit < size + len(line):
                     self._write_whole(b"".join(chunk))
                     self._roll_over()
-                    size, chunk = 0, []
+                    # Another writer may have written into the new file before our lock on it.
+                    size, chunk = os.fstat(self._fd).st_size, []
                 chunk.append(line)
                 size += len(line)
             self._write_whole(b"".join(chunk))

@@ -3,7 +3,11 @@
 Events are written synchronously on the pipeline's worker thread (tensorboardX's
 `EventsWriter`), not through `SummaryWriter`: its own writer thread dies on a disk error,
 after which every write and its exit handler block forever on a full queue. Here a disk
-error raises, so the sink is disabled with one warning naming the file.
+error raises (outputs/sink.py says it once, naming the file), and the next batch starts a
+new event file: what the failed one holds past its last whole event is never appended to.
+A new file that fails too is removed, so a disk that stays full gathers no empty files.
+An event file removed while the run writes it (`rm -rf` of the folder) would take every
+later event with it, unseen: the next batch finds it gone, says so once and starts a new one.
 
 With `log_rotation.tensorboard_max_files`, the rank folder keeps at most that many event
 files: the oldest go when a new one starts (at start-up, and past `log_rotation.max_bytes`).
@@ -17,6 +21,7 @@ writes), so the steps the earlier attempt logged past the checkpoint are not sho
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -75,6 +80,8 @@ class TensorBoardSink:
         event files hold from that step on."""
         self.logdir = logdir
         self._rotation = rotation or LogRotationConfig()
+        self._failed = False  # the last write raised: its event file may end mid-event
+        self._said_removed = False
         self._open_event_file()
         if purge_from_step is not None:
             self.mark_restart(purge_from_step)
@@ -112,7 +119,11 @@ class TensorBoardSink:
             self._open_event_file()
 
     def write(self, records: Sequence[StepRecord]) -> None:
+        new_file = None
         try:
+            if self._failed or not self._event_file.exists():  # one stat per batch
+                self._start_again()
+                new_file = self._event_file
             for record in records:
                 self._write_record(record)
             # Every batch reaches the file (the page cache): the flight ring's mark of what
@@ -120,7 +131,24 @@ class TensorBoardSink:
             # loses no event the ring does not keep. One write per batch, on the worker.
             self._writer.flush()
         except OSError as exc:
+            self._failed = True
+            if new_file is not None:  # a new file on a disk still full: leave none behind
+                with contextlib.suppress(OSError):
+                    new_file.unlink()
             raise OSError(f"cannot write {self._event_file}: {exc.strerror}") from exc
+        self._failed = False
+
+    def _start_again(self) -> None:
+        """A new event file, after a failed write or with the current one removed."""
+        if not self._failed and not self._said_removed:
+            self._said_removed = True
+            _logger.warning(
+                "otel_mindformers: the TensorBoard event file %s was removed while the run wrote it; "
+                "the run writes on in a new one", self._event_file,
+            )  # fmt: skip
+        with contextlib.suppress(OSError, ValueError):  # what it had not flushed goes with it; closed already
+            self._writer.close()
+        self._open_event_file()
 
     def _write_record(self, record: StepRecord) -> None:
         scalars = [(name, float(value)) for name, value in record.values.items()]

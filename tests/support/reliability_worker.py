@@ -15,6 +15,7 @@ MonitorCallback's hook of that step:
 - ["fsize", extra_bytes]     cap this process's file size (RLIMIT_FSIZE) at the smallest output
                              file's current size plus extra_bytes: the disk is "full" from now on;
 - ["fill", path]             write zeros to path until the file system is full (ENOSPC);
+- ["remove", path]           remove a folder and all it holds (`rm -rf`);
 - ["memory"]                 record Python's traced memory after a full collection (tracemalloc
                              runs from step 1) and the spans alive (`spans`: step -> count);
 - ["garbage_spans", n]       hold the training thread, Python's cyclic collector paused after a
@@ -43,6 +44,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -159,6 +161,8 @@ def _faults_callback(actions: dict[int, list], report: dict, json_path: Path):
                                 filler.flush()
                         except OSError:  # full: what was buffered is dropped with the file
                             pass
+                elif kind == "remove":
+                    shutil.rmtree(args[0])
                 elif kind == "memory":
                     # Cyclic garbage waits for the collector's thresholds: collected first, it
                     # no longer adds megabytes at random steps to what is measured.

@@ -32,7 +32,11 @@ def recover_dead_runs(inputs: Sequence[str | Path]) -> None:
             files = [path] if path.exists() else glob_files(str(item))
             rings += [ring for folder in dict.fromkeys(f.parent for f in files) for ring in folder.glob(f"*{SUFFIX}")]
     for log, count in recover_rings(rings):
-        print(f"note: recovered {count} record(s) that a run which died had not written into {log}", file=sys.stderr)
+        print(
+            f"note: recovered {count} record(s) into {log} that its run had not written there "
+            "(the run died, or its outputs failed: a full disk)",
+            file=sys.stderr,
+        )
 
 
 def recover_rings(rings: Iterable[Path]) -> list[tuple[Path, int]]:
