@@ -105,7 +105,7 @@ def _otlp_variable_problems(config: MonitorConfig) -> list[str]:
     from otel_mindformers.telemetry.providers import check_own_exporters
 
     try:
-        check_own_exporters(config.telemetry)
+        check_own_exporters(config.telemetry).shut_down()  # validate starts no run
     except ConfigError as exc:
         return exc.problems
     return []

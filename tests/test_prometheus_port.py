@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import urllib.request
 
 import psutil
@@ -14,6 +15,7 @@ from otel_mindformers import MonitorCallback
 from tests.support import training
 from tests.support.blackhole import Blackhole
 from tests.support.instrumented import free_port
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -66,11 +68,20 @@ def test_a_busy_port_is_one_warning_and_training_runs(workdir, caplog):
     assert len((workdir / "m.json").read_text().splitlines()) == 4
 
 
+def _exporting_threads() -> set[threading.Thread]:
+    """The SDK's batch and periodic export threads, and ours that shut the providers down."""
+    return {thread for thread in threading.enumerate() if thread.name.startswith(("Otel", "otel-mindformers"))}
+
+
 def test_the_next_run_in_the_process_gets_the_port_while_the_last_still_shuts_down(workdir, caplog):
     """A blackholed collector holds the first run's telemetry shutdown past its deadline: the
-    port must already be free when the second run starts."""
+    port must already be free when the second run starts. The runs' exporters, left retrying
+    with jitter drawn from the global `random`, are waited for at the end: they ran into later
+    tests (Hypothesis' "random module" notice in the config fuzz test)."""
+    before = _exporting_threads()
     port, hole = free_port(), Blackhole()
-    otlp = {"endpoint": f"http://127.0.0.1:{hole.port}", "timeout": 30.0, "export_interval": 0.1}
+    # Past the 1 s shutdown deadline, and short enough to wait out at the end.
+    otlp = {"endpoint": f"http://127.0.0.1:{hole.port}", "timeout": 3.0, "export_interval": 0.1}
     try:
         with caplog.at_level(logging.WARNING, logger="otel_mindformers"):
             for run in (1, 2):
@@ -88,6 +99,7 @@ def test_the_next_run_in_the_process_gets_the_port_while_the_last_still_shuts_do
                 assert scrape.body.count(f"{LOSS_SERIES}{{") == 1, scrape.body
     finally:
         hole.close()
+        wait_until(lambda: not _exporting_threads() - before, "the runs' exporters to stop")
     assert _port_warnings(caplog) == []
 
 

@@ -194,6 +194,38 @@ def _drive(outputs, steps: int = 3, slow_steps: dict[int, float] | None = None, 
     return cb
 
 
+def test_the_otlp_exporters_checked_before_training_are_the_ones_the_run_uses(workdir, otlp_receiver, monkeypatch):
+    """MonitorCallback builds our OTLP exporters to check their settings before training;
+    the run built them a second time (the check's were shut down unused). A later run of the
+    same callback builds its own: the first run shut its exporters down."""
+    from otel_mindformers.names import semconv
+    from otel_mindformers.telemetry import providers
+
+    built = []
+
+    def counted(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    real = providers.otlp_exporters
+    monkeypatch.setattr(providers, "otlp_exporters", counted)
+    params = _InternalCallbackParam()
+    params.batch_num, params.epoch_num, params.cur_epoch_num, params.cur_step_num = 1, 1, 1, 0
+    params.optimizer = params.train_network = params.train_dataset = None
+    params.net_outputs = ms.Tensor(1.0)
+    context = RunContext(params)
+    cb = MonitorCallback({"output_type": ["otlp"], "otlp": {"endpoint": otlp_receiver.grpc_endpoint}})
+    assert len(built) == 1
+    for run in (1, 2):
+        params.cur_step_num = 0
+        cb.on_train_begin(context)
+        params.cur_step_num = 1
+        cb.on_train_step_end(context)
+        cb.on_train_end(context)
+        assert otlp_receiver.wait_for(lambda rx, run=run: len(rx.spans(semconv.SPAN_RUN)) == run)
+        assert len(built) == run
+
+
 NAN, INF = float("nan"), float("inf")
 ODD_OUTPUTS = {
     "empty tuple": (),

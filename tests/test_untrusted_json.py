@@ -15,6 +15,7 @@ from otel_mindformers.alerts.notifiers import build_notifiers
 from otel_mindformers.captures.store import RequestWatcher
 from otel_mindformers.config import NotifierConfig
 from otel_mindformers.outputs import diagnosis_file
+from otel_mindformers.outputs.diagnosis_schema import read_records
 from otel_mindformers.outputs.jsonl import last_step_line
 from otel_mindformers.outputs.jsonl_reader import LogReadError, read_logs
 from otel_mindformers.restarts.ledger_file import read_ledger
@@ -76,7 +77,7 @@ def test_a_line_of_many_megabytes_is_not_held(tmp_path):
     time, named as not read; before, it was read whole and handed to the parser."""
     import tracemalloc
 
-    from otel_mindformers.outputs.jsonl_reader import MAX_LINE_CHARS
+    from otel_mindformers.core.safe_json import MAX_LINE_CHARS
 
     log = tmp_path / "metrics.jsonl"
     with log.open("w") as out:
@@ -92,3 +93,28 @@ def test_a_line_of_many_megabytes_is_not_held(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 4 * MAX_LINE_CHARS, peak  # the line is 80 MiB
+
+
+def test_a_diagnosis_line_of_many_megabytes_is_skipped_with_a_note(tmp_path):
+    """The diagnosis files' reader (report, hang-report) read a line whole whatever its
+    length; now one past 16 MiB is skipped over a bounded piece at a time, with one note."""
+    import tracemalloc
+
+    from otel_mindformers.core.safe_json import MAX_LINE_CHARS
+
+    path = tmp_path / "diagnosis_rank_0.jsonl"
+    kept = {"kind": "nonfinite", "rank": 0, "step": 3, "metrics": ["loss"]}
+    with path.open("w") as out:
+        out.write('{"kind": "stacks", "rank": 0, "step": 2, "pad": "')
+        for _ in range(40):
+            out.write("x" * 2**20)
+        out.write('"}\n' + json.dumps(kept) + "\n")
+    tracemalloc.start()
+    try:
+        read = read_records([path])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert read.records == [kept]
+    assert read.notes == [f"{path}:1: diagnosis record skipped (longer than 16 MiB; not read)"]
+    assert peak < 4 * MAX_LINE_CHARS, peak  # the line is 40 MiB

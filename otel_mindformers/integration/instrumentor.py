@@ -28,8 +28,9 @@ which the spec has ignored then, like every OTEL_* variable. A file that cannot 
 said once and refuses training, as an invalid configuration does.
 
 Modules are patched when they are imported, so a process that never trains (the msrun
-launcher, tools) never pays for importing MindSpore. msrun's scheduler (`MS_ROLE=MS_SCHED`)
-runs the script only to coordinate workers and is left alone.
+launcher, tools) never pays for importing MindSpore. msrun's launcher and its scheduler
+(`MS_ROLE=MS_SCHED`), which only coordinate the workers, are left alone
+(`job/identity.runs_no_training`, as the distro's configurator leaves them).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from otel_mindformers.integration.environment_variables import (
 from otel_mindformers.integration.mindformers_glue import ZeroCode
 from otel_mindformers.integration.package import _instruments
 from otel_mindformers.integration.patches import Patches
+from otel_mindformers.job.identity import runs_no_training
 from otel_mindformers.telemetry import config_file
 
 _logger = get_logger(__name__)
@@ -145,7 +147,7 @@ class MindFormersInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         """kwargs: `config` (a YAML path, mapping or MonitorConfig; raises ConfigError),
         `tracer_provider`, `meter_provider`, `logger_provider`."""
-        if os.environ.get("MS_ROLE") == "MS_SCHED":
+        if runs_no_training():  # msrun's launcher and scheduler, as the distro leaves them
             return
         providers = {name: kwargs.pop(name, None) for name in _PROVIDERS}
         explicit = kwargs.pop("config", None)
@@ -268,8 +270,7 @@ def _check_before_training(config: MonitorConfig | None) -> None:
     """What a run would refuse at its start, checked now, at process start, rather than at
     the first `Model.train`, after the script has built its data and network: the output
     paths (nothing is created) and the class `custom_monitor_callback` names (imported, with
-    the script's directory importable, as it will be when the script runs; not in msrun's
-    launcher, which never trains: each worker checks at its own start). Building the
+    the script's directory importable, as it will be when the script runs). Building the
     monitor runs the user's code (the monitor_config article's opens its log file): that waits for the run.
     ConfigError with every problem found."""
     if config is None or not config.enable:
@@ -278,7 +279,7 @@ def _check_before_training(config: MonitorConfig | None) -> None:
 
     problems = check_output_paths(config)
     script = sys.argv[0] if sys.argv and os.path.isfile(sys.argv[0]) else ""
-    if config.custom_monitor_callback and os.path.basename(script) != "msrun":
+    if config.custom_monitor_callback:
         from otel_mindformers.runtime.custom_monitors import load_monitor_class
 
         added = os.path.dirname(os.path.abspath(script)) if script else None

@@ -49,13 +49,23 @@ def is_current(path: Path) -> bool:
     return _RANK_IN_NAME.search(path.name) is not None and not is_set_aside(path)
 
 
-def read(path: Path) -> Iterator[dict[str, Any]]:
-    """The file's records; a line that is not a JSON object (a write cut by a kill) is skipped."""
+def numbered_records(path: Path, notes: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) for each line of `path` that is a JSON object with a `kind`. A
+    line that is not (a write cut by a kill) is skipped; one longer than any record
+    (safe_json.MAX_LINE_CHARS) is skipped over unread, with a note in `notes`."""
     with path.open(encoding="utf-8", errors="replace") as lines:
-        for line in lines:
+        for number, line in safe_json.bounded_lines(lines):
+            if line is None:
+                notes.append(f"{path}:{number}: diagnosis record skipped ({safe_json.TOO_LONG})")
+                continue
             try:
                 record = safe_json.loads(line)
             except ValueError:
                 continue
             if isinstance(record, dict) and isinstance(record.get("kind"), str):
-                yield record
+                yield number, record
+
+
+def read(path: Path) -> Iterator[dict[str, Any]]:
+    """The file's records (`numbered_records`, without the notes)."""
+    return (record for _, record in numbered_records(path, []))

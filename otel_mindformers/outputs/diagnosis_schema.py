@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from otel_mindformers.core import safe_json
 from otel_mindformers.outputs import diagnosis_file as records
 from otel_mindformers.outputs.jsonl_reader import walk_files
 
@@ -119,23 +118,17 @@ def find_files(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 def read_records(files: Iterable[Path]) -> DiagnosisRecords:
     """Every file's records; lines that are not JSON objects with a `kind` are skipped as
-    before (a write cut by a kill), records with wrong fields with a note."""
+    before (a write cut by a kill), records with wrong fields and lines too long to be a
+    record with a note."""
     read = DiagnosisRecords()
     for path in files:
         try:
-            with path.open(encoding="utf-8", errors="replace") as lines:
-                for number, line in enumerate(lines, start=1):
-                    try:
-                        record = safe_json.loads(line)
-                    except ValueError:
-                        continue
-                    if not (isinstance(record, dict) and isinstance(record.get("kind"), str)):
-                        continue
-                    found = problem(record)
-                    if found is None:
-                        read.records.append(record)
-                    else:
-                        read.notes.append(f"{path}:{number}: diagnosis record skipped ({found})")
+            for number, record in records.numbered_records(path, read.notes):
+                found = problem(record)
+                if found is None:
+                    read.records.append(record)
+                else:
+                    read.notes.append(f"{path}:{number}: diagnosis record skipped ({found})")
         except OSError as exc:
             read.notes.append(f"{path}: cannot read ({exc.strerror})")
     return read

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Protocol, TextIO, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from otel_mindformers.core import safe_json
 from otel_mindformers.core.guarded_log import get_logger
@@ -388,7 +388,7 @@ def _why_empty(one: Scanned) -> str:
         where = one.damaged_tails[0]
         try:
             with where.path.open(encoding="utf-8", errors="replace") as handle:
-                text = next((line or "" for n, line in _bounded_lines(handle) if n == where.line), "")
+                text = next((line or "" for n, line in safe_json.bounded_lines(handle) if n == where.line), "")
         except OSError:
             text = ""
         if text.lstrip().startswith("{"):  # half a record: the writer was killed writing it
@@ -441,25 +441,6 @@ def _scan_set(log_set: LogSet, new_sink: Callable[[], S]) -> list[Scanned[S]]:
     return list(by_rank.values())
 
 
-# No step line comes near it; a file in a shared folder that is one line of gigabytes would
-# otherwise be read whole, then parsed into several times its size.
-MAX_LINE_CHARS = 16 * 2**20
-
-
-def _bounded_lines(handle: TextIO) -> Iterator[tuple[int, str | None]]:
-    """(number, line) for each line of `handle`, from 1; None for a line longer than
-    MAX_LINE_CHARS, which is skipped over without being held."""
-    number = 0
-    while text := handle.readline(MAX_LINE_CHARS + 1):
-        number += 1
-        if len(text) <= MAX_LINE_CHARS:
-            yield number, text
-            continue
-        while text and not text.endswith("\n"):  # the rest of it, a bounded piece at a time
-            text = handle.readline(MAX_LINE_CHARS)
-        yield number, None
-
-
 def _lines(path: Path, damaged_tails: list[Location]) -> Iterator[tuple[object, Location]]:
     """The parsed lines of `path`, one at a time."""
     # A line that fails to parse is only an error once another line follows it: the last
@@ -467,7 +448,7 @@ def _lines(path: Path, damaged_tails: list[Location]) -> Iterator[tuple[object, 
     failed: tuple[Location, str] | None = None
     try:
         with path.open(encoding="utf-8", errors="replace") as handle:
-            for number, text in _bounded_lines(handle):
+            for number, text in safe_json.bounded_lines(handle):
                 if text is not None and not text.strip():
                     continue
                 if failed is not None:
@@ -475,7 +456,7 @@ def _lines(path: Path, damaged_tails: list[Location]) -> Iterator[tuple[object, 
                     raise LogReadError(f"{location}: not a JSON line ({reason})")
                 location = Location(path, number)
                 if text is None:
-                    failed = (location, f"longer than {MAX_LINE_CHARS // 2**20} MiB; not read")
+                    failed = (location, safe_json.TOO_LONG)
                     continue
                 try:
                     data = safe_json.loads(text)

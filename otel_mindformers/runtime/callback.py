@@ -30,7 +30,7 @@ from otel_mindformers.runtime.parts import Providers
 from otel_mindformers.runtime.run import MonitorRun
 from otel_mindformers.runtime.training_loop import TrainingLoop
 from otel_mindformers.telemetry import config_file
-from otel_mindformers.telemetry.providers import check_own_exporters
+from otel_mindformers.telemetry.providers import CheckedExporters, check_own_exporters
 
 _logger = get_logger(__name__)
 
@@ -83,13 +83,15 @@ class MonitorCallback(Callback):
         if overrides:
             self.config = self.config.with_overrides(**overrides)
         self._providers = Providers(
-            tracer_provider=tracer_provider, meter_provider=meter_provider, logger_provider=logger_provider
-        )
+            tracer_provider=tracer_provider, meter_provider=meter_provider, logger_provider=logger_provider,
+            checked_exporters=None,
+        )  # fmt: skip
+        self._checked_exporters = CheckedExporters(None)  # the first run's, built by the check
         if tracer_provider is None and self.config.enable:
             # OTEL_CONFIG_FILE: the process's SDK from that file, now, before training (a
             # file that cannot be used raises its ConfigError here); telemetry/config_file.py.
             config_file.configure_for(self.config)
-            check_own_exporters(self.config.telemetry)
+            self._checked_exporters = check_own_exporters(self.config.telemetry)
         monitor_cls = load_monitor_class(self.config)
         if monitor_cls is not None:
             # A custom monitor may open its files when it is built (the monitor_config article's opens
@@ -122,7 +124,8 @@ class MonitorCallback(Callback):
         if not self.config.enable or self._run is not None:
             return
         cb_params = run_context.original_args()
-        self._run = run = MonitorRun.start(self.config, TrainingLoop.of_model_train(cb_params), self._providers)
+        providers: Providers = {**self._providers, "checked_exporters": self._checked_exporters.take()}
+        self._run = run = MonitorRun.start(self.config, TrainingLoop.of_model_train(cb_params), providers)
         self._run_context, self._cb_params = run_context, cb_params
         self._clock = self._hot = run.clock
         self.identity, self.stop_reason = run.identity, None

@@ -61,7 +61,7 @@ from otel_mindformers.stragglers.rank_signal import RankSections
 from otel_mindformers.telemetry.export_ranks import RankExports
 from otel_mindformers.telemetry.job_info import JobInfo
 from otel_mindformers.telemetry.log_bridge import LogBridge, RunCorrelation
-from otel_mindformers.telemetry.providers import Telemetry, build_telemetry, service_name
+from otel_mindformers.telemetry.providers import OtlpExporters, Telemetry, build_telemetry, service_name
 from otel_mindformers.telemetry.step_ids import StepSpanIds, job_trace_key
 from otel_mindformers.timing.accounting import StepAccounting
 from otel_mindformers.timing.efficiency import StepEfficiency
@@ -113,11 +113,13 @@ def _say_launcher_span_unread(traceparent: str) -> None:
 
 
 class Providers(TypedDict):
-    """The caller's tracer / meter / logger providers (None: the global ones, else the config's)."""
+    """The caller's tracer / meter / logger providers (None: the global ones, else the config's),
+    and our OTLP exporters where the check before training built them (None: built at start)."""
 
     tracer_provider: Any
     meter_provider: Any
     logger_provider: Any
+    checked_exporters: OtlpExporters | None
 
 
 class Closes(RunPart):

@@ -494,8 +494,9 @@ def start(
         last_step=epochs * steps_per_epoch,  # named: sampled with its gradients, not by end()
     )  # fmt: skip
     providers = Providers(
-        tracer_provider=tracer_provider, meter_provider=meter_provider, logger_provider=logger_provider
-    )
+        tracer_provider=tracer_provider, meter_provider=meter_provider, logger_provider=logger_provider,
+        checked_exporters=None,  # built once, as the run starts
+    )  # fmt: skip
     run = Run(monitor_config, loop, scope, providers, monitors)
     _active = run
     atexit.register(run._at_exit)

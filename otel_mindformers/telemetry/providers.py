@@ -168,17 +168,46 @@ def builds_own_otlp_exporters(config: TelemetryConfig) -> bool:
     return not all(_is_configured(provider) for provider in globals_)
 
 
-def check_own_exporters(config: TelemetryConfig) -> None:
-    """Build our OTLP exporters once now, so that settings they refuse (an
+# Our (span, metric, log) OTLP exporters, None for a signal not exported.
+OtlpExporters = tuple[SpanExporter | None, MetricExporter | None, LogRecordExporter | None]
+
+
+class CheckedExporters:
+    """The OTLP exporters `check_own_exporters` built, for the run that follows to use
+    (build_telemetry's `checked_exporters`): they are built once. Taken once, in the process
+    that built them; a later run, or one in a forked child (a gRPC channel does not outlive
+    a fork), builds its own."""
+
+    def __init__(self, exporters: OtlpExporters | None) -> None:
+        self._exporters = exporters
+        self._pid = os.getpid()
+
+    def take(self) -> OtlpExporters | None:
+        exporters, self._exporters = self._exporters, None
+        return exporters if self._pid == os.getpid() else None
+
+    def shut_down(self) -> None:
+        """For a check that starts no run (`otel-mindformers validate`)."""
+        _shut_down(self.take())
+
+
+def _shut_down(exporters: OtlpExporters | None) -> None:
+    for exporter in exporters or ():
+        if exporter is not None:
+            exporter.shutdown()
+
+
+def check_own_exporters(config: TelemetryConfig) -> CheckedExporters:
+    """Build our OTLP exporters now, so that settings they refuse (an
     OTEL_EXPORTER_OTLP_PROTOCOL naming no protocol, OTEL_EXPORTER_OTLP_TIMEOUT=5s, an unknown
     compression) are one ConfigError before training and before the run is entered in the
-    job's ledger, not an exception as the run starts. Nothing to check where the run does
-    not build them (`builds_own_otlp_exporters`)."""
+    job's ledger, not an exception as the run starts; the run uses them. Nothing to check
+    where the run does not build them (`builds_own_otlp_exporters`)."""
     if not builds_own_otlp_exporters(config):
-        return
+        return CheckedExporters(None)
     config.otlp.resolved_protocol()
     try:
-        exporters = otlp_exporters(config.otlp, exported_signals())
+        return CheckedExporters(otlp_exporters(config.otlp, exported_signals()))
     except ConfigError:  # ours, already naming the variable
         raise
     except Exception as exc:  # the SDK's exporters read and check their variables when built
@@ -186,9 +215,6 @@ def check_own_exporters(config: TelemetryConfig) -> None:
             "the OTLP exporters refuse their settings (monitor_config.otlp, the OTEL_EXPORTER_OTLP_* "
             f"variables): {type(exc).__name__}: {exc}"
         ) from None
-    for exporter in exporters:
-        if exporter is not None:
-            exporter.shutdown()
 
 
 class SdkExitGuard:
@@ -438,8 +464,10 @@ def build_telemetry(
     tracer_provider: Any = None,
     meter_provider: Any = None,
     logger_provider: Any = None,
+    checked_exporters: OtlpExporters | None = None,
 ) -> Telemetry:
-    """Providers passed in (tests, the instrumentor) win; then configured globals; then ours."""
+    """Providers passed in (tests, the instrumentor) win; then configured globals; then ours,
+    with `checked_exporters` where the check before training built them (`check_own_exporters`)."""
     resource = build_resource(config, identity)
     owned: list[Any] = []
     borrowed: list[Any] = []
@@ -478,7 +506,11 @@ def build_telemetry(
 
     span_exporter = metric_exporter = log_exporter = None
     if wants_otlp and None in (tracer_provider, meter_provider, logger_provider):
-        span_exporter, metric_exporter, log_exporter = otlp_exporters(config.otlp, exported_signals())
+        span_exporter, metric_exporter, log_exporter = checked_exporters or otlp_exporters(
+            config.otlp, exported_signals()
+        )
+    else:  # checked, and no provider of ours is built now to use them
+        _shut_down(checked_exporters)
 
     if tracer_provider is None:
         # shutdown_on_exit=False: the SDK's own atexit shutdown waits out every exporter
