@@ -35,8 +35,10 @@ WRITERS = 6
 LINES = 60
 
 
-def _write(path: str, rank: int, start: multiprocessing.Event) -> None:
+def _write(path: str, rank: int, start: multiprocessing.Barrier) -> None:
     sink = JsonLinesSink(Path(path), LogRotationConfig(max_bytes=400, backup_count=1_000))
+    # Every writer opens the log before any appends: an open waits 1 s for the lock, and a
+    # roll-over shifting a hundred backups holds it longer than that on a loaded machine.
     start.wait()
     for step in range(1, LINES + 1):
         sink.write([StepRecord(step=step, epoch=1, rank=rank, time_stamp=1.0, values={"loss": 0.5})])
@@ -47,11 +49,11 @@ def _write(path: str, rank: int, start: multiprocessing.Event) -> None:
 def test_concurrent_writers_with_rollover_lose_and_split_no_line(tmp_path):
     path = tmp_path / "shared.json"
     context = multiprocessing.get_context("spawn")
-    start = context.Event()
+    start = context.Barrier(WRITERS + 1)
     writers = [context.Process(target=_write, args=(str(path), rank, start)) for rank in range(WRITERS)]
     for writer in writers:
         writer.start()
-    start.set()
+    start.wait(timeout=300)
     for writer in writers:
         writer.join(timeout=300)
         assert writer.exitcode == 0
