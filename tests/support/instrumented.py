@@ -33,8 +33,9 @@ def child_env(receiver=None, **extra: str) -> dict[str, str]:
         PYTHONPATH=str(REPO),
         # msrun's scheduler ends a job whose worker died only when that worker's heartbeat is
         # MS_NODE_TIMEOUT seconds old (30 by default): every job a test kills or crashes
-        # waited that long. Heartbeats come every few seconds from a native thread.
-        MS_NODE_TIMEOUT=MSRUN_NODE_TIMEOUT,
+        # waited that long. Heartbeats come every few seconds from a native thread. A value
+        # in the test's own environment is kept.
+        MS_NODE_TIMEOUT=os.environ.get("MS_NODE_TIMEOUT", MSRUN_NODE_TIMEOUT),
     )
     if receiver is not None:
         env.update(
