@@ -4,37 +4,28 @@
 
 Each step's data waits `--sleep` seconds, so the job runs long enough for a person (the
 test) to ask for a capture while it goes on. With `--stop-file`, the job runs until that
-file exists (N steps at most): the ranks agree on the step through an all-reduce, so neither
-is left alone in a collective, however late one of them sees the file.
+file exists (N steps at most), every rank stopping at the same step (msrun_job.StopAtWrittenStep).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import mindspore as ms  # noqa: E402
-from mindspore import nn, ops  # noqa: E402
-from mindspore.train import Callback, Model  # noqa: E402
+from mindspore import nn  # noqa: E402
+from mindspore.train import Model  # noqa: E402
 
-from tests.support.msrun_job import BATCH, SleepySource, regressor, sharded, start_data_parallel  # noqa: E402
-
-
-class _StopWhenAsked(Callback):
-    """Stops every rank at the first step end where any rank saw `path`."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._any = ops.AllReduce(ops.ReduceOp.SUM)  # the only reduction on CPU
-
-    def on_train_step_end(self, run_context):
-        asked = ms.Tensor([float(os.path.exists(self._path))], ms.float32)
-        if float(self._any(asked).asnumpy()[0]) > 0:
-            run_context.request_stop()
+from tests.support.msrun_job import (  # noqa: E402
+    BATCH,
+    SleepySource,
+    StopAtWrittenStep,
+    regressor,
+    sharded,
+    start_data_parallel,
+)
 
 
 def main() -> None:
@@ -53,7 +44,8 @@ def main() -> None:
     net = regressor()
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     model = Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer)
-    callbacks = [MonitorCallback(args.config)] + ([_StopWhenAsked(args.stop_file)] if args.stop_file else [])
+    callbacks = [StopAtWrittenStep(args.stop_file, args.steps)] if args.stop_file else []
+    callbacks.append(MonitorCallback(args.config))
     model.train(1, data, callbacks=callbacks, dataset_sink_mode=False)
     print(f"rank {rank}/{world}: training finished")
 
