@@ -293,6 +293,7 @@ def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
         f"      path: {captures}\n"
     )
     env = child_env(MASTER_PORT=str(free_port()))
+    stop_file = workdir / "stop"  # the job runs until the captures are answered, not for a guessed time
     job = subprocess.Popen(
         [
             str(BIN / "msrun"),
@@ -304,7 +305,9 @@ def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
             str(REPO / "tests" / "support" / "capture_worker.py"),
             str(config),
             "--steps",
-            "400",
+            "4000",
+            "--stop-file",
+            str(stop_file),
         ],
         env=env,
         cwd=workdir,
@@ -324,6 +327,7 @@ def test_on_demand_capture_under_msrun_only_on_the_rank_asked(workdir, capsys):
         assert cli_main(["capture", "--kinds", "stacks", str(captures), "--wait", "300"]) == 0
         assert job.poll() is None, "the wait for every rank outlasted the job"
         every = capsys.readouterr().out
+        stop_file.touch()
         output, _ = job.communicate(timeout=600)
     finally:
         if job.poll() is None:

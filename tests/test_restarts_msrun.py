@@ -13,10 +13,7 @@ import pytest
 from tests.support import restart_worker as worker
 from tests.support.instrumented import BIN, REPO, child_env, free_port
 
-# msrun_api: how the launcher ends a job whose worker died, and restarts it
-pytestmark = [
-    pytest.mark.slow, pytest.mark.integration, pytest.mark.mindspore_api, pytest.mark.msrun_job, pytest.mark.msrun_api,
-]  # fmt: skip
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.mindspore_api, pytest.mark.msrun_job]
 
 WORKER = REPO / "tests" / "support" / "msrun_restart_worker.py"
 STEPS = 10
@@ -35,6 +32,7 @@ def _worker_logs(workdir) -> str:
     return "\n".join(p.read_text()[-3000:] for p in sorted((workdir / "msrun_log").glob("*.log")))
 
 
+@pytest.mark.msrun_api  # how the launcher ends a job whose worker died, and restarts it
 def test_two_ranks_restarted_together_are_one_job_with_two_ranks_per_attempt():
     with worker.private_dir() as workdir:
         config = {
@@ -84,7 +82,10 @@ def test_two_ranks_restarted_together_are_one_job_with_two_ranks_per_attempt():
 
 
 def test_a_job_resumed_on_more_ranks_numbers_the_new_ranks_attempt_after_the_jobs():
-    """Attempt 1 on one rank, killed at step 25; attempt 2 on two ranks from the step-20
+    """Not msrun_api: the attempts' numbering across ranks is this package's, the same on every
+    release; the test above runs the launcher's end and restart of a job on each row.
+
+    Attempt 1 on one rank, killed at step 25; attempt 2 on two ranks from the step-20
     checkpoint. Rank 1's ledger is new, yet its entry is attempt 2, so the report's attempt 2
     ran on ranks 0 and 1 (it was numbered 1 and merged into the killed attempt before)."""
     with worker.private_dir() as workdir:

@@ -1,9 +1,10 @@
 """One data-parallel msrun worker that watches for on-demand capture requests.
 
-    msrun --worker_num=2 ... capture_worker.py CONFIG_YAML --steps N
+    msrun --worker_num=2 ... capture_worker.py CONFIG_YAML --steps N [--stop-file PATH]
 
 Each step's data waits `--sleep` seconds, so the job runs long enough for a person (the
-test) to ask for a capture while it goes on.
+test) to ask for a capture while it goes on. With `--stop-file`, the job runs until that
+file exists (N steps at most), every rank stopping at the same step (msrun_job.StopAtWrittenStep).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mindspore import nn  # noqa: E402
 from mindspore.train import Model  # noqa: E402
 
-from tests.support.msrun_job import BATCH, SleepySource, regressor, sharded, start_data_parallel  # noqa: E402
+from tests.support.msrun_job import (  # noqa: E402
+    BATCH,
+    SleepySource,
+    StopAtWrittenStep,
+    regressor,
+    sharded,
+    start_data_parallel,
+)
 
 
 def main() -> None:
@@ -25,6 +33,7 @@ def main() -> None:
     parser.add_argument("config")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--sleep", type=float, default=0.05)
+    parser.add_argument("--stop-file")
     args = parser.parse_args()
 
     from otel_mindformers import MonitorCallback
@@ -35,7 +44,9 @@ def main() -> None:
     net = regressor()
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     model = Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer)
-    model.train(1, data, callbacks=[MonitorCallback(args.config)], dataset_sink_mode=False)
+    callbacks = [StopAtWrittenStep(args.stop_file, args.steps)] if args.stop_file else []
+    callbacks.append(MonitorCallback(args.config))
+    model.train(1, data, callbacks=callbacks, dataset_sink_mode=False)
     print(f"rank {rank}/{world}: training finished")
 
 

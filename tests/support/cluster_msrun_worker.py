@@ -8,23 +8,21 @@ gradients are not all finite updates nothing. So rank R's NaN (its labels at tho
 never reaches the parameters: its own loss is NaN at those steps and finite again after,
 while the other rank's loss stays finite, as on a device that corrupts some of its steps.
 Each step sleeps in its forward pass (compute, not data wait: no rank holds the other back).
-The run stops at the step written in STOP_FILE, the same on both ranks.
+The run stops at the step written in STOP_FILE, the same on both ranks (msrun_job.StopAtWrittenStep).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
-from pathlib import Path
 
 import numpy as np
 from mindspore import nn, ops
 from mindspore.dataset import GeneratorDataset
-from mindspore.train import Callback, Model
+from mindspore.train import Model
 
 from otel_mindformers import MonitorCallback
-from tests.support.msrun_job import BATCH, FEATURES, regressor, start_data_parallel
+from tests.support.msrun_job import BATCH, FEATURES, StopAtWrittenStep, regressor, start_data_parallel
 
 MAX_STEPS = 600
 PACE = 0.05  # seconds of each step's forward pass
@@ -69,20 +67,6 @@ class _Source:
         return self.x[index], y
 
 
-class _StopAtWrittenStep(Callback):
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._stop_at: int | None = None
-
-    def on_train_step_end(self, run_context):
-        step = run_context.original_args()["cur_step_num"]
-        if self._stop_at is None and os.path.exists(self._path):
-            text = Path(self._path).read_text().strip()
-            self._stop_at = int(text) if text else None
-        if step >= MAX_STEPS or (self._stop_at is not None and step >= self._stop_at):
-            run_context.request_stop()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("config")
@@ -97,7 +81,7 @@ def main() -> None:
     net = nn.WithLossCell(_Paced(regressor()), nn.MSELoss())
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     model = Model(_SkipNonFinite(net, optimizer))
-    model.train(1, dataset, callbacks=[MonitorCallback(args.config), _StopAtWrittenStep(args.stop_file)],
+    model.train(1, dataset, callbacks=[StopAtWrittenStep(args.stop_file, MAX_STEPS), MonitorCallback(args.config)],
                 dataset_sink_mode=False)  # fmt: skip
     print(f"rank {rank}: training finished", flush=True)
 

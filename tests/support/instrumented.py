@@ -21,6 +21,7 @@ BIN = Path(sys.executable).parent
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 LAUNCHER_SPAN_ID = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{LAUNCHER_SPAN_ID}-01"
+MSRUN_NODE_TIMEOUT = "15"
 
 
 def child_env(receiver=None, **extra: str) -> dict[str, str]:
@@ -30,6 +31,11 @@ def child_env(receiver=None, **extra: str) -> dict[str, str]:
     env.update(
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # msrun starts workers with the `python` on PATH
         PYTHONPATH=str(REPO),
+        # msrun's scheduler ends a job whose worker died only when that worker's heartbeat is
+        # MS_NODE_TIMEOUT seconds old (30 by default): every job a test kills or crashes
+        # waited that long. Heartbeats come every few seconds from a native thread. A value
+        # in the test's own environment is kept.
+        MS_NODE_TIMEOUT=os.environ.get("MS_NODE_TIMEOUT", MSRUN_NODE_TIMEOUT),
     )
     if receiver is not None:
         env.update(

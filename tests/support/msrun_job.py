@@ -1,15 +1,19 @@
-"""What the msrun worker scripts share: a data-parallel start on CPU, a small regressor, and a
-data source that can be told to sleep, sharded by rank."""
+"""What the msrun worker scripts share: a data-parallel start on CPU, a small regressor, a
+data source that can be told to sleep, sharded by rank, and a stop that every rank takes at
+the same step."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import mindspore as ms
 import numpy as np
-from mindspore import nn
+from mindspore import nn, ops
 from mindspore.communication import get_group_size, get_rank, init
 from mindspore.dataset import GeneratorDataset
+from mindspore.train import Callback
 
 FEATURES, BATCH = 8, 4
 
@@ -48,3 +52,28 @@ def sharded(source: SleepySource, rank: int, world: int) -> GeneratorDataset:
 
 def regressor() -> nn.Cell:
     return nn.SequentialCell(nn.Dense(FEATURES, 16), nn.ReLU(), nn.Dense(16, 1))
+
+
+class StopAtWrittenStep(Callback):
+    """Stops every rank at the first step end where any rank is at or past the step written in
+    `path` (an empty file: at once), or at `max_steps`. The ranks decide together, by an
+    all-reduce at each step end: a rank that read the file a step later than the other, or
+    after the written step, would otherwise go on alone into a collective that never ends.
+    Put it before MonitorCallback: a rank's wait for the other in that all-reduce then lies in
+    its step, as its wait in the gradients' does, not between steps, where it would read as a
+    data wait (the stragglers' signal)."""
+
+    def __init__(self, path: str, max_steps: int) -> None:
+        self._path = path
+        self._max_steps = max_steps
+        self._stop_at: int | None = None
+        self._sum = ops.AllReduce(ops.ReduceOp.SUM)  # the only reduction on CPU
+
+    def on_train_step_end(self, run_context):
+        step = run_context.original_args()["cur_step_num"]
+        if self._stop_at is None and os.path.exists(self._path):
+            text = Path(self._path).read_text().strip()
+            self._stop_at = int(text) if text else 0
+        here = step >= self._max_steps or (self._stop_at is not None and step >= self._stop_at)
+        if float(self._sum(ms.Tensor([float(here)], ms.float32)).asnumpy()[0]) > 0:
+            run_context.request_stop()

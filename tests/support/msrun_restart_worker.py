@@ -5,7 +5,8 @@ data-parallel training with a ModelCheckpoint per rank and MonitorCallback.
 
 Spec keys: `config` (monitor_config), `epochs`, `steps` (per epoch and rank),
 `initial_epoch` (resume from `ckpt/rank_<r>/` newest checkpoint when > 0), `crash_at` (a job
-step at which every rank raises, after the step's gradients were averaged), `slow_rank` and
+step at which every rank raises, after the step's gradients were averaged; a rank leaves only
+once every rank's training ended, see `crashed_together`), `slow_rank` and
 `sleep` (that rank's data source sleeps `sleep` seconds per sample: its data is slow),
 `kill_at` and `kill_rank` (that rank SIGKILLs itself once every callback of that step returned).
 """
@@ -16,6 +17,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import mindspore as ms
@@ -46,6 +48,18 @@ class KillAt(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def crashed_together(rank: int, world: int, timeout: float = 120.0) -> None:
+    """Say this rank's training ended (its callbacks' ends ran: ledger, logs and exports
+    written), then wait until every rank's did. msrun SIGKILLs the other ranks within a second
+    of the first rank's exit: without the wait, a rank a moment behind loses its end."""
+    ended = Path("crashed") / str(os.getppid())  # msrun's: this job's ranks, not an earlier job's
+    ended.mkdir(parents=True, exist_ok=True)
+    (ended / f"rank_{rank}").touch()
+    deadline = time.monotonic() + timeout
+    while len(list(ended.glob("rank_*"))) < world and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def main(spec: dict) -> None:
     rank, world = start_data_parallel()
     steps, initial_epoch = int(spec["steps"]), int(spec.get("initial_epoch") or 0)
@@ -66,7 +80,14 @@ def main(spec: dict) -> None:
     callbacks = [MonitorCallback(spec["config"]), checkpoint, CrashAt(spec.get("crash_at"), initial_epoch * steps)]
     if spec.get("kill_rank") == rank:
         callbacks.append(KillAt(spec["kill_at"]))
-    model.train(int(spec["epochs"]), dataset, callbacks=callbacks, dataset_sink_mode=False, initial_epoch=initial_epoch)
+    try:
+        model.train(
+            int(spec["epochs"]), dataset, callbacks=callbacks, dataset_sink_mode=False, initial_epoch=initial_epoch
+        )
+    except RuntimeError:
+        if spec.get("crash_at") is not None:
+            crashed_together(rank, world)
+        raise
     print(f"rank {rank}/{world}: training finished")
 
 

@@ -9,24 +9,23 @@
   compute slows, before the gradient all-reduce, with no data wait. A busy thread was tried
   first: on a host already loaded by other work it did not double the step reliably;
 - the run stops at the step written in STOP_FILE (the test writes it once it has seen what
-  it waits for), the same step on both ranks, so neither is left alone in a collective.
+  it waits for), the same step on both ranks, so neither is left alone in a collective
+  (msrun_job.StopAtWrittenStep).
   MAX_STEPS bounds a run whose test never writes it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import threading
 import time
-from pathlib import Path
 
 import mindspore as ms
 from mindspore import nn
 from mindspore.train import Callback, Model
 
 from otel_mindformers import MonitorCallback
-from tests.support.msrun_job import BATCH, SleepySource, regressor, sharded, start_data_parallel
+from tests.support.msrun_job import BATCH, SleepySource, StopAtWrittenStep, regressor, sharded, start_data_parallel
 
 MAX_STEPS = 2000
 
@@ -46,24 +45,16 @@ class _SlowForward(nn.Cell):
         return self.net(x)
 
 
-class _StopAtWrittenStep(Callback):
-    """Stops at the step in `path` once it exists; slows `network` from step `slow_after`."""
+class _SlowFrom(Callback):
+    """Slows `network` from step `slow_after`."""
 
-    def __init__(self, path: str, network: _SlowForward, slow_after: int | None) -> None:
-        self._path = path
-        self._stop_at: int | None = None
+    def __init__(self, network: _SlowForward, slow_after: int | None) -> None:
         self._network = network
         self._slow_after = slow_after
 
     def on_train_step_end(self, run_context):
-        step = run_context.original_args()["cur_step_num"]
-        if self._slow_after is not None and step == self._slow_after:
+        if self._slow_after is not None and run_context.original_args()["cur_step_num"] == self._slow_after:
             self._network.slow.set()
-        if self._stop_at is None and os.path.exists(self._path):
-            text = Path(self._path).read_text().strip()
-            self._stop_at = int(text) if text else None
-        if step >= MAX_STEPS or (self._stop_at is not None and step >= self._stop_at):
-            run_context.request_stop()
 
 
 def main() -> None:
@@ -86,7 +77,9 @@ def main() -> None:
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     model = Model(net, loss_fn=nn.MSELoss(), optimizer=optimizer)
     slow_after = args.slow_step_after if rank == args.slow_step_rank else None
-    callbacks = [MonitorCallback(args.config), _StopAtWrittenStep(args.stop_file, net, slow_after)]
+    callbacks = [
+        StopAtWrittenStep(args.stop_file, MAX_STEPS), MonitorCallback(args.config), _SlowFrom(net, slow_after),
+    ]  # fmt: skip
     model.train(1, dataset.batch(BATCH), callbacks=callbacks, dataset_sink_mode=False)
     print(f"rank {rank}/{world}: training finished")
 
