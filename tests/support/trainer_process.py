@@ -3,7 +3,8 @@
 A child process gets a clean OpenTelemetry state (no global providers left by other tests)
 and lets a test keep a training, and so its `prometheus` scrape endpoint, alive while real
 backends evaluate rules: the training runs until a stop file appears (checked at each step
-end, then `run_context.request_stop()`), or for a fixed number of steps.
+end, then `run_context.request_stop()`; the dataset's N steps come round again meanwhile, as
+many epochs as it takes: how fast a loaded machine trains sets no deadline), or for N steps.
 
     python -m tests.support.trainer_process CONFIG --steps N [--stop-file F] [--nan-at K]
 """
@@ -51,10 +52,15 @@ def log_tail(workdir: Path, lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
+_UNTIL_STOPPED = 1000  # epochs: the stop file ends the training long before
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("config", help="monitor_config YAML")
-    parser.add_argument("--steps", type=int, required=True, help="steps in the dataset (the most it trains)")
+    parser.add_argument(
+        "--steps", type=int, required=True, help="steps in the dataset (the most it trains without --stop-file)"
+    )
     parser.add_argument("--stop-file", help="stop at the first step end after this file exists")
     parser.add_argument("--nan-at", type=int, help="a NaN label at this step: the loss is NaN from there on")
     args = parser.parse_args(argv)
@@ -77,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.stop_file:
         callbacks.append(StopWhenFileExists(args.stop_file))
     faults = Faults(nan_at={args.nan_at}) if args.nan_at else None
-    train(callbacks, steps=args.steps, shape="tuple5", faults=faults)
+    epochs = _UNTIL_STOPPED if args.stop_file else 1
+    train(callbacks, steps=args.steps, epochs=epochs, shape="tuple5", faults=faults)
     print(f"trained to step {callbacks[0].progress.step}", flush=True)
 
 
