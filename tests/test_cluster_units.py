@@ -354,7 +354,8 @@ def test_stop_ends_the_listener_while_it_waits_on_a_quiet_stream_or_a_retry():
         finally:
             started = time.monotonic()
             listener.stop(5.0)
-        assert not listener.alive and time.monotonic() - started < 2.0
+        # A stop that waited on the quiet stream would take the whole 5 s given it.
+        assert not listener.alive and time.monotonic() - started < 4.0
     waiting = FaultListener("127.0.0.1:9", JOB, "r", lambda s: None, timeout=0.2, retry_max=60.0).start()
     wait_until(lambda: waiting.problems.count, "a first failure")
     waiting.stop(5.0)
