@@ -365,6 +365,25 @@ def test_report_over_two_nodes_folders_with_their_own_job_ids_names_the_ledger_i
     assert f"left out, another job's: {other} (job local-node1-1)" in page.read_text()
 
 
+def test_an_earlier_jobs_ledger_set_aside_is_not_named_as_left_out(tmp_path):
+    """`report out/train_metric*.json` over this job's log and an earlier one's set aside: the
+    earlier job's ledger (`.job1`) is left out as a matter of course, not as another node's."""
+    from otel_mindformers.restarts.offline.attempts_report import job_report, render_job
+
+    live = ledger_path(str(tmp_path / "train_metric.json"), 0)
+    entry = _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, end=26.0, outcome="completed")
+    live.with_name(live.name + ".job1").write_text(json.dumps({**new_ledger("earlier"), "attempts": [entry]}))
+    live.write_text(json.dumps({**new_ledger("this"), "attempts": [entry]}))
+    earlier_log = tmp_path / "train_metric.20261105-101530.json"
+    earlier_log.write_text(json.dumps({"step": 14, "time_stamp": 25.0, "job": {"id": "earlier"}}) + "\n")
+    (tmp_path / "train_metric.json").write_text(
+        json.dumps({"step": 14, "time_stamp": 25.0, "job": {"id": "this"}}) + "\n"
+    )
+    job = job_report([str(earlier_log), str(tmp_path / "train_metric.json")], now=100.0)
+    assert job["job_id"] == "this" and job["left_out"] == []
+    assert "left out" not in render_job(job)
+
+
 # The error a rank's collective raised when the other node of a 2-node msrun job died (MindSpore
 # 2.9 on CPU, recorded in a walk; the file paths shortened).
 ALLREDUCE_FAILED = """
@@ -394,6 +413,12 @@ def test_a_crash_reason_is_one_line_of_the_message_without_mindspores_call_stack
     reason = "RuntimeError: - Kernel error: Launch kernel failed: Default/AllReduce-op0"
     assert outcome_of_error(RuntimeError(ALLREDUCE_FAILED)) == ("crashed", reason)
     assert outcome_of_error(RuntimeError("x" * 1000))[1] == "RuntimeError: " + "x" * 285 + "…"
+    assert outcome_of_error(RuntimeError("x" * 286))[1] == "RuntimeError: " + "x" * 286  # 300: whole
+    # A message with the C++ stack only (no Python one before it) stops there too.
+    cpp_only = (
+        "Launch kernel failed\n- C++ Call Stack: (For framework developers)\nkernel_actor.cc:995 OnMemoryAllocFinish"
+    )
+    assert outcome_of_error(RuntimeError(cpp_only))[1] == "RuntimeError: Launch kernel failed"
     crashed = _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, end=26.0, outcome="crashed")
     path = ledger_path(str(tmp_path / "train_metric.json"), 0)
     path.write_text(
