@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
+
 from otel_mindformers.core.step_record import StepRecord
 from otel_mindformers.outputs.jsonl import JsonLinesSink
 from otel_mindformers.outputs.runs import stamp
@@ -71,11 +73,42 @@ def test_a_failing_output_is_said_once_tried_again_and_its_return_said_once(tmp_
     logs.unlink()
     wrote.append(fanout.write([_record(4)]))
     take_the_folder()
-    wrote += [fanout.write([_record(5)]), fanout.write([_record(6)])]
+    wrote += [fanout.write([_record(5)]), fanout.write([_record(6), _record(7)])]
     fanout.close()
     assert wrote == [True, False, False, True, False, False]
     said = [r.getMessage() for r in caplog.records if "output 'json_file'" in r.getMessage()]
     assert len(said) == 3, said
     assert "failed: cannot write" in said[0] and "Not a directory" in said[0]
     assert "writes again from step 4 (the records of steps 2..3 are missing from it)" in said[1]
-    assert "failed again after it first wrote again: 2 more batch(es) missing from it, the last up to step 6" in said[2]
+    assert "failed again after it first wrote again: 2 more batch(es) missing from it, the last up to step 7" in said[2]
+
+
+class _ClosesBadly:
+    """An output whose writes fail while `failing` is set and whose close always fails."""
+
+    name = "closes_badly"
+
+    def __init__(self) -> None:
+        self.failing = False
+
+    def write(self, records) -> None:
+        if self.failing:
+            raise OSError("No space left on device")
+
+    def close(self) -> None:
+        raise OSError("Bad file descriptor")
+
+
+@pytest.mark.parametrize("back", [True, False], ids=["written again", "failing still"])
+def test_an_output_failing_at_its_close_is_said_unless_its_failure_was(caplog, back):
+    """Its failure at the close is news once the output wrote again; while it fails, its
+    failure was said already."""
+    sink = _ClosesBadly()
+    fanout = SinkFanout([sink])
+    sink.failing = True
+    fanout.write([_record(1)])
+    sink.failing = not back
+    fanout.write([_record(2)])
+    fanout.close()
+    said = [r.getMessage() for r in caplog.records if "'closes_badly'" in r.getMessage()]
+    assert ["failed at its close" in line for line in said] == ([False, False, True] if back else [False]), said
