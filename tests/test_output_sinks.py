@@ -3,8 +3,11 @@ their users read them: a pipe's reader, TensorBoard's own reader."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import shutil
+import signal
 
 import pytest
 
@@ -14,6 +17,7 @@ from otel_mindformers.outputs.runs import stamp
 from otel_mindformers.outputs.sink import SinkFanout
 from otel_mindformers.outputs.stdout import StdoutSink
 from otel_mindformers.outputs.tensorboard import TensorBoardSink, set_previous_run_aside
+from tests.support.tensorboard_events import loss_steps
 
 
 def _record(step: int) -> StepRecord:
@@ -112,3 +116,59 @@ def test_an_output_failing_at_its_close_is_said_unless_its_failure_was(caplog, b
     fanout.close()
     said = [r.getMessage() for r in caplog.records if "'closes_badly'" in r.getMessage()]
     assert ["failed at its close" in line for line in said] == ([False, False, True] if back else [False]), said
+
+
+def _records(first: int, count: int, metrics: int = 1) -> list[StepRecord]:
+    values = {"loss": 2.5, **{f"metric_{index}": 1.0 for index in range(metrics - 1)}}
+    return [
+        StepRecord(step=step, epoch=1, rank=0, time_stamp=1733000000.0 + step, values=values)
+        for step in range(first, first + count)
+    ]
+
+
+@contextlib.contextmanager
+def _file_size_limit(limit: int):
+    """Writes past `limit` bytes of a file fail (EFBIG), as on a full disk; without privileges."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_a_tensorboard_file_that_failed_is_followed_by_a_new_one_and_a_new_one_that_fails_is_removed(tmp_path, caplog):
+    """outputs/tensorboard.py: after a failed write the old file (which may end mid-event) is
+    never appended to; the next batch starts a new file, and one that fails too is removed
+    (a disk that stays full gathers no files); the next good batch's file is the last new one."""
+    logdir = tmp_path / "rank_0"
+    sink = TensorBoardSink(logdir)
+    sink.write(_records(1, 100))  # large enough that the warnings' captured output fits under the limit
+    (first,) = logdir.glob("events.out.tfevents.*")
+    with _file_size_limit(first.stat().st_size):
+        for batch in (_records(101, 200, metrics=8), _records(301, 200, metrics=8)):
+            with pytest.raises(OSError, match="cannot write .*File too large"):
+                sink.write(batch)
+            assert list(logdir.glob("events.out.tfevents.*")) == [first]
+    sink.write(_records(501, 1))
+    sink.write(_records(502, 1))
+    sink.close()
+    assert len(list(logdir.glob("events.out.tfevents.*"))) == 2
+    assert loss_steps(logdir) == [*range(1, 101), 501, 502]
+    assert not [r for r in caplog.records if "was removed while the run wrote it" in r.getMessage()]
+
+
+def test_a_tensorboard_file_removed_mid_run_is_followed_by_a_new_one_said_once(tmp_path, caplog):
+    logdir = tmp_path / "rank_0"
+    sink = TensorBoardSink(logdir)
+    for step in (1, 2, 3):
+        sink.write(_records(step, 1))
+        (current,) = logdir.glob("events.out.tfevents.*")
+        current.unlink()  # `rm` of the file, twice: the run writes on in a new one each time
+    sink.write(_records(4, 1))
+    sink.close()
+    assert loss_steps(logdir) == [4]
+    said = [r.getMessage() for r in caplog.records if "was removed while the run wrote it" in r.getMessage()]
+    assert len(said) == 1, said
