@@ -4,6 +4,7 @@ their users read them: a pipe's reader, TensorBoard's own reader."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import shutil
@@ -172,3 +173,49 @@ def test_a_tensorboard_file_removed_mid_run_is_followed_by_a_new_one_said_once(t
     assert loss_steps(logdir) == [4]
     said = [r.getMessage() for r in caplog.records if "was removed while the run wrote it" in r.getMessage()]
     assert len(said) == 1, said
+
+
+class _CutInAtRollOver(JsonLinesSink):
+    """A JSON log whose roll-over finds another writer's line already in the new file: that
+    writer reopened the path after the rename and wrote before this one locked the new file
+    (two processes' timing, made certain here)."""
+
+    cut_in = b""
+
+    def _open(self) -> int:
+        if self.cut_in and self.path.exists() is False:
+            other = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(other, self.cut_in)
+            os.close(other)
+            self.cut_in = b""  # once
+        return super()._open()
+
+
+def test_a_roll_over_counts_what_another_writer_put_into_the_new_file(tmp_path):
+    """outputs/jsonl.py: the new file's size after a roll-over is read, not taken as 0, so
+    another writer's lines in it count toward max_bytes."""
+    from otel_mindformers.config.schema import LogRotationConfig
+    from otel_mindformers.outputs.jsonl import encode
+
+    path = tmp_path / "train_metric.json"
+    limit = 3 * len(encode(_record(1))) + 4  # three lines of one-digit steps, not four
+    sink = _CutInAtRollOver(path, LogRotationConfig(max_bytes=limit, backup_count=10))
+    sink.write([_record(step) for step in (1, 2, 3)])
+    sink.cut_in = encode(_record(100))
+    sink.write([_record(step) for step in (4, 5, 6, 7)])
+    sink.close()
+    files = sorted(tmp_path.glob("train_metric.json*"))
+    assert all(file.stat().st_size <= limit for file in files), [file.stat().st_size for file in files]
+    steps = sorted(json.loads(text)["step"] for file in files for text in file.read_text().splitlines())
+    assert steps == [1, 2, 3, 4, 5, 6, 7, 100]
+
+
+def test_the_json_log_is_written_again_under_its_folders_made_again(tmp_path):
+    """`rm -rf out/` of a log at out/logs/train_metric.json: both folders are made again."""
+    path = tmp_path / "out" / "logs" / "train_metric.json"
+    sink = JsonLinesSink(path)
+    sink.write([_record(1)])
+    shutil.rmtree(tmp_path / "out")
+    sink.write([_record(2)])
+    sink.close()
+    assert [json.loads(text)["step"] for text in path.read_text().splitlines()] == [2]
