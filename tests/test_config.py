@@ -343,7 +343,7 @@ def test_checked_exporters_are_taken_once_and_never_in_a_forked_child():
     from otel_mindformers.telemetry.providers import CheckedExporters
 
     exporters = (object(), None, None)
-    checked = CheckedExporters(exporters)  # type: ignore[arg-type]  # what they are does not matter here
+    checked = CheckedExporters(exporters)  # what they are does not matter here
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # the child: report whether it got them, and leave
