@@ -92,8 +92,7 @@ def _loop(steps_done: int, offset: int, epochs: int, last_step: int = 0, per_epo
     ],
 )
 def test_the_loops_known_last_step_is_the_jobs_whatever_the_resume(steps_done, offset, epochs):
-    """3 epochs of 10 steps end at the job's step 30, however far a resume took the start
-    (test_time.py's ETA test trains; this is the arithmetic, fast)."""
+    """3 epochs of 10 steps end at the job's step 30, however far a resume took the start."""
     assert _loop(steps_done, offset, epochs).known_last_step == 30
 
 
