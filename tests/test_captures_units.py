@@ -355,6 +355,22 @@ def test_a_batch_of_a_sink_sized_epoch_is_placed_in_its_pass_over_the_dataset(tm
     controller.close()
 
 
+@pytest.mark.parametrize(("step", "place"), [(1, (1, 1, [0, 4])), (10, (1, 10, [36, 40])), (13, (2, 3, [8, 12]))])
+def test_a_steps_place_in_its_pass_over_a_dataset_of_ten_batches(step, place):
+    """The last batch of a pass is its 10th, not the next pass's 0th; the pass after starts over."""
+    from otel_mindformers.captures.controller import _step_only
+
+    note = _step_only(step, {"dataset_size": 10, "batch_num": 4, "batch_size": 4})
+    assert (note["epoch"], note["step_in_epoch"], note["sample_range_if_unshuffled"]) == place
+
+
+def test_a_dataset_that_cannot_tell_its_size_places_a_step_in_mindspores_epoch():
+    from otel_mindformers.captures.controller import _step_only
+
+    note = _step_only(5, {"dataset_size": None, "batch_num": 4, "batch_size": 4})
+    assert (note["epoch"], note["step_in_epoch"], note["sample_range_if_unshuffled"]) == (2, 1, [0, 4])
+
+
 def _capture(rank_root, name, size):
     folder = rank_root / name
     folder.mkdir(parents=True)

@@ -312,6 +312,50 @@ def test_a_signal_turned_off_leaves_its_exporter_unbuilt_by_the_check(workdir, m
     assert callback.config.output_type == ["otlp"]
 
 
+def test_exporters_checked_but_unused_by_the_run_are_shut_down():
+    """Every provider passed in (the instrumentor's, a test's): the run builds none of its
+    own, so the exporters the check built are shut down, not left with their channels open."""
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_mindformers.telemetry.providers import build_telemetry
+
+    checked = InMemorySpanExporter()
+    config = load_monitor_config({"output_type": ["otlp"], "otlp": {"endpoint": "http://127.0.0.1:9"}})
+    theirs = {
+        "tracer_provider": TracerProvider(),
+        "meter_provider": MeterProvider(),
+        "logger_provider": LoggerProvider(),
+    }
+    telemetry = build_telemetry(config.telemetry, detect_identity(), **theirs, checked_exporters=(checked, None, None))
+    try:
+        assert checked.export([]) == SpanExportResult.FAILURE  # shut down
+    finally:
+        telemetry.close(1.0)
+
+
+@pytest.mark.slow  # forks a child
+def test_checked_exporters_are_taken_once_and_never_in_a_forked_child():
+    """A gRPC channel does not outlive a fork: a run in a forked child builds its own."""
+    from otel_mindformers.telemetry.providers import CheckedExporters
+
+    exporters = (object(), None, None)
+    checked = CheckedExporters(exporters)  # what they are does not matter here
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: report whether it got them, and leave
+        os.write(write, b"taken" if checked.take() is not None else b"none")
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    with os.fdopen(read, "rb") as answer:
+        assert answer.read() == b"none"
+    assert checked.take() is exporters and checked.take() is None
+
+
 def test_otlp_settings_default_to_standard_env(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "2500")

@@ -307,6 +307,26 @@ def test_an_attempt_of_several_ranks_got_as_far_as_its_furthest_rank(tmp_path):
     assert attempt["ranks"] == [0, 1]
     assert (attempt["last_step"], attempt["steps"], attempt["at_risk_steps"]) == (23, 23, 13)
     assert job["totals"]["furthest_step"] == 23
+    # Attempt 2 resumed from the checkpoint at step 10: attempt 1 lost its furthest rank's 13 steps.
+    for rank, entry in ledgers.items():
+        second = _entry(2, 30.0, 40.0, 41.0, 50.0, 10, 30, end=51.0, outcome="completed")
+        ledger_path(json_log, rank).write_text(json.dumps({**new_ledger("job"), "attempts": [entry, second]}))
+    job = job_report([str(tmp_path)], now=100.0)
+    assert job["attempts"][0]["lost_steps"] == job["totals"]["lost_steps"] == 13
+
+
+def test_the_jobs_furthest_step_is_its_furthest_attempts_not_its_last(tmp_path):
+    """Attempt 2 resumed from the checkpoint at step 10 and crashed at step 15: the job got
+    as far as attempt 1's step 23."""
+    from otel_mindformers.restarts.offline.attempts_report import job_report
+
+    entries = [
+        _entry(1, 0.0, 10.0, 12.0, 24.0, 0, 23, end=26.0, outcome="killed", durable=10),
+        _entry(2, 30.0, 40.0, 41.0, 45.0, 10, 15, end=46.0, outcome="crashed"),
+    ]
+    path = ledger_path(str(tmp_path / "train_metric.json"), 0)
+    path.write_text(json.dumps({**new_ledger("job"), "attempts": entries}))
+    assert job_report([str(tmp_path)], now=100.0)["totals"]["furthest_step"] == 23
 
 
 def test_report_over_two_nodes_folders_with_their_own_job_ids_names_the_ledger_it_left_out(tmp_path, capsys):
@@ -330,7 +350,9 @@ def test_report_over_two_nodes_folders_with_their_own_job_ids_names_the_ledger_i
         assert f"left out, another job's: {other} (job local-node1-1)" in render_job(job, fmt)
         assert "the same OTEL_MINDFORMERS_JOB_ID" in render_job(job, fmt)
     alone = job_report([str(folders[0])], now=100.0)
-    assert alone["left_out"] == [] and "left out" not in render_job(alone)
+    assert alone["left_out"] == []
+    for fmt in ("text", "markdown"):
+        assert "left out" not in render_job(alone, fmt) and "OTEL_MINDFORMERS_JOB_ID" not in render_job(alone, fmt)
     # `plot --attempts` and `report --html` over the same folders say it too.
     for rank, folder in folders.items():
         lines = [{"time_stamp": 10.0 + step, "step": step, "rank": rank, "loss": 1.0} for step in range(1, 15)]
@@ -341,6 +363,25 @@ def test_report_over_two_nodes_folders_with_their_own_job_ids_names_the_ledger_i
     page = tmp_path / "run.html"
     assert cli_main(["report", str(folders[0]), str(folders[1]), "--html", str(page)]) == 0
     assert f"left out, another job's: {other} (job local-node1-1)" in page.read_text()
+
+
+def test_an_earlier_jobs_ledger_set_aside_is_not_named_as_left_out(tmp_path):
+    """`report out/train_metric*.json` over this job's log and an earlier one's set aside: the
+    earlier job's ledger (`.job1`) is left out as a matter of course, not as another node's."""
+    from otel_mindformers.restarts.offline.attempts_report import job_report, render_job
+
+    live = ledger_path(str(tmp_path / "train_metric.json"), 0)
+    entry = _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, end=26.0, outcome="completed")
+    live.with_name(live.name + ".job1").write_text(json.dumps({**new_ledger("earlier"), "attempts": [entry]}))
+    live.write_text(json.dumps({**new_ledger("this"), "attempts": [entry]}))
+    earlier_log = tmp_path / "train_metric.20261105-101530.json"
+    earlier_log.write_text(json.dumps({"step": 14, "time_stamp": 25.0, "job": {"id": "earlier"}}) + "\n")
+    (tmp_path / "train_metric.json").write_text(
+        json.dumps({"step": 14, "time_stamp": 25.0, "job": {"id": "this"}}) + "\n"
+    )
+    job = job_report([str(earlier_log), str(tmp_path / "train_metric.json")], now=100.0)
+    assert job["job_id"] == "this" and job["left_out"] == []
+    assert "left out" not in render_job(job)
 
 
 # The error a rank's collective raised when the other node of a 2-node msrun job died (MindSpore
@@ -372,6 +413,12 @@ def test_a_crash_reason_is_one_line_of_the_message_without_mindspores_call_stack
     reason = "RuntimeError: - Kernel error: Launch kernel failed: Default/AllReduce-op0"
     assert outcome_of_error(RuntimeError(ALLREDUCE_FAILED)) == ("crashed", reason)
     assert outcome_of_error(RuntimeError("x" * 1000))[1] == "RuntimeError: " + "x" * 285 + "…"
+    assert outcome_of_error(RuntimeError("x" * 286))[1] == "RuntimeError: " + "x" * 286  # 300: whole
+    # A message with the C++ stack only (no Python one before it) stops there too.
+    cpp_only = (
+        "Launch kernel failed\n- C++ Call Stack: (For framework developers)\nkernel_actor.cc:995 OnMemoryAllocFinish"
+    )
+    assert outcome_of_error(RuntimeError(cpp_only))[1] == "RuntimeError: Launch kernel failed"
     crashed = _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, end=26.0, outcome="crashed")
     path = ledger_path(str(tmp_path / "train_metric.json"), 0)
     path.write_text(
@@ -391,6 +438,9 @@ def test_a_crash_reason_is_one_line_of_the_message_without_mindspores_call_stack
         (60.0, "killed", "rank 1 was killed; 34 s later rank 0 crashed: RuntimeError: - Kernel error: Launch kernel"),
         # One msrun: rank 0 crashed, msrun tore rank 1 down at once (heard last a heartbeat before).
         (26.0, "crashed", "on rank 0: RuntimeError: - Kernel error: Launch kernel"),
+        # Within rank 1's heartbeat interval (5 s) and msrun's teardown (1 s) of its last word (25.5).
+        (31.0, "crashed", "on rank 0: RuntimeError: - Kernel error: Launch kernel"),
+        (32.0, "killed", "rank 1 was killed; 6 s later rank 0 crashed: RuntimeError: - Kernel error: Launch kernel"),
     ],
 )
 def test_an_attempt_that_lost_a_rank_before_another_crashed_was_killed_by_that_loss(
@@ -412,6 +462,45 @@ def test_an_attempt_that_lost_a_rank_before_another_crashed_was_killed_by_that_l
     (attempt,) = job["attempts"]
     assert attempt["outcome"] == outcome and attempt["reason"].startswith(reason)
     assert f"{outcome} ({reason}" in render_job(job)
+
+
+def test_the_rank_gone_first_is_named_of_several_and_a_rank_that_completed_is_none(tmp_path):
+    """Ranks 1 and 2 were killed before rank 0 crashed: the earlier, rank 2, is named. Rank 3
+    completed earlier still: it was not lost, so it is not the cause."""
+    from otel_mindformers.restarts.offline.attempts_report import job_report
+
+    failed = "RuntimeError: - Kernel error: Launch kernel failed: Default/AllReduce-op0"
+    ledgers = {
+        0: {**_entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, end=60.0, outcome="crashed"), "reason": failed},
+        1: _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed"),
+        2: _entry(1, 0.0, 10.0, 12.0, 20.0, 0, 14, outcome="killed"),
+    }
+    json_log = str(tmp_path / "train_metric.json")
+    for rank, entry in ledgers.items():
+        ledger_path(json_log, rank).write_text(json.dumps({**new_ledger("job"), "attempts": [entry]}))
+    (attempt,) = job_report([str(tmp_path)], now=100.0)["attempts"]
+    assert attempt["reason"].startswith("rank 2 was killed; 40 s later rank 0 crashed:"), attempt["reason"]
+    for rank in (1, 2):
+        ledger_path(json_log, rank).unlink()
+    completed = _entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, end=26.0, outcome="completed")
+    ledger_path(json_log, 3).write_text(json.dumps({**new_ledger("job"), "attempts": [completed]}))
+    (attempt,) = job_report([str(tmp_path)], now=100.0)["attempts"]
+    assert (attempt["outcome"], attempt["reason"]) == ("crashed", f"on rank 0: {failed}")
+
+
+def test_a_killed_attempts_inferred_reason_is_not_shown_in_the_table(tmp_path):
+    """A rank's "no end record" is the report's inference, said by the outcome already."""
+    from otel_mindformers.restarts.offline.attempts_report import job_report, render_job
+
+    killed = {**_entry(1, 0.0, 10.0, 12.0, 25.0, 0, 14, outcome="killed"), "reason": "no end record, inferred"}
+    ledger_path(str(tmp_path / "train_metric.json"), 0).write_text(
+        json.dumps({**new_ledger("job"), "attempts": [killed]})
+    )
+    for fmt in ("text", "markdown"):
+        (row,) = [
+            line for line in render_job(job_report([str(tmp_path)], now=100.0), fmt).splitlines() if "killed" in line
+        ]
+        assert "killed (" not in row and "no end record" not in row, row
 
 
 def test_an_attempts_process_is_gone_when_its_pid_is_free_or_reused_on_this_host():

@@ -16,7 +16,6 @@ from mindspore.train.callback import CheckpointConfig
 from otel_mindformers import MonitorCallback, phase
 from otel_mindformers.names import training as tm
 from otel_mindformers.names.phase_names import ATTR_CHECKPOINT_PATH, ATTR_CHECKPOINT_SIZE, ATTR_PHASE, PHASE_DURATION
-from otel_mindformers.runtime.training_loop import TrainingLoop
 from otel_mindformers.timing.accounting import DATA_WAIT_SPAN_SECONDS
 from tests.support import training
 from tests.support.configs import config
@@ -236,25 +235,6 @@ def test_fit_evaluations_are_not_step_time_and_the_last_line_adds_up(tmp_path):
             pytest.approx(spent["wall"], abs=1e-6)
         )
         assert spent["productive"] > 0
-
-
-@pytest.mark.parametrize(
-    ("steps_done", "offset", "epochs"),
-    [
-        (0, 0, 3),  # a fresh Model.train of 3 epochs
-        (0, 20, 1),  # initial_epoch=2: the 3rd epoch
-        (13, 0, 2),  # MindSpore's own resume (cur_step_num starts at 13): the rest of epoch 2, then 3
-        (0, 13, 2),  # MindFormers' resume at its step 13 (initial_epoch 1): the same
-    ],
-)
-def test_the_eta_ends_at_the_jobs_last_step_whatever_the_resume(steps_done, offset, epochs):
-    """3 epochs of 10 steps end at the job's step 30, however far a resume took the start."""
-    loop = TrainingLoop(
-        network=None, train_network=None, optimizer=None, dataset=None, batch_size=None, epochs=epochs,
-        steps_per_epoch=10, steps_done=steps_done, step_offset=offset, callbacks=(), step_view={},
-        checkpoint_step=lambda: 0,
-    )  # fmt: skip
-    assert loop.known_last_step == 30
 
 
 def test_eta_counts_down_in_sink_mode(tmp_path):

@@ -118,3 +118,22 @@ def test_a_diagnosis_line_of_many_megabytes_is_skipped_with_a_note(tmp_path):
     assert read.records == [kept]
     assert read.notes == [f"{path}:1: diagnosis record skipped (longer than 16 MiB; not read)"]
     assert peak < 4 * MAX_LINE_CHARS, peak  # the line is 40 MiB
+    # The whole long line is skipped: the record after it is line 2, not a piece of it.
+    assert list(diagnosis_file.numbered_records(path, [])) == [(2, kept)]
+
+
+def test_a_line_of_the_bound_is_read_one_past_it_is_not():
+    import io
+
+    from otel_mindformers.core.safe_json import MAX_LINE_CHARS, bounded_lines
+
+    whole, over = "a" * (MAX_LINE_CHARS - 1) + "\n", "b" * MAX_LINE_CHARS + "\n"
+    assert list(bounded_lines(io.StringIO(whole + over + "c"))) == [(1, whole), (2, None), (3, "c")]
+
+
+def test_a_diagnosis_line_without_a_kind_is_no_record(tmp_path):
+    path = tmp_path / "diagnosis_rank_0.jsonl"
+    kept = {"kind": "nonfinite", "rank": 0, "step": 3, "metrics": ["loss"]}
+    path.write_text("".join(json.dumps(line) + "\n" for line in ({"rank": 0, "step": 2}, {"kind": 1}, kept)))
+    assert list(diagnosis_file.numbered_records(path, [])) == [(3, kept)]
+    assert list(diagnosis_file.read(path)) == [kept]
