@@ -540,6 +540,36 @@ def test_msruns_launcher_and_scheduler_leave_the_sdk_unconfigured_without_a_file
     assert not type(trace.get_tracer_provider()).__module__.startswith("opentelemetry.sdk")
 
 
+@pytest.mark.parametrize(
+    ("argv0", "role", "patched"),
+    [("/opt/venv/bin/msrun", None, False), ("worker.py", "MS_SCHED", False), ("worker.py", "MS_WORKER", True)],
+    ids=["launcher", "scheduler", "worker"],
+)
+def test_msruns_launcher_and_scheduler_are_left_alone_by_the_instrumentor_its_workers_monitored(
+    workdir, fresh, argv0, role, patched
+):
+    """The instrumentor, as the configurator above: `opentelemetry-instrument msrun ...` loads
+    it in msrun itself, its scheduler and its workers; the first two never train. The launcher
+    was patched, and read and checked the configuration, as a worker."""
+    from mindspore.train import Model
+
+    import otel_mindformers
+    from tests.support.in_memory import Capture
+
+    fresh.setattr(sys, "argv", [argv0, "--worker_num=2"])
+    if role is None:
+        fresh.delenv("MS_ROLE", raising=False)
+    else:
+        fresh.setenv("MS_ROLE", role)
+    original = Model.__dict__["train"]
+    entry = {"interval": 5, "output_type": ["json_file"], "json_log_path": str(workdir / "m.json")}
+    try:
+        otel_mindformers.instrument(entry, **Capture().providers())
+        assert (Model.__dict__["train"] is not original) == patched
+    finally:
+        otel_mindformers.uninstrument()
+
+
 def test_monitor_callback_without_the_package_raises_at_construction_naming_the_extra(tmp_path, fresh):
     path = tmp_path / "otel.yaml"
     path.write_text('file_format: "1.0"\n')

@@ -199,31 +199,6 @@ def test_uninstrument_restores_model_train(workdir, capture, tmp_path):
     assert len(capture.runs()) == 1
 
 
-@pytest.mark.parametrize(
-    ("argv0", "role", "patched"),
-    [("/opt/venv/bin/msrun", None, False), ("worker.py", "MS_SCHED", False), ("worker.py", "MS_WORKER", True)],
-    ids=["launcher", "scheduler", "worker"],
-)
-def test_msruns_launcher_and_scheduler_are_left_alone_its_workers_monitored(
-    workdir, monkeypatch, capture, tmp_path, argv0, role, patched
-):
-    """`opentelemetry-instrument msrun ...` loads the instrumentor in msrun itself, its
-    scheduler and its workers; the first two never train (the SDK's configurator leaves
-    them unconfigured, test_config_file.py). The launcher was patched, and read and checked
-    the configuration, as a worker."""
-    monkeypatch.setattr(sys, "argv", [argv0, "--worker_num=2"])
-    if role is None:
-        monkeypatch.delenv("MS_ROLE", raising=False)
-    else:
-        monkeypatch.setenv("MS_ROLE", role)
-    original = Model.__dict__["train"]
-    try:
-        otel_mindformers.instrument(quiet(tmp_path), **capture.providers())
-        assert (Model.__dict__["train"] is not original) == patched
-    finally:
-        otel_mindformers.uninstrument()
-
-
 def test_an_invalid_environment_config_is_said_at_start_and_refuses_training(workdir, monkeypatch, caplog, capture):
     """docs/zero_code.md: one bad key neither silences monitoring nor is skipped quietly.
     instrument() says it at once (and raises nothing, so the other instrumentors load);
